@@ -1,0 +1,68 @@
+"""Where the laptop side keeps its files.  Everything we write lives under one state dir.
+
+The user's HOME is sacred: besides this dir we only ever touch one ``Include`` line at the top of
+``~/.ssh/config``.  ``REMOTE_DEBUG_HOME`` moves the state dir (tests, shared machines).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_HOME = "REMOTE_DEBUG_HOME"
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    root: Path
+
+    @classmethod
+    def default(cls) -> StatePaths:
+        override = os.environ.get(ENV_HOME)
+        root = Path(override) if override else Path.home() / ".remote-debug"
+        return cls(root.expanduser().absolute())
+
+    # --- jobs (local backend) ---
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    def job_dir(self, job: str) -> Path:
+        return self.jobs_dir / job
+
+    # --- ssh ---
+    @property
+    def ssh_dir(self) -> Path:
+        return self.root / "ssh"
+
+    @property
+    def ssh_config(self) -> Path:
+        """The file the user's ~/.ssh/config includes; it includes one file per job."""
+        return self.ssh_dir / "config"
+
+    def job_ssh_config(self, job: str) -> Path:
+        return self.ssh_dir / "jobs" / f"{job}.conf"
+
+    def job_known_hosts(self, job: str) -> Path:
+        return self.ssh_dir / "known_hosts.d" / job
+
+    def job_key(self, job: str) -> Path:
+        """Private key (0600, in a 0700 dir); the public key is next to it with ``.pub``."""
+        return self.root / "keys" / job / "id_ed25519"
+
+    @property
+    def include_state(self) -> Path:
+        """What we inserted into ~/.ssh/config, so that removal restores it byte for byte."""
+        return self.ssh_dir / "include-state.json"
+
+
+def user_ssh_config() -> Path:
+    return Path.home() / ".ssh" / "config"
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make the leaf 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path

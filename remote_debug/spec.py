@@ -1,0 +1,355 @@
+"""The contract between the laptop side (``local/``) and the job side (``container/``).
+
+Two documents cross the boundary, and both are versioned:
+
+* the **debug spec** travels *into* the job as environment variables (SageMaker passes a job's
+  ``Environment`` to every node, a local job gets the same variables), so nothing in the user's
+  training script or launcher has to change;
+* the **manifest** travels *out* of the job: one node document (written by the hook) and one rank
+  document per debuggable rank process (written by that rank).  The laptop reads them through a
+  channel the user's identity can read (a file for local jobs).
+
+This module is stdlib-only because the container side imports it inside the training image.
+Everything here validates its input: a malformed spec or manifest raises :class:`ContractError`
+with a one-line message, never a KeyError from deep inside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SPEC_VERSION = 1
+MANIFEST_VERSION = 1
+
+IDE = Literal["vscode", "pycharm"]
+Transport = Literal["local", "ssm", "hybrid", "direct"]
+IDES: tuple[str, ...] = ("vscode", "pycharm")
+TRANSPORTS: tuple[str, ...] = ("local", "ssm", "hybrid", "direct")
+
+# SageMaker's TrainingJobName pattern; we use it for local jobs too, which keeps job names safe
+# inside ssh Host patterns, file names and shell command lines.
+JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+NODE_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")
+
+# --- environment variable names (the spec) -------------------------------------------------------
+ENV_VERSION = "REMOTE_DEBUG_SPEC_VERSION"
+ENV_JOB = "REMOTE_DEBUG_JOB"
+ENV_IDE = "REMOTE_DEBUG_IDE"
+ENV_RANKS = "REMOTE_DEBUG_RANKS"
+ENV_PORT_BASE = "REMOTE_DEBUG_PORT_BASE"
+ENV_SSHD_PORT = "REMOTE_DEBUG_SSHD_PORT"
+ENV_WAIT = "REMOTE_DEBUG_WAIT"
+ENV_CLIENT_KEY = "REMOTE_DEBUG_CLIENT_PUBKEY"
+ENV_TRANSPORT = "REMOTE_DEBUG_TRANSPORT"
+SPEC_ENV_NAMES = (
+    ENV_VERSION, ENV_JOB, ENV_IDE, ENV_RANKS, ENV_PORT_BASE, ENV_SSHD_PORT, ENV_WAIT, ENV_CLIENT_KEY,
+    ENV_TRANSPORT,
+)
+
+# Per-node variables: not part of the job-wide spec (SageMaker gives every node the same
+# Environment), set by whoever starts a node (the local backend, or the hook itself).
+ENV_MANIFEST_DIR = "REMOTE_DEBUG_MANIFEST_DIR"  # where this node's manifest documents live
+ENV_STATE_DIR = "REMOTE_DEBUG_STATE_DIR"  # private dir of the hook (sshd keys/config)
+# Set inside a rank process once it has claimed the listener, inherited by its children (debugpy's
+# adapter, DataLoader workers, subprocesses) so that they never start a second listener.
+ENV_CLAIMED_BY = "REMOTE_DEBUG_CLAIMED_BY"
+
+NODE_MANIFEST_FILE = "node.json"
+RANK_MANIFEST_GLOB = "rank-*.json"
+
+
+class ContractError(ValueError):
+    """A spec or manifest that does not follow this contract (message is one line, actionable)."""
+
+
+RankSelection = tuple[int, ...] | None  # None means every rank
+
+
+def parse_ranks(text: str) -> RankSelection:
+    """``"all"`` -> None; ``"0,2"`` -> (0, 2).  Global ranks, as torchrun's RANK numbers them."""
+    text = text.strip()
+    if text in ("", "all", "*"):
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise ContractError(f"bad rank list {text!r}: use 'all' or comma-separated ranks like '0,2'")
+        out.append(int(part))
+    return tuple(sorted(set(out)))
+
+
+def format_ranks(ranks: RankSelection) -> str:
+    return "all" if ranks is None else ",".join(str(r) for r in ranks)
+
+
+def check_job_name(name: str) -> str:
+    if not JOB_NAME_RE.match(name):
+        raise ContractError(
+            f"bad job name {name[:80]!r}: use 1-63 letters, digits and hyphens, starting with a letter or digit"
+        )
+    return name
+
+
+def check_port(port: int, what: str, *, allow_zero: bool = True) -> int:
+    if not (0 if allow_zero else 1) <= port <= 65535:
+        raise ContractError(f"{what} {port} is out of range: use 1-65535" + (" (or 0 for any free port)" if allow_zero else ""))
+    return port
+
+
+@dataclass(frozen=True)
+class DebugSpec:
+    """What a job must do for debugging.  Serialised as environment variables."""
+
+    job_name: str
+    client_public_key: str  # an OpenSSH public key line; public, so fine in the job environment
+    ide: str = "vscode"
+    ranks: RankSelection = None
+    port_base: int = 0  # listener of local rank r binds 127.0.0.1:(port_base + r); 0 = ephemeral
+    sshd_port: int = 0  # 0 = any free port; 22 is refused (MPI jobs run their own sshd there)
+    wait_seconds: float = 0.0  # how long each rank waits for a debugger before running on
+    transport: str = "local"
+    version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        check_job_name(self.job_name)
+        if self.ide not in IDES:
+            raise ContractError(f"unknown IDE {self.ide!r}: use one of {', '.join(IDES)}")
+        if self.transport not in TRANSPORTS:
+            raise ContractError(f"unknown transport {self.transport!r}: use one of {', '.join(TRANSPORTS)}")
+        check_port(self.port_base, "debug port base")
+        check_port(self.sshd_port, "sshd port")
+        if self.sshd_port == 22:
+            raise ContractError("sshd port 22 is reserved (MPI jobs run their own sshd there): pick another or 0")
+        if not (0 <= self.wait_seconds <= 7 * 24 * 3600):
+            raise ContractError(f"wait {self.wait_seconds} s is out of range: use 0 (never wait) up to a week")
+        key = self.client_public_key.strip()
+        if len(key.split()) < 2 or "\n" in key or not key.startswith(("ssh-", "ecdsa-", "sk-")):
+            raise ContractError("client public key must be one OpenSSH public key line (e.g. 'ssh-ed25519 AAAA...')")
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            ENV_VERSION: str(self.version),
+            ENV_JOB: self.job_name,
+            ENV_IDE: self.ide,
+            ENV_RANKS: format_ranks(self.ranks),
+            ENV_PORT_BASE: str(self.port_base),
+            ENV_SSHD_PORT: str(self.sshd_port),
+            ENV_WAIT: f"{self.wait_seconds:g}",
+            ENV_CLIENT_KEY: self.client_public_key.strip(),
+            ENV_TRANSPORT: self.transport,
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DebugSpec | None:
+        """The spec in ``env`` (default ``os.environ``), or None when the job has no debug spec."""
+        env = os.environ if env is None else env
+        raw_version = env.get(ENV_VERSION)
+        if raw_version is None:
+            return None
+        try:
+            version = int(raw_version)
+        except ValueError:
+            raise ContractError(f"{ENV_VERSION}={raw_version!r} is not a number") from None
+        if version != SPEC_VERSION:
+            raise ContractError(
+                f"debug spec version {version} is not supported by this remote_debug (speaks {SPEC_VERSION}): "
+                "install the same remote-debug version in the job as on the laptop"
+            )
+        missing = [n for n in (ENV_JOB, ENV_CLIENT_KEY) if not env.get(n)]
+        if missing:
+            raise ContractError(f"debug spec is missing {', '.join(missing)}")
+        try:
+            return cls(
+                job_name=env[ENV_JOB],
+                client_public_key=env[ENV_CLIENT_KEY],
+                ide=env.get(ENV_IDE, "vscode"),
+                ranks=parse_ranks(env.get(ENV_RANKS, "all")),
+                port_base=int(env.get(ENV_PORT_BASE, "0")),
+                sshd_port=int(env.get(ENV_SSHD_PORT, "0")),
+                wait_seconds=float(env.get(ENV_WAIT, "0")),
+                transport=env.get(ENV_TRANSPORT, "local"),
+                version=version,
+            )
+        except ValueError as exc:  # int()/float() of a bad value; ContractError is a ValueError too
+            if isinstance(exc, ContractError):
+                raise
+            raise ContractError(f"debug spec has a bad number: {exc}") from None
+
+    def selects(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks
+
+
+# --- manifest ------------------------------------------------------------------------------------
+
+NodeState = Literal["starting", "running", "completed", "failed", "stopped"]
+RankState = Literal["listening", "waiting", "attached", "running", "finished", "failed", "skipped"]
+
+
+@dataclass
+class RankEndpoint:
+    """One debuggable rank process, as it reports itself."""
+
+    rank: int  # global rank
+    local_rank: int
+    world_size: int
+    port: int  # debug listener on the node's 127.0.0.1 (0 when no listener)
+    pid: int
+    state: str = "listening"
+    ide: str = "vscode"
+    error: str | None = None
+    version: int = MANIFEST_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> RankEndpoint:
+        d = _require_mapping(data, "rank manifest")
+        try:
+            ep = cls(
+                rank=_int(d, "rank"), local_rank=_int(d, "local_rank"), world_size=_int(d, "world_size"),
+                port=_int(d, "port"), pid=_int(d, "pid"), state=str(d.get("state", "listening")),
+                ide=str(d.get("ide", "vscode")), error=None if d.get("error") is None else str(d["error"]),
+                version=_int(d, "version"),
+            )
+        except KeyError as exc:
+            raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
+        _check_version(ep.version, "rank manifest")
+        check_port(ep.port, "rank manifest port")
+        return ep
+
+
+@dataclass
+class NodeManifest:
+    """What the laptop needs to reach one node: its sshd, pinned host key, and its ranks."""
+
+    job_name: str
+    node: str  # "algo-1"
+    hosts: list[str]
+    sshd_host: str  # address the transport relays to, as seen from the node ("127.0.0.1")
+    sshd_port: int  # 0 when sshd failed to start (see errors)
+    ssh_user: str
+    host_public_key: str  # "ssh-ed25519 AAAA..." (no comment)
+    code_dir: str
+    state: str = "starting"
+    hook_pid: int = 0
+    exit_code: int | None = None
+    errors: list[str] = field(default_factory=list)
+    ranks: list[RankEndpoint] = field(default_factory=list)  # filled from rank documents on read
+    version: int = MANIFEST_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("ranks")  # ranks are separate documents, written by the ranks themselves
+        return d
+
+    @classmethod
+    def from_json(cls, data: Any) -> NodeManifest:
+        d = _require_mapping(data, "node manifest")
+        try:
+            m = cls(
+                job_name=str(d["job_name"]), node=str(d["node"]), hosts=[str(h) for h in d["hosts"]],
+                sshd_host=str(d["sshd_host"]), sshd_port=_int(d, "sshd_port"), ssh_user=str(d["ssh_user"]),
+                host_public_key=str(d["host_public_key"]), code_dir=str(d["code_dir"]),
+                state=str(d.get("state", "starting")), hook_pid=_int(d, "hook_pid"),
+                exit_code=None if d.get("exit_code") is None else _int(d, "exit_code"),
+                errors=[str(e) for e in d.get("errors", [])], version=_int(d, "version"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ContractError(f"node manifest lacks or mangles {exc.args[0]!r}") from None
+        _check_version(m.version, "node manifest")
+        check_job_name(m.job_name)
+        if not NODE_NAME_RE.match(m.node):
+            raise ContractError(f"node manifest has a bad node name {m.node[:80]!r}")
+        check_port(m.sshd_port, "node manifest sshd port")
+        if m.host_public_key and (len(m.host_public_key.split()) < 2 or "\n" in m.host_public_key):
+            raise ContractError("node manifest host key is not one OpenSSH public key line")
+        return m
+
+
+def rank_manifest_name(rank: int) -> str:
+    return f"rank-{rank}.json"
+
+
+def write_node_manifest(directory: Path, manifest: NodeManifest) -> None:
+    atomic_write_text(directory / NODE_MANIFEST_FILE, json.dumps(manifest.to_json(), indent=2) + "\n")
+
+
+def write_rank_manifest(directory: Path, endpoint: RankEndpoint) -> None:
+    atomic_write_text(directory / rank_manifest_name(endpoint.rank), json.dumps(endpoint.to_json(), indent=2) + "\n")
+
+
+def read_node_manifest(directory: Path) -> NodeManifest | None:
+    """The node document merged with its rank documents; None if the node has not written one yet."""
+    path = directory / NODE_MANIFEST_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    manifest = NodeManifest.from_json(_loads(text, path))
+    ranks = []
+    for rank_path in sorted(directory.glob(RANK_MANIFEST_GLOB)):
+        try:
+            rank_text = rank_path.read_text()
+        except FileNotFoundError:  # replaced between glob and read
+            continue
+        ranks.append(RankEndpoint.from_json(_loads(rank_text, rank_path)))
+    manifest.ranks = sorted(ranks, key=lambda r: r.rank)
+    return manifest
+
+
+# --- small shared helpers ------------------------------------------------------------------------
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` so readers see the old file or the new one, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _loads(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"malformed manifest {path}: {exc.msg} at line {exc.lineno}") from None
+
+
+def _require_mapping(data: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{what} is not a JSON object")
+    return data
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractError(f"manifest field {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _check_version(version: int, what: str) -> None:
+    if version != MANIFEST_VERSION:
+        raise ContractError(
+            f"{what} version {version} is not supported (this remote_debug speaks {MANIFEST_VERSION}): "
+            "use the same remote-debug version in the job and on the laptop"
+        )
