@@ -56,6 +56,11 @@ class StatePaths:
         """What we inserted into ~/.ssh/config, so that removal restores it byte for byte."""
         return self.ssh_dir / "include-state.json"
 
+    @property
+    def ssh_lock(self) -> Path:
+        """Held around every read-modify-write of ~/.ssh/config and of the files above."""
+        return self.ssh_dir / ".lock"
+
 
 def user_ssh_config() -> Path:
     return Path.home() / ".ssh" / "config"

@@ -1,0 +1,5 @@
+"""``python -m remote_debug`` is the CLI (the ProxyCommand uses this form: no PATH needed)."""
+
+from remote_debug.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""``remote-debug attach JOB``: make every selected rank debuggable from the IDE (or headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from remote_debug import spec
+from remote_debug.cli.app import app
+from remote_debug.cli.output import event_printer, print_json
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import backend_for
+from remote_debug.local.errors import UserError
+from remote_debug.local.headless import HeadlessPlan
+
+
+def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for item in items:
+        path, sep, line = item.rpartition(":")
+        if not sep or not path or not line.isdigit() or int(line) < 1:
+            raise UserError(f"bad breakpoint {item!r}: use FILE:LINE, e.g. train.py:42")
+        full = (workspace / path).absolute()
+        out.setdefault(str(full), []).append(int(line))
+    return out
+
+
+@app.command()
+def attach(
+    job: str = typer.Argument(..., help="Job name."),
+    ide: str = typer.Option("vscode", "--ide", help="vscode (pycharm: coming)."),
+    ranks: str = typer.Option("all", "--ranks", help="all, or e.g. 0,2."),
+    workspace: Path = typer.Option(None, "--workspace", help="Your project dir (default: current dir)."),
+    headless: bool = typer.Option(False, "--headless", help="Use the built-in DAP client instead of an IDE."),
+    breakpoint_: list[str] = typer.Option([], "--break", help="FILE:LINE for --headless, repeatable."),
+    steps: int = typer.Option(0, "--steps", help="--headless: step over this many lines at each stop."),
+    max_stops: int = typer.Option(1, "--max-stops", help="--headless: stops per rank before running free."),
+    no_ssh_include: bool = typer.Option(False, "--no-ssh-include", help="Do not add the Include to ~/.ssh/config."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for nodes and ranks to be ready."),
+    as_json: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
+) -> None:
+    """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends."""
+    if ide != "vscode":
+        raise UserError(f"--ide {ide} is not supported yet: use --ide vscode")
+    ws = (workspace or Path.cwd()).absolute()
+    plan = None
+    if headless:
+        plan = HeadlessPlan(breakpoints=parse_breakpoints(breakpoint_, ws), steps=steps, max_stops=max_stops)
+    elif breakpoint_:
+        raise UserError("--break needs --headless (in an IDE, set breakpoints in the editor)")
+    options = AttachOptions(ranks=spec.parse_ranks(ranks), workspace=ws, headless=plan,
+                            edit_user_ssh_config=not no_ssh_include, ready_timeout=timeout)
+    emit = event_printer(as_json)
+    result = Attacher(backend_for(job), job, options, emit).run()
+    if as_json and headless:
+        print_json({"event": "summary", "job": job, "exit_code": result.job.exit_code,
+                    "ranks": [r.to_json() for r in result.reports]})
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,74 @@
+"""Printing for humans (rich) and machines (``--json``): one place, so every command behaves alike."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def error_line(message: str) -> None:
+    # One line, always: multi-line messages would break the "one actionable line" promise.
+    first = " ".join(str(message).split()) or "failed"
+    print(f"remote-debug: error: {first}", file=sys.stderr, flush=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def describe_event(event: dict[str, Any]) -> str | None:
+    """A human line for an attach/demo event (None: not worth a line)."""
+    kind = event.get("event")
+    if kind == "launched":
+        return f"launched job {event['job']} ({event['nodes']} x {event['nproc_per_node']} ranks); workspace {event['workspace']}"
+    if kind == "rank-attached":
+        return f"rank {event['rank']}: debugger attached"
+    if kind == "waiting":
+        return f"waiting for {event['what']} to start: {', '.join(event.get('nodes', []))}"
+    if kind == "ssh-config":
+        return f"ssh entries written ({', '.join(event['aliases'])}): try `ssh {event['aliases'][0]}`"
+    if kind == "node-connected":
+        return f"connected to {event['alias']}"
+    if kind == "rank-ready":
+        return f"rank {event['rank']} on {event['node']}: debugger at 127.0.0.1:{event['local_port']}"
+    if kind == "rank-unavailable":
+        return f"rank {event['rank']} on {event['node']} has no debugger ({event.get('state')}: {event.get('error') or ''})"
+    if kind == "launch-json":
+        return f"VS Code: {event['path']} has '{event['compound']}'"
+    if kind == "ready":
+        return f"ready: ranks {event['ranks']}"
+    if kind == "stopped":
+        where = f"{event.get('file')}:{event.get('line')}"
+        return f"rank {event['rank']} stopped at {where} ({event.get('reason')}): {event.get('variables')}"
+    if kind == "rank-detached":
+        return f"rank {event['rank']} detached" + (f": {event['error']}" if event.get("error") else "")
+    if kind == "reconnected":
+        return f"reconnected to {event['node']}"
+    if kind == "tunnel-down":
+        return f"tunnel to {event['node']} is down, retrying: {event.get('error')}"
+    if kind == "warning":
+        return f"warning: {event['message']}"
+    if kind == "job-ended":
+        reason = f" ({event['failure_reason']})" if event.get("failure_reason") else ""
+        return f"job ended: {event['status']}, exit code {event.get('exit_code')}{reason}"
+    return None
+
+
+def event_printer(as_json: bool) -> Any:
+    def emit(event: dict[str, Any]) -> None:
+        if as_json:
+            print_json(event)
+            return
+        line = describe_event(event)
+        if line:
+            err_console.print(f"[bold cyan]remote-debug[/]: {escape(line)}", markup=True, highlight=False)
+
+    return emit

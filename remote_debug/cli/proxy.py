@@ -1,0 +1,23 @@
+"""``remote-debug proxy HOST PORT``: the ProxyCommand in every generated ssh Host entry."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from remote_debug.cli.app import app
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.proxy import run_proxy
+
+
+@app.command()
+def proxy(
+    host: str = typer.Argument(..., help="The Host alias, <node>.<job> (ssh's %h)."),
+    port: int = typer.Argument(..., help="ssh's %p."),
+    state_dir: Path = typer.Option(None, "--state-dir", help="remote-debug's state dir (default ~/.remote-debug)."),
+) -> None:
+    """Relay ssh's stdin/stdout to a job node's sshd (used by ssh, not by people)."""
+    paths = StatePaths(state_dir.absolute()) if state_dir else StatePaths.default()
+    raise typer.Exit(run_proxy(host, port, paths, sys.stdin.buffer, sys.stdout.buffer))

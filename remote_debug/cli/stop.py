@@ -1,0 +1,22 @@
+"""``remote-debug stop JOB``: stop a job the way SageMaker does (SIGTERM, SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import typer
+
+from remote_debug.cli.app import app
+from remote_debug.cli.output import console, print_json
+from remote_debug.local.backends import backend_for
+
+
+@app.command()
+def stop(
+    job: str = typer.Argument(..., help="Job name."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Stop a running job and wait until it has stopped."""
+    info = backend_for(job).stop(job)
+    if as_json:
+        print_json(info.to_json())
+        return
+    console.print(f"job {info.name}: {info.status}")

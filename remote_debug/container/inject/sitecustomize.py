@@ -1,0 +1,68 @@
+"""remote_debug's per-process hook: Python imports this at startup because the hook puts this
+directory first on PYTHONPATH.  It gives each rank a debug listener without any change to the
+training script or its launcher (see ``remote_debug.container.rank``).
+
+Two duties besides that:
+* never fail the process: our part runs inside a catch-all and logs one line;
+* never hide the user's (or the image's) own ``sitecustomize``: ours shadows it by being first on
+  the path, so we find the next one on ``sys.path`` and execute it, as Python would have.
+
+This file is imported as a top-level module, so it keeps its own imports minimal and names private.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_INJECT_SUFFIX = os.path.join("remote_debug", "container", "inject")
+
+
+def _remote_debug_activate() -> None:
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("remote_debug") is None:
+            # Installed as a plain directory (e.g. shipped with the training code) rather than a
+            # package: make it importable.  Appended, so it never shadows the user's modules.
+            sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
+        from remote_debug.container.rank import activate
+
+        activate()
+    except Exception as exc:  # activate() never raises; this covers a broken install
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"[remote-debug] debug listener not started: {type(exc).__name__}: {exc}\n")
+
+
+def _is_ours(entry: str) -> bool:
+    path = os.path.realpath(entry or os.getcwd())
+    return path == os.path.realpath(_HERE) or path.endswith(os.sep + _INJECT_SUFFIX)
+
+
+def _chain_next_sitecustomize() -> None:
+    """Execute the ``sitecustomize`` that comes after ours on sys.path, if any.
+
+    Errors in it propagate like they would without us (``site`` reports "Error in sitecustomize").
+    """
+    import importlib.machinery
+    import importlib.util
+
+    entries = list(sys.path)
+    ours = [i for i, entry in enumerate(entries) if _is_ours(entry)]
+    later = entries[ours[-1] + 1 :] if ours else entries
+    for entry in later:
+        if _is_ours(entry):  # another copy of this package's inject dir
+            continue
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [entry])
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module  # later `import sitecustomize` sees theirs
+        spec.loader.exec_module(module)
+        return
+
+
+_remote_debug_activate()
+_chain_next_sitecustomize()

@@ -1,0 +1,310 @@
+"""A private OpenSSH server for one training node.
+
+Why our own sshd and not the image's: the image may have none running, MPI jobs already run one on
+port 22 with their own keys, and we must not touch system files.  So every file sshd needs (host
+key, config, authorized_keys, pid file, log) lives in one private state dir, the server listens on
+127.0.0.1 only (the transport - SSM, a relay, a local TCP connection - reaches it from inside the
+node) on a port other than 22, and it accepts exactly one public key, the laptop's.
+
+The host key is generated here, per job, and its public half is published in the node manifest,
+which reaches the laptop through an authenticated channel: that is what lets the laptop pin it
+(StrictHostKeyChecking yes) instead of trusting on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+ENV_SSHD = "REMOTE_DEBUG_SSHD"  # path of the sshd binary (tests point it at a missing file)
+LOOPBACK = "127.0.0.1"
+PRIVSEP_DIR = "/run/sshd"  # root sshd refuses to start without it ("Missing privilege separation directory")
+HOST_KEY_NAME = "ssh_host_ed25519_key"
+READY_TIMEOUT = 5.0
+PORT_ATTEMPTS = 3
+
+
+class SshdError(RuntimeError):
+    """sshd could not be set up or started (message is one line)."""
+
+
+def find_sshd() -> str:
+    configured = os.environ.get(ENV_SSHD)
+    if configured:
+        # sshd re-executes itself per connection and insists on an absolute path for that.
+        if os.sep in configured:
+            return os.path.abspath(configured)
+        return shutil.which(configured) or configured
+    return shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def current_user() -> str:
+    """The login user: whoever runs the hook (a non-root sshd can only log in as itself anyway)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # uid without a passwd entry (some containers): sshd will refuse it too, say so
+        raise SshdError(f"uid {os.geteuid()} has no passwd entry, sshd cannot log anyone in") from None
+
+
+def free_port() -> int:
+    """A port the kernel considers free right now on loopback (never 22: it is not ephemeral)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def prepare_state_dir(path: Path) -> Path:
+    """Create ``path`` 0700 and make sure we own it.
+
+    We run sshd with ``StrictModes no`` because StrictModes also inspects every parent of the
+    authorized_keys file, and /tmp (where state dirs of tests and most containers live) is
+    world-writable, so sshd would refuse the key.  The property StrictModes protects - nobody else
+    can replace authorized_keys or the host key - we check here instead: the dir is ours and 0700,
+    and sticky /tmp keeps others from renaming it away.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    st = path.stat()
+    if st.st_uid != os.geteuid():
+        raise SshdError(f"state dir {path} is owned by uid {st.st_uid}, not by us: refusing to trust it")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise SshdError(f"state dir {path} is accessible to others (mode {stat.S_IMODE(st.st_mode):o})")
+    return path
+
+
+def _quote(path: Path) -> str:
+    # sshd_config splits arguments on whitespace but honours double quotes.
+    text = str(path)
+    if '"' in text or "\n" in text:
+        raise SshdError(f"path {text!r} cannot be written into sshd_config")
+    return f'"{text}"'
+
+
+def render_config(state: Path, port: int, user: str) -> str:
+    lines = [
+        "# written by remote_debug for this job only",
+        f"Port {port}",
+        f"ListenAddress {LOOPBACK}",  # the transport reaches sshd from inside the node; nobody else may
+        f"HostKey {_quote(state / HOST_KEY_NAME)}",
+        f"PidFile {_quote(state / 'sshd.pid')}",
+        f"AuthorizedKeysFile {_quote(state / 'authorized_keys')}",
+        "StrictModes no",  # see prepare_state_dir: we check ownership and modes ourselves
+        "UsePAM no",
+        "PubkeyAuthentication yes",
+        "AuthenticationMethods publickey",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        f"AllowUsers {user}",
+        "AllowTcpForwarding yes",  # the debug ports are forwarded through this connection
+        "X11Forwarding no",
+        "PermitTTY yes",
+        "UseDNS no",
+        "PrintMotd no",
+        "Subsystem sftp internal-sftp",  # editors copy files over sftp; internal needs no sftp-server binary
+        # SSM sessions drop idle connections; keepalives from our side keep attach sessions up.
+        "ClientAliveInterval 30",
+        "ClientAliveCountMax 6",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _run(argv: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SshdError(f"{what}: {exc}") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SshdError(f"{what} (exit {proc.returncode}): {detail[-1] if detail else 'no output'}")
+
+
+def _log_since(path: Path, offset: int) -> str:
+    """What sshd logged after ``offset``, folded to one line (the last few lines say why it stopped)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "; ".join(line.strip() for line in lines[-3:])
+
+
+def _child_setup() -> None:
+    """Runs in the sshd child before exec: own process group, and die with the hook.
+
+    The group lets stop() reach the listener without signalling the hook's group; the parent-death
+    signal (Linux) takes sshd down even if the hook itself is SIGKILLed, so no stray server is left
+    listening with the job's key after the job is gone.
+    """
+    os.setpgid(0, 0)
+    set_parent_death_signal(signal.SIGTERM)
+
+
+def set_parent_death_signal(sig: int) -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # not Linux, or no libc: best effort only
+        pass
+
+
+def _children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc): sshd's per-connection processes."""
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.append(int(entry))
+    return out
+
+
+@dataclass
+class Sshd:
+    """A running private sshd; ``stop()`` it when the job ends."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    user: str
+    host_public_key: str  # "ssh-ed25519 AAAA..." (type and base64, no comment)
+    state_dir: Path
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """terminate -> wait -> kill, for the listener and the connections it forked.
+
+        sshd's listener exits on SIGTERM without touching open sessions (each re-exec'd connection
+        process sits in its own session), so we end those too: the job is over, and a session
+        outliving it would keep the laptop's tunnels pointing at nothing.
+        """
+        if self.process.poll() is not None:
+            return
+        victims = _children_of(self.process.pid)
+        for pid in [self.process.pid, *victims]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, pid_file: Path, deadline: float) -> bool:
+    """True once our sshd has bound ``port`` and it accepts TCP; False if sshd exited first.
+
+    A TCP connect alone is not proof: if someone else holds the port, the connect succeeds while
+    our sshd is still failing to bind.  sshd writes its PidFile only after binding, so we wait for
+    our own pid there first.
+    """
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            bound = pid_file.read_text().strip() == str(proc.pid)
+        except OSError:
+            bound = False
+        if bound:
+            try:
+                with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                    return True
+            except OSError:
+                pass
+        time.sleep(0.02)
+    return False
+
+
+def start_sshd(
+    state_dir: Path,
+    client_public_key: str,
+    port: int = 0,
+    *,
+    log_file: IO[bytes] | None = None,
+    ready_timeout: float = READY_TIMEOUT,
+) -> Sshd:
+    """Start sshd for ``client_public_key`` on 127.0.0.1:``port`` (0 = a free one); raise SshdError.
+
+    ``log_file`` receives sshd's log (``-e``); by default ``sshd.log`` in the state dir, so that
+    sshd's chatter about every probe and login stays out of the training output.
+    """
+    if port == 22:
+        raise SshdError("port 22 is reserved for the job's own sshd (MPI): pick another")
+    binary = find_sshd()
+    if not os.path.isfile(binary):
+        raise SshdError(f"no sshd binary at {binary}: install openssh-server in the image or set {ENV_SSHD}")
+    state = prepare_state_dir(state_dir)
+    user = current_user()
+    if os.geteuid() == 0:
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(PRIVSEP_DIR, mode=0o755)
+
+    key = state / HOST_KEY_NAME
+    if not key.exists():
+        _run(["ssh-keygen", "-t", "ed25519", "-N", "", "-q", "-C", "", "-f", str(key)], "ssh-keygen failed")
+    fields = (state / f"{HOST_KEY_NAME}.pub").read_text().split()
+    host_public_key = " ".join(fields[:2])
+
+    authorized = state / "authorized_keys"
+    authorized.write_text(client_public_key.strip() + "\n")
+    os.chmod(authorized, 0o600)
+
+    log_path = state / "sshd.log"
+    pid_file = state / "sshd.pid"
+    config = state / "sshd_config"
+    fixed = port != 0
+    last_error = ""
+    for _attempt in range(1 if fixed else PORT_ATTEMPTS):
+        chosen = port if fixed else free_port()
+        with contextlib.suppress(FileNotFoundError):
+            pid_file.unlink()  # a stale one from an earlier run must not pass for ours
+        config.write_text(render_config(state, chosen, user))
+        os.chmod(config, 0o600)
+        _run([binary, "-t", "-f", str(config)], "sshd rejected its config")
+        own_log = log_file is None
+        offset = log_path.stat().st_size if own_log and log_path.exists() else 0
+        sink: IO[bytes] = open(log_path, "ab") if log_file is None else log_file  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                [binary, "-D", "-e", "-f", str(config)],
+                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, close_fds=True,
+                preexec_fn=_child_setup,  # the hook has no threads of its own at this point
+            )
+        except OSError as exc:
+            raise SshdError(f"cannot run {binary}: {exc}") from None
+        finally:
+            if own_log:
+                sink.close()  # the child holds its own copy of the descriptor
+        if _wait_ready(proc, chosen, pid_file, time.monotonic() + ready_timeout):
+            return Sshd(proc, chosen, user, host_public_key, state, log_path)
+        exited = proc.poll() is not None
+        Sshd(proc, chosen, user, host_public_key, state, log_path).stop()
+        last_error = _log_since(log_path, offset) if own_log else ""
+        if not exited or "Address already in use" not in last_error:
+            break  # only a lost race for a free port is worth another try
+    where = f"127.0.0.1:{port}" if fixed else "a free loopback port"
+    raise SshdError(f"sshd did not start on {where}: {last_error or 'not listening within the timeout'}")

@@ -1,0 +1,259 @@
+"""``remote-debug attach``: from a job name to IDE-ready ranks, and keeping them reachable.
+
+discover nodes (manifests) -> pin host keys + write ssh entries -> one SSH connection per node ->
+a local forward per selected rank -> launch.json (VS Code) -> optionally the built-in headless DAP
+client -> watch the job, re-establish dropped tunnels, exit when the job ends.
+
+Progress is reported as events (dicts) to a callback: the CLI prints them for humans or as JSON
+lines for the VS Code extension.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from remote_debug import spec
+from remote_debug.local import ssh_config, vscode_launch
+from remote_debug.local.backends.base import COMPLETED, TERMINAL, Backend, JobInfo
+from remote_debug.local.errors import JobNotRunningError, UserError
+from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.proxy import proxy_command
+from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
+
+Emit = Callable[[dict[str, Any]], None]
+POLL_SECONDS = 0.3
+
+
+@dataclass
+class AttachOptions:
+    ranks: spec.RankSelection = None
+    workspace: Path = field(default_factory=Path.cwd)
+    write_launch_json: bool = True
+    edit_user_ssh_config: bool = True
+    headless: HeadlessPlan | None = None
+    ready_timeout: float = 120.0  # how long to wait for nodes and ranks to publish their endpoints
+
+
+@dataclass
+class RankForward:
+    rank: int
+    node: str
+    remote_port: int
+    local_port: int
+    code_dir: str
+
+
+@dataclass
+class AttachResult:
+    job: JobInfo
+    forwards: list[RankForward]
+    reports: list[RankReport]
+    launch_json: Path | None
+    aliases: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.job.status == COMPLETED else 1
+
+
+def host_entries(job: str, manifests: dict[str, spec.NodeManifest], paths: StatePaths) -> list[ssh_config.HostEntry]:
+    command = proxy_command(paths)
+    return [
+        ssh_config.HostEntry(
+            job=job, node=m.node, user=m.ssh_user, port=m.sshd_port, host_public_key=m.host_public_key,
+            identity_file=paths.job_key(job), proxy_command=command,
+        )
+        for m in manifests.values()
+    ]
+
+
+def endpoint_for(entry: ssh_config.HostEntry, paths: StatePaths) -> NodeEndpoint:
+    return NodeEndpoint(
+        alias=entry.alias, host_key_alias=entry.host_key_alias, user=entry.user, port=entry.port,
+        identity_file=entry.identity_file, known_hosts=paths.job_known_hosts(entry.job),
+        proxy_command=entry.proxy_command,
+    )
+
+
+def require_running(backend: Backend, job: str) -> JobInfo:
+    info = backend.describe(job)
+    if info.status in TERMINAL:
+        detail = f" ({info.failure_reason})" if info.failure_reason else ""
+        raise JobNotRunningError(f"job {job} is {info.status}{detail}: nothing to attach to")
+    return info
+
+
+def wait_for_manifests(backend: Backend, job: str, timeout: float, emit: Emit) -> dict[str, spec.NodeManifest]:
+    """Every node's manifest with a usable sshd, or a one-line error."""
+    deadline = time.monotonic() + timeout
+    announced = False
+    while True:
+        require_running(backend, job)
+        manifests = backend.manifests(job)
+        for node, m in manifests.items():
+            if m is not None and not m.sshd_port and m.state != "starting":
+                raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(m.errors) or 'see its log'}")
+        if manifests and all(m is not None and m.sshd_port for m in manifests.values()):
+            return {n: m for n, m in manifests.items() if m is not None}
+        if not announced:
+            emit({"event": "waiting", "what": "nodes", "nodes": sorted(manifests)})
+            announced = True
+        if time.monotonic() > deadline:
+            missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
+            raise UserError(f"nodes {', '.join(missing)} of job {job} did not publish an sshd within {timeout:g} s")
+        time.sleep(POLL_SECONDS)
+
+
+def write_ssh_entries(
+    job: str, manifests: dict[str, spec.NodeManifest], paths: StatePaths, *, edit_user_config: bool, emit: Emit,
+) -> list[ssh_config.HostEntry]:
+    entries = host_entries(job, manifests, paths)
+    ssh_config.write_job_entries(paths, job, entries)
+    if edit_user_config:
+        ssh_config.ensure_include(paths)
+    emit({"event": "ssh-config", "aliases": [e.alias for e in entries], "config": str(paths.ssh_config)})
+    return entries
+
+
+class Attacher:
+    def __init__(self, backend: Backend, job: str, options: AttachOptions, emit: Emit,
+                 paths: StatePaths | None = None) -> None:
+        self.backend, self.job, self.options, self.emit = backend, job, options, emit
+        self.paths = paths or StatePaths.default()
+        self.tunnels: dict[str, NodeTunnel] = {}
+        self.forwards: dict[int, RankForward] = {}
+        self.reports: list[RankReport] = []
+        self.launch_json: Path | None = None
+        self._report_lock = threading.Lock()
+        self._debuggers: list[threading.Thread] = []
+        self._stop = threading.Event()
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _connect_nodes(self, entries: list[ssh_config.HostEntry]) -> None:
+        tunnels = {e.node: NodeTunnel(endpoint_for(e, self.paths)) for e in entries}
+        self.tunnels = tunnels
+        with ThreadPoolExecutor(max_workers=max(1, len(tunnels))) as pool:
+            for node, fut in [(n, pool.submit(t.connect)) for n, t in tunnels.items()]:
+                fut.result()  # raises HostKeyMismatchError & co. with their one-line message
+                self.emit({"event": "node-connected", "node": node, "alias": tunnels[node].endpoint.alias})
+
+    def _expected_ranks(self, manifests: dict[str, spec.NodeManifest], info: JobInfo) -> set[int]:
+        world = next((r.world_size for m in manifests.values() for r in m.ranks), len(info.nodes) * info.nproc_per_node)
+        every = set(range(world))
+        if self.options.ranks is None:
+            return every
+        unknown = sorted(set(self.options.ranks) - every)
+        if unknown:
+            raise UserError(f"unknown ranks {unknown} for job {self.job}: it has ranks 0-{world - 1}")
+        return set(self.options.ranks)
+
+    def _discover_ranks(self) -> bool:
+        """Forward every selected rank that has a listener; True once all expected ranks are forwarded."""
+        manifests = {n: m for n, m in self.backend.manifests(self.job).items() if m is not None}
+        info = self.backend.describe(self.job)
+        expected = self._expected_ranks(manifests, info)
+        for node, m in manifests.items():
+            for r in m.ranks:
+                if r.rank not in expected or r.rank in self.forwards:
+                    continue
+                if r.port == 0 or r.state in ("skipped", "failed", "finished"):
+                    expected.discard(r.rank)  # it will never listen; say so once
+                    self.emit({"event": "rank-unavailable", "rank": r.rank, "node": node, "state": r.state,
+                               "error": r.error})
+                    self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir)
+                    continue
+                local_port = self.tunnels[node].forward(r.port)
+                fwd = RankForward(r.rank, node, r.port, local_port, m.code_dir)
+                self.forwards[r.rank] = fwd
+                self.emit({"event": "rank-ready", "rank": r.rank, "node": node, "local_port": local_port,
+                           "remote_port": r.port, "state": r.state})
+                if self.options.headless is not None:
+                    self._start_debugger(fwd)
+        return expected <= set(self.forwards)
+
+    def _write_launch_json(self) -> None:
+        targets = [
+            vscode_launch.RankTarget(job=self.job, rank=f.rank, node=f.node, host="127.0.0.1", port=f.local_port,
+                                     local_root=str(self.options.workspace), remote_root=f.code_dir)
+            for f in sorted(self.forwards.values(), key=lambda f: f.rank) if f.local_port
+        ]
+        if not targets:
+            return
+        self.launch_json = vscode_launch.update_launch_json(self.options.workspace, self.job, targets)
+        self.emit({"event": "launch-json", "path": str(self.launch_json),
+                   "compound": vscode_launch.compound_name(self.job),
+                   "configurations": [vscode_launch.config_name(self.job, t.rank, t.node) for t in targets]})
+
+    def _start_debugger(self, fwd: RankForward) -> None:
+        plan = self.options.headless
+        assert plan is not None
+
+        def run() -> None:
+            report = debug_rank(
+                fwd.rank, fwd.node, "127.0.0.1", fwd.local_port, plan,
+                path_mappings=[(str(self.options.workspace), fwd.code_dir)], emit=self.emit, stop=self._stop,
+            )
+            with self._report_lock:
+                self.reports.append(report)
+
+        t = threading.Thread(target=run, name=f"dap-rank-{fwd.rank}", daemon=True)
+        t.start()
+        self._debuggers.append(t)
+
+    # --- main loop ------------------------------------------------------------------------------
+
+    def run(self) -> AttachResult:
+        require_running(self.backend, self.job)
+        if self.options.write_launch_json and not self.options.workspace.is_dir():
+            raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
+        manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)
+        entries = write_ssh_entries(self.job, manifests, self.paths,
+                                    edit_user_config=self.options.edit_user_ssh_config, emit=self.emit)
+        try:
+            self._connect_nodes(entries)
+            deadline = time.monotonic() + self.options.ready_timeout
+            all_ready = False
+            launch_written = False
+            while True:
+                info = self.backend.describe(self.job)
+                if info.status in TERMINAL:
+                    break
+                if not all_ready:
+                    all_ready = self._discover_ranks()
+                    if (all_ready or time.monotonic() > deadline) and not launch_written:
+                        if not all_ready:
+                            self.emit({"event": "warning", "message": "not every selected rank published a listener in time"})
+                        if self.options.write_launch_json:
+                            self._write_launch_json()
+                        launch_written = True
+                        self.emit({"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)})
+                self._keep_tunnels_up()
+                time.sleep(POLL_SECONDS)
+            for t in self._debuggers:
+                t.join(timeout=10)
+            self.emit({"event": "job-ended", "status": info.status, "exit_code": info.exit_code,
+                       "failure_reason": info.failure_reason})
+            return AttachResult(info, sorted(self.forwards.values(), key=lambda f: f.rank),
+                                sorted(self.reports, key=lambda r: r.rank), self.launch_json, [e.alias for e in entries])
+        finally:
+            self._stop.set()
+            for tunnel in self.tunnels.values():
+                tunnel.close()
+
+    def _keep_tunnels_up(self) -> None:
+        for node, tunnel in self.tunnels.items():
+            if tunnel.alive:
+                continue
+            try:
+                if tunnel.ensure_connected():
+                    self.emit({"event": "reconnected", "node": node})
+            except Exception as exc:  # the path may come back: keep trying while the job runs
+                self.emit({"event": "tunnel-down", "node": node, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})

@@ -1,0 +1,305 @@
+"""LocalBackend: SageMaker-shaped training jobs on this machine ("debug locally first").
+
+A job is a real process tree (supervisor -> per-node hook -> torchrun -> ranks), not a mock; its
+state mirrors SageMaker's TrainingJobStatus / SecondaryStatus so everything above the backend seam
+behaves the same for local and SageMaker jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from remote_debug import spec
+from remote_debug.local.backends.base import FAILED, IN_PROGRESS, STOPPED, TERMINAL, Backend, JobInfo
+from remote_debug.local.backends.local_job import (
+    NodeLayout,
+    node_command,
+    node_environment,
+    node_names,
+    prepare_node,
+    read_job_file,
+    write_job_file,
+)
+from remote_debug.local.errors import UnknownJobError, UserError
+from remote_debug.local.keys import ensure_job_key
+from remote_debug.local.paths import StatePaths, private_dir
+
+# Never copied into a job's code dir: VCS data, caches, and our own venvs.
+COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "venv", "node_modules", ".cache",
+                                     ".mypy_cache", ".pytest_cache", ".ruff_cache")
+
+
+@dataclass
+class LaunchRequest:
+    command: list[str]
+    name: str
+    source_dir: Path
+    nodes: int = 1
+    nproc_per_node: int = 1
+    wait_seconds: float = 0.0
+    ide: str = "vscode"
+    ranks: spec.RankSelection = None
+    port_base: int = 0
+    sshd_port: int = 0
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    stop_grace_seconds: float = 120.0
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child of a process that has not reaped it yet) is not running.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, paths: StatePaths | None = None) -> None:
+        self.paths = paths or StatePaths.default()
+
+    # --- launch ---------------------------------------------------------------------------------
+
+    def validate(self, req: LaunchRequest) -> None:
+        """Every check that can fail happens before anything is written (no partial jobs)."""
+        spec.check_job_name(req.name)
+        if not req.command:
+            raise UserError("no training command: give it after '--', e.g. remote-debug launch --local -- python train.py")
+        if not (1 <= req.nodes <= 64):
+            raise UserError(f"--nodes {req.nodes} is out of range: use 1-64")
+        if not (1 <= req.nproc_per_node <= 64):
+            raise UserError(f"--nproc-per-node {req.nproc_per_node} is out of range: use 1-64")
+        if not req.source_dir.is_dir():
+            raise UserError(f"source dir {req.source_dir} does not exist: pass --source-dir DIR")
+        if self.paths.job_dir(req.name).exists():
+            raise UserError(f"job {req.name} already exists: pick another --name (or omit it for a fresh one)")
+        if req.port_base:
+            if req.nodes > 1:
+                raise UserError("--debug-port is per node and local nodes share this machine's ports: use it with --nodes 1")
+            spec.check_port(req.port_base + req.nproc_per_node - 1, "debug port", allow_zero=False)
+            for r in range(req.nproc_per_node):
+                if port_in_use(req.port_base + r):
+                    raise UserError(f"debug port {req.port_base + r} is in use: pick another --debug-port or omit it")
+        if req.sshd_port:
+            if req.nodes > 1:
+                raise UserError("--sshd-port is per node and local nodes share this machine's ports: use it with --nodes 1")
+            if port_in_use(req.sshd_port):
+                raise UserError(f"sshd port {req.sshd_port} is in use: pick another --sshd-port or omit it")
+
+    def launch(self, req: LaunchRequest) -> JobInfo:
+        self.validate(req)
+        _, public_key = ensure_job_key(self.paths, req.name)
+        debug = spec.DebugSpec(
+            job_name=req.name, client_public_key=public_key, ide=req.ide, ranks=req.ranks,
+            port_base=req.port_base, sshd_port=req.sshd_port, wait_seconds=req.wait_seconds, transport="local",
+        )
+        job_dir = self.paths.job_dir(req.name)
+        private_dir(self.paths.root)
+        self.paths.jobs_dir.mkdir(parents=True, exist_ok=True)
+        staging = self.paths.jobs_dir / f".{req.name}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            hosts = node_names(req.nodes)
+            cpus = os.cpu_count() or 1
+            master_port = free_port()
+            plans: dict[str, Any] = {}
+            for i, node in enumerate(hosts):
+                layout = NodeLayout(staging, node)
+                prepare_node(layout, hosts, req.hyperparameters, cpus)
+                shutil.copytree(req.source_dir, layout.code_dir, ignore=COPY_IGNORE, symlinks=True)
+                final = NodeLayout(job_dir, node)  # paths as the running job will see them
+                # Only our additions are recorded; the supervisor merges them into the environment it
+                # inherits from this launch, so the user's shell secrets never land in job.json.
+                env = node_environment(final, req.name, hosts, req.hyperparameters, cpus, debug.to_env())
+                plans[node] = {
+                    "command": node_command(req.command, nodes=req.nodes, nproc=req.nproc_per_node,
+                                            node_rank=i, master_port=master_port),
+                    "cwd": str(final.code_dir),
+                    "env": env,
+                }
+            state = {
+                "name": req.name, "backend": self.name, "created": time.time(), "command": req.command,
+                "source_dir": str(req.source_dir.resolve()), "nodes": hosts, "nproc_per_node": req.nproc_per_node,
+                "status": IN_PROGRESS, "secondary_status": "Starting", "exit_code": None, "failure_reason": None,
+                "spec": debug.to_env(), "stop_grace_seconds": req.stop_grace_seconds, "node_plans": plans,
+            }
+            write_job_file(staging, state)
+            os.rename(staging, job_dir)  # the job appears whole or not at all
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        with open(job_dir / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "remote_debug.local.backends.supervisor", str(job_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        # The supervisor owns job.json from here on, so its pid goes into a file of its own.
+        spec.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
+        _reap_in_background(proc)
+        return self.describe(req.name)
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def has_job(self, job: str) -> bool:
+        return spec.JOB_NAME_RE.match(job) is not None and (self.paths.job_dir(job) / "job.json").exists()
+
+    def _supervisor_pid(self, job_dir: Path) -> int:
+        try:
+            return int((job_dir / "supervisor.pid").read_text().strip())
+        except (OSError, ValueError):
+            return 0
+
+    def describe(self, job: str) -> JobInfo:
+        if not self.has_job(job):
+            raise UnknownJobError(f"unknown job {job[:80]!r}: run 'remote-debug jobs' to see jobs")
+        job_dir = self.paths.job_dir(job)
+        state = read_job_file(job_dir)
+        status = str(state.get("status", IN_PROGRESS))
+        secondary = str(state.get("secondary_status", "Starting"))
+        failure = state.get("failure_reason")
+        if status not in TERMINAL:
+            pid = self._supervisor_pid(job_dir)
+            # give a just-launched supervisor a moment to write its pid file
+            if not pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
+                state = read_job_file(job_dir)  # it may have finished between the two reads
+                status = str(state.get("status", IN_PROGRESS))
+                if status not in TERMINAL:
+                    status, secondary = FAILED, "Failed"
+                    failure = "the job's supervisor process vanished (killed or machine restarted)"
+        return JobInfo(
+            name=job, backend=self.name, status=status, secondary_status=secondary,
+            nodes=list(state.get("nodes", [])), nproc_per_node=int(state.get("nproc_per_node", 1)),
+            created=float(state.get("created", 0)), ended=state.get("ended"), exit_code=state.get("exit_code"),
+            failure_reason=failure, debuggable=True, source_dir=state.get("source_dir"),
+            extra={"job_dir": str(job_dir), "logs": {n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
+                   "code_dirs": {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])}},
+        )
+
+    def list_jobs(self) -> list[JobInfo]:
+        if not self.paths.jobs_dir.is_dir():
+            return []
+        jobs = []
+        for d in sorted(self.paths.jobs_dir.iterdir()):
+            if d.name.startswith(".") or not self.has_job(d.name):
+                continue
+            try:
+                jobs.append(self.describe(d.name))
+            except spec.ContractError:
+                continue
+        return sorted(jobs, key=lambda j: j.created)
+
+    def manifests(self, job: str) -> dict[str, spec.NodeManifest | None]:
+        info = self.describe(job)
+        job_dir = self.paths.job_dir(job)
+        return {node: spec.read_node_manifest(NodeLayout(job_dir, node).manifest_dir) for node in info.nodes}
+
+    def log_file(self, job: str, node: str) -> Path:
+        return NodeLayout(self.paths.job_dir(job), node).log_file
+
+    # --- control --------------------------------------------------------------------------------
+
+    def stop(self, job: str, *, wait_seconds: float = 150.0) -> JobInfo:
+        info = self.describe(job)
+        if info.status in TERMINAL:
+            return info
+        job_dir = self.paths.job_dir(job)
+        pid = self._supervisor_pid(job_dir)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        else:
+            state = read_job_file(job_dir)
+            state.update(status=STOPPED, secondary_status="Stopped", ended=time.time())
+            write_job_file(job_dir, state)
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            info = self.describe(job)
+            if info.status in TERMINAL:
+                return info
+            time.sleep(0.2)
+        return info
+
+    def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """Local transport: relay the ssh stream to the node's sshd on loopback.
+
+        ``port`` (ssh's %p) is ignored: the node's manifest is the source of truth for where its
+        sshd listens, exactly as the SSM transport asks the job, not the laptop, for the port.
+        """
+        del port
+        manifest = self.manifests(job).get(node)
+        if manifest is None:
+            raise UserError(f"node {node} of job {job} has not published its manifest yet: wait, then retry")
+        if not manifest.sshd_port:
+            raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(manifest.errors) or 'see the job log'}")
+        sock = socket.create_connection((manifest.sshd_host, manifest.sshd_port), timeout=10)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return relay_stdio(sock, stdin, stdout)
+
+
+def relay_stdio(sock: socket.socket, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Copy stdin -> sock and sock -> stdout until either side closes."""
+    in_fd, out_fd = stdin.fileno(), stdout.fileno()
+
+    def upstream() -> None:
+        try:
+            while data := os.read(in_fd, 65536):
+                sock.sendall(data)
+        except OSError:
+            pass
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    threading.Thread(target=upstream, daemon=True).start()
+    try:
+        while data := sock.recv(65536):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out_fd, view):]
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
+    """When launch runs inside a long-lived process (tests, the demo), reap the supervisor so it
+    does not linger as a zombie after it exits."""
+    threading.Thread(target=proc.wait, daemon=True).start()

@@ -1,0 +1,156 @@
+"""The background process that runs one local job, the way SageMaker runs a training job.
+
+``remote-debug launch --local`` starts ``python -m remote_debug.local.backends.supervisor JOB_DIR``
+detached from the terminal.  It starts every node (each the hook-wrapped command), keeps
+``job.json`` current (status + secondary status), stops all nodes when one fails, honours SIGTERM
+like SageMaker's StopTrainingJob (SIGTERM to every node, SIGKILL after a grace period), and records
+the outcome.  It is the only writer of ``job.json`` after launch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from remote_debug import spec
+from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, STOPPED, STOPPING
+from remote_debug.local.backends.local_job import NodeLayout, read_job_file, write_job_file
+
+POLL_SECONDS = 0.2
+
+
+class Supervisor:
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.state: dict[str, Any] = read_job_file(job_dir)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stop_requested = False
+        self.stop_deadline: float | None = None
+        self.grace = float(self.state.get("stop_grace_seconds", 120))
+
+    def _save(self, **changes: Any) -> None:
+        self.state.update(changes)
+        write_job_file(self.job_dir, self.state)
+
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if self.stop_requested:
+            return
+        self.stop_requested = True
+        self.stop_deadline = time.monotonic() + self.grace
+        self._save(status=STOPPING, secondary_status="Stopping")
+        self._signal_nodes(signal.SIGTERM)
+
+    def _signal_nodes(self, sig: int) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def start_nodes(self) -> None:
+        inherited = dict(os.environ)
+        for name in (*spec.SPEC_ENV_NAMES, spec.ENV_CLAIMED_BY):
+            inherited.pop(name, None)  # never inherit a debug spec from the launching shell
+        for node, plan in self.state["node_plans"].items():
+            layout = NodeLayout(self.job_dir, node)
+            log = open(layout.log_file, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
+            try:
+                self.procs[node] = subprocess.Popen(
+                    plan["command"], cwd=plan["cwd"], env={**inherited, **plan["env"]}, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            except OSError as exc:
+                log.write(f"[remote-debug] could not start node {node}: {exc}\n".encode())
+                self._save(failure_reason=f"could not start node {node}: {exc}")
+                self.stop_requested = True
+            finally:
+                log.close()
+        self._save(status=IN_PROGRESS, secondary_status="Starting", node_pids={n: p.pid for n, p in self.procs.items()})
+
+    def _secondary_from_manifests(self) -> str:
+        """Starting until every node's hook runs the command, then Training (as SageMaker reports it)."""
+        for node in self.procs:
+            try:
+                manifest = spec.read_node_manifest(NodeLayout(self.job_dir, node).manifest_dir)
+            except spec.ContractError:
+                return "Training"  # a broken manifest is attach's problem; the job itself runs
+            if manifest is None or manifest.state == "starting":
+                return "Starting"
+        return "Training"
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the user's terminal closing must not stop the job
+        self.start_nodes()
+        failed_node: str | None = None
+        while True:
+            codes = {n: p.poll() for n, p in self.procs.items()}
+            if failed_node is None:
+                failed_node = next((n for n, c in codes.items() if c not in (None, 0)), None)
+                if failed_node is not None and not self.stop_requested:
+                    # SageMaker fails the whole job when one host fails: stop the others.
+                    self._signal_nodes(signal.SIGTERM)
+                    self.stop_deadline = time.monotonic() + self.grace
+            if all(c is not None for c in codes.values()):
+                break
+            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+                self._signal_nodes(signal.SIGKILL)
+                self.stop_deadline = None
+            if not self.stop_requested and self.state.get("secondary_status") == "Starting":
+                secondary = self._secondary_from_manifests()
+                if secondary != "Starting":
+                    self._save(secondary_status=secondary)
+            time.sleep(POLL_SECONDS)
+        return self._finish(codes, failed_node)
+
+    def _finish(self, codes: dict[str, int | None], failed_node: str | None) -> int:
+        exit_codes = {n: int(c if c is not None else -1) for n, c in codes.items()}
+        ended = time.time()
+        if self.stop_requested and not self.state.get("failure_reason"):
+            self._save(status=STOPPED, secondary_status="Stopped", exit_codes=exit_codes, ended=ended,
+                       exit_code=max(exit_codes.values(), default=0))
+            return 0
+        if failed_node is None and all(c == 0 for c in exit_codes.values()):
+            self._save(status=COMPLETED, secondary_status="Completed", exit_codes=exit_codes, ended=ended, exit_code=0)
+            return 0
+        node = failed_node or next(iter(exit_codes))
+        reason = self.state.get("failure_reason") or (
+            f"node {node} exited with code {exit_codes.get(node)}: {last_error_line(NodeLayout(self.job_dir, node).log_file)}"
+        )
+        self._save(status=FAILED, secondary_status="Failed", exit_codes=exit_codes, ended=ended,
+                   exit_code=exit_codes.get(node, 1) or 1, failure_reason=reason)
+        return 0
+
+
+def last_error_line(log_file: Path) -> str:
+    """The last meaningful line of a node log (the exception line of a traceback, usually)."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith(("[remote-debug]", "File ", "^", "~")):
+            return text[:300]
+    return "no output"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m remote_debug.local.backends.supervisor JOB_DIR", file=sys.stderr)
+        return 2
+    return Supervisor(Path(args[0])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""``attach --headless``: the built-in DAP client plays the IDE for one rank.
+
+Per rank: attach through the rank's forwarded port, set the breakpoints, and at each stop report
+the top frame and its locals, step ``steps`` times, then continue.  After ``max_stops`` stops the
+breakpoints are cleared so the rank runs to the end (a loop would otherwise stop every iteration).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote_debug.local.dap_client import DapClient, DapError, StopInfo, attach_and_configure, inspect_stop
+
+
+@dataclass
+class HeadlessPlan:
+    breakpoints: dict[str, list[int]] = field(default_factory=dict)  # local file -> lines
+    steps: int = 0  # `next` this many times at each stop
+    max_stops: int = 1
+    attach_timeout: float = 60.0
+    watch: tuple[str, ...] = ()  # locals to report (empty: all)
+
+
+@dataclass
+class StopRecord:
+    file: str
+    line: int
+    function: str
+    reason: str
+    variables: dict[str, str]
+
+    @classmethod
+    def from_stop(cls, stop: StopInfo, watch: tuple[str, ...]) -> StopRecord:
+        variables = {k: v for k, v in stop.variables.items() if not watch or k in watch}
+        return cls(stop.file, stop.line, stop.function, stop.reason, variables)
+
+
+@dataclass
+class RankReport:
+    rank: int
+    node: str
+    stops: list[StopRecord] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.stops[0] if self.stops else None
+        return {
+            "rank": self.rank, "node": self.node,
+            "file": first.file if first else None, "line": first.line if first else None,
+            "variables": first.variables if first else {},
+            "stops": [vars(s) for s in self.stops], "error": self.error,
+        }
+
+
+def debug_rank(
+    rank: int, node: str, host: str, port: int, plan: HeadlessPlan, *, path_mappings: list[tuple[str, str]],
+    emit: Callable[[dict[str, Any]], None], stop: threading.Event,
+) -> RankReport:
+    report = RankReport(rank, node)
+    client: DapClient | None = None
+    try:
+        client = attach_and_configure(host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints,
+                                      timeout=plan.attach_timeout)
+        emit({"event": "rank-attached", "rank": rank, "node": node})
+        hits = 0
+        while hits < plan.max_stops and not stop.is_set() and not client.closed:
+            try:
+                hit = inspect_stop(client, timeout=1.0)
+            except DapError:
+                continue  # no stop yet: check whether we should give up, then wait again
+            hits += 1
+            _record(report, hit, plan, emit, rank, node)
+            for _ in range(plan.steps):
+                client.next(hit.thread_id)
+                hit = inspect_stop(client, timeout=30.0)
+                _record(report, hit, plan, emit, rank, node)
+            if hits >= plan.max_stops:
+                for path in plan.breakpoints:
+                    client.set_breakpoints(path, [])
+            client.continue_(hit.thread_id)
+        emit({"event": "rank-detached", "rank": rank, "node": node})
+    except (DapError, OSError) as exc:
+        report.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        emit({"event": "rank-detached", "rank": rank, "node": node, "error": report.error})
+    finally:
+        if client is not None:
+            if not client.closed:
+                try:
+                    client.disconnect()
+                except (DapError, OSError):
+                    pass
+            client.close()
+    return report
+
+
+def _record(report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: Callable[[dict[str, Any]], None],
+            rank: int, node: str) -> None:
+    record = StopRecord.from_stop(hit, plan.watch)
+    report.stops.append(record)
+    emit({"event": "stopped", "rank": rank, "node": node, **vars(record)})

@@ -1,0 +1,50 @@
+"""Per-job client key pairs.  The private key never leaves the laptop; the public key goes into the spec.
+
+Generated with ``cryptography`` (already a paramiko dependency) instead of shelling out to
+ssh-keygen, so there is no subprocess and the private key is created 0600 from the first byte.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from remote_debug.local.paths import StatePaths, private_dir
+
+
+def ensure_job_key(paths: StatePaths, job: str) -> tuple[Path, str]:
+    """Return (private key path, public key line), creating the pair on first use."""
+    key_path = paths.job_key(job)
+    pub_path = key_path.with_suffix(".pub")
+    if key_path.exists() and pub_path.exists():
+        return key_path, pub_path.read_text().strip()
+    private_dir(key_path.parent.parent)
+    private_dir(key_path.parent)
+    key = Ed25519PrivateKey.generate()
+    private_bytes = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public_line = (
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        + f" remote-debug:{job}"
+    )
+    tmp = key_path.with_name(key_path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private_bytes)
+    os.replace(tmp, key_path)
+    pub_path.write_text(public_line + "\n")
+    return key_path, public_line
+
+
+def remove_job_key(paths: StatePaths, job: str) -> None:
+    key_path = paths.job_key(job)
+    for p in (key_path, key_path.with_suffix(".pub")):
+        p.unlink(missing_ok=True)
+    try:
+        key_path.parent.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,39 @@
+"""``remote-debug proxy HOST PORT``: the ProxyCommand of every generated ssh Host entry.
+
+OpenSSH (and VS Code Remote-SSH through it, and our own tunnels) run this with the Host alias
+``<node>.<job>``; it asks the job's backend for a byte stream to that node's sshd and relays
+stdin/stdout over it.  For SageMaker the same seam starts an SSM session instead.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import BinaryIO
+
+from remote_debug.local.backends import backend_for
+from remote_debug.local.errors import UserError
+from remote_debug.local.paths import StatePaths
+from remote_debug.spec import NODE_NAME_RE
+
+
+def proxy_command(paths: StatePaths) -> str:
+    """The ProxyCommand line: absolute interpreter and state dir, so it works from any shell/PATH."""
+    return " ".join([
+        shlex.quote(sys.executable), "-m", "remote_debug", "proxy", "--state-dir", shlex.quote(str(paths.root)),
+        "%h", "%p",
+    ])
+
+
+def split_alias(alias: str) -> tuple[str, str]:
+    """``algo-1.my-job`` -> (``my-job``, ``algo-1``)."""
+    node, sep, job = alias.partition(".")
+    if not sep or not NODE_NAME_RE.match(node) or not job:
+        raise UserError(f"bad host {alias[:80]!r}: expected <node>.<job>, e.g. algo-1.my-job")
+    return job, node
+
+
+def run_proxy(alias: str, port: int, paths: StatePaths, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    job, node = split_alias(alias)
+    backend = backend_for(job, paths)
+    return backend.relay(job, node, port, stdin, stdout)

@@ -1,0 +1,222 @@
+"""One SSH connection per node, carrying a local forward per rank.
+
+Why paramiko in-process rather than an ``ssh -L`` subprocess: setting up takes 0.05-0.16 s instead
+of 0.3-0.65 s (lab-facts), forwards can be added as ranks appear without reconnecting, a channel
+open tells us whether a rank's listener answers, and the later PyCharm reverse forwards need one
+handler per transport.  Why not sshtunnel: it cannot add forwards to a live connection, and it does
+not verify host keys unless told to.  The connection goes through exactly the same ProxyCommand and
+the same pinned known_hosts file that the user's OpenSSH uses, so both paths trust the same key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from remote_debug.local.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+class HostKeyMismatchError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    """How to reach one node: the same facts the generated ssh Host entry holds."""
+
+    alias: str
+    host_key_alias: str
+    user: str
+    port: int
+    identity_file: Path
+    known_hosts: Path
+    proxy_command: str  # with %h and %p, as written into the ssh config
+
+
+def _expand_proxy_command(template: str, host: str, port: int) -> list[str]:
+    # ssh expands %h/%p and runs the result with /bin/sh -c; the words we generate are shell-quoted,
+    # so splitting with shell rules yields the same argv without a shell in between.
+    return shlex.split(template.replace("%h", host).replace("%p", str(port)).replace("%%", "%"))
+
+
+class NodeTunnel:
+    """A pinned, authenticated SSH transport to one node plus local forwards to its ranks."""
+
+    def __init__(self, endpoint: NodeEndpoint, *, connect_timeout: float = 20.0) -> None:
+        self.endpoint = endpoint
+        self.connect_timeout = connect_timeout
+        self._transport: paramiko.Transport | None = None
+        self._proxy: paramiko.ProxyCommand | None = None
+        self._lock = threading.Lock()
+        self._listeners: dict[int, socket.socket] = {}  # remote port -> local listening socket
+        self._closed = threading.Event()
+        self.reconnects = 0
+
+    # --- connection -----------------------------------------------------------------------------
+
+    def _pinned_key(self) -> paramiko.PKey:
+        keys = paramiko.HostKeys()
+        if self.endpoint.known_hosts.exists():
+            keys.load(str(self.endpoint.known_hosts))
+        entry = keys.lookup(self.endpoint.host_key_alias)
+        if not entry:
+            raise UserError(f"no pinned host key for {self.endpoint.alias}: run 'remote-debug ssh-config' again")
+        return next(iter(entry.values()))
+
+    def connect(self) -> None:
+        with self._lock:
+            self._connect_locked()
+
+    def _connect_locked(self) -> None:
+        if self._transport is not None and self._transport.is_active():
+            return
+        self._drop_transport_locked()
+        argv = _expand_proxy_command(self.endpoint.proxy_command, self.endpoint.alias, self.endpoint.port)
+        proxy = paramiko.ProxyCommand(shlex.join(argv))
+        transport = paramiko.Transport(proxy)
+        try:
+            transport.start_client(timeout=self.connect_timeout)
+            presented = transport.get_remote_server_key()
+            pinned = self._pinned_key()
+            if presented.get_name() != pinned.get_name() or presented.asbytes() != pinned.asbytes():
+                raise HostKeyMismatchError(
+                    f"host key of {self.endpoint.alias} does not match the key the job published: refusing to connect"
+                )
+            pkey = paramiko.Ed25519Key.from_private_key_file(str(self.endpoint.identity_file))
+            transport.auth_publickey(self.endpoint.user, pkey)
+            transport.set_keepalive(15)
+            # Nagle on the ssh stream delays small DAP messages; the proxy pipe is not a socket, so
+            # this matters only for the relay, which sets TCP_NODELAY itself.
+        except BaseException:
+            transport.close()
+            proxy.close()
+            raise
+        self._transport, self._proxy = transport, proxy
+
+    def _drop_transport_locked(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        if self._proxy is not None:
+            with contextlib.suppress(Exception):
+                self._proxy.close()
+        self._transport = self._proxy = None
+
+    @property
+    def alive(self) -> bool:
+        t = self._transport
+        return t is not None and t.is_active()
+
+    def ensure_connected(self) -> bool:
+        """Reconnect a dropped transport (the local listeners, and so the IDE's ports, stay)."""
+        if self.alive:
+            return False
+        with self._lock:
+            if self._transport is not None and self._transport.is_active():
+                return False
+            self._connect_locked()
+            self.reconnects += 1
+            return True
+
+    def _open_channel(self, remote_port: int, origin: tuple[str, int]) -> paramiko.Channel:
+        with self._lock:
+            self._connect_locked()
+            assert self._transport is not None
+            transport = self._transport
+        return transport.open_channel("direct-tcpip", ("127.0.0.1", remote_port), origin, timeout=10)
+
+    def probe(self, remote_port: int) -> bool:
+        """Whether something listens on the node's 127.0.0.1:remote_port (sshd opens the channel only then)."""
+        try:
+            chan = self._open_channel(remote_port, ("127.0.0.1", 0))
+        except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError):
+            return False
+        chan.close()
+        return True
+
+    # --- forwards -------------------------------------------------------------------------------
+
+    def forward(self, remote_port: int, local_port: int = 0) -> int:
+        """Listen on 127.0.0.1:local_port (0 = any) and forward each connection to the rank's port."""
+        existing = self._listeners.get(remote_port)
+        if existing is not None:
+            return int(existing.getsockname()[1])
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", local_port))
+        server.listen(8)
+        self._listeners[remote_port] = server
+        threading.Thread(target=self._accept_loop, args=(server, remote_port), daemon=True,
+                         name=f"fwd-{self.endpoint.alias}-{remote_port}").start()
+        return int(server.getsockname()[1])
+
+    def _accept_loop(self, server: socket.socket, remote_port: int) -> None:
+        while not self._closed.is_set():
+            try:
+                client, origin = server.accept()
+            except OSError:
+                return
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._serve, args=(client, origin, remote_port), daemon=True).start()
+
+    def _serve(self, client: socket.socket, origin: tuple[str, int], remote_port: int) -> None:
+        try:
+            chan = self._open_channel(remote_port, origin)
+        except Exception as exc:  # listener not up yet, or the node is unreachable: the client retries
+            log.debug("forward to %s:%s failed: %s", self.endpoint.alias, remote_port, exc)
+            client.close()
+            return
+        try:
+            _pump(client, chan)
+        finally:
+            chan.close()
+            client.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        for server in self._listeners.values():
+            with contextlib.suppress(OSError):
+                server.close()
+        self._listeners.clear()
+        with self._lock:
+            self._drop_transport_locked()
+
+
+def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
+    while True:
+        readable, _, _ = select.select([sock, chan], [], [], 30)
+        if not readable:
+            if chan.closed or chan.eof_received:
+                return
+            continue
+        if sock in readable:
+            data = sock.recv(65536)
+            if not data:
+                return
+            chan.sendall(data)
+        if chan in readable:
+            data = chan.recv(65536)
+            if not data:
+                return
+            sock.sendall(data)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    """Poll ``predicate()`` until it is true or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

@@ -1,0 +1,463 @@
+"""``<workspace>/.vscode/launch.json``: one attach configuration per rank plus a compound, per job.
+
+launch.json is the user's file, and it is JSONC: comments and trailing commas are normal there.  We
+edit it through json-five's round-trip model (every token keeps the whitespace and comments around
+it) instead of scanning lines, and we own only entries whose name starts with
+``"remote-debug: <job> "``: those are replaced in place, stale ranks removed, new ones appended.
+Everything else, including comments next to our entries, is written back byte for byte.
+
+The model keeps the text *between* two items on the items themselves: whitespace and comments after
+a comma belong to the next item (``wsc_before``; the first item's live in the container's
+``leading_wsc``), those before a comma to the previous one (``wsc_after``), and those after a
+trailing comma to that comma.  :class:`_Items` hides this so that removing or appending an item
+moves the gaps, and keeps any comment in them, the way a person editing the file would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import json5
+from json5.dumper import ModelDumper
+from json5.loader import ModelLoader
+from json5.model import (
+    Comment,
+    DoubleQuotedString,
+    Identifier,
+    JSONArray,
+    JSONObject,
+    JSONText,
+    Key,
+    String,
+    Value,
+)
+
+from remote_debug import spec
+from remote_debug.local.errors import UserError
+
+Gap = list[str | Comment]  # whitespace and comments between two tokens, as json-five keeps them
+DEFAULT_UNIT = "    "  # what VS Code writes when it creates launch.json
+NEW_FILE = (
+    "{{{nl}"
+    "{u}// remote-debug adds, updates and removes the \"remote-debug: <job> ...\" entries;{nl}"
+    "{u}// everything else in this file is yours.{nl}"
+    '{u}"version": "0.2.0",{nl}'
+    '{u}"configurations": [],{nl}'
+    '{u}"compounds": []{nl}'
+    "}}{nl}"
+)
+WRITE_ATTEMPTS = 3
+
+
+class LaunchJsonError(UserError):
+    """launch.json exists but cannot be edited safely (message: path and what is wrong, one line)."""
+
+
+@dataclass(frozen=True)
+class RankTarget:
+    job: str
+    rank: int
+    node: str
+    host: str  # where the forwarded debug port listens on this machine
+    port: int
+    local_root: str  # the code on this machine (usually the workspace)
+    remote_root: str  # the code dir inside the job
+
+
+def config_name(job: str, rank: int, node: str) -> str:
+    return f"remote-debug: {job} rank {rank} ({node})"
+
+
+def compound_name(job: str) -> str:
+    return f"remote-debug: {job} all ranks"
+
+
+def _prefix(job: str) -> str:
+    # the trailing space keeps job "a" from claiming the entries of job "a-b"
+    return f"remote-debug: {job} "
+
+
+def launch_json_path(workspace: Path) -> Path:
+    return workspace / ".vscode" / "launch.json"
+
+
+# --- editing the model ---------------------------------------------------------------------------
+
+def _has_comment(gap: Gap) -> bool:
+    return any(isinstance(x, Comment) for x in gap)
+
+
+def _split_tail(gap: Gap) -> tuple[Gap, Gap]:
+    """(everything up to the last comment, the whitespace after it)."""
+    i = len(gap)
+    while i and isinstance(gap[i - 1], str):
+        i -= 1
+    return gap[:i], gap[i:]
+
+
+def _merge(dropped: Gap, kept: Gap) -> Gap:
+    """The gap left when ``dropped`` (text before ``kept``) loses its item: only its comments survive.
+
+    A gap is never left with a ``//`` comment running into the next token: every gap that holds
+    one also holds the line break after it, so the original ``dropped + kept`` is always safe; we
+    only drop ``dropped``'s trailing whitespace when ``kept`` starts on a new line anyway.
+    """
+    if not _has_comment(dropped):
+        return kept
+    if kept and isinstance(kept[0], str) and "\n" in kept[0]:
+        return _split_tail(dropped)[0] + kept
+    if _indent_of(dropped) is not None and kept and isinstance(kept[0], str) and not kept[0].strip():
+        return dropped + kept[1:]  # "// a\n    " + " // b" would indent b one blank too far
+    return dropped + kept
+
+
+def _indent_of(gap: Gap) -> str | None:
+    """The indentation a gap ends with, if it ends with a line break and blanks."""
+    if gap and isinstance(gap[-1], str) and "\n" in gap[-1]:
+        tail = gap[-1].rsplit("\n", 1)[1]
+        if tail.strip(" \t") == "":
+            return tail
+    return None
+
+
+class _Items:
+    """The items of an array (values) or an object (key/value pairs), with the gaps between them."""
+
+    def __init__(self, node: JSONArray | JSONObject) -> None:
+        self.node = node
+
+    def __len__(self) -> int:
+        return len(self.node.values)
+
+    def _head(self, i: int) -> Value | Key:
+        return self.node.keys[i] if isinstance(self.node, JSONObject) else self.node.values[i]
+
+    def before(self, i: int) -> Gap:
+        if i == 0:
+            return list(self.node.leading_wsc) + list(self._head(0).wsc_before)
+        return list(self._head(i).wsc_before)
+
+    def set_before(self, i: int, gap: Gap) -> None:
+        if i == 0:
+            self.node.leading_wsc = list(gap)
+            if len(self):
+                self._head(0).wsc_before = []
+        else:
+            self._head(i).wsc_before = list(gap)
+
+    def after(self, i: int) -> Gap:
+        return list(self.node.values[i].wsc_after)
+
+    def set_after(self, i: int, gap: Gap) -> None:
+        self.node.values[i].wsc_after = list(gap)
+
+    def _pop(self, i: int) -> None:
+        del self.node.values[i]
+        if isinstance(self.node, JSONObject):
+            del self.node.keys[i]
+
+    def replace(self, i: int, value: Value) -> None:
+        old = self.node.values[i]
+        value.wsc_before, value.wsc_after = list(old.wsc_before), list(old.wsc_after)
+        self.node.values[i] = value
+
+    def delete(self, i: int) -> None:
+        n, tc = len(self), self.node.trailing_comma
+        before, after = self.before(i), self.after(i)
+        closing = (list(tc.wsc_before) + list(tc.wsc_after)) if tc else []
+        if n == 1:
+            closing = after + closing
+            self._pop(i)
+            self.node.trailing_comma = None  # "[,]" is not JSON
+            keep = _has_comment(before) or _has_comment(closing)
+            self.node.leading_wsc = _merge(before, closing) if keep else []
+        elif i == 0:
+            following = self.before(1)
+            self._pop(0)
+            plain = not (_has_comment(before) or _has_comment(after) or _has_comment(following))
+            self.set_before(0, before if plain else _merge(before + after, following))
+        elif i < n - 1:
+            following = self.before(i + 1)
+            self._pop(i)
+            self.set_before(i, _merge(before + after, following))
+        elif tc is not None:
+            self._pop(i)
+            tc.wsc_before, tc.wsc_after = [], _merge(before + after, closing)
+        else:  # the last item's ``after`` is the text before the closing bracket: it stays
+            previous = self.after(i - 1)
+            self._pop(i)
+            self.set_after(i - 1, previous + _merge(before, after))
+
+    def append(self, key: Key | None, value: Value, indent: str, closing_indent: str, nl: str) -> None:
+        n, tc = len(self), self.node.trailing_comma
+        if key is None:  # an object value keeps its wsc_before: the blank after the colon
+            value.wsc_before = []
+        value.wsc_after = []
+        if n == 0:
+            comments, _ = _split_tail(list(self.node.leading_wsc))
+            self._push(key, value)
+            self.set_before(0, [*comments, nl + indent])
+            self.set_after(0, [nl + closing_indent])
+            return
+        if tc is not None:  # "..., X, <gap> ]" -> "..., X, <comments> NEW, <gap's last blanks> ]"
+            self.set_after(n - 1, self.after(n - 1) + list(tc.wsc_before))
+            comments, tail = _split_tail(list(tc.wsc_after))
+            tc.wsc_before, tc.wsc_after = [], tail
+            self._push(key, value)
+        else:  # "..., X <gap> ]" -> "..., X, <comments> NEW <gap's last blanks> ]"
+            comments, tail = _split_tail(self.after(n - 1))
+            self.set_after(n - 1, [])
+            self._push(key, value)
+            self.set_after(n, tail)
+        self.set_before(n, [*comments, nl + indent])
+
+    def _push(self, key: Key | None, value: Value) -> None:
+        if isinstance(self.node, JSONObject):
+            assert key is not None
+            self.node.keys.append(key)
+        self.node.values.append(value)
+
+
+def _key_name(key: Key) -> str | None:
+    if isinstance(key, Identifier):
+        return key.name
+    if isinstance(key, String):
+        return key.characters
+    return None
+
+
+def _entry_name(value: Value) -> str | None:
+    if isinstance(value, JSONObject):
+        for key, val in zip(value.keys, value.values, strict=True):
+            if _key_name(key) == "name" and isinstance(val, String):
+                return val.characters
+    return None
+
+
+class _Document:
+    """A parsed launch.json and the layout facts we need to add text that looks like the rest."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.text = text
+        self.nl = "\r\n" if "\r\n" in text else "\n"
+        model = self._parse(text)
+        if not isinstance(model.value, JSONObject):
+            raise LaunchJsonError(f"{path}: the top level is not an object; remote-debug did not change it")
+        self.model = model
+        self.root = model.value
+        self.unit = _indent_of(list(self.root.leading_wsc)) or DEFAULT_UNIT
+
+    def _parse(self, text: str) -> JSONText:
+        try:
+            model = json5.loads(text, loader=ModelLoader())
+        except (ValueError, RecursionError) as exc:  # JSON5DecodeError is a ValueError
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            if len(lines) > 2 and lines[0].startswith("There were multiple errors"):
+                lines = lines[2:]  # json-five: "...multiple errors", "The primary error was:", <error>
+            reason = lines[0] if lines else type(exc).__name__
+            raise LaunchJsonError(f"{self.path}: not valid JSON with comments ({reason}); "
+                                  "fix it and retry, remote-debug did not change it") from None
+        if not isinstance(model, JSONText) or self.dump(model) != text:
+            # never rewrite what we cannot reproduce: that would silently change the user's text
+            raise LaunchJsonError(f"{self.path}: json-five cannot reproduce this file exactly; "
+                                  "remote-debug did not change it")
+        return model
+
+    @staticmethod
+    def dump(model: JSONText) -> str:
+        # what json5.dumps(model, dumper=ModelDumper()) does; its annotation wants a BaseDumper
+        dumper = ModelDumper()
+        dumper.dump(model)
+        dumper.env.outfile.seek(0)
+        return dumper.env.outfile.read()
+
+    def array(self, key: str) -> JSONArray:
+        """The top-level array ``key``, appended (empty) when the file has none."""
+        items = _Items(self.root)
+        index = None
+        for i, k in enumerate(self.root.keys):
+            if _key_name(k) == key:
+                index = i  # like JSON.parse, the last duplicate wins
+        if index is None:
+            array = JSONArray()
+            array.wsc_before = [" "]
+            indent = (_indent_of(items.before(len(items) - 1)) if len(items) else None) or self.unit
+            quoted = json.dumps(key)
+            items.append(DoubleQuotedString(key, raw_value=quoted), array, indent, "", self.nl)
+            return array
+        value = self.root.values[index]
+        if not isinstance(value, JSONArray):
+            raise LaunchJsonError(f"{self.path}: {key!r} is not a list; remote-debug did not change the file")
+        return value
+
+    def _indent_for(self, key: str) -> str:
+        for i, k in enumerate(self.root.keys):
+            if _key_name(k) == key:
+                return _indent_of(_Items(self.root).before(i)) or ""
+        return ""
+
+    def node(self, obj: dict[str, Any], indent: str) -> Value:
+        text = json.dumps(obj, indent=self.unit, ensure_ascii=False).replace("\n", self.nl + indent)
+        value = json5.loads(text, loader=ModelLoader()).value
+        assert isinstance(value, Value)
+        return value
+
+    def sync(self, key: str, prefix: str, wanted: Sequence[dict[str, Any]]) -> None:
+        """Make the ``prefix`` entries of array ``key`` exactly ``wanted``, leaving the rest alone."""
+        array = self.array(key)
+        items = _Items(array)
+        by_name = {str(w["name"]): w for w in wanted}
+        key_indent = self._indent_for(key)
+        seen: set[str] = set()
+        stale: list[int] = []
+        for i, value in enumerate(array.values):
+            name = _entry_name(value)
+            if name is None or not name.startswith(prefix):
+                continue
+            if name in by_name and name not in seen:
+                seen.add(name)
+                indent = _indent_of(items.before(i)) or key_indent + self.unit
+                items.replace(i, self.node(by_name[name], indent))
+            else:
+                stale.append(i)
+        for i in reversed(stale):
+            items.delete(i)
+        for w in wanted:
+            if str(w["name"]) not in seen:
+                last = _indent_of(items.before(len(items) - 1)) if len(items) else None
+                indent = last or key_indent + self.unit
+                items.append(None, self.node(w, indent), indent, key_indent, self.nl)
+
+    def render(self) -> str:
+        return self.dump(self.model)
+
+
+# --- public API ----------------------------------------------------------------------------------
+
+def _local_root(local_root: str, workspace: Path) -> str:
+    """``${workspaceFolder}`` (or below it) when the code is the workspace: the file stays portable."""
+    ws, local = workspace.resolve(), Path(local_root).expanduser().resolve()
+    if local == ws:
+        return "${workspaceFolder}"
+    if local.is_relative_to(ws):
+        return "${workspaceFolder}/" + local.relative_to(ws).as_posix()
+    return local_root
+
+
+def _configurations(workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    spec.check_job_name(job)
+    if not targets:
+        raise spec.ContractError(f"no ranks of job {job} to write launch configurations for")
+    ordered = sorted(targets, key=lambda t: t.rank)
+    configs = []
+    for t in ordered:
+        if t.job != job:
+            raise spec.ContractError(f"rank {t.rank} is of job {t.job}, not {job}")
+        spec.check_port(t.port, f"debug port of rank {t.rank}", allow_zero=False)
+        configs.append({
+            "name": config_name(job, t.rank, t.node),
+            "type": debug_type,
+            "request": "attach",
+            "connect": {"host": t.host, "port": t.port},
+            "pathMappings": [
+                {"localRoot": _local_root(t.local_root, workspace), "remoteRoot": t.remote_root},
+            ],
+            "justMyCode": False,
+        })
+    if len({t.rank for t in ordered}) != len(ordered):
+        raise spec.ContractError(f"a rank of job {job} appears twice")
+    compound = {"name": compound_name(job), "configurations": [c["name"] for c in configs], "stopAll": False}
+    return configs, compound
+
+
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise LaunchJsonError(f"{path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LaunchJsonError(f"{path}: not UTF-8 text; remote-debug did not change it") from None
+
+
+def _replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
+    """Atomically write ``data`` unless someone (an editor, another attach) changed the file meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        if _read(path)[0] != expected:
+            os.unlink(tmp)
+            return False
+        os.replace(tmp, path)
+        return True
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _edit(path: Path, change: Callable[[_Document], None], *, create: bool) -> bool:
+    """Read, apply ``change(doc)``, write if the text differs; retried if the file moves under us."""
+    for _ in range(WRITE_ATTEMPTS):
+        data, text = _read(path)
+        if text is None or not text.strip(" \t\r\n\ufeff"):
+            if not create:
+                return False
+            nl = "\r\n" if text and "\r\n" in text else "\n"
+            text_in = NEW_FILE.format(nl=nl, u=DEFAULT_UNIT)  # an absent or blank file starts afresh
+        else:
+            text_in = text
+        doc = _Document(path, text_in)
+        change(doc)
+        out = doc.render()
+        if out == text:
+            return False
+        if _replace_if_unchanged(path, data, out.encode("utf-8")):
+            return True
+    raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
+
+
+def update_launch_json(workspace: Path, job: str, targets: list[RankTarget], *, debug_type: str = "debugpy"
+                       ) -> Path:
+    """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``."""
+    configs, compound = _configurations(workspace, job, targets, debug_type)
+    path = launch_json_path(workspace)
+
+    def change(doc: _Document) -> None:
+        doc.sync("configurations", _prefix(job), configs)
+        doc.sync("compounds", _prefix(job), [compound])
+
+    _edit(path, change, create=True)
+    return path
+
+
+def remove_job_configs(workspace: Path, job: str) -> bool:
+    """Remove the job's configurations and compound; True if the file changed."""
+    spec.check_job_name(job)
+    path = launch_json_path(workspace)
+
+    def change(doc: _Document) -> None:
+        for key in ("configurations", "compounds"):
+            if any(_key_name(k) == key for k in doc.root.keys):
+                doc.sync(key, _prefix(job), [])
+
+    return _edit(path, change, create=False)

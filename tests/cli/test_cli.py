@@ -1,0 +1,136 @@
+"""The CLI as users run it (a subprocess): bad input is one line + exit 2 and leaves no files;
+jobs/stop/ssh/demo work against real local jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_debug.local.paths import StatePaths
+
+SLEEPER = "import time\nfor i in range(600):\n    time.sleep(0.1)\n"
+
+
+def cli(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ), cwd=cwd)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("remote-debug: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "sleeper.py").write_text(SLEEPER)
+    (d / "quick.py").write_text("print('quick done')\n")
+    return d
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def job_status(name: str) -> str:
+    out = cli("jobs", "--json")
+    return next(j["status"] for j in json.loads(out.stdout) if j["name"] == name)
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(home: Path, src: Path) -> None:
+    state = StatePaths.default().root
+    assert_one_line_error(cli("attach", "no-such-job"), "unknown job")
+    assert_one_line_error(cli("launch", "--local", "--name", "bad;name$(reboot)", "--source-dir", str(src), "--",
+                              "python", "quick.py"), "bad job name")
+    assert_one_line_error(cli("launch", "--local", "--name", "x" * 200, "--", "python", "quick.py"), "bad job name")
+    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--source-dir", str(src), "--ranks", "0,x", "--",
+                              "python", "quick.py"), "bad rank list")
+    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--sshd-port", "70000", "--source-dir", str(src),
+                              "--", "python", "quick.py"), "out of range")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert_one_line_error(cli("launch", "--local", "--name", "ok", "--debug-port", str(port), "--source-dir",
+                                  str(src), "--", "python", "quick.py"), f"debug port {port} is in use")
+    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--source-dir", str(src / "nope"), "--",
+                              "python", "quick.py"), "does not exist")
+    assert_one_line_error(cli("ssh-config", "no-such-job"), "unknown job")
+    assert files_under(state) == []  # no partial jobs, keys or configs
+    assert not (home / ".ssh").exists()
+
+
+def test_attach_to_finished_job_and_malformed_manifest(home: Path, src: Path) -> None:
+    assert cli("launch", "--local", "--name", "quick", "--source-dir", str(src), "--", "python", "quick.py").returncode == 0
+    wait_for(lambda: job_status("quick") == "Completed")
+    assert_one_line_error(cli("attach", "quick"), "job quick is Completed")
+
+    assert cli("launch", "--local", "--name", "sleepy", "--source-dir", str(src), "--", "python",
+               "sleeper.py").returncode == 0
+    node_json = StatePaths.default().job_dir("sleepy") / "nodes/algo-1/remote-debug/manifest/node.json"
+    wait_for(node_json.exists)
+    node_json.write_text('{"version": 1, "job_name": "sleepy", "node": ')  # truncated by a broken writer
+    assert_one_line_error(cli("attach", "sleepy", "--workspace", str(src)), "malformed manifest")
+    # nothing of ours was written: no ssh entries, no Include in ~/.ssh/config, no launch.json
+    assert not (home / ".ssh").exists()
+    assert not StatePaths.default().ssh_dir.exists()
+    assert not (src / ".vscode").exists()
+    stopped = cli("stop", "sleepy", "--json")
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["status"] == "Stopped"
+
+
+def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
+    launched = cli("launch", "--local", "--name", "longrun", "--source-dir", str(src), "--json", "--", "python",
+                   "sleeper.py")
+    assert launched.returncode == 0, launched.stderr
+    assert json.loads(launched.stdout)["status"] == "InProgress"
+    wait_for(lambda: cli("jobs", "--json").stdout and
+             next(j for j in json.loads(cli("jobs", "--json").stdout) if j["name"] == "longrun")["secondary_status"]
+             == "Training")
+    who = cli("ssh", "longrun", "--", "echo", "$SSH_CONNECTION")
+    assert who.returncode == 0 and who.stdout.startswith("127.0.0.1 "), who.stderr
+
+    job_dir = StatePaths.default().job_dir("longrun")
+    state = json.loads((job_dir / "job.json").read_text())
+    node_pid = int(state["node_pids"]["algo-1"])
+    stopped = cli("stop", "longrun", "--json")
+    assert json.loads(stopped.stdout)["status"] == "Stopped"
+    wait_for(lambda: not Path(f"/proc/{node_pid}").exists() or
+             Path(f"/proc/{node_pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=10)
+    # AWS-style states, machine-readable
+    listed = json.loads(cli("jobs", "--json").stdout)
+    assert [(j["name"], j["status"]) for j in listed] == [("longrun", "Stopped")]
+
+
+def test_demo_headless_json_stops_every_rank(home: Path) -> None:
+    proc = cli("demo", "--headless", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["exit_code"] == 0
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    for r in result["ranks"]:
+        assert r["file"].endswith("train_ddp.py")
+        assert r["variables"]["rank"] == str(r["rank"])
+        assert r["variables"]["world_size"] == "2"
+        after_step = r["stops"][1]
+        assert after_step["line"] == r["line"] + 1
+        assert after_step["variables"]["shard_marker"] == str(r["rank"] * 100 + int(r["variables"]["step"]))

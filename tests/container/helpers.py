@@ -1,0 +1,337 @@
+"""Helpers for the container tests: run the real hook, find and stop every process a test started.
+
+Every process a test starts carries the test's own token in its environment (the hook, sshd, the
+command, ranks, debugpy's adapter, which daemonizes away from its parent), so cleanup finds them
+by that token in /proc rather than by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from remote_debug import spec
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+T = TypeVar("T")
+TOKEN_ENV = "RD_TEST_TOKEN"
+
+# Variables of the surrounding environment that would change what the hook or a rank decides.
+_SCRUB_PREFIXES = ("REMOTE_DEBUG_", "SM_", "OMPI_", "PMI_")
+_SCRUB_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH",
+                "PYDEVD_DISABLE_FILE_VALIDATION")
+
+WAIT_SCRIPT = """\
+import os, pathlib, sys, time
+marks = pathlib.Path(sys.argv[1])
+(marks / "started").write_text(str(os.getpid()))
+deadline = time.monotonic() + 120
+while not (marks / "release").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_pair() -> int:
+    """A base port such that base and base+1 are both free right now."""
+    for _ in range(50):
+        base = free_port()
+        if base >= 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+        return base
+    raise AssertionError("no pair of free ports found")
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pids_with_env(token: str) -> list[int]:
+    """Processes whose environment contains ``token`` (``RD_TEST_TOKEN=<the test's dir>``)."""
+    needle = token.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_all(token: str) -> None:
+    for pid in pids_with_env(token):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def listen_addresses(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp* shows them) of LISTEN sockets on ``port``."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, port_hex = fields[1].rsplit(":", 1)
+            if int(port_hex, 16) == port and fields[3] == "0A":  # 0A = LISTEN
+                out.append(address)
+    return out
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine that is not loopback, if any (from `ip -4 -o addr`)."""
+    try:
+        text = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            address = parts[parts.index("inet") + 1].split("/")[0]
+            if not address.startswith("127."):
+                return address
+    return None
+
+
+def refuses(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
+def make_key(path: Path) -> str:
+    """An ed25519 key pair at ``path``; returns the public key line."""
+    subprocess.run(["ssh-keygen", "-t", "ed25519", "-N", "", "-q", "-C", "test", "-f", str(path)], check=True)
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+@dataclass
+class HookRun:
+    """One run of ``python -m remote_debug.container -- CMD`` in a test dir."""
+
+    root: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    extra_pids: list[int] = field(default_factory=list)
+
+    @property
+    def manifest_dir(self) -> Path:
+        return Path(self.env[spec.ENV_MANIFEST_DIR])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env[spec.ENV_STATE_DIR])
+
+    @property
+    def marks(self) -> Path:
+        return self.root / "marks"
+
+    def start(self, *command: str, cwd: Path | None = None) -> HookRun:
+        self.marks.mkdir(exist_ok=True)
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "remote_debug.container", "--", *command],
+            env=self.env, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
+            stdout=open(self.root / "stdout.log", "wb"),  # noqa: SIM115 - the child owns it
+            stderr=open(self.root / "stderr.log", "wb"),  # noqa: SIM115
+            start_new_session=True,
+        )
+        return self
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def release(self) -> None:
+        (self.marks / "release").write_text("")
+
+    @property
+    def stderr(self) -> str:
+        return (self.root / "stderr.log").read_text(errors="replace")
+
+    @property
+    def stdout(self) -> str:
+        return (self.root / "stdout.log").read_text(errors="replace")
+
+    def node(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.manifest_dir / spec.NODE_MANIFEST_FILE).read_text())
+        return data
+
+    def node_if_any(self) -> dict[str, Any] | None:
+        try:
+            return self.node()
+        except (OSError, ValueError):
+            return None
+
+    def rank(self, rank: int) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.manifest_dir / spec.rank_manifest_name(rank)).read_text())
+        return data
+
+    def rank_if_any(self, rank: int) -> dict[str, Any] | None:
+        try:
+            return self.rank(rank)
+        except (OSError, ValueError):
+            return None
+
+    def rank_files(self) -> list[str]:
+        return sorted(p.name for p in self.manifest_dir.glob(spec.RANK_MANIFEST_GLOB))
+
+    def stop(self) -> None:
+        """Kill whatever is left of this run (hook, command, ranks, adapters, sshd)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_all(f"{TOKEN_ENV}={self.env[TOKEN_ENV]}\0")
+        for pid in self.extra_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+
+
+def base_env(root: Path, public_key: str | None, job: str = "test-job", **spec_fields: Any) -> dict[str, str]:
+    """A clean environment for the hook: repo importable, a spec (unless ``public_key`` is None),
+    per-test manifest and state dirs, no SageMaker config from this machine."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(_SCRUB_PREFIXES) and k not in _SCRUB_NAMES
+    }
+    env["PYTHONPATH"] = str(REPO)
+    env["SM_INPUT_CONFIG_DIR"] = str(root / "no-sm-config")
+    env[spec.ENV_MANIFEST_DIR] = str(root / "manifest")
+    env[spec.ENV_STATE_DIR] = str(root / "state")
+    env["OMP_NUM_THREADS"] = "1"
+    env[TOKEN_ENV] = str(root)  # inherited by everything the test starts: how cleanup finds it
+    if public_key is not None:
+        env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, **spec_fields).to_env())
+    return env
+
+
+@contextlib.contextmanager
+def hook_run(root: Path, env: dict[str, str]) -> Iterator[HookRun]:
+    run = HookRun(root, env)
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+class MiniDap:
+    """Just enough of a DAP client to prove a listener speaks DAP and to attach once.
+
+    (The real client lives in remote_debug.local; this one only frames messages.)
+    """
+
+    def __init__(self, port: int, timeout: float = 15.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buffer = b""
+        self.seq = 0
+        self.backlog: list[dict[str, Any]] = []  # received but not yet asked for
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def send(self, command: str, **arguments: Any) -> int:
+        self.seq += 1
+        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
+                           "arguments": arguments}).encode()
+        self.sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return self.seq
+
+    def receive(self) -> dict[str, Any]:
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        lengths = [int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")]
+        assert lengths, f"no Content-Length in {header!r}"
+        while len(self.buffer) < lengths[0]:
+            self._fill()
+        body, self.buffer = self.buffer[: lengths[0]], self.buffer[lengths[0]:]
+        message: dict[str, Any] = json.loads(body)
+        return message
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("debug adapter closed the connection")
+        self.buffer += chunk
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        for message in self.backlog:
+            if predicate(message):
+                self.backlog.remove(message)
+                return message
+        while True:
+            message = self.receive()
+            if predicate(message):
+                return message
+            self.backlog.append(message)
+
+    def response_to(self, seq: int) -> dict[str, Any]:
+        return self.wait_for(lambda m: m.get("type") == "response" and m.get("request_seq") == seq)
+
+    def event(self, name: str) -> dict[str, Any]:
+        return self.wait_for(lambda m: m.get("type") == "event" and m.get("event") == name)
+
+    def initialize(self) -> dict[str, Any]:
+        return self.response_to(self.send("initialize", clientID="remote-debug-tests", adapterID="debugpy",
+                                          linesStartAt1=True, columnsStartAt1=True, pathFormat="path"))
+
+    def attach(self) -> dict[str, Any]:
+        """initialize -> attach -> initialized -> configurationDone -> attach response."""
+        self.initialize()
+        attach_seq = self.send("attach", justMyCode=False)
+        self.event("initialized")
+        done = self.response_to(self.send("configurationDone"))
+        assert done["success"], done
+        return self.response_to(attach_seq)

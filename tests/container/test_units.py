@@ -1,0 +1,202 @@
+"""Pure pieces of the container side: node identity, rank identity, launcher detection, sshd setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from remote_debug.container import node_env
+from remote_debug.container.hook import child_env, exit_code_of
+from remote_debug.container.rank import RankIdentity, launcher_of, rank_identity
+from remote_debug.container.sshd import SshdError, prepare_state_dir, render_config, start_sshd
+from tests.container.helpers import PYTHON, alive, listen_addresses, make_key, wait_for
+
+# --- node identity ---------------------------------------------------------------------------------
+
+
+def _config_dir(tmp_path: Path, data: object) -> dict[str, str]:
+    (tmp_path / "resourceconfig.json").write_text(json.dumps(data))
+    return {"SM_INPUT_CONFIG_DIR": str(tmp_path)}
+
+
+def test_node_from_sagemaker_env_wins(tmp_path: Path) -> None:
+    env = {**_config_dir(tmp_path, {"current_host": "algo-9", "hosts": ["algo-9"]}),
+           "SM_CURRENT_HOST": "algo-2", "SM_HOSTS": '["algo-1", "algo-2"]'}
+    assert node_env.identify(env) == node_env.NodeIdentity("algo-2", ["algo-1", "algo-2"])
+
+
+def test_node_from_resourceconfig(tmp_path: Path) -> None:
+    env = _config_dir(tmp_path, {"current_host": "algo-3", "hosts": ["algo-1", "algo-2", "algo-3"]})
+    assert node_env.identify(env) == node_env.NodeIdentity("algo-3", ["algo-1", "algo-2", "algo-3"])
+
+
+def test_node_defaults_without_config(tmp_path: Path) -> None:
+    env = {"SM_INPUT_CONFIG_DIR": str(tmp_path / "missing"), "SM_HOSTS": "not json"}
+    assert node_env.identify(env) == node_env.NodeIdentity("algo-1", ["algo-1"])
+
+
+def test_broken_resourceconfig_falls_back(tmp_path: Path) -> None:
+    (tmp_path / "resourceconfig.json").write_text("{broken")
+    assert node_env.identify({"SM_INPUT_CONFIG_DIR": str(tmp_path)}).node == "algo-1"
+
+
+def test_odd_node_names_are_made_safe() -> None:
+    assert node_env.safe_node_name("algo-1") == "algo-1"
+    assert node_env.safe_node_name("host with/slash") == "host-with-slash"
+    assert node_env.safe_node_name("///") == "algo-1"
+
+
+def test_code_dir_and_manifest_dir(tmp_path: Path) -> None:
+    assert node_env.code_dir({"REMOTE_DEBUG_CODE_DIR": str(tmp_path)}) == str(tmp_path)
+    assert node_env.code_dir({}) == os.getcwd()
+    assert node_env.manifest_dir("job", "algo-1", {"REMOTE_DEBUG_MANIFEST_DIR": str(tmp_path)}) == tmp_path
+    assert node_env.manifest_dir("job", "algo-2", {}).parts[-3:] == ("remote-debug", "job", "algo-2")
+
+
+# --- rank identity and launchers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"],
+    ["python", "-u", "-m", "torch.distributed.launch", "train.py"],
+    ["/venv/bin/python", "/venv/bin/torchrun", "--nproc_per_node=2", "train.py"],
+    ["python", "-m", "debugpy", "--listen", "5679", "train.py"],
+    ["python", "-mpip", "install", "x"],
+    ["python", "-m", "remote_debug.container", "--", "python", "train.py"],
+    ["python", "-X", "frozen_modules=off", "-m", "pip", "list"],
+    ["python", "-c", "import torch; print(torch.__version__)"],
+])
+def test_launchers_are_recognised(argv: list[str]) -> None:
+    assert launcher_of(argv) is not None
+    assert rank_identity({}, argv) is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "train.py", "-m", "pip"],  # arguments of the script are not Python's
+    ["python", "-u", "train.py"],
+    ["python", "-m", "my_project.train"],
+    ["python", "-W", "ignore", "train.py"],
+])
+def test_training_processes_are_not_launchers(argv: list[str]) -> None:
+    assert launcher_of(argv) is None
+    assert rank_identity({}, argv) == RankIdentity(0, 0, 1)
+
+
+def test_torchrun_and_mpi_variables() -> None:
+    launcher = ["python", "-m", "torch.distributed.run", "train.py"]
+    torchrun_env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
+    assert rank_identity(torchrun_env, launcher) == RankIdentity(5, 1, 8)
+    mpi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}
+    assert rank_identity(mpi, ["python", "train.py"]) == RankIdentity(3, 0, 4)
+    with pytest.raises(ValueError, match="RANK"):
+        rank_identity({"RANK": "x"}, ["python", "train.py"])
+
+
+def test_exit_codes_like_a_shell() -> None:
+    assert exit_code_of(0) == 0 and exit_code_of(3) == 3 and exit_code_of(-15) == 143
+
+
+def test_child_env_prepends_inject_dir(tmp_path: Path) -> None:
+    env = child_env({"PYTHONPATH": "/a:/b"}, tmp_path)
+    inject, rest = env["PYTHONPATH"].split(os.pathsep, 1)
+    assert (Path(inject) / "sitecustomize.py").is_file() and rest == "/a:/b"
+    assert env["REMOTE_DEBUG_MANIFEST_DIR"] == str(tmp_path)
+    assert env["PYDEVD_DISABLE_FILE_VALIDATION"] == "1"
+    assert child_env({}, tmp_path)["PYTHONPATH"] == inject
+
+
+# --- sshd ------------------------------------------------------------------------------------------
+
+
+def test_render_config_is_locked_down(tmp_path: Path) -> None:
+    text = render_config(tmp_path, 40022, "someone")
+    lines = set(text.splitlines())
+    for expected in ("Port 40022", "ListenAddress 127.0.0.1", "UsePAM no", "PasswordAuthentication no",
+                     "KbdInteractiveAuthentication no", "AuthenticationMethods publickey",
+                     "PermitRootLogin prohibit-password", "AllowUsers someone", "X11Forwarding no",
+                     f'AuthorizedKeysFile "{tmp_path}/authorized_keys"'):
+        assert expected in lines
+    assert "0.0.0.0" not in text
+
+
+def test_state_dir_is_made_private(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    prepare_state_dir(state)
+    assert state.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a dir owned by someone else")
+def test_state_dir_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, 65534, 65534)
+    with pytest.raises(SshdError, match="owned by uid 65534"):
+        prepare_state_dir(state)
+
+
+def test_sshd_on_a_taken_fixed_port_fails_cleanly(tmp_path: Path) -> None:
+    public = make_key(tmp_path / "client")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SshdError, match=f"127.0.0.1:{port}.*(in use|Cannot bind)"):
+            start_sshd(tmp_path / "state", public, port)
+
+
+def test_sshd_start_and_stop(tmp_path: Path) -> None:
+    public = make_key(tmp_path / "client")
+    server = start_sshd(tmp_path / "state", public)
+    try:
+        assert listen_addresses(server.port) == ["0100007F"]
+        assert (tmp_path / "state" / "authorized_keys").read_text() == public + "\n"
+        assert server.host_public_key.startswith("ssh-ed25519 ") and len(server.host_public_key.split()) == 2
+        assert int((tmp_path / "state" / "sshd.pid").read_text()) == server.pid
+    finally:
+        server.stop()
+    assert not alive(server.pid)
+    assert listen_addresses(server.port) == []
+
+
+def test_sshd_dies_with_the_hook(tmp_path: Path) -> None:
+    """The parent-death signal: a SIGKILLed hook does not leave its sshd behind."""
+    public = make_key(tmp_path / "client")
+    code = (
+        "import sys; from pathlib import Path; from remote_debug.container.sshd import start_sshd\n"
+        f"s = start_sshd(Path({str(tmp_path / 'state')!r}), {public!r}); print(s.pid, flush=True)\n"
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[2])
+    pid = int(result.stdout.split()[0])
+    try:
+        wait_for(lambda: not alive(pid), 10, "sshd to exit after its parent died")
+    finally:
+        if alive(pid):
+            os.kill(pid, 9)
+
+
+def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remote_debug.container.sshd as sshd_module
+
+    public = make_key(tmp_path / "client")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1]]  # first "free" port: someone grabbed it meanwhile
+        real_free_port = sshd_module.free_port
+        monkeypatch.setattr(sshd_module, "free_port", lambda: ports.pop() if ports else real_free_port())
+        server = start_sshd(tmp_path / "state", public)
+        try:
+            assert server.port != taken.getsockname()[1]
+            assert "Address already in use" in (tmp_path / "state" / "sshd.log").read_text()
+        finally:
+            server.stop()

@@ -1,0 +1,193 @@
+"""The spine, end to end with real parts: local job (torchrun ranks) -> hook (sshd + debugpy per rank)
+-> manifest -> ssh entries + pinned keys -> one SSH connection per node via the ProxyCommand ->
+DAP client stopped in every rank."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.tunnels import HostKeyMismatchError
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tensor = torch.tensor([float(rank + 1)])
+    dist.all_reduce(tensor)
+    secret = 1000 + 7 * rank  # BREAK-HERE
+    total = float(tensor.item()) + secret
+    print("rank", rank, "total", total, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def break_line(path: Path) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "BREAK-HERE" in line)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    src = tmp_path / "project"
+    src.mkdir()
+    (src / "train.py").write_text(DDP_SCRIPT)
+    return src
+
+
+def wait_status(backend: LocalBackend, job: str, statuses: tuple[str, ...], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = backend.describe(job)
+        if info.status in statuses:
+            return info.status
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} stayed {backend.describe(job).status}")
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP listener on ``port`` (from /proc/net/tcp{,6})."""
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            addr_hex, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:
+                if width == 8:
+                    found.add(socket.inet_ntoa(bytes.fromhex(addr_hex)[::-1]))
+                else:
+                    found.add(addr_hex)
+    return found
+
+
+def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(home: Path, project: Path) -> None:
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(LaunchRequest(command=["python", "train.py"], name="spine", source_dir=project,
+                                 nproc_per_node=2, wait_seconds=90))
+    events: list[dict[str, object]] = []
+    plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
+    result = Attacher(backend, "spine", AttachOptions(workspace=project, headless=plan), events.append, paths).run()
+
+    assert result.job.status == "Completed", result.job.failure_reason
+    assert result.job.exit_code == 0
+    assert [r.rank for r in result.reports] == [0, 1]
+    for report in result.reports:
+        assert report.error is None
+        first, after_step = report.stops[0], report.stops[1]
+        assert Path(first.file).name == "train.py" and first.line == break_line(project / "train.py")
+        assert first.variables["rank"] == str(report.rank)
+        assert first.variables["tensor"].startswith("tensor([3.")  # all_reduce of 1 + 2 happened
+        assert after_step.line == first.line + 1
+        assert after_step.variables["secret"] == str(1000 + 7 * report.rank)
+    # The DAP client talked to local forwards, never to the ranks' own ports.
+    for fwd in result.forwards:
+        assert fwd.local_port != fwd.remote_port
+    # One launch.json config per rank + the compound, in the workspace.
+    launch = (project / ".vscode" / "launch.json").read_text()
+    assert "remote-debug: spine rank 0 (algo-1)" in launch and "remote-debug: spine all ranks" in launch
+    kinds = [e["event"] for e in events]
+    assert kinds.index("ssh-config") < kinds.index("rank-ready") < kinds.index("job-ended")
+
+
+def test_listeners_are_loopback_only_and_changed_host_key_is_refused(home: Path, project: Path) -> None:
+    (project / "train.py").write_text(DDP_SCRIPT)
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(LaunchRequest(command=["python", "train.py"], name="keys", source_dir=project,
+                                 nproc_per_node=2, wait_seconds=60))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            m = backend.manifests("keys")["algo-1"]
+            if m is not None and m.sshd_port and len([r for r in m.ranks if r.port]) == 2:
+                break
+            assert time.monotonic() < deadline, "ranks did not start listening"
+            time.sleep(0.3)
+        for port in [m.sshd_port, *(r.port for r in m.ranks)]:
+            assert listening_addresses(port) == {"127.0.0.1"}, port
+
+        # Attach once so the ssh entries exist, then make the node present a different key than the
+        # one pinned from the manifest: both OpenSSH and our tunnels must refuse.
+        from remote_debug.local.attach import write_ssh_entries, wait_for_manifests
+
+        manifests = wait_for_manifests(backend, "keys", 30, lambda e: None)
+        write_ssh_entries("keys", manifests, paths, edit_user_config=False, emit=lambda e: None)
+        ok = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "echo", "in-job"],
+                            capture_output=True, text=True, timeout=30)
+        assert ok.returncode == 0 and ok.stdout.strip() == "in-job", ok.stderr
+
+        other_key = subprocess.run(["ssh-keygen", "-t", "ed25519", "-N", "", "-q", "-f", str(home / "other")],
+                                   check=True)
+        del other_key
+        fake = (home / "other.pub").read_text().split()
+        known = paths.job_known_hosts("keys")
+        alias = known.read_text().split()[0]
+        known.write_text(f"{alias} {fake[0]} {fake[1]}\n")
+        bad = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "true"],
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 255
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in bad.stderr
+
+        from remote_debug.local.attach import endpoint_for, host_entries
+        from remote_debug.local.tunnels import NodeTunnel
+
+        tunnel = NodeTunnel(endpoint_for(host_entries("keys", manifests, paths)[0], paths))
+        with pytest.raises(HostKeyMismatchError):
+            tunnel.connect()
+        tunnel.close()
+    finally:
+        backend.stop("keys", wait_seconds=30)
+
+
+def test_job_env_and_layout_mirror_sagemaker(home: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "dump.py").write_text(
+        "import json, os, pathlib\n"
+        "keys = ['TRAINING_JOB_NAME', 'SM_CURRENT_HOST', 'SM_HOSTS', 'SM_NUM_CPUS', 'SM_MODEL_DIR', 'SM_HP_LR']\n"
+        "out = {k: os.environ.get(k) for k in keys}\n"
+        "out['cwd'] = os.getcwd()\n"
+        "cfg = pathlib.Path(os.environ['SM_INPUT_CONFIG_DIR'], 'resourceconfig.json')\n"
+        "out['resourceconfig'] = json.loads(cfg.read_text())\n"
+        "pathlib.Path(os.environ['SM_MODEL_DIR'], 'env.json').write_text(json.dumps(out))\n"
+    )
+    backend = LocalBackend(StatePaths.default())
+    info = backend.launch(LaunchRequest(command=["python", "dump.py"], name="shape", source_dir=src, nodes=2,
+                                        hyperparameters={"lr": "0.1"}))
+    assert info.nodes == ["algo-1", "algo-2"]
+    # Two nodes x 1 rank runs under torchrun; both nodes write their env.
+    assert wait_status(backend, "shape", ("Completed", "Failed")) == "Completed", backend.describe("shape").failure_reason
+    job_dir = StatePaths.default().job_dir("shape")
+    for node in ("algo-1", "algo-2"):
+        env = json.loads((job_dir / "nodes" / node / "model" / "env.json").read_text())
+        assert env["TRAINING_JOB_NAME"] == "shape"
+        assert env["SM_CURRENT_HOST"] == node
+        assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
+        assert int(env["SM_NUM_CPUS"]) >= 1
+        assert env["SM_HP_LR"] == "0.1"
+        assert env["cwd"] == str(job_dir / "nodes" / node / "code")
+        assert env["resourceconfig"]["current_host"] == node
+        assert env["resourceconfig"]["hosts"] == ["algo-1", "algo-2"]
+        assert (job_dir / "logs" / f"{node}.log").exists()

@@ -1,0 +1,250 @@
+"""The contract between laptop and job: the spec <-> environment, and the manifest documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_debug import spec
+from remote_debug.spec import ContractError, DebugSpec, NodeManifest, RankEndpoint
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX laptop"
+
+
+def _spec(**fields: Any) -> DebugSpec:
+    return DebugSpec(**{"job_name": "my-job-1", "client_public_key": KEY, **fields})
+
+
+def _node(**fields: Any) -> NodeManifest:
+    base: dict[str, Any] = dict(
+        job_name="my-job-1", node="algo-1", hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1",
+        sshd_port=40022, ssh_user="root", host_public_key="ssh-ed25519 AAAAhost", code_dir="/opt/ml/code",
+        state="running", hook_pid=42,
+    )
+    return NodeManifest(**{**base, **fields})
+
+
+# --- spec <-> environment --------------------------------------------------------------------------
+
+
+def test_env_round_trip() -> None:
+    original = _spec(ide="pycharm", ranks=(0, 2), port_base=5700, sshd_port=2222, wait_seconds=1.5,
+                     transport="ssm")
+    env = original.to_env()
+    assert set(env) == set(spec.SPEC_ENV_NAMES)
+    assert all(isinstance(v, str) for v in env.values())
+    assert env[spec.ENV_RANKS] == "0,2" and env[spec.ENV_WAIT] == "1.5"
+    assert DebugSpec.from_env(env) == original
+
+
+def test_env_round_trip_defaults() -> None:
+    original = _spec()
+    env = original.to_env()
+    assert env[spec.ENV_RANKS] == "all"
+    assert DebugSpec.from_env(env) == original
+
+
+def test_no_spec_in_env() -> None:
+    assert DebugSpec.from_env({}) is None
+    assert DebugSpec.from_env({"PATH": "/bin"}) is None
+
+
+def test_from_env_fills_optional_fields() -> None:
+    parsed = DebugSpec.from_env({spec.ENV_VERSION: "1", spec.ENV_JOB: "j", spec.ENV_CLIENT_KEY: KEY})
+    assert parsed == DebugSpec(job_name="j", client_public_key=KEY)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("all", None), ("", None), ("*", None), ("0", (0,)), ("2, 0,2", (0, 2)),
+])
+def test_parse_ranks(text: str, expected: tuple[int, ...] | None) -> None:
+    assert spec.parse_ranks(text) == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "a", "0,,1", "1.5"])
+def test_parse_ranks_rejects(text: str) -> None:
+    with pytest.raises(ContractError, match="bad rank list"):
+        spec.parse_ranks(text)
+
+
+def test_selects() -> None:
+    assert _spec().selects(7)
+    assert _spec(ranks=(0, 2)).selects(2) and not _spec(ranks=(0, 2)).selects(1)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"job_name": "bad_name"}, "bad job name"),
+    ({"job_name": "-starts-with-hyphen"}, "bad job name"),
+    ({"job_name": "x" * 64}, "bad job name"),
+    ({"job_name": ""}, "bad job name"),
+    ({"ide": "emacs"}, "unknown IDE"),
+    ({"transport": "carrier-pigeon"}, "unknown transport"),
+    ({"port_base": 70000}, "out of range"),
+    ({"port_base": -1}, "out of range"),
+    ({"sshd_port": 65536}, "out of range"),
+    ({"sshd_port": 22}, "port 22 is reserved"),
+    ({"wait_seconds": -1}, "wait"),
+    ({"wait_seconds": 8 * 24 * 3600}, "wait"),
+    ({"client_public_key": "not a key"}, "client public key"),
+    ({"client_public_key": "ssh-ed25519"}, "client public key"),
+    ({"client_public_key": KEY + "\n" + KEY}, "client public key"),
+    ({"client_public_key": "-----BEGIN OPENSSH PRIVATE KEY----- abc"}, "client public key"),
+])
+def test_validation_errors(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        _spec(**fields)
+
+
+def _env(**changes: str | None) -> dict[str, str]:
+    env = _spec().to_env()
+    for name, value in changes.items():
+        if value is None:
+            env.pop(name)
+        else:
+            env[name] = value
+    return env
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({spec.ENV_VERSION: "2"}, "version 2 is not supported"),
+    ({spec.ENV_VERSION: "one"}, "is not a number"),
+    ({spec.ENV_JOB: None}, f"missing {spec.ENV_JOB}"),
+    ({spec.ENV_CLIENT_KEY: ""}, f"missing {spec.ENV_CLIENT_KEY}"),
+    ({spec.ENV_PORT_BASE: "lots"}, "bad number"),
+    ({spec.ENV_SSHD_PORT: "22"}, "port 22 is reserved"),
+    ({spec.ENV_WAIT: "soon"}, "bad number"),
+    ({spec.ENV_RANKS: "first"}, "bad rank list"),
+    ({spec.ENV_JOB: "has space"}, "bad job name"),
+])
+def test_from_env_errors(changes: dict[str, str | None], message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        DebugSpec.from_env(_env(**changes))
+
+
+def test_contract_errors_are_one_line() -> None:
+    with pytest.raises(ContractError) as info:
+        _spec(job_name="a\nb" * 100)
+    assert "\n" not in str(info.value)
+
+
+# --- manifests -------------------------------------------------------------------------------------
+
+
+def test_node_and_rank_round_trip_and_merge(tmp_path: Path) -> None:
+    node = _node(errors=["sshd failed: x"], exit_code=None)
+    spec.write_node_manifest(tmp_path, node)
+    r1 = RankEndpoint(rank=1, local_rank=1, world_size=2, port=5701, pid=11, state="attached")
+    r0 = RankEndpoint(rank=0, local_rank=0, world_size=2, port=5700, pid=10)
+    spec.write_rank_manifest(tmp_path, r1)
+    spec.write_rank_manifest(tmp_path, r0)
+    merged = spec.read_node_manifest(tmp_path)
+    assert merged is not None
+    assert merged.ranks == [r0, r1]  # sorted by rank, whatever order they were written in
+    merged.ranks = []
+    assert merged == node
+    on_disk = json.loads((tmp_path / spec.NODE_MANIFEST_FILE).read_text())
+    assert "ranks" not in on_disk  # ranks live in their own documents
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node.json", "rank-0.json", "rank-1.json"]
+
+
+def test_rank_rewrite_replaces_document(tmp_path: Path) -> None:
+    spec.write_node_manifest(tmp_path, _node())
+    ep = RankEndpoint(rank=0, local_rank=0, world_size=1, port=5700, pid=10)
+    spec.write_rank_manifest(tmp_path, ep)
+    ep.state = "finished"
+    spec.write_rank_manifest(tmp_path, ep)
+    merged = spec.read_node_manifest(tmp_path)
+    assert merged is not None and [r.state for r in merged.ranks] == ["finished"]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp files left
+
+
+def test_missing_node_manifest_is_none(tmp_path: Path) -> None:
+    assert spec.read_node_manifest(tmp_path) is None
+    assert spec.read_node_manifest(tmp_path / "nope") is None
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    (tmp_path / spec.NODE_MANIFEST_FILE).write_text('{"job_name": ')
+    with pytest.raises(ContractError, match="malformed manifest"):
+        spec.read_node_manifest(tmp_path)
+
+
+def test_malformed_rank_json(tmp_path: Path) -> None:
+    spec.write_node_manifest(tmp_path, _node())
+    (tmp_path / "rank-0.json").write_text("not json")
+    with pytest.raises(ContractError, match=r"malformed manifest .*rank-0\.json"):
+        spec.read_node_manifest(tmp_path)
+
+
+def _node_json(**changes: Any) -> dict[str, Any]:
+    data = _node().to_json()
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], "not a JSON object"),
+    (_node_json(sshd_port="40022"), "must be an integer"),
+    (_node_json(sshd_port=True), "must be an integer"),
+    (_node_json(hook_pid=1.5), "must be an integer"),
+    (_node_json(sshd_port=70000), "out of range"),
+    (_node_json(version=2), "version 2 is not supported"),
+    (_node_json(node="../etc"), "bad node name"),
+    (_node_json(job_name="bad_job"), "bad job name"),
+    (_node_json(host_public_key="ssh-ed25519"), "host key"),
+    (_node_json(ssh_user=None), "ssh_user"),
+    (_node_json(hosts=None), "hosts"),
+])
+def test_node_manifest_errors(data: Any, message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        NodeManifest.from_json(data)
+
+
+def _rank_json(**changes: Any) -> dict[str, Any]:
+    data = RankEndpoint(rank=0, local_rank=0, world_size=1, port=5700, pid=1).to_json()
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("rank", "not a JSON object"),
+    (_rank_json(port="5700"), "must be an integer"),
+    (_rank_json(port=-1), "out of range"),
+    (_rank_json(version=0), "version 0 is not supported"),
+    (_rank_json(pid=None), "lacks 'pid'"),
+])
+def test_rank_manifest_errors(data: Any, message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        RankEndpoint.from_json(data)
+
+
+def test_manifest_optional_fields_default() -> None:
+    data = _rank_json()
+    for key in ("state", "ide", "error"):
+        data.pop(key)
+    ep = RankEndpoint.from_json(data)
+    assert (ep.state, ep.ide, ep.error) == ("listening", "vscode", None)
+    node = _node_json()
+    for key in ("state", "exit_code", "errors"):
+        node.pop(key)
+    parsed = NodeManifest.from_json(node)
+    assert (parsed.state, parsed.exit_code, parsed.errors) == ("starting", None, [])
+
+
+def test_atomic_write_mode(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "f.txt"
+    spec.atomic_write_text(target, "one", mode=0o600)
+    assert target.read_text() == "one" and target.stat().st_mode & 0o777 == 0o600
+    spec.atomic_write_text(target, "two")
+    assert target.read_text() == "two" and target.stat().st_mode & 0o777 == 0o644
