@@ -49,7 +49,14 @@ ENV_WAIT = "REMOTE_DEBUG_WAIT"
 ENV_CLIENT_KEY = "REMOTE_DEBUG_CLIENT_PUBKEY"
 ENV_TRANSPORT = "REMOTE_DEBUG_TRANSPORT"
 SPEC_ENV_NAMES = (
-    ENV_VERSION, ENV_JOB, ENV_IDE, ENV_RANKS, ENV_PORT_BASE, ENV_SSHD_PORT, ENV_WAIT, ENV_CLIENT_KEY,
+    ENV_VERSION,
+    ENV_JOB,
+    ENV_IDE,
+    ENV_RANKS,
+    ENV_PORT_BASE,
+    ENV_SSHD_PORT,
+    ENV_WAIT,
+    ENV_CLIENT_KEY,
     ENV_TRANSPORT,
 )
 
@@ -100,7 +107,9 @@ def check_job_name(name: str) -> str:
 
 def check_port(port: int, what: str, *, allow_zero: bool = True) -> int:
     if not (0 if allow_zero else 1) <= port <= 65535:
-        raise ContractError(f"{what} {port} is out of range: use 1-65535" + (" (or 0 for any free port)" if allow_zero else ""))
+        raise ContractError(
+            f"{what} {port} is out of range: use 1-65535" + (" (or 0 for any free port)" if allow_zero else "")
+        )
     return port
 
 
@@ -215,9 +224,14 @@ class RankEndpoint:
         d = _require_mapping(data, "rank manifest")
         try:
             ep = cls(
-                rank=_int(d, "rank"), local_rank=_int(d, "local_rank"), world_size=_int(d, "world_size"),
-                port=_int(d, "port"), pid=_int(d, "pid"), state=str(d.get("state", "listening")),
-                ide=str(d.get("ide", "vscode")), error=None if d.get("error") is None else str(d["error"]),
+                rank=_int(d, "rank"),
+                local_rank=_int(d, "local_rank"),
+                world_size=_int(d, "world_size"),
+                port=_int(d, "port"),
+                pid=_int(d, "pid"),
+                state=str(d.get("state", "listening")),
+                ide=str(d.get("ide", "vscode")),
+                error=None if d.get("error") is None else str(d["error"]),
                 version=_int(d, "version"),
             )
         except KeyError as exc:
@@ -256,12 +270,19 @@ class NodeManifest:
         d = _require_mapping(data, "node manifest")
         try:
             m = cls(
-                job_name=str(d["job_name"]), node=str(d["node"]), hosts=[str(h) for h in d["hosts"]],
-                sshd_host=str(d["sshd_host"]), sshd_port=_int(d, "sshd_port"), ssh_user=str(d["ssh_user"]),
-                host_public_key=str(d["host_public_key"]), code_dir=str(d["code_dir"]),
-                state=str(d.get("state", "starting")), hook_pid=_int(d, "hook_pid"),
+                job_name=str(d["job_name"]),
+                node=str(d["node"]),
+                hosts=[str(h) for h in d["hosts"]],
+                sshd_host=str(d["sshd_host"]),
+                sshd_port=_int(d, "sshd_port"),
+                ssh_user=str(d["ssh_user"]),
+                host_public_key=str(d["host_public_key"]),
+                code_dir=str(d["code_dir"]),
+                state=str(d.get("state", "starting")),
+                hook_pid=_int(d, "hook_pid"),
                 exit_code=None if d.get("exit_code") is None else _int(d, "exit_code"),
-                errors=[str(e) for e in d.get("errors", [])], version=_int(d, "version"),
+                errors=[str(e) for e in d.get("errors", [])],
+                version=_int(d, "version"),
             )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"node manifest lacks or mangles {exc.args[0]!r}") from None
@@ -307,6 +328,7 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
 
 
 # --- small shared helpers ------------------------------------------------------------------------
+
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` so readers see the old file or the new one, never half of it."""

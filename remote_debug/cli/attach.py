@@ -49,11 +49,22 @@ def attach(
         plan = HeadlessPlan(breakpoints=parse_breakpoints(breakpoint_, ws), steps=steps, max_stops=max_stops)
     elif breakpoint_:
         raise UserError("--break needs --headless (in an IDE, set breakpoints in the editor)")
-    options = AttachOptions(ranks=spec.parse_ranks(ranks), workspace=ws, headless=plan,
-                            edit_user_ssh_config=not no_ssh_include, ready_timeout=timeout)
+    options = AttachOptions(
+        ranks=spec.parse_ranks(ranks),
+        workspace=ws,
+        headless=plan,
+        edit_user_ssh_config=not no_ssh_include,
+        ready_timeout=timeout,
+    )
     emit = event_printer(as_json)
     result = Attacher(backend_for(job), job, options, emit).run()
     if as_json and headless:
-        print_json({"event": "summary", "job": job, "exit_code": result.job.exit_code,
-                    "ranks": [r.to_json() for r in result.reports]})
+        print_json(
+            {
+                "event": "summary",
+                "job": job,
+                "exit_code": result.job.exit_code,
+                "ranks": [r.to_json() for r in result.reports],
+            }
+        )
     raise typer.Exit(result.exit_code)

@@ -15,7 +15,9 @@ def demo(
     headless: bool = typer.Option(False, "--headless", help="Use the built-in DAP client instead of VS Code."),
     nodes: int = typer.Option(1, "--nodes", help="Nodes (algo-1..N)."),
     nproc_per_node: int = typer.Option(2, "--nproc-per-node", help="Ranks per node."),
-    wait: float = typer.Option(None, "--wait", help="Seconds ranks wait for a debugger (default 120 headless, 600 IDE)."),
+    wait: float = typer.Option(
+        None, "--wait", help="Seconds ranks wait for a debugger (default 120 headless, 600 IDE)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (events are not printed)."),
 ) -> None:
     """Run the example DDP job locally and stop in every rank."""
@@ -25,13 +27,16 @@ def demo(
     quiet = as_json
     emit = (lambda _e: None) if quiet else event_printer(False)
     if not headless and not as_json:
-        console.print("Launching the demo job; when 'ready' appears, attach from VS Code:\n"
-                      "  1. open the workspace printed below (File > Open Folder),\n"
-                      "  2. Run and Debug > pick 'remote-debug: <job> all ranks' > Start,\n"
-                      "  3. set a breakpoint in train_ddp.py (ranks wait for you, then stop there).",
-                      markup=False)
-    result = run_demo(nodes=nodes, nproc_per_node=nproc_per_node, headless=headless, wait_seconds=wait_seconds,
-                      emit=emit)
+        console.print(
+            "Launching the demo job; when 'ready' appears, attach from VS Code:\n"
+            "  1. open the workspace printed below (File > Open Folder),\n"
+            "  2. Run and Debug > pick 'remote-debug: <job> all ranks' > Start,\n"
+            "  3. set a breakpoint in train_ddp.py (ranks wait for you, then stop there).",
+            markup=False,
+        )
+    result = run_demo(
+        nodes=nodes, nproc_per_node=nproc_per_node, headless=headless, wait_seconds=wait_seconds, emit=emit
+    )
     if as_json:
         print_json(result.to_json())
     else:
@@ -41,8 +46,13 @@ def demo(
             console.print(f"rank {r.rank} ({r.node}): {where}", markup=False)
             for s in r.stops[1:]:
                 console.print(f"   after step -> line {s.line} {s.variables}", markup=False)
-        console.print(f"job {result.job}: {result.attach.job.status}, exit code {result.exit_code}, "
-                      f"{result.seconds:.1f} s; workspace {result.workspace}", markup=False)
-    ok = result.exit_code == 0 and (not headless or (
-        len(result.attach.reports) == nodes * nproc_per_node and all(r.stops for r in result.attach.reports)))
+        console.print(
+            f"job {result.job}: {result.attach.job.status}, exit code {result.exit_code}, "
+            f"{result.seconds:.1f} s; workspace {result.workspace}",
+            markup=False,
+        )
+    ok = result.exit_code == 0 and (
+        not headless
+        or (len(result.attach.reports) == nodes * nproc_per_node and all(r.stops for r in result.attach.reports))
+    )
     raise typer.Exit(0 if ok else 1)

@@ -24,6 +24,13 @@ def jobs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
         return
     table = Table("job", "backend", "status", "secondary", "nodes", "ranks/node", "created")
     for j in found:
-        table.add_row(j.name, j.backend, j.status, j.secondary_status, str(len(j.nodes)), str(j.nproc_per_node),
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created)))
+        table.add_row(
+            j.name,
+            j.backend,
+            j.status,
+            j.secondary_status,
+            str(len(j.nodes)),
+            str(j.nproc_per_node),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created)),
+        )
     console.print(table)

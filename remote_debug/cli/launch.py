@@ -49,9 +49,17 @@ def launch(
     if not local:
         raise UserError("only --local jobs can be launched in this version: add --local")
     request = LaunchRequest(
-        command=list(command or []), name=name or default_job_name(), source_dir=(source_dir or Path.cwd()).absolute(),
-        nodes=nodes, nproc_per_node=nproc_per_node, wait_seconds=wait, ide=ide, ranks=spec.parse_ranks(ranks),
-        port_base=debug_port, sshd_port=sshd_port, hyperparameters=parse_hyperparameters(hyperparameter),
+        command=list(command or []),
+        name=name or default_job_name(),
+        source_dir=(source_dir or Path.cwd()).absolute(),
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        wait_seconds=wait,
+        ide=ide,
+        ranks=spec.parse_ranks(ranks),
+        port_base=debug_port,
+        sshd_port=sshd_port,
+        hyperparameters=parse_hyperparameters(hyperparameter),
     )
     spec.check_port(debug_port, "debug port")
     spec.check_port(sshd_port, "sshd port")

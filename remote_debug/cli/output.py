@@ -28,7 +28,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
     """A human line for an attach/demo event (None: not worth a line)."""
     kind = event.get("event")
     if kind == "launched":
-        return f"launched job {event['job']} ({event['nodes']} x {event['nproc_per_node']} ranks); workspace {event['workspace']}"
+        shape = f"{event['nodes']} x {event['nproc_per_node']} ranks"
+        return f"launched job {event['job']} ({shape}); workspace {event['workspace']}"
     if kind == "rank-attached":
         return f"rank {event['rank']}: debugger attached"
     if kind == "waiting":
@@ -40,7 +41,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
     if kind == "rank-ready":
         return f"rank {event['rank']} on {event['node']}: debugger at 127.0.0.1:{event['local_port']}"
     if kind == "rank-unavailable":
-        return f"rank {event['rank']} on {event['node']} has no debugger ({event.get('state')}: {event.get('error') or ''})"
+        why = f"{event.get('state')}: {event.get('error') or ''}"
+        return f"rank {event['rank']} on {event['node']} has no debugger ({why})"
     if kind == "launch-json":
         return f"VS Code: {event['path']} has '{event['compound']}'"
     if kind == "ready":

@@ -45,8 +45,14 @@ def ssh_config(
         change = ssh_files.ensure_include(paths, dry_run=True)
         rendered = ssh_files.render_job_config(entries)
         if as_json:
-            print_json({"aliases": [e.alias for e in entries], "dry_run": True, "user_config_diff": change.diff,
-                        "job_config": rendered})
+            print_json(
+                {
+                    "aliases": [e.alias for e in entries],
+                    "dry_run": True,
+                    "user_config_diff": change.diff,
+                    "job_config": rendered,
+                }
+            )
         else:
             console.print(change.diff or f"{change.path}: already includes {paths.ssh_config}", markup=False)
             console.print(rendered, markup=False)
@@ -54,8 +60,14 @@ def ssh_config(
     ssh_files.write_job_entries(paths, job, entries)
     change = ssh_files.ensure_include(paths)
     if as_json:
-        print_json({"aliases": [e.alias for e in entries], "config": str(paths.ssh_config),
-                    "user_config": str(change.path), "user_config_changed": change.changed})
+        print_json(
+            {
+                "aliases": [e.alias for e in entries],
+                "config": str(paths.ssh_config),
+                "user_config": str(change.path),
+                "user_config_changed": change.changed,
+            }
+        )
         return
     for e in entries:
         console.print(f"ssh {e.alias}", markup=False)

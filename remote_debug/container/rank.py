@@ -48,8 +48,12 @@ LAUNCHER_MODULES = (
     "torch.distributed.run", "torch.distributed.launch", "debugpy", "pip", "ensurepip", "venv",
     "remote_debug", "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
     "deepspeed.launcher.runner", "deepspeed.launcher.launch",
+    "sagemaker_training",  # the SageMaker training toolkit runs the user's script as a subprocess
 )
 LAUNCHER_SCRIPTS = ("torchrun", "debugpy", "pip", "pip3", "accelerate", "deepspeed", "remote-debug")
+# SageMaker SDK v3 (ModelTrainer) runs the user's script from Python driver scripts shipped in
+# an "sm_drivers" channel (sm_train.sh -> .../sm_drivers/distributed_drivers/*_driver.py).
+LAUNCHER_DIRS = ("sm_drivers", "container_drivers")
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,21 @@ def launcher_of(argv: Sequence[str]) -> str | None:
         if arg.startswith("-") and arg != "-":
             i += 1
             continue
-        script = os.path.basename(arg)
-        return script if script in LAUNCHER_SCRIPTS else None
+        return _launcher_script(arg)
+    return None
+
+
+def _launcher_script(path: str) -> str | None:
+    script = os.path.basename(path)
+    if script in LAUNCHER_SCRIPTS:
+        return script
+    parent = os.path.dirname(path)
+    # The SageMaker training toolkit's console script is called "train" (a bin dir entry);
+    # a user's "train.py" or "./train" in a code dir is a job.
+    if script == "train" and os.path.basename(parent) == "bin":
+        return path
+    if any(part in LAUNCHER_DIRS for part in parent.split(os.sep)):
+        return path
     return None
 
 

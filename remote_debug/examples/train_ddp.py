@@ -23,7 +23,7 @@ def main() -> None:
     world_size = dist.get_world_size() if distributed else 1
     torch.manual_seed(1234)
 
-    model = nn.Linear(4, 1)
+    model: nn.Module = nn.Linear(4, 1)
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -67,8 +67,13 @@ def host_entries(job: str, manifests: dict[str, spec.NodeManifest], paths: State
     command = proxy_command(paths)
     return [
         ssh_config.HostEntry(
-            job=job, node=m.node, user=m.ssh_user, port=m.sshd_port, host_public_key=m.host_public_key,
-            identity_file=paths.job_key(job), proxy_command=command,
+            job=job,
+            node=m.node,
+            user=m.ssh_user,
+            port=m.sshd_port,
+            host_public_key=m.host_public_key,
+            identity_file=paths.job_key(job),
+            proxy_command=command,
         )
         for m in manifests.values()
     ]
@@ -76,8 +81,12 @@ def host_entries(job: str, manifests: dict[str, spec.NodeManifest], paths: State
 
 def endpoint_for(entry: ssh_config.HostEntry, paths: StatePaths) -> NodeEndpoint:
     return NodeEndpoint(
-        alias=entry.alias, host_key_alias=entry.host_key_alias, user=entry.user, port=entry.port,
-        identity_file=entry.identity_file, known_hosts=paths.job_known_hosts(entry.job),
+        alias=entry.alias,
+        host_key_alias=entry.host_key_alias,
+        user=entry.user,
+        port=entry.port,
+        identity_file=entry.identity_file,
+        known_hosts=paths.job_known_hosts(entry.job),
         proxy_command=entry.proxy_command,
     )
 
@@ -112,7 +121,12 @@ def wait_for_manifests(backend: Backend, job: str, timeout: float, emit: Emit) -
 
 
 def write_ssh_entries(
-    job: str, manifests: dict[str, spec.NodeManifest], paths: StatePaths, *, edit_user_config: bool, emit: Emit,
+    job: str,
+    manifests: dict[str, spec.NodeManifest],
+    paths: StatePaths,
+    *,
+    edit_user_config: bool,
+    emit: Emit,
 ) -> list[ssh_config.HostEntry]:
     entries = host_entries(job, manifests, paths)
     ssh_config.write_job_entries(paths, job, entries)
@@ -123,8 +137,9 @@ def write_ssh_entries(
 
 
 class Attacher:
-    def __init__(self, backend: Backend, job: str, options: AttachOptions, emit: Emit,
-                 paths: StatePaths | None = None) -> None:
+    def __init__(
+        self, backend: Backend, job: str, options: AttachOptions, emit: Emit, paths: StatePaths | None = None
+    ) -> None:
         self.backend, self.job, self.options, self.emit = backend, job, options, emit
         self.paths = paths or StatePaths.default()
         self.tunnels: dict[str, NodeTunnel] = {}
@@ -166,31 +181,53 @@ class Attacher:
                     continue
                 if r.port == 0 or r.state in ("skipped", "failed", "finished"):
                     expected.discard(r.rank)  # it will never listen; say so once
-                    self.emit({"event": "rank-unavailable", "rank": r.rank, "node": node, "state": r.state,
-                               "error": r.error})
+                    self.emit(
+                        {"event": "rank-unavailable", "rank": r.rank, "node": node, "state": r.state, "error": r.error}
+                    )
                     self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir)
                     continue
                 local_port = self.tunnels[node].forward(r.port)
                 fwd = RankForward(r.rank, node, r.port, local_port, m.code_dir)
                 self.forwards[r.rank] = fwd
-                self.emit({"event": "rank-ready", "rank": r.rank, "node": node, "local_port": local_port,
-                           "remote_port": r.port, "state": r.state})
+                self.emit(
+                    {
+                        "event": "rank-ready",
+                        "rank": r.rank,
+                        "node": node,
+                        "local_port": local_port,
+                        "remote_port": r.port,
+                        "state": r.state,
+                    }
+                )
                 if self.options.headless is not None:
                     self._start_debugger(fwd)
         return expected <= set(self.forwards)
 
     def _write_launch_json(self) -> None:
         targets = [
-            vscode_launch.RankTarget(job=self.job, rank=f.rank, node=f.node, host="127.0.0.1", port=f.local_port,
-                                     local_root=str(self.options.workspace), remote_root=f.code_dir)
-            for f in sorted(self.forwards.values(), key=lambda f: f.rank) if f.local_port
+            vscode_launch.RankTarget(
+                job=self.job,
+                rank=f.rank,
+                node=f.node,
+                host="127.0.0.1",
+                port=f.local_port,
+                local_root=str(self.options.workspace),
+                remote_root=f.code_dir,
+            )
+            for f in sorted(self.forwards.values(), key=lambda f: f.rank)
+            if f.local_port
         ]
         if not targets:
             return
         self.launch_json = vscode_launch.update_launch_json(self.options.workspace, self.job, targets)
-        self.emit({"event": "launch-json", "path": str(self.launch_json),
-                   "compound": vscode_launch.compound_name(self.job),
-                   "configurations": [vscode_launch.config_name(self.job, t.rank, t.node) for t in targets]})
+        self.emit(
+            {
+                "event": "launch-json",
+                "path": str(self.launch_json),
+                "compound": vscode_launch.compound_name(self.job),
+                "configurations": [vscode_launch.config_name(self.job, t.rank, t.node) for t in targets],
+            }
+        )
 
     def _start_debugger(self, fwd: RankForward) -> None:
         plan = self.options.headless
@@ -198,8 +235,14 @@ class Attacher:
 
         def run() -> None:
             report = debug_rank(
-                fwd.rank, fwd.node, "127.0.0.1", fwd.local_port, plan,
-                path_mappings=[(str(self.options.workspace), fwd.code_dir)], emit=self.emit, stop=self._stop,
+                fwd.rank,
+                fwd.node,
+                "127.0.0.1",
+                fwd.local_port,
+                plan,
+                path_mappings=[(str(self.options.workspace), fwd.code_dir)],
+                emit=self.emit,
+                stop=self._stop,
             )
             with self._report_lock:
                 self.reports.append(report)
@@ -215,8 +258,9 @@ class Attacher:
         if self.options.write_launch_json and not self.options.workspace.is_dir():
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
         manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)
-        entries = write_ssh_entries(self.job, manifests, self.paths,
-                                    edit_user_config=self.options.edit_user_ssh_config, emit=self.emit)
+        entries = write_ssh_entries(
+            self.job, manifests, self.paths, edit_user_config=self.options.edit_user_ssh_config, emit=self.emit
+        )
         try:
             self._connect_nodes(entries)
             deadline = time.monotonic() + self.options.ready_timeout
@@ -230,19 +274,34 @@ class Attacher:
                     all_ready = self._discover_ranks()
                     if (all_ready or time.monotonic() > deadline) and not launch_written:
                         if not all_ready:
-                            self.emit({"event": "warning", "message": "not every selected rank published a listener in time"})
+                            self.emit(
+                                {"event": "warning", "message": "not every selected rank published a listener in time"}
+                            )
                         if self.options.write_launch_json:
                             self._write_launch_json()
                         launch_written = True
-                        self.emit({"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)})
+                        self.emit(
+                            {"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)}
+                        )
                 self._keep_tunnels_up()
                 time.sleep(POLL_SECONDS)
             for t in self._debuggers:
                 t.join(timeout=10)
-            self.emit({"event": "job-ended", "status": info.status, "exit_code": info.exit_code,
-                       "failure_reason": info.failure_reason})
-            return AttachResult(info, sorted(self.forwards.values(), key=lambda f: f.rank),
-                                sorted(self.reports, key=lambda r: r.rank), self.launch_json, [e.alias for e in entries])
+            self.emit(
+                {
+                    "event": "job-ended",
+                    "status": info.status,
+                    "exit_code": info.exit_code,
+                    "failure_reason": info.failure_reason,
+                }
+            )
+            return AttachResult(
+                info,
+                sorted(self.forwards.values(), key=lambda f: f.rank),
+                sorted(self.reports, key=lambda r: r.rank),
+                self.launch_json,
+                [e.alias for e in entries],
+            )
         finally:
             self._stop.set()
             for tunnel in self.tunnels.values():
@@ -256,4 +315,10 @@ class Attacher:
                 if tunnel.ensure_connected():
                     self.emit({"event": "reconnected", "node": node})
             except Exception as exc:  # the path may come back: keep trying while the job runs
-                self.emit({"event": "tunnel-down", "node": node, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
+                self.emit(
+                    {
+                        "event": "tunnel-down",
+                        "node": node,
+                        "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    }
+                )

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from remote_debug.local.attach import AttachOptions, AttachResult, Attacher
+from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends import LocalBackend
 from remote_debug.local.backends.local import LaunchRequest
 from remote_debug.local.headless import HeadlessPlan
@@ -56,29 +56,44 @@ class DemoResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "job": self.job, "exit_code": self.exit_code, "status": self.attach.job.status,
-            "seconds": round(self.seconds, 2), "workspace": str(self.workspace),
+            "job": self.job,
+            "exit_code": self.exit_code,
+            "status": self.attach.job.status,
+            "seconds": round(self.seconds, 2),
+            "workspace": str(self.workspace),
             "launch_json": str(self.attach.launch_json) if self.attach.launch_json else None,
             "ranks": [r.to_json() for r in self.attach.reports],
         }
 
 
-def run_demo(*, nodes: int, nproc_per_node: int, headless: bool, wait_seconds: float,
-             emit: Any, paths: StatePaths | None = None) -> DemoResult:
+def run_demo(
+    *, nodes: int, nproc_per_node: int, headless: bool, wait_seconds: float, emit: Any, paths: StatePaths | None = None
+) -> DemoResult:
     paths = paths or StatePaths.default()
     started = time.monotonic()
     workspace = prepare_workspace(paths)
     script = workspace / EXAMPLE
     job = time.strftime("demo-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     backend = LocalBackend(paths)
-    backend.launch(LaunchRequest(
-        command=["python", EXAMPLE], name=job, source_dir=workspace, nodes=nodes, nproc_per_node=nproc_per_node,
-        wait_seconds=wait_seconds, hyperparameters={"steps": "3"},
-    ))
-    emit({"event": "launched", "job": job, "workspace": str(workspace), "nodes": nodes,
-          "nproc_per_node": nproc_per_node})
-    plan = HeadlessPlan(breakpoints={str(script): [marker_line(script)]}, steps=1, max_stops=1, watch=WATCH) \
-        if headless else None
+    backend.launch(
+        LaunchRequest(
+            command=["python", EXAMPLE],
+            name=job,
+            source_dir=workspace,
+            nodes=nodes,
+            nproc_per_node=nproc_per_node,
+            wait_seconds=wait_seconds,
+            hyperparameters={"steps": "3"},
+        )
+    )
+    emit(
+        {"event": "launched", "job": job, "workspace": str(workspace), "nodes": nodes, "nproc_per_node": nproc_per_node}
+    )
+    plan = (
+        HeadlessPlan(breakpoints={str(script): [marker_line(script)]}, steps=1, max_stops=1, watch=WATCH)
+        if headless
+        else None
+    )
     options = AttachOptions(workspace=workspace, headless=plan, ready_timeout=max(60.0, wait_seconds))
     result = Attacher(backend, job, options, emit, paths).run()
     return DemoResult(job, workspace, time.monotonic() - started, result)

@@ -48,22 +48,33 @@ class RankReport:
     def to_json(self) -> dict[str, Any]:
         first = self.stops[0] if self.stops else None
         return {
-            "rank": self.rank, "node": self.node,
-            "file": first.file if first else None, "line": first.line if first else None,
+            "rank": self.rank,
+            "node": self.node,
+            "file": first.file if first else None,
+            "line": first.line if first else None,
             "variables": first.variables if first else {},
-            "stops": [vars(s) for s in self.stops], "error": self.error,
+            "stops": [vars(s) for s in self.stops],
+            "error": self.error,
         }
 
 
 def debug_rank(
-    rank: int, node: str, host: str, port: int, plan: HeadlessPlan, *, path_mappings: list[tuple[str, str]],
-    emit: Callable[[dict[str, Any]], None], stop: threading.Event,
+    rank: int,
+    node: str,
+    host: str,
+    port: int,
+    plan: HeadlessPlan,
+    *,
+    path_mappings: list[tuple[str, str]],
+    emit: Callable[[dict[str, Any]], None],
+    stop: threading.Event,
 ) -> RankReport:
     report = RankReport(rank, node)
     client: DapClient | None = None
     try:
-        client = attach_and_configure(host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints,
-                                      timeout=plan.attach_timeout)
+        client = attach_and_configure(
+            host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints, timeout=plan.attach_timeout
+        )
         emit({"event": "rank-attached", "rank": rank, "node": node})
         hits = 0
         while hits < plan.max_stops and not stop.is_set() and not client.closed:
@@ -96,8 +107,9 @@ def debug_rank(
     return report
 
 
-def _record(report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: Callable[[dict[str, Any]], None],
-            rank: int, node: str) -> None:
+def _record(
+    report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: Callable[[dict[str, Any]], None], rank: int, node: str
+) -> None:
     record = StopRecord.from_stop(hit, plan.watch)
     report.stops.append(record)
     emit({"event": "stopped", "rank": rank, "node": node, **vars(record)})

@@ -19,10 +19,18 @@ from remote_debug.spec import NODE_NAME_RE
 
 def proxy_command(paths: StatePaths) -> str:
     """The ProxyCommand line: absolute interpreter and state dir, so it works from any shell/PATH."""
-    return " ".join([
-        shlex.quote(sys.executable), "-m", "remote_debug", "proxy", "--state-dir", shlex.quote(str(paths.root)),
-        "%h", "%p",
-    ])
+    return " ".join(
+        [
+            shlex.quote(sys.executable),
+            "-m",
+            "remote_debug",
+            "proxy",
+            "--state-dir",
+            shlex.quote(str(paths.root)),
+            "%h",
+            "%p",
+        ]
+    )
 
 
 def split_alias(alias: str) -> tuple[str, str]:

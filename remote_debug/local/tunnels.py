@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -157,8 +158,12 @@ class NodeTunnel:
         server.bind(("127.0.0.1", local_port))
         server.listen(8)
         self._listeners[remote_port] = server
-        threading.Thread(target=self._accept_loop, args=(server, remote_port), daemon=True,
-                         name=f"fwd-{self.endpoint.alias}-{remote_port}").start()
+        threading.Thread(
+            target=self._accept_loop,
+            args=(server, remote_port),
+            daemon=True,
+            name=f"fwd-{self.endpoint.alias}-{remote_port}",
+        ).start()
         return int(server.getsockname()[1])
 
     def _accept_loop(self, server: socket.socket, remote_port: int) -> None:
@@ -194,8 +199,9 @@ class NodeTunnel:
 
 
 def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
+    watched: list[Any] = [sock, chan]  # paramiko channels are selectable (they have fileno())
     while True:
-        readable, _, _ = select.select([sock, chan], [], [], 30)
+        readable, _, _ = select.select(watched, [], [], 30)
         if not readable:
             if chan.closed or chan.eof_received:
                 return

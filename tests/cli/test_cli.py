@@ -19,8 +19,14 @@ SLEEPER = "import time\nfor i in range(600):\n    time.sleep(0.1)\n"
 
 
 def cli(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ), cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+        cwd=cwd,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -59,33 +65,74 @@ def job_status(name: str) -> str:
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(home: Path, src: Path) -> None:
     state = StatePaths.default().root
     assert_one_line_error(cli("attach", "no-such-job"), "unknown job")
-    assert_one_line_error(cli("launch", "--local", "--name", "bad;name$(reboot)", "--source-dir", str(src), "--",
-                              "python", "quick.py"), "bad job name")
+    assert_one_line_error(
+        cli("launch", "--local", "--name", "bad;name$(reboot)", "--source-dir", str(src), "--", "python", "quick.py"),
+        "bad job name",
+    )
     assert_one_line_error(cli("launch", "--local", "--name", "x" * 200, "--", "python", "quick.py"), "bad job name")
-    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--source-dir", str(src), "--ranks", "0,x", "--",
-                              "python", "quick.py"), "bad rank list")
-    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--sshd-port", "70000", "--source-dir", str(src),
-                              "--", "python", "quick.py"), "out of range")
+    assert_one_line_error(
+        cli(
+            "launch", "--local", "--name", "ok", "--source-dir", str(src), "--ranks", "0,x", "--", "python", "quick.py"
+        ),
+        "bad rank list",
+    )
+    assert_one_line_error(
+        cli(
+            "launch",
+            "--local",
+            "--name",
+            "ok",
+            "--sshd-port",
+            "70000",
+            "--source-dir",
+            str(src),
+            "--",
+            "python",
+            "quick.py",
+        ),
+        "out of range",
+    )
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        assert_one_line_error(cli("launch", "--local", "--name", "ok", "--debug-port", str(port), "--source-dir",
-                                  str(src), "--", "python", "quick.py"), f"debug port {port} is in use")
-    assert_one_line_error(cli("launch", "--local", "--name", "ok", "--source-dir", str(src / "nope"), "--",
-                              "python", "quick.py"), "does not exist")
+        assert_one_line_error(
+            cli(
+                "launch",
+                "--local",
+                "--name",
+                "ok",
+                "--debug-port",
+                str(port),
+                "--source-dir",
+                str(src),
+                "--",
+                "python",
+                "quick.py",
+            ),
+            f"debug port {port} is in use",
+        )
+    assert_one_line_error(
+        cli("launch", "--local", "--name", "ok", "--source-dir", str(src / "nope"), "--", "python", "quick.py"),
+        "does not exist",
+    )
     assert_one_line_error(cli("ssh-config", "no-such-job"), "unknown job")
     assert files_under(state) == []  # no partial jobs, keys or configs
     assert not (home / ".ssh").exists()
 
 
 def test_attach_to_finished_job_and_malformed_manifest(home: Path, src: Path) -> None:
-    assert cli("launch", "--local", "--name", "quick", "--source-dir", str(src), "--", "python", "quick.py").returncode == 0
+    assert (
+        cli("launch", "--local", "--name", "quick", "--source-dir", str(src), "--", "python", "quick.py").returncode
+        == 0
+    )
     wait_for(lambda: job_status("quick") == "Completed")
     assert_one_line_error(cli("attach", "quick"), "job quick is Completed")
 
-    assert cli("launch", "--local", "--name", "sleepy", "--source-dir", str(src), "--", "python",
-               "sleeper.py").returncode == 0
+    assert (
+        cli("launch", "--local", "--name", "sleepy", "--source-dir", str(src), "--", "python", "sleeper.py").returncode
+        == 0
+    )
     node_json = StatePaths.default().job_dir("sleepy") / "nodes/algo-1/remote-debug/manifest/node.json"
     wait_for(node_json.exists)
     node_json.write_text('{"version": 1, "job_name": "sleepy", "node": ')  # truncated by a broken writer
@@ -99,13 +146,18 @@ def test_attach_to_finished_job_and_malformed_manifest(home: Path, src: Path) ->
 
 
 def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
-    launched = cli("launch", "--local", "--name", "longrun", "--source-dir", str(src), "--json", "--", "python",
-                   "sleeper.py")
+    launched = cli(
+        "launch", "--local", "--name", "longrun", "--source-dir", str(src), "--json", "--", "python", "sleeper.py"
+    )
     assert launched.returncode == 0, launched.stderr
     assert json.loads(launched.stdout)["status"] == "InProgress"
-    wait_for(lambda: cli("jobs", "--json").stdout and
-             next(j for j in json.loads(cli("jobs", "--json").stdout) if j["name"] == "longrun")["secondary_status"]
-             == "Training")
+    wait_for(
+        lambda: (
+            cli("jobs", "--json").stdout
+            and next(j for j in json.loads(cli("jobs", "--json").stdout) if j["name"] == "longrun")["secondary_status"]
+            == "Training"
+        )
+    )
     who = cli("ssh", "longrun", "--", "echo", "$SSH_CONNECTION")
     assert who.returncode == 0 and who.stdout.startswith("127.0.0.1 "), who.stderr
 
@@ -114,8 +166,13 @@ def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
     node_pid = int(state["node_pids"]["algo-1"])
     stopped = cli("stop", "longrun", "--json")
     assert json.loads(stopped.stdout)["status"] == "Stopped"
-    wait_for(lambda: not Path(f"/proc/{node_pid}").exists() or
-             Path(f"/proc/{node_pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=10)
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{node_pid}").exists()
+            or Path(f"/proc/{node_pid}/stat").read_text().split(") ")[1].startswith("Z")
+        ),
+        timeout=10,
+    )
     # AWS-style states, machine-readable
     listed = json.loads(cli("jobs", "--json").stdout)
     assert [(j["name"], j["status"]) for j in listed] == [("longrun", "Stopped")]

@@ -183,3 +183,6 @@ def test_job_end_stops_sshd_and_reports(job: Job) -> None:
     assert node["state"] == "completed" and node["exit_code"] == 0
     assert job.run.rank(0)["state"] == "finished"
     assert refuses("127.0.0.1", job.port)
+    assert "frozen modules" not in job.run.stderr  # PYDEVD_DISABLE_FILE_VALIDATION reached the rank
+    ours = [line for line in job.run.stderr.splitlines() if line.startswith("[remote-debug]")]
+    assert len(ours) == 1 and "sshd on 127.0.0.1:" in ours[0]  # one line on the happy path

@@ -70,6 +70,10 @@ def test_code_dir_and_manifest_dir(tmp_path: Path) -> None:
     ["python", "-m", "remote_debug.container", "--", "python", "train.py"],
     ["python", "-X", "frozen_modules=off", "-m", "pip", "list"],
     ["python", "-c", "import torch; print(torch.__version__)"],
+    ["/usr/bin/python3", "/usr/local/bin/train"],  # SageMaker training toolkit
+    ["python", "-m", "sagemaker_training.cli.train"],
+    ["python3", "/opt/ml/input/data/sm_drivers/distributed_drivers/basic_script_driver.py"],
+    ["python3", "/opt/ml/input/data/sm_drivers/scripts/environment.py"],
 ])
 def test_launchers_are_recognised(argv: list[str]) -> None:
     assert launcher_of(argv) is not None
@@ -81,6 +85,8 @@ def test_launchers_are_recognised(argv: list[str]) -> None:
     ["python", "-u", "train.py"],
     ["python", "-m", "my_project.train"],
     ["python", "-W", "ignore", "train.py"],
+    ["python", "/opt/ml/code/train"],
+    ["python", "/opt/ml/code/train.py"],
 ])
 def test_training_processes_are_not_launchers(argv: list[str]) -> None:
     assert launcher_of(argv) is None

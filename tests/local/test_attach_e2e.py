@@ -84,8 +84,11 @@ def listening_addresses(port: int) -> set[str]:
 def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(home: Path, project: Path) -> None:
     paths = StatePaths.default()
     backend = LocalBackend(paths)
-    backend.launch(LaunchRequest(command=["python", "train.py"], name="spine", source_dir=project,
-                                 nproc_per_node=2, wait_seconds=90))
+    backend.launch(
+        LaunchRequest(
+            command=["python", "train.py"], name="spine", source_dir=project, nproc_per_node=2, wait_seconds=90
+        )
+    )
     events: list[dict[str, object]] = []
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
     result = Attacher(backend, "spine", AttachOptions(workspace=project, headless=plan), events.append, paths).run()
@@ -115,8 +118,11 @@ def test_listeners_are_loopback_only_and_changed_host_key_is_refused(home: Path,
     (project / "train.py").write_text(DDP_SCRIPT)
     paths = StatePaths.default()
     backend = LocalBackend(paths)
-    backend.launch(LaunchRequest(command=["python", "train.py"], name="keys", source_dir=project,
-                                 nproc_per_node=2, wait_seconds=60))
+    backend.launch(
+        LaunchRequest(
+            command=["python", "train.py"], name="keys", source_dir=project, nproc_per_node=2, wait_seconds=60
+        )
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -130,23 +136,32 @@ def test_listeners_are_loopback_only_and_changed_host_key_is_refused(home: Path,
 
         # Attach once so the ssh entries exist, then make the node present a different key than the
         # one pinned from the manifest: both OpenSSH and our tunnels must refuse.
-        from remote_debug.local.attach import write_ssh_entries, wait_for_manifests
+        from remote_debug.local.attach import wait_for_manifests, write_ssh_entries
 
         manifests = wait_for_manifests(backend, "keys", 30, lambda e: None)
         write_ssh_entries("keys", manifests, paths, edit_user_config=False, emit=lambda e: None)
-        ok = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "echo", "in-job"],
-                            capture_output=True, text=True, timeout=30)
+        ok = subprocess.run(
+            ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "echo", "in-job"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert ok.returncode == 0 and ok.stdout.strip() == "in-job", ok.stderr
 
-        other_key = subprocess.run(["ssh-keygen", "-t", "ed25519", "-N", "", "-q", "-f", str(home / "other")],
-                                   check=True)
+        other_key = subprocess.run(
+            ["ssh-keygen", "-t", "ed25519", "-N", "", "-q", "-f", str(home / "other")], check=True
+        )
         del other_key
         fake = (home / "other.pub").read_text().split()
         known = paths.job_known_hosts("keys")
         alias = known.read_text().split()[0]
         known.write_text(f"{alias} {fake[0]} {fake[1]}\n")
-        bad = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "true"],
-                             capture_output=True, text=True, timeout=30)
+        bad = subprocess.run(
+            ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", "algo-1.keys", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert bad.returncode == 255
         assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in bad.stderr
 
@@ -174,11 +189,16 @@ def test_job_env_and_layout_mirror_sagemaker(home: Path, tmp_path: Path) -> None
         "pathlib.Path(os.environ['SM_MODEL_DIR'], 'env.json').write_text(json.dumps(out))\n"
     )
     backend = LocalBackend(StatePaths.default())
-    info = backend.launch(LaunchRequest(command=["python", "dump.py"], name="shape", source_dir=src, nodes=2,
-                                        hyperparameters={"lr": "0.1"}))
+    info = backend.launch(
+        LaunchRequest(
+            command=["python", "dump.py"], name="shape", source_dir=src, nodes=2, hyperparameters={"lr": "0.1"}
+        )
+    )
     assert info.nodes == ["algo-1", "algo-2"]
     # Two nodes x 1 rank runs under torchrun; both nodes write their env.
-    assert wait_status(backend, "shape", ("Completed", "Failed")) == "Completed", backend.describe("shape").failure_reason
+    assert wait_status(backend, "shape", ("Completed", "Failed")) == "Completed", backend.describe(
+        "shape"
+    ).failure_reason
     job_dir = StatePaths.default().job_dir("shape")
     for node in ("algo-1", "algo-2"):
         env = json.loads((job_dir / "nodes" / node / "model" / "env.json").read_text())

@@ -35,8 +35,18 @@ from remote_debug.local.keys import ensure_job_key
 from remote_debug.local.paths import StatePaths, private_dir
 
 # Never copied into a job's code dir: VCS data, caches, and our own venvs.
-COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "venv", "node_modules", ".cache",
-                                     ".mypy_cache", ".pytest_cache", ".ruff_cache")
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".cache",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+)
 
 
 @dataclass
@@ -99,7 +109,9 @@ class LocalBackend(Backend):
         """Every check that can fail happens before anything is written (no partial jobs)."""
         spec.check_job_name(req.name)
         if not req.command:
-            raise UserError("no training command: give it after '--', e.g. remote-debug launch --local -- python train.py")
+            raise UserError(
+                "no training command: give it after '--', e.g. remote-debug launch --local -- python train.py"
+            )
         if not (1 <= req.nodes <= 64):
             raise UserError(f"--nodes {req.nodes} is out of range: use 1-64")
         if not (1 <= req.nproc_per_node <= 64):
@@ -110,14 +122,18 @@ class LocalBackend(Backend):
             raise UserError(f"job {req.name} already exists: pick another --name (or omit it for a fresh one)")
         if req.port_base:
             if req.nodes > 1:
-                raise UserError("--debug-port is per node and local nodes share this machine's ports: use it with --nodes 1")
+                raise UserError(
+                    "--debug-port is per node and local nodes share this machine's ports: use it with --nodes 1"
+                )
             spec.check_port(req.port_base + req.nproc_per_node - 1, "debug port", allow_zero=False)
             for r in range(req.nproc_per_node):
                 if port_in_use(req.port_base + r):
                     raise UserError(f"debug port {req.port_base + r} is in use: pick another --debug-port or omit it")
         if req.sshd_port:
             if req.nodes > 1:
-                raise UserError("--sshd-port is per node and local nodes share this machine's ports: use it with --nodes 1")
+                raise UserError(
+                    "--sshd-port is per node and local nodes share this machine's ports: use it with --nodes 1"
+                )
             if port_in_use(req.sshd_port):
                 raise UserError(f"sshd port {req.sshd_port} is in use: pick another --sshd-port or omit it")
 
@@ -125,8 +141,14 @@ class LocalBackend(Backend):
         self.validate(req)
         _, public_key = ensure_job_key(self.paths, req.name)
         debug = spec.DebugSpec(
-            job_name=req.name, client_public_key=public_key, ide=req.ide, ranks=req.ranks,
-            port_base=req.port_base, sshd_port=req.sshd_port, wait_seconds=req.wait_seconds, transport="local",
+            job_name=req.name,
+            client_public_key=public_key,
+            ide=req.ide,
+            ranks=req.ranks,
+            port_base=req.port_base,
+            sshd_port=req.sshd_port,
+            wait_seconds=req.wait_seconds,
+            transport="local",
         )
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
@@ -147,16 +169,27 @@ class LocalBackend(Backend):
                 # inherits from this launch, so the user's shell secrets never land in job.json.
                 env = node_environment(final, req.name, hosts, req.hyperparameters, cpus, debug.to_env())
                 plans[node] = {
-                    "command": node_command(req.command, nodes=req.nodes, nproc=req.nproc_per_node,
-                                            node_rank=i, master_port=master_port),
+                    "command": node_command(
+                        req.command, nodes=req.nodes, nproc=req.nproc_per_node, node_rank=i, master_port=master_port
+                    ),
                     "cwd": str(final.code_dir),
                     "env": env,
                 }
             state = {
-                "name": req.name, "backend": self.name, "created": time.time(), "command": req.command,
-                "source_dir": str(req.source_dir.resolve()), "nodes": hosts, "nproc_per_node": req.nproc_per_node,
-                "status": IN_PROGRESS, "secondary_status": "Starting", "exit_code": None, "failure_reason": None,
-                "spec": debug.to_env(), "stop_grace_seconds": req.stop_grace_seconds, "node_plans": plans,
+                "name": req.name,
+                "backend": self.name,
+                "created": time.time(),
+                "command": req.command,
+                "source_dir": str(req.source_dir.resolve()),
+                "nodes": hosts,
+                "nproc_per_node": req.nproc_per_node,
+                "status": IN_PROGRESS,
+                "secondary_status": "Starting",
+                "exit_code": None,
+                "failure_reason": None,
+                "spec": debug.to_env(),
+                "stop_grace_seconds": req.stop_grace_seconds,
+                "node_plans": plans,
             }
             write_job_file(staging, state)
             os.rename(staging, job_dir)  # the job appears whole or not at all
@@ -166,7 +199,10 @@ class LocalBackend(Backend):
         with open(job_dir / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "remote_debug.local.backends.supervisor", str(job_dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         # The supervisor owns job.json from here on, so its pid goes into a file of its own.
         spec.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
@@ -202,12 +238,23 @@ class LocalBackend(Backend):
                     status, secondary = FAILED, "Failed"
                     failure = "the job's supervisor process vanished (killed or machine restarted)"
         return JobInfo(
-            name=job, backend=self.name, status=status, secondary_status=secondary,
-            nodes=list(state.get("nodes", [])), nproc_per_node=int(state.get("nproc_per_node", 1)),
-            created=float(state.get("created", 0)), ended=state.get("ended"), exit_code=state.get("exit_code"),
-            failure_reason=failure, debuggable=True, source_dir=state.get("source_dir"),
-            extra={"job_dir": str(job_dir), "logs": {n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
-                   "code_dirs": {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])}},
+            name=job,
+            backend=self.name,
+            status=status,
+            secondary_status=secondary,
+            nodes=list(state.get("nodes", [])),
+            nproc_per_node=int(state.get("nproc_per_node", 1)),
+            created=float(state.get("created", 0)),
+            ended=state.get("ended"),
+            exit_code=state.get("exit_code"),
+            failure_reason=failure,
+            debuggable=True,
+            source_dir=state.get("source_dir"),
+            extra={
+                "job_dir": str(job_dir),
+                "logs": {n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
+                "code_dirs": {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
+            },
         )
 
     def list_jobs(self) -> list[JobInfo]:
@@ -291,7 +338,7 @@ def relay_stdio(sock: socket.socket, stdin: BinaryIO, stdout: BinaryIO) -> int:
         while data := sock.recv(65536):
             view = memoryview(data)
             while view:
-                view = view[os.write(out_fd, view):]
+                view = view[os.write(out_fd, view) :]
     except OSError:
         pass
     finally:

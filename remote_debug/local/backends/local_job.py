@@ -84,8 +84,13 @@ def write_job_file(job_dir: Path, data: dict[str, Any]) -> None:
 
 def prepare_node(layout: NodeLayout, hosts: list[str], hyperparameters: dict[str, str], cpus: int) -> None:
     """Create the /opt/ml mirror of one node (the code copy is made by the caller)."""
-    for d in (layout.config_dir, layout.root / "input" / "data", layout.model_dir,
-              layout.output_dir / "data", layout.manifest_dir):
+    for d in (
+        layout.config_dir,
+        layout.root / "input" / "data",
+        layout.model_dir,
+        layout.output_dir / "data",
+        layout.manifest_dir,
+    ):
         d.mkdir(parents=True, exist_ok=True)
     layout.hook_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(layout.hook_dir, 0o700)
@@ -104,7 +109,11 @@ def prepare_node(layout: NodeLayout, hosts: list[str], hyperparameters: dict[str
 
 
 def node_environment(
-    layout: NodeLayout, job: str, hosts: list[str], hyperparameters: dict[str, str], cpus: int,
+    layout: NodeLayout,
+    job: str,
+    hosts: list[str],
+    hyperparameters: dict[str, str],
+    cpus: int,
     debug_env: dict[str, str],
 ) -> dict[str, str]:
     """What SageMaker (and its training toolkit) would put into this node's environment."""
@@ -144,8 +153,19 @@ def node_command(command: list[str], *, nodes: int, nproc: int, node_rank: int, 
     inner = list(command)
     if nodes * nproc > 1:
         torchrun = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node_rank),
-            "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(master_port),
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nodes),
+            "--node_rank",
+            str(node_rank),
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(master_port),
         ]
         if Path(inner[0]).name in PYTHON_NAMES and len(inner) > 1:
             inner = torchrun + inner[1:]  # torchrun runs scripts (and `-m module`) with its own python

@@ -64,8 +64,13 @@ class Supervisor:
             log = open(layout.log_file, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
             try:
                 self.procs[node] = subprocess.Popen(
-                    plan["command"], cwd=plan["cwd"], env={**inherited, **plan["env"]}, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    plan["command"],
+                    cwd=plan["cwd"],
+                    env={**inherited, **plan["env"]},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             except OSError as exc:
                 log.write(f"[remote-debug] could not start node {node}: {exc}\n".encode())
@@ -116,18 +121,28 @@ class Supervisor:
         exit_codes = {n: int(c if c is not None else -1) for n, c in codes.items()}
         ended = time.time()
         if self.stop_requested and not self.state.get("failure_reason"):
-            self._save(status=STOPPED, secondary_status="Stopped", exit_codes=exit_codes, ended=ended,
-                       exit_code=max(exit_codes.values(), default=0))
+            self._save(
+                status=STOPPED,
+                secondary_status="Stopped",
+                exit_codes=exit_codes,
+                ended=ended,
+                exit_code=max(exit_codes.values(), default=0),
+            )
             return 0
         if failed_node is None and all(c == 0 for c in exit_codes.values()):
             self._save(status=COMPLETED, secondary_status="Completed", exit_codes=exit_codes, ended=ended, exit_code=0)
             return 0
         node = failed_node or next(iter(exit_codes))
-        reason = self.state.get("failure_reason") or (
-            f"node {node} exited with code {exit_codes.get(node)}: {last_error_line(NodeLayout(self.job_dir, node).log_file)}"
+        last_line = last_error_line(NodeLayout(self.job_dir, node).log_file)
+        reason = self.state.get("failure_reason") or f"node {node} exited with code {exit_codes.get(node)}: {last_line}"
+        self._save(
+            status=FAILED,
+            secondary_status="Failed",
+            exit_codes=exit_codes,
+            ended=ended,
+            exit_code=exit_codes.get(node, 1) or 1,
+            failure_reason=reason,
         )
-        self._save(status=FAILED, secondary_status="Failed", exit_codes=exit_codes, ended=ended,
-                   exit_code=exit_codes.get(node, 1) or 1, failure_reason=reason)
         return 0
 
 
