@@ -254,7 +254,11 @@ class Attacher:
     # --- main loop ------------------------------------------------------------------------------
 
     def run(self) -> AttachResult:
-        require_running(self.backend, self.job)
+        info = require_running(self.backend, self.job)
+        world = len(info.nodes) * info.nproc_per_node
+        unknown = sorted(set(self.options.ranks or ()) - set(range(world)))
+        if unknown:  # checked before anything is written
+            raise UserError(f"unknown ranks {unknown} for job {self.job}: it has ranks 0-{world - 1}")
         if self.options.write_launch_json and not self.options.workspace.is_dir():
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
         manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
 import shlex
 import socket
@@ -46,6 +47,28 @@ class NodeEndpoint:
     proxy_command: str  # with %h and %p, as written into the ssh config
 
 
+class _ProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand with socket semantics at end of file.
+
+    paramiko's own ``recv`` ignores EOF from the relay: it spins on ``select`` until its timeout,
+    so a dead relay (an SSM session that dropped) is never noticed and burns a core.  Returning
+    b"" at EOF, as a socket does, makes the transport end and our reconnect logic take over.
+    """
+
+    def recv(self, size: int) -> bytes:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            readable, _, _ = select.select([stdout], [], [], self.timeout)
+            if not readable:
+                raise TimeoutError()
+            return os.read(stdout.fileno(), size)  # b"" at EOF: the relay is gone
+        except TimeoutError:
+            raise
+        except OSError as exc:
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror or str(exc)) from exc
+
+
 def _expand_proxy_command(template: str, host: str, port: int) -> list[str]:
     # ssh expands %h/%p and runs the result with /bin/sh -c; the words we generate are shell-quoted,
     # so splitting with shell rules yields the same argv without a shell in between.
@@ -59,7 +82,7 @@ class NodeTunnel:
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self._transport: paramiko.Transport | None = None
-        self._proxy: paramiko.ProxyCommand | None = None
+        self._proxy: _ProxyCommand | None = None
         self._lock = threading.Lock()
         self._listeners: dict[int, socket.socket] = {}  # remote port -> local listening socket
         self._closed = threading.Event()
@@ -81,11 +104,11 @@ class NodeTunnel:
             self._connect_locked()
 
     def _connect_locked(self) -> None:
-        if self._transport is not None and self._transport.is_active():
+        if self.alive:
             return
         self._drop_transport_locked()
         argv = _expand_proxy_command(self.endpoint.proxy_command, self.endpoint.alias, self.endpoint.port)
-        proxy = paramiko.ProxyCommand(shlex.join(argv))
+        proxy = _ProxyCommand(shlex.join(argv))
         transport = paramiko.Transport(proxy)
         try:
             transport.start_client(timeout=self.connect_timeout)
@@ -116,15 +139,15 @@ class NodeTunnel:
 
     @property
     def alive(self) -> bool:
-        t = self._transport
-        return t is not None and t.is_active()
+        t, proxy = self._transport, self._proxy
+        return t is not None and t.is_active() and proxy is not None and proxy.process.poll() is None
 
     def ensure_connected(self) -> bool:
         """Reconnect a dropped transport (the local listeners, and so the IDE's ports, stay)."""
         if self.alive:
             return False
         with self._lock:
-            if self._transport is not None and self._transport.is_active():
+            if self.alive:
                 return False
             self._connect_locked()
             self.reconnects += 1

@@ -136,6 +136,7 @@ def test_attach_to_finished_job_and_malformed_manifest(home: Path, src: Path) ->
     node_json = StatePaths.default().job_dir("sleepy") / "nodes/algo-1/remote-debug/manifest/node.json"
     wait_for(node_json.exists)
     node_json.write_text('{"version": 1, "job_name": "sleepy", "node": ')  # truncated by a broken writer
+    assert_one_line_error(cli("attach", "sleepy", "--ranks", "3", "--workspace", str(src)), "unknown ranks [3]")
     assert_one_line_error(cli("attach", "sleepy", "--workspace", str(src)), "malformed manifest")
     # nothing of ours was written: no ssh entries, no Include in ~/.ssh/config, no launch.json
     assert not (home / ".ssh").exists()
@@ -158,6 +159,27 @@ def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
             == "Training"
         )
     )
+    user_config = home / ".ssh" / "config"
+    user_config.parent.mkdir(mode=0o700)
+    user_config.write_bytes(b"Host *\r\n  ServerAliveInterval 30\r\nMatch host foo\r\n  User bar")
+    original = user_config.read_bytes()
+    dry = cli("ssh-config", "longrun", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["aliases"] == ["algo-1.longrun"]
+    assert user_config.read_bytes() == original  # --dry-run writes nothing
+    first = cli("ssh-config", "longrun", "--json")
+    assert json.loads(first.stdout)["aliases"] == ["algo-1.longrun"]
+    written = user_config.read_bytes()
+    assert written.startswith(b"Include ") and written.endswith(original)
+    assert cli("ssh-config", "longrun", "--json").returncode == 0
+    assert user_config.read_bytes() == written  # idempotent
+    effective = subprocess.run(["ssh", "-G", "-F", str(user_config), "algo-1.longrun"], capture_output=True,
+                               text=True, check=True).stdout
+    assert "hostkeyalias remote-debug.algo-1.longrun" in effective
+    assert "stricthostkeychecking true" in effective
+    assert "remote_debug proxy" in effective
+    assert cli("ssh-config", "--remove").returncode == 0
+    assert user_config.read_bytes() == original  # restored byte for byte
+
     who = cli("ssh", "longrun", "--", "echo", "$SSH_CONNECTION")
     assert who.returncode == 0 and who.stdout.startswith("127.0.0.1 "), who.stderr
 

@@ -203,3 +203,51 @@ def test_usage_without_command() -> None:
     result = subprocess.run([PYTHON, "-m", "remote_debug.container", "--"], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 2 and "usage:" in result.stderr
+
+
+SIGINT_SCRIPT = """\
+import pathlib, signal, sys, time
+marks = pathlib.Path(sys.argv[1])
+count = 0
+def on_int(signum, frame):
+    global count
+    count += 1
+signal.signal(signal.SIGINT, on_int)
+(marks / "started").write_text("")
+deadline = time.monotonic() + 30
+while not (marks / "release").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)  # a forwarded duplicate would land by now
+(marks / "sigints").write_text(str(count))
+"""
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_command_once(run: HookRun) -> None:
+    """In a terminal's foreground the command shares our process group and gets Ctrl-C from the
+    terminal itself; the hook must not forward a second copy."""
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+
+    def controlling_tty() -> None:  # runs in the hook's process, a new session leader
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    script = _script(run, SIGINT_SCRIPT)
+    run.marks.mkdir(exist_ok=True)
+    run.proc = subprocess.Popen(
+        [PYTHON, "-m", "remote_debug.container", "--", PYTHON, script, str(run.marks)],
+        env=run.env, cwd=run.root, stdin=slave, stdout=slave, stderr=slave,
+        start_new_session=True, preexec_fn=controlling_tty,
+    )
+    os.close(slave)
+    try:
+        wait_for(lambda: (run.marks / "started").exists(), 30, "the script to start")
+        os.write(master, b"\x03")  # Ctrl-C typed on the terminal
+        time.sleep(0.3)
+        run.release()
+        assert run.wait(30) == 0
+    finally:
+        os.close(master)
+    assert (run.marks / "sigints").read_text() == "1"
+    assert run.node()["state"] == "stopped"

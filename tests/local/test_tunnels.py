@@ -1,0 +1,60 @@
+"""NodeTunnel: one pinned SSH connection per node through the ProxyCommand; forwards survive a
+dropped transport (the IDE's ports stay the same) and the tunnel re-establishes itself."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from remote_debug.local.attach import endpoint_for, wait_for_manifests, write_ssh_entries
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest, free_port
+from remote_debug.local.dap_client import DapClient
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.tunnels import NodeTunnel
+
+
+def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "sleeper.py").write_text("import time\nfor i in range(600):\n    time.sleep(0.1)\n")
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(LaunchRequest(command=["python", "sleeper.py"], name="flaky", source_dir=src))
+    tunnel: NodeTunnel | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            manifests = wait_for_manifests(backend, "flaky", 60, lambda e: None)
+            ranks = manifests["algo-1"].ranks
+            if ranks and ranks[0].port:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        entries = write_ssh_entries("flaky", manifests, paths, edit_user_config=False, emit=lambda e: None)
+        tunnel = NodeTunnel(endpoint_for(entries[0], paths))
+        tunnel.connect()
+        rank_port = ranks[0].port
+        assert tunnel.probe(rank_port)
+        assert not tunnel.probe(free_port())  # nothing listens there on the node: the channel is refused
+        local_port = tunnel.forward(rank_port)
+
+        with DapClient.connect("127.0.0.1", local_port, timeout=20) as client:
+            assert client.capabilities.get("supportsConfigurationDoneRequest")
+
+        # Cut the transport under the tunnel (the relay process dies, as when an SSM session drops).
+        assert tunnel._proxy is not None
+        tunnel._proxy.process.kill()
+        deadline = time.monotonic() + 10
+        while tunnel.alive:
+            assert time.monotonic() < deadline, "transport did not notice the cut"
+            time.sleep(0.1)
+        assert tunnel.ensure_connected() is True
+        assert tunnel.reconnects == 1
+        assert tunnel.forward(rank_port) == local_port  # the IDE's port did not change
+        with DapClient.connect("127.0.0.1", local_port, timeout=20) as client:
+            assert client.capabilities.get("supportsConfigurationDoneRequest")
+    finally:
+        if tunnel is not None:
+            tunnel.close()
+        backend.stop("flaky", wait_seconds=30)
