@@ -83,6 +83,7 @@ class Hook:
         self.command = list(command)
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None  # the first stop signal we received, if any
+        self._forwarded = False  # whether the command got a stop signal from us
         self.sshd: Sshd | None = None
         self.manifest: NodeManifest | None = None
         self.manifest_dir: Path | None = None
@@ -101,6 +102,7 @@ class Hook:
             # Ctrl-C / hangup already went to the whole foreground group, the command included; a
             # second copy from us could cut its own cleanup short (torchrun re-raises on each one).
             return
+        self._forwarded = True
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
@@ -181,12 +183,12 @@ class Hook:
             return 128 + self.stop_signal
         try:
             self.child = subprocess.Popen(self.command, env=env, preexec_fn=self._child_setup)
-        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        except OSError as exc:  # as a shell reports it: 127 not found, 126 found but not runnable
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             log(f"cannot run {self.command[0]!r}: {describe(exc)}")
             return code
         # A signal that arrived between fork and the assignment above was not forwarded yet.
-        if self.stop_signal is not None:
+        if self.stop_signal is not None and not self._forwarded:
             self._on_signal(self.stop_signal, None)
         self._publish(state="running")
         return exit_code_of(self.child.wait())

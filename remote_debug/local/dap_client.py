@@ -380,9 +380,7 @@ class DapClient:
     def wait_initialized(self, timeout: float | None = None) -> JsonDict:
         return self.wait_event("initialized", timeout)
 
-    def set_breakpoints(
-        self, path: str, lines: Sequence[int], timeout: float | None = None
-    ) -> list[JsonDict]:
+    def set_breakpoints(self, path: str, lines: Sequence[int], timeout: float | None = None) -> list[JsonDict]:
         """Replace the breakpoints of one (local) file; ``verified`` in the answer proves nothing."""
         body = self.request(
             "setBreakpoints",
@@ -429,9 +427,7 @@ class DapClient:
             return {}
         return self.variables(int(chosen["variablesReference"]), timeout)
 
-    def evaluate(
-        self, expression: str, frame_id: int, *, context: str = "repl", timeout: float | None = None
-    ) -> str:
+    def evaluate(self, expression: str, frame_id: int, *, context: str = "repl", timeout: float | None = None) -> str:
         arguments = {"expression": expression, "frameId": frame_id, "context": context}
         body = self.request("evaluate", arguments, timeout)
         return str(body.get("result", ""))
@@ -447,9 +443,7 @@ class DapClient:
     def step_out(self, thread_id: int, timeout: float | None = None) -> JsonDict:
         return self.request("stepOut", {"threadId": thread_id}, timeout)
 
-    def continue_(
-        self, thread_id: int, *, single_thread: bool = False, timeout: float | None = None
-    ) -> JsonDict:
+    def continue_(self, thread_id: int, *, single_thread: bool = False, timeout: float | None = None) -> JsonDict:
         """Resume; per DAP (and pydevd) this resumes every thread unless ``single_thread``."""
         arguments: JsonDict = {"threadId": thread_id}
         if single_thread:

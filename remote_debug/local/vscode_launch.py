@@ -47,7 +47,7 @@ Gap = list[str | Comment]  # whitespace and comments between two tokens, as json
 DEFAULT_UNIT = "    "  # what VS Code writes when it creates launch.json
 NEW_FILE = (
     "{{{nl}"
-    "{u}// remote-debug adds, updates and removes the \"remote-debug: <job> ...\" entries;{nl}"
+    '{u}// remote-debug adds, updates and removes the "remote-debug: <job> ..." entries;{nl}'
     "{u}// everything else in this file is yours.{nl}"
     '{u}"version": "0.2.0",{nl}'
     '{u}"configurations": [],{nl}'
@@ -90,6 +90,7 @@ def launch_json_path(workspace: Path) -> Path:
 
 
 # --- editing the model ---------------------------------------------------------------------------
+
 
 def _has_comment(gap: Gap) -> bool:
     return any(isinstance(x, Comment) for x in gap)
@@ -264,12 +265,15 @@ class _Document:
             if len(lines) > 2 and lines[0].startswith("There were multiple errors"):
                 lines = lines[2:]  # json-five: "...multiple errors", "The primary error was:", <error>
             reason = lines[0] if lines else type(exc).__name__
-            raise LaunchJsonError(f"{self.path}: not valid JSON with comments ({reason}); "
-                                  "fix it and retry, remote-debug did not change it") from None
+            raise LaunchJsonError(
+                f"{self.path}: not valid JSON with comments ({reason}); "
+                "fix it and retry, remote-debug did not change it"
+            ) from None
         if not isinstance(model, JSONText) or self.dump(model) != text:
             # never rewrite what we cannot reproduce: that would silently change the user's text
-            raise LaunchJsonError(f"{self.path}: json-five cannot reproduce this file exactly; "
-                                  "remote-debug did not change it")
+            raise LaunchJsonError(
+                f"{self.path}: json-five cannot reproduce this file exactly; remote-debug did not change it"
+            )
         return model
 
     @staticmethod
@@ -343,6 +347,7 @@ class _Document:
 
 # --- public API ----------------------------------------------------------------------------------
 
+
 def _local_root(local_root: str, workspace: Path) -> str:
     """``${workspaceFolder}`` (or below it) when the code is the workspace: the file stays portable."""
     ws, local = workspace.resolve(), Path(local_root).expanduser().resolve()
@@ -353,8 +358,9 @@ def _local_root(local_root: str, workspace: Path) -> str:
     return local_root
 
 
-def _configurations(workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str
-                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _configurations(
+    workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     spec.check_job_name(job)
     if not targets:
         raise spec.ContractError(f"no ranks of job {job} to write launch configurations for")
@@ -364,16 +370,18 @@ def _configurations(workspace: Path, job: str, targets: Sequence[RankTarget], de
         if t.job != job:
             raise spec.ContractError(f"rank {t.rank} is of job {t.job}, not {job}")
         spec.check_port(t.port, f"debug port of rank {t.rank}", allow_zero=False)
-        configs.append({
-            "name": config_name(job, t.rank, t.node),
-            "type": debug_type,
-            "request": "attach",
-            "connect": {"host": t.host, "port": t.port},
-            "pathMappings": [
-                {"localRoot": _local_root(t.local_root, workspace), "remoteRoot": t.remote_root},
-            ],
-            "justMyCode": False,
-        })
+        configs.append(
+            {
+                "name": config_name(job, t.rank, t.node),
+                "type": debug_type,
+                "request": "attach",
+                "connect": {"host": t.host, "port": t.port},
+                "pathMappings": [
+                    {"localRoot": _local_root(t.local_root, workspace), "remoteRoot": t.remote_root},
+                ],
+                "justMyCode": False,
+            }
+        )
     if len({t.rank for t in ordered}) != len(ordered):
         raise spec.ContractError(f"a rank of job {job} appears twice")
     compound = {"name": compound_name(job), "configurations": [c["name"] for c in configs], "stopAll": False}
@@ -436,8 +444,7 @@ def _edit(path: Path, change: Callable[[_Document], None], *, create: bool) -> b
     raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
 
 
-def update_launch_json(workspace: Path, job: str, targets: list[RankTarget], *, debug_type: str = "debugpy"
-                       ) -> Path:
+def update_launch_json(workspace: Path, job: str, targets: list[RankTarget], *, debug_type: str = "debugpy") -> Path:
     """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``."""
     configs, compound = _configurations(workspace, job, targets, debug_type)
     path = launch_json_path(workspace)

@@ -172,8 +172,9 @@ def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
     assert written.startswith(b"Include ") and written.endswith(original)
     assert cli("ssh-config", "longrun", "--json").returncode == 0
     assert user_config.read_bytes() == written  # idempotent
-    effective = subprocess.run(["ssh", "-G", "-F", str(user_config), "algo-1.longrun"], capture_output=True,
-                               text=True, check=True).stdout
+    effective = subprocess.run(
+        ["ssh", "-G", "-F", str(user_config), "algo-1.longrun"], capture_output=True, text=True, check=True
+    ).stdout
     assert "hostkeyalias remote-debug.algo-1.longrun" in effective
     assert "stricthostkeychecking true" in effective
     assert "remote_debug proxy" in effective

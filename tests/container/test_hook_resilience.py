@@ -251,3 +251,13 @@ def test_ctrl_c_on_a_terminal_reaches_the_command_once(run: HookRun) -> None:
         os.close(master)
     assert (run.marks / "sigints").read_text() == "1"
     assert run.node()["state"] == "stopped"
+
+
+def test_command_not_executable_exits_126(run: HookRun) -> None:
+    script = run.root / "no-shebang"
+    script.write_bytes(b"\x7fELF-but-not-really")
+    script.chmod(0o755)
+    run.start(str(script))
+    assert run.wait() == 126
+    assert "[remote-debug] cannot run" in run.stderr
+    assert run.node()["exit_code"] == 126

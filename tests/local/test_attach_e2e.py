@@ -81,12 +81,20 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(home: Path, project: Path) -> None:
+@pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])
+def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
+    home: Path, project: Path, nodes: int, nproc: int
+) -> None:
     paths = StatePaths.default()
     backend = LocalBackend(paths)
     backend.launch(
         LaunchRequest(
-            command=["python", "train.py"], name="spine", source_dir=project, nproc_per_node=2, wait_seconds=90
+            command=["python", "train.py"],
+            name="spine",
+            source_dir=project,
+            nodes=nodes,
+            nproc_per_node=nproc,
+            wait_seconds=90,
         )
     )
     events: list[dict[str, object]] = []
@@ -96,6 +104,10 @@ def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(home: Path, pr
     assert result.job.status == "Completed", result.job.failure_reason
     assert result.job.exit_code == 0
     assert [r.rank for r in result.reports] == [0, 1]
+    assert [r.node for r in result.reports] == (["algo-1", "algo-1"] if nodes == 1 else ["algo-1", "algo-2"])
+    assert sorted(e["node"] for e in events if e["event"] == "node-connected") == [
+        f"algo-{i + 1}" for i in range(nodes)
+    ]
     for report in result.reports:
         assert report.error is None
         first, after_step = report.stops[0], report.stops[1]
@@ -110,6 +122,7 @@ def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(home: Path, pr
     # One launch.json config per rank + the compound, in the workspace.
     launch = (project / ".vscode" / "launch.json").read_text()
     assert "remote-debug: spine rank 0 (algo-1)" in launch and "remote-debug: spine all ranks" in launch
+    assert f"remote-debug: spine rank 1 (algo-{nodes})" in launch
     kinds = [e["event"] for e in events]
     assert kinds.index("ssh-config") < kinds.index("rank-ready") < kinds.index("job-ended")
 

@@ -215,9 +215,7 @@ def _report(capsys: pytest.CaptureFixture[str], text: str) -> None:
         print(f"\n[dap timing] {text}")
 
 
-def test_attach_break_inspect_next_continue(
-    lab: Lab, layout: Layout, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_attach_break_inspect_next_continue(lab: Lab, layout: Layout, capsys: pytest.CaptureFixture[str]) -> None:
     dbg = lab.start(iterations=2)
     port = dbg.port()
     t0 = time.monotonic()
@@ -293,9 +291,7 @@ def test_connect_before_debuggee_listens(lab: Lab, capsys: pytest.CaptureFixture
         t = time.monotonic()
         dbg = lab.start(port=port, iterations=1)
         client = future.result(40)
-        _report(
-            capsys, f"debuggee spawn -> attached (client retrying meanwhile) {time.monotonic() - t:.2f} s"
-        )
+        _report(capsys, f"debuggee spawn -> attached (client retrying meanwhile) {time.monotonic() - t:.2f} s")
     stop = inspect_stop(client, timeout=30)
     assert (stop.line, stop.variables["value"]) == (BREAK_LINE, str(10 * RANK))
     client.continue_all()

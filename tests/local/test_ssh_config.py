@@ -48,15 +48,27 @@ def paths(tmp_path: Path) -> StatePaths:
 
 
 def entry(node: str = "algo-1", job: str = JOB, key: str = KEY, port: int = 2222, **kw: str) -> HostEntry:
-    return HostEntry(job=job, node=node, user=kw.get("user", "root"), port=port, host_public_key=key,
-                     identity_file=Path(kw.get("identity", "/keys dir/id_ed25519")),
-                     proxy_command=kw.get("proxy", PROXY))
+    return HostEntry(
+        job=job,
+        node=node,
+        user=kw.get("user", "root"),
+        port=port,
+        host_public_key=key,
+        identity_file=Path(kw.get("identity", "/keys dir/id_ed25519")),
+        proxy_command=kw.get("proxy", PROXY),
+    )
 
 
 def ssh_g(config: Path, alias: str) -> dict[str, list[str]]:
     assert SSH is not None
-    out = subprocess.run([SSH, "-G", "-F", str(config), alias], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, check=True, timeout=30).stdout
+    out = subprocess.run(
+        [SSH, "-G", "-F", str(config), alias],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=True,
+        timeout=30,
+    ).stdout
     result: dict[str, list[str]] = {}
     for line in out.splitlines():
         key, _, value = line.partition(" ")
@@ -65,6 +77,7 @@ def ssh_g(config: Path, alias: str) -> dict[str, list[str]]:
 
 
 # --- job entries ---------------------------------------------------------------------------------
+
 
 def test_host_entry_names() -> None:
     e = entry()
@@ -80,10 +93,19 @@ def test_render_job_config(paths: StatePaths) -> None:
     assert [b.split("\n")[0] for b in blocks] == ["algo-1.myjob", "algo-2.myjob"]  # stable order
     block = blocks[0]
     kh = str(paths.job_known_hosts(JOB))
-    for line in ("    HostName algo-1.myjob", "    User root", "    Port 2222", f"    ProxyCommand {PROXY}",
-                 "    HostKeyAlias remote-debug.algo-1.myjob", f'    UserKnownHostsFile "{kh}"',
-                 "    StrictHostKeyChecking yes", '    IdentityFile "/keys dir/id_ed25519"',
-                 "    IdentitiesOnly yes", "    ServerAliveInterval 15", "    ServerAliveCountMax 4"):
+    for line in (
+        "    HostName algo-1.myjob",
+        "    User root",
+        "    Port 2222",
+        f"    ProxyCommand {PROXY}",
+        "    HostKeyAlias remote-debug.algo-1.myjob",
+        f'    UserKnownHostsFile "{kh}"',
+        "    StrictHostKeyChecking yes",
+        '    IdentityFile "/keys dir/id_ed25519"',
+        "    IdentitiesOnly yes",
+        "    ServerAliveInterval 15",
+        "    ServerAliveCountMax 4",
+    ):
         assert line in block.split("\n")
     assert "accept-new" not in text.lower() and "stricthostkeychecking no" not in text.lower()
 
@@ -111,20 +133,42 @@ def test_write_job_entries_is_idempotent_and_private(paths: StatePaths) -> None:
     assert rewritten == [files[0]]
 
 
-@pytest.mark.parametrize("bad", [
-    dict(job="bad_job"), dict(job="-x"), dict(node="algo 1"), dict(node="../etc"), dict(node=""),
-    dict(user="a b"), dict(user="%u"), dict(port=0), dict(key="ssh-ed25519"), dict(key=KEY + "\nHost *"),
-    dict(proxy="nc %h %p\nHost *"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(job="bad_job"),
+        dict(job="-x"),
+        dict(node="algo 1"),
+        dict(node="../etc"),
+        dict(node=""),
+        dict(user="a b"),
+        dict(user="%u"),
+        dict(port=0),
+        dict(key="ssh-ed25519"),
+        dict(key=KEY + "\nHost *"),
+        dict(proxy="nc %h %p\nHost *"),
+    ],
+)
 def test_bad_input_raises_and_writes_nothing(paths: StatePaths, bad: dict[str, object]) -> None:
     kwargs: dict[str, object] = {
-        "job": JOB, "node": "algo-1", "user": "root", "port": 22, "key": KEY, "proxy": PROXY,
+        "job": JOB,
+        "node": "algo-1",
+        "user": "root",
+        "port": 22,
+        "key": KEY,
+        "proxy": PROXY,
     }
     kwargs.update(bad)
     with pytest.raises(spec.ContractError):
-        e = HostEntry(job=str(kwargs["job"]), node=str(kwargs["node"]), user=str(kwargs["user"]),
-                      port=int(str(kwargs["port"])), host_public_key=str(kwargs["key"]),
-                      identity_file=Path("/k"), proxy_command=str(kwargs["proxy"]))
+        e = HostEntry(
+            job=str(kwargs["job"]),
+            node=str(kwargs["node"]),
+            user=str(kwargs["user"]),
+            port=int(str(kwargs["port"])),
+            host_public_key=str(kwargs["key"]),
+            identity_file=Path("/k"),
+            proxy_command=str(kwargs["proxy"]),
+        )
         ssh_config.write_job_entries(paths, JOB, [e])
     assert not paths.root.exists()
 
@@ -201,9 +245,7 @@ def test_include_then_remove_restores_bytes(home: Path, paths: StatePaths, name:
 
 
 @pytest.mark.parametrize("ssh_dir_exists", [True, False])
-def test_missing_user_config_is_created_and_removed(
-    home: Path, paths: StatePaths, ssh_dir_exists: bool
-) -> None:
+def test_missing_user_config_is_created_and_removed(home: Path, paths: StatePaths, ssh_dir_exists: bool) -> None:
     if ssh_dir_exists:
         (home / ".ssh").mkdir(mode=0o755)
         os.chmod(home / ".ssh", 0o755)
@@ -287,6 +329,7 @@ def test_explicit_user_config_path(tmp_path: Path, paths: StatePaths) -> None:
 
 
 # --- real OpenSSH --------------------------------------------------------------------------------
+
 
 @needs_ssh
 @pytest.mark.parametrize("name", ["host-star", "match", "existing-include", "global-then-host", "crlf"])
@@ -381,8 +424,7 @@ def sshd(tmp_path: Path) -> Iterator[tuple[int, Path, str]]:
 
 
 @needs_ssh
-def test_real_ssh_pins_the_host_key(home: Path, paths: StatePaths, tmp_path: Path,
-                                    sshd: tuple[int, Path, str]) -> None:
+def test_real_ssh_pins_the_host_key(home: Path, paths: StatePaths, tmp_path: Path, sshd: tuple[int, Path, str]) -> None:
     port, client_key, host_key = sshd
     relay = tmp_path / "relay.py"
     relay.write_text(RELAY)
@@ -390,8 +432,15 @@ def test_real_ssh_pins_the_host_key(home: Path, paths: StatePaths, tmp_path: Pat
     import getpass
 
     def attach(key: str) -> subprocess.CompletedProcess[str]:
-        e = HostEntry(job=JOB, node="algo-1", user=getpass.getuser(), port=port, host_public_key=key,
-                      identity_file=client_key, proxy_command=proxy)
+        e = HostEntry(
+            job=JOB,
+            node="algo-1",
+            user=getpass.getuser(),
+            port=port,
+            host_public_key=key,
+            identity_file=client_key,
+            proxy_command=proxy,
+        )
         ssh_config.write_job_entries(paths, JOB, [e])
         assert SSH is not None
         argv = [SSH, "-F", str(user_file(home)), "-o", "BatchMode=yes", f"algo-1.{JOB}", "echo ok"]
@@ -410,13 +459,26 @@ def test_real_ssh_pins_the_host_key(home: Path, paths: StatePaths, tmp_path: Pat
 # --- property: ensure then remove is the identity on the user's bytes ---------------------------
 
 _LINES = st.one_of(
-    st.sampled_from([
-        b"Host *", b"Host foo bar", b'Match host x exec "true"', b"Match all", b"    User alice",
-        b"\tPort 2222", b"# comment", b"", b"   ", b"Include ~/.ssh/other", b"Include /etc/ssh/x/*.conf",
-        b"IdentityFile ~/.ssh/id", b"Host *.example.com !bad", b"  # indented comment", b"\r",
-    ]),
-    st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=30)
-    .map(lambda s: s.encode()),
+    st.sampled_from(
+        [
+            b"Host *",
+            b"Host foo bar",
+            b'Match host x exec "true"',
+            b"Match all",
+            b"    User alice",
+            b"\tPort 2222",
+            b"# comment",
+            b"",
+            b"   ",
+            b"Include ~/.ssh/other",
+            b"Include /etc/ssh/x/*.conf",
+            b"IdentityFile ~/.ssh/id",
+            b"Host *.example.com !bad",
+            b"  # indented comment",
+            b"\r",
+        ]
+    ),
+    st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=30).map(lambda s: s.encode()),
     st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")),
 )
 
@@ -435,8 +497,9 @@ def user_configs(draw: st.DrawFn) -> bytes | None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(original=user_configs(), moved=st.booleans())
-def test_property_include_then_remove_is_identity(monkeypatch: pytest.MonkeyPatch, original: bytes | None,
-                                                  moved: bool) -> None:
+def test_property_include_then_remove_is_identity(
+    monkeypatch: pytest.MonkeyPatch, original: bytes | None, moved: bool
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir()

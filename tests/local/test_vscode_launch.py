@@ -36,11 +36,16 @@ USER_SEGMENTS = [
 USER_TEXT = "".join(USER_SEGMENTS)
 
 
-def target(
-    rank: int, job: str = "myjob", node: str = "algo-1", *, root: str = "/ws", port: int = 0
-) -> RankTarget:
-    return RankTarget(job=job, rank=rank, node=node, host="127.0.0.1", port=port or 40000 + rank,
-                      local_root=root, remote_root="/opt/ml/code")
+def target(rank: int, job: str = "myjob", node: str = "algo-1", *, root: str = "/ws", port: int = 0) -> RankTarget:
+    return RankTarget(
+        job=job,
+        rank=rank,
+        node=node,
+        host="127.0.0.1",
+        port=port or 40000 + rank,
+        local_root=root,
+        remote_root="/opt/ml/code",
+    )
 
 
 def targets(workspace: Path, ranks: range | list[int], job: str = "myjob") -> list[RankTarget]:
@@ -80,18 +85,22 @@ def test_new_file_is_created(tmp_path: Path) -> None:
     assert data["version"] == "0.2.0"
     assert data["configurations"] == [
         {
-            "name": f"remote-debug: myjob rank {r} (algo-1)", "type": "debugpy", "request": "attach",
+            "name": f"remote-debug: myjob rank {r} (algo-1)",
+            "type": "debugpy",
+            "request": "attach",
             "connect": {"host": "127.0.0.1", "port": 40000 + r},
             "pathMappings": [{"localRoot": "${workspaceFolder}", "remoteRoot": "/opt/ml/code"}],
             "justMyCode": False,
         }
         for r in range(2)
     ]
-    assert data["compounds"] == [{
-        "name": "remote-debug: myjob all ranks",
-        "configurations": ["remote-debug: myjob rank 0 (algo-1)", "remote-debug: myjob rank 1 (algo-1)"],
-        "stopAll": False,
-    }]
+    assert data["compounds"] == [
+        {
+            "name": "remote-debug: myjob all ranks",
+            "configurations": ["remote-debug: myjob rank 0 (algo-1)", "remote-debug: myjob rank 1 (algo-1)"],
+            "stopAll": False,
+        }
+    ]
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
@@ -133,8 +142,12 @@ def test_fewer_ranks_drop_the_stale_ones_in_place(tmp_path: Path) -> None:
     path.write_text(text)
     vl.update_launch_json(tmp_path, "myjob", [target(0, root=str(tmp_path), port=45000)])
     data = parsed(path)
-    assert names(data) == ["Python: current file", "remote-debug: someoneelse rank 0 (algo-1)",
-                           "remote-debug: myjob rank 0 (algo-1)", "added later"]
+    assert names(data) == [
+        "Python: current file",
+        "remote-debug: someoneelse rank 0 (algo-1)",
+        "remote-debug: myjob rank 0 (algo-1)",
+        "added later",
+    ]
     assert data["configurations"][2]["connect"]["port"] == 45000
     assert data["compounds"][1]["configurations"] == ["remote-debug: myjob rank 0 (algo-1)"]
 
@@ -153,19 +166,22 @@ def test_two_jobs_coexist_and_prefixes_do_not_collide(tmp_path: Path) -> None:
     assert not vl.remove_job_configs(tmp_path, "a")
 
 
-@pytest.mark.parametrize("text", [
-    # trailing commas
-    '{\n    "version": "0.2.0",\n    "configurations": [\n        {"name": "x"},\n    ],\n'
-    '    "compounds": [],\n}\n',
-    # no trailing commas, a comment before the closing bracket
-    '{\n    "version": "0.2.0",\n    "configurations": [\n        {"name": "x"} // last one\n    ],\n'
-    '    "compounds": [\n        {"name": "c", "configurations": ["x"]}\n    ]\n}\n',
-    # tabs and CRLF
-    '{\r\n\t"configurations": [\r\n\t\t{"name": "x"},\r\n\t\t/* keep */\r\n\t\t{"name": "y"}\r\n\t],\r\n'
-    '\t"compounds": []\r\n}',  # (an empty list with blanks inside would come back as [])
-    # empty arrays
-    '{"configurations": [], "compounds": []}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # trailing commas
+        '{\n    "version": "0.2.0",\n    "configurations": [\n        {"name": "x"},\n    ],\n'
+        '    "compounds": [],\n}\n',
+        # no trailing commas, a comment before the closing bracket
+        '{\n    "version": "0.2.0",\n    "configurations": [\n        {"name": "x"} // last one\n    ],\n'
+        '    "compounds": [\n        {"name": "c", "configurations": ["x"]}\n    ]\n}\n',
+        # tabs and CRLF
+        '{\r\n\t"configurations": [\r\n\t\t{"name": "x"},\r\n\t\t/* keep */\r\n\t\t{"name": "y"}\r\n\t],\r\n'
+        '\t"compounds": []\r\n}',  # (an empty list with blanks inside would come back as [])
+        # empty arrays
+        '{"configurations": [], "compounds": []}',
+    ],
+)
 def test_update_then_remove_restores_typical_files(tmp_path: Path, text: str) -> None:
     path = write_user(tmp_path, text)
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(3)))
@@ -182,8 +198,10 @@ def test_comments_next_to_our_entries_are_kept(tmp_path: Path) -> None:
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(3)))
     path = launch(tmp_path)
     text = path.read_text()
-    text = text.replace('        {\n            "name": "remote-debug: myjob rank 1',
-                        '        // about rank 1\n        {\n            "name": "remote-debug: myjob rank 1')
+    text = text.replace(
+        '        {\n            "name": "remote-debug: myjob rank 1',
+        '        // about rank 1\n        {\n            "name": "remote-debug: myjob rank 1',
+    )
     end = '"justMyCode": false\n        }'
     text = text.replace(end + "\n    ],", end + " /* end */\n    ],")
     path.write_text(text)
@@ -196,14 +214,17 @@ def test_comments_next_to_our_entries_are_kept(tmp_path: Path) -> None:
     assert names(parsed(path)) == []
 
 
-@pytest.mark.parametrize("text, reason", [
-    ('{"configurations": [ {"name": "x",, } ]}', "not valid JSON"),
-    ('{"configurations": [', "not valid JSON"),
-    ("/* unterminated", "not valid JSON"),
-    ('["not", "an", "object"]', "top level is not an object"),
-    ('{"configurations": {"name": "x"}}', "'configurations' is not a list"),
-    ('{"compounds": 3}', "'compounds' is not a list"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('{"configurations": [ {"name": "x",, } ]}', "not valid JSON"),
+        ('{"configurations": [', "not valid JSON"),
+        ("/* unterminated", "not valid JSON"),
+        ('["not", "an", "object"]', "top level is not an object"),
+        ('{"configurations": {"name": "x"}}', "'configurations' is not a list"),
+        ('{"compounds": 3}', "'compounds' is not a list"),
+    ],
+)
 def test_malformed_file_raises_and_is_untouched(tmp_path: Path, text: str, reason: str) -> None:
     path = write_user(tmp_path, text)
     os.chmod(path, 0o600)
@@ -241,13 +262,16 @@ def test_local_root_uses_workspace_folder(tmp_path: Path) -> None:
     assert roots == ["${workspaceFolder}", "${workspaceFolder}/src", "/other/code"]
 
 
-@pytest.mark.parametrize("job, ts", [
-    ("bad_job", [target(0, job="bad_job")]),
-    ("myjob", [target(0, job="other")]),
-    ("myjob", [target(0), target(0)]),
-    ("myjob", []),
-    ("myjob", [target(0, port=70000)]),
-])
+@pytest.mark.parametrize(
+    "job, ts",
+    [
+        ("bad_job", [target(0, job="bad_job")]),
+        ("myjob", [target(0, job="other")]),
+        ("myjob", [target(0), target(0)]),
+        ("myjob", []),
+        ("myjob", [target(0, port=70000)]),
+    ],
+)
 def test_bad_input_raises_and_writes_nothing(tmp_path: Path, job: str, ts: list[RankTarget]) -> None:
     with pytest.raises(spec.ContractError):
         vl.update_launch_json(tmp_path, job, ts)
