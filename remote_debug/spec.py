@@ -268,6 +268,8 @@ class NodeManifest:
     @classmethod
     def from_json(cls, data: Any) -> NodeManifest:
         d = _require_mapping(data, "node manifest")
+        if not isinstance(d.get("hosts", []), list):
+            raise ContractError("node manifest field 'hosts' must be a list of host names")
         try:
             m = cls(
                 job_name=str(d["job_name"]),

@@ -201,6 +201,7 @@ def _node_json(**changes: Any) -> dict[str, Any]:
     (_node_json(host_public_key="ssh-ed25519"), "host key"),
     (_node_json(ssh_user=None), "ssh_user"),
     (_node_json(hosts=None), "hosts"),
+    (_node_json(hosts="algo-1"), "must be a list"),
 ])
 def test_node_manifest_errors(data: Any, message: str) -> None:
     with pytest.raises(ContractError, match=message):
