@@ -20,7 +20,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -332,23 +332,38 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
 # --- small shared helpers ------------------------------------------------------------------------
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` so readers see the old file or the new one, never half of it."""
+def atomic_write_bytes(
+    path: Path, data: bytes, mode: int = 0o644, *, unless_changed: Callable[[], bool] | None = None
+) -> bool:
+    """Write ``data`` so readers see the old file or the new one, never half of it.
+
+    ``unless_changed``: checked just before the final rename; when it returns False (someone else
+    changed the file meanwhile) nothing is replaced and the result is False.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+        if unless_changed is not None and not unless_changed():
+            os.unlink(tmp)
+            return False
         os.replace(tmp, path)
+        return True
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """UTF-8 (whatever the locale says) text, written atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
 def _loads(text: str, path: Path) -> Any:

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,21 +327,6 @@ def _read_bytes(path: Path) -> bytes | None:
         raise SshConfigError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _atomic_write_bytes(path: Path, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _target(user_config: Path) -> Path:
     # write through a symlink (dotfile managers link ~/.ssh/config): replacing the link itself
     # would silently detach the user's config from their dotfiles repository
@@ -400,7 +384,7 @@ def ensure_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
             target.parent.mkdir(mode=0o700, parents=True)
             os.chmod(target.parent, 0o700)  # mkdir's mode is masked by the umask
         mode = 0o600 if old is None else stat.S_IMODE(target.stat().st_mode)
-        _atomic_write_bytes(target, new, mode)
+        spec.atomic_write_bytes(target, new, mode)
         return IncludeChange(True, _diff(path, old, new), path)
 
 
@@ -424,7 +408,7 @@ def remove_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
             if new is None:
                 target.unlink()
             else:
-                _atomic_write_bytes(target, new, stat.S_IMODE(target.stat().st_mode))
+                spec.atomic_write_bytes(target, new, stat.S_IMODE(target.stat().st_mode))
         if record.get("created_dir") and new is None:
             with contextlib.suppress(OSError):  # not empty any more: it is the user's now
                 target.parent.rmdir()

@@ -15,11 +15,8 @@ moves the gaps, and keeps any comment in them, the way a person editing the file
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import stat
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,24 +400,8 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
 
 def _replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
     """Atomically write ``data`` unless someone (an editor, another attach) changed the file meanwhile."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        if _read(path)[0] != expected:
-            os.unlink(tmp)
-            return False
-        os.replace(tmp, path)
-        return True
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return spec.atomic_write_bytes(path, data, mode, unless_changed=lambda: _read(path)[0] == expected)
 
 
 def _edit(path: Path, change: Callable[[_Document], None], *, create: bool) -> bool:

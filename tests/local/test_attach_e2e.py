@@ -5,7 +5,6 @@ DAP client stopped in every rank."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import textwrap
 import time
@@ -19,6 +18,7 @@ from remote_debug.local.backends.local import LaunchRequest
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import HostKeyMismatchError
+from tests.container.helpers import listen_addresses
 
 DDP_SCRIPT = textwrap.dedent(
     """
@@ -59,26 +59,6 @@ def wait_status(backend: LocalBackend, job: str, statuses: tuple[str, ...], time
             return info.status
         time.sleep(0.2)
     raise AssertionError(f"job {job} stayed {backend.describe(job).status}")
-
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses with a TCP listener on ``port`` (from /proc/net/tcp{,6})."""
-    found = set()
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local, state = fields[1], fields[3]
-            addr_hex, port_hex = local.split(":")
-            if state == "0A" and int(port_hex, 16) == port:
-                if width == 8:
-                    found.add(socket.inet_ntoa(bytes.fromhex(addr_hex)[::-1]))
-                else:
-                    found.add(addr_hex)
-    return found
 
 
 @pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])
@@ -145,7 +125,7 @@ def test_listeners_are_loopback_only_and_changed_host_key_is_refused(home: Path,
             assert time.monotonic() < deadline, "ranks did not start listening"
             time.sleep(0.3)
         for port in [m.sshd_port, *(r.port for r in m.ranks)]:
-            assert listening_addresses(port) == {"127.0.0.1"}, port
+            assert listen_addresses(port) == ["0100007F"], port  # 127.0.0.1 only, as /proc/net/tcp spells it
 
         # Attach once so the ssh entries exist, then make the node present a different key than the
         # one pinned from the manifest: both OpenSSH and our tunnels must refuse.
