@@ -30,8 +30,8 @@ def demo(
         console.print(
             "Launching the demo job; when 'ready' appears, attach from VS Code:\n"
             "  1. open the workspace printed below (File > Open Folder),\n"
-            "  2. Run and Debug > pick 'remote-debug: <job> all ranks' > Start,\n"
-            "  3. set a breakpoint in train_ddp.py (ranks wait for you, then stop there).",
+            "  2. set a breakpoint in train_ddp.py (ranks wait for a debugger before they start),\n"
+            "  3. Run and Debug > pick 'remote-debug: <job> all ranks' > Start: every rank stops there.",
             markup=False,
         )
     result = run_demo(
