@@ -1,0 +1,284 @@
+"""``python -m bench [--short]``: the debugging overheads, measured side by side in one run.
+
+Each row is a ratio (or a time) of two things measured in this run on this machine, so the numbers
+mean something even on a loaded 2-core box.  See docs/PERFORMANCE.md for the latest table.
+
+P1 hook ready: sshd + every rank listening, vs the same job without the hook (job wall time)
+P2 idle overhead: call-heavy loop CPU time with the hook (nobody attached) and with plain
+   ``debugpy.listen()``, vs no hook
+P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks
+P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from remote_debug import spec
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.dap_client import attach_and_configure, inspect_stop
+from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.keys import ensure_job_key
+from remote_debug.local.paths import StatePaths
+
+CALL_HEAVY = textwrap.dedent(
+    """
+    import json, sys, time
+    def f(x):
+        return x + 1
+    def work(n):
+        total = 0
+        for i in range(n):
+            total = f(total)
+        return total
+    start = time.process_time()
+    work(int(sys.argv[1]))
+    print(json.dumps({"cpu": time.process_time() - start}))
+    """
+)
+
+LISTEN_THEN_WORK = "import debugpy\ndebugpy.listen(('127.0.0.1', 0))\n"
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import os, time
+    rank = int(os.environ.get("RANK", "0"))
+    for step in range(200):
+        value = rank * 1000 + step  # BENCH-BREAK
+        time.sleep(0.01)
+    """
+)
+
+TRIVIAL = "print('ok')\n"
+
+
+def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=True, timeout=600).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def hook_env(paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0) -> dict[str, str]:
+    _, public_key = ensure_job_key(paths, job)
+    env = dict(os.environ)
+    env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, wait_seconds=wait).to_env())
+    env[spec.ENV_MANIFEST_DIR] = str(manifest_dir)
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    return env
+
+
+def best_of(n: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(n))
+
+
+def p1_hook_ready(work: Path, paths: StatePaths, repeats: int) -> dict[str, float]:
+    script = work / "trivial.py"
+    script.write_text(TRIVIAL)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        "0",
+        str(script),
+    ]
+
+    def plain() -> float:
+        t = time.perf_counter()
+        subprocess.run(torchrun, check=True, capture_output=True, timeout=300)
+        return time.perf_counter() - t
+
+    def hooked() -> float:
+        env = hook_env(paths, "bench-p1", work / "p1-manifest")
+        t = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "remote_debug.container", "--", *torchrun],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
+        return time.perf_counter() - t
+
+    base, with_hook = best_of(repeats, plain), best_of(repeats, hooked)
+    return {"plain_s": base, "hook_s": with_hook, "added_s": with_hook - base, "ratio": with_hook / base}
+
+
+def p2_idle_overhead(work: Path, paths: StatePaths, iterations: int, repeats: int) -> dict[str, float]:
+    loop = work / "loop.py"
+    loop.write_text(CALL_HEAVY)
+    listen = work / "listen_loop.py"
+    listen.write_text(LISTEN_THEN_WORK + CALL_HEAVY)
+    env_plain = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+    hooked_env = hook_env(paths, "bench-p2", work / "p2-manifest")
+    none = best_of(repeats, lambda: run_json([sys.executable, str(loop), str(iterations)], env_plain)["cpu"])
+    hook = best_of(
+        repeats,
+        lambda: run_json(
+            [sys.executable, "-m", "remote_debug.container", "--", sys.executable, str(loop), str(iterations)],
+            hooked_env,
+        )["cpu"],
+    )
+    listen_only = best_of(repeats, lambda: run_json([sys.executable, str(listen), str(iterations)], env_plain)["cpu"])
+    return {
+        "none_cpu_s": none,
+        "hook_cpu_s": hook,
+        "listen_cpu_s": listen_only,
+        "hook_vs_none": hook / none,
+        "listen_vs_none": listen_only / none,
+    }
+
+
+def _launch_rank_job(paths: StatePaths, work: Path, name: str, nodes: int, nproc: int) -> tuple[LocalBackend, Path]:
+    src = work / name
+    src.mkdir(exist_ok=True)
+    (src / "ranks.py").write_text(RANK_SCRIPT)
+    backend = LocalBackend(paths)
+    backend.launch(
+        LaunchRequest(
+            command=["python", "ranks.py"],
+            name=name,
+            source_dir=src,
+            nodes=nodes,
+            nproc_per_node=nproc,
+            wait_seconds=120,
+        )
+    )
+    return backend, src
+
+
+def _break_line(src: Path) -> int:
+    return next(i for i, line in enumerate((src / "ranks.py").read_text().splitlines(), 1) if "BENCH-BREAK" in line)
+
+
+def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for nodes, nproc in shapes:
+        name = f"bench-p4-{nodes}x{nproc}"
+        backend, src = _launch_rank_job(paths, work, name, nodes, nproc)
+        stamps: dict[str, float] = {}
+        stopped: list[float] = []
+
+        def emit(event: dict[str, Any], stamps: dict[str, float] = stamps, stopped: list[float] = stopped) -> None:
+            if event["event"] == "ready":
+                stamps["ready"] = time.perf_counter()
+            if event["event"] == "stopped":
+                stopped.append(time.perf_counter())
+
+        plan = HeadlessPlan(breakpoints={str(src / "ranks.py"): [_break_line(src)]}, max_stops=1)
+        start = time.perf_counter()
+        try:
+            Attacher(
+                backend,
+                name,
+                AttachOptions(workspace=src, headless=plan, write_launch_json=False, edit_user_ssh_config=False),
+                emit,
+                paths,
+            ).run()
+        finally:
+            backend.stop(name, wait_seconds=30)
+        ranks = nodes * nproc
+        if len(stopped) == ranks:
+            out[f"{ranks}_ranks_s"] = max(stopped) - start
+    return out
+
+
+def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, float]:
+    name = "bench-p5"
+    backend, src = _launch_rank_job(paths, work, name, 1, 1)
+    result: dict[str, float] = {}
+    try:
+        attacher = Attacher(
+            backend,
+            name,
+            AttachOptions(workspace=src, write_launch_json=False, edit_user_ssh_config=False, ready_timeout=60),
+            lambda e: None,
+            paths,
+        )
+        # Use the attach machinery up to the forwards, then drive DAP ourselves.
+        from remote_debug.local.attach import wait_for_manifests, write_ssh_entries
+
+        manifests = wait_for_manifests(backend, name, 60, lambda e: None)
+        entries = write_ssh_entries(name, manifests, paths, edit_user_config=False, emit=lambda e: None)
+        attacher._connect_nodes(entries)
+        deadline = time.monotonic() + 60
+        while not attacher._discover_ranks():
+            if time.monotonic() > deadline:
+                raise RuntimeError("rank did not start listening")
+            time.sleep(0.2)
+        fwd = attacher.forwards[0]
+        line = _break_line(src)
+        mapping = [(str(src), fwd.code_dir)]
+        for label, port in (("tunnel", fwd.local_port), ("direct", fwd.remote_port)):
+            client = attach_and_configure(
+                "127.0.0.1", port, path_mappings=mapping, breakpoints={str(src / "ranks.py"): [line]}, timeout=60
+            )
+            try:
+                hit = inspect_stop(client, 30)
+                client.set_breakpoints(str(src / "ranks.py"), [])
+                times = []
+                for _ in range(steps):
+                    t = time.perf_counter()
+                    client.next(hit.thread_id)
+                    client.wait_stopped(30)
+                    times.append(time.perf_counter() - t)
+                result[f"{label}_next_ms"] = statistics.median(times) * 1000
+                client.continue_(hit.thread_id)
+                client.disconnect()
+            finally:
+                client.close()
+        result["tunnel_vs_direct"] = result["tunnel_next_ms"] / result["direct_next_ms"]
+        for tunnel in attacher.tunnels.values():
+            tunnel.close()
+    finally:
+        backend.stop(name, wait_seconds=30)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--short", action="store_true", help="fewer repeats and ranks (CI)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    repeats = 1 if args.short else 3
+    with tempfile.TemporaryDirectory(prefix="rd-bench-") as tmp:
+        work = Path(tmp)
+        paths = StatePaths(work / "state")
+        results: dict[str, dict[str, float]] = {}
+        results["P1 hook ready (2-rank torchrun, trivial script)"] = p1_hook_ready(work, paths, repeats)
+        results["P2 idle overhead (call-heavy loop)"] = p2_idle_overhead(
+            work, paths, 300_000 if args.short else 2_000_000, repeats
+        )
+        shapes = [(1, 1), (1, 2)] if args.short else [(1, 1), (1, 2), (1, 4), (2, 4)]
+        results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
+        results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if args.short else 20)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    width = max(len(k) for k in results)
+    for name, row in results.items():
+        cells = ", ".join(f"{k}={v:.3f}" for k, v in row.items())
+        print(f"{name:<{width}}  {cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""The benchmark command runs to completion in its short mode and reports every measurement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_bench_short_mode_reports_every_row(home: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench", "--short", "--json"], capture_output=True, text=True,
+                          timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    p2 = rows["P2 idle overhead (call-heavy loop)"]
+    assert p2["none_cpu_s"] > 0 and p2["hook_vs_none"] > 0
+    assert set(rows["P4 attach -> all ranks stopped"]) == {"1_ranks_s", "2_ranks_s"}  # every rank stopped
+    assert rows["P5 DAP next latency"]["tunnel_next_ms"] > 0
