@@ -67,7 +67,8 @@ TRIVIAL = "print('ok')\n"
 
 def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, check=True, timeout=600).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def hook_env(paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0) -> dict[str, str]:
