@@ -1,0 +1,445 @@
+// The commands: each asks what it needs (quick picks), runs the CLI, and updates the model.
+
+import * as path from 'node:path';
+
+import * as vscode from 'vscode';
+
+import { AttachManager, AttachSettings, showError } from './attach';
+import { Cli, CliError } from './cli';
+import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
+import { isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument } from './events';
+import { JobsModel, parseRanks, RANK_STATE_LABEL } from './model';
+import { REMOTE_SSH_EXTENSION, remoteSshUri, sshCommand, suggestedSettings } from './remoteSsh';
+import { TreeNode } from './tree';
+
+const NEVER_ASK_SSH_SETTINGS = 'remoteDebug.neverOfferRemoteSshSettings';
+
+export interface Settings extends AttachSettings {
+  cliPath: string;
+  pythonPath: string;
+  env: Record<string, string>;
+  defaultRanks: string;
+  nprocPerNode: number;
+  waitSeconds: number;
+  refreshIntervalSeconds: number;
+}
+
+export function readSettings(): Settings {
+  const c = vscode.workspace.getConfiguration('remoteDebug');
+  return {
+    cliPath: c.get<string>('cliPath', 'remote-debug'),
+    pythonPath: c.get<string>('pythonPath', ''),
+    // the CLI reads the standard AWS variables; empty settings leave the environment alone
+    env: { AWS_PROFILE: c.get<string>('aws.profile', ''), AWS_REGION: c.get<string>('aws.region', '') },
+    defaultRanks: c.get<string>('defaultRanks', 'all'),
+    pathMappings: c.get<PathMapping[]>('pathMappings', []),
+    debugType: c.get<string>('debugType', 'auto'),
+    justMyCode: c.get<boolean>('justMyCode', false),
+    nprocPerNode: c.get<number>('launch.nprocPerNode', 2),
+    waitSeconds: c.get<number>('launch.waitSeconds', 300),
+    refreshIntervalSeconds: c.get<number>('refreshIntervalSeconds', 10),
+    readyTimeoutSeconds: c.get<number>('readyTimeoutSeconds', 600),
+  };
+}
+
+interface Log {
+  appendLine(line: string): void;
+  show(preserveFocus?: boolean): void;
+}
+
+export class Commands {
+  private refreshing: Promise<void> | undefined;
+  private lastListingWarning = '';
+
+  constructor(
+    private readonly cli: Cli,
+    private readonly model: JobsModel,
+    private readonly attacher: AttachManager,
+    private readonly log: Log,
+    private readonly globalState: vscode.Memento,
+  ) {}
+
+  register(): vscode.Disposable[] {
+    const wrap =
+      (name: string, fn: (...args: never[]) => Promise<unknown>) =>
+      async (...args: never[]) => {
+        try {
+          await fn.apply(this, args);
+        } catch (err) {
+          if (err instanceof CliError && err.message === 'cancelled') {
+            return;
+          }
+          const message = err instanceof Error ? err.message : String(err);
+          this.log.appendLine(`${name}: ${message}`);
+          await showError(message);
+        }
+      };
+    const table: Record<string, (...args: never[]) => Promise<unknown>> = {
+      'remoteDebug.refresh': this.refresh,
+      'remoteDebug.attachToJob': this.attachToJob,
+      'remoteDebug.attachAllRanks': this.attachAllRanks,
+      'remoteDebug.attachRank': this.attachRank,
+      'remoteDebug.openRemoteSsh': this.openRemoteSsh,
+      'remoteDebug.showStacks': this.showStacks,
+      'remoteDebug.stopJob': this.stopJob,
+      'remoteDebug.detach': this.detach,
+      'remoteDebug.launchLocalJob': this.launchLocalJob,
+      'remoteDebug.showOutput': async () => this.log.show(),
+    };
+    return Object.entries(table).map(([name, fn]) => vscode.commands.registerCommand(name, wrap(name, fn)));
+  }
+
+  // --- jobs -------------------------------------------------------------------------------------
+
+  /** `remote-debug jobs --json` into the model; concurrent calls share one CLI run. */
+  refresh(): Promise<void> {
+    this.refreshing ??= (async () => {
+      try {
+        const result = await this.cli.run(['jobs', '--json'], { timeoutMs: 60_000 });
+        this.model.setJobs(parseJobs(result.stdout));
+        // e.g. "sagemaker jobs not listed: no AWS credentials": worth a line, not every refresh
+        const warning = result.stderr.trim();
+        if (warning && warning !== this.lastListingWarning) {
+          this.log.appendLine(`jobs: ${warning}`);
+        }
+        this.lastListingWarning = warning;
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        this.log.appendLine(`jobs: ${message}`);
+        this.model.setError(message);
+      } finally {
+        this.refreshing = undefined;
+      }
+    })();
+    return this.refreshing;
+  }
+
+  private async pickJob(options: { node?: TreeNode; placeHolder: string; single?: boolean }): Promise<JobInfo | undefined> {
+    if (options.node && options.node.kind !== 'message') {
+      const entry = this.model.get(options.node.job);
+      if (entry) {
+        return entry.info;
+      }
+    }
+    await this.refresh();
+    if (this.model.error) {
+      throw new Error(`cannot list jobs: ${this.model.error}`);
+    }
+    const running = this.model.running().map((e) => e.info);
+    if (running.length === 0) {
+      const choice = await vscode.window.showInformationMessage(
+        'Remote Debug: no running jobs. Launch one with remote-debug launch (or here), then attach.',
+        'Launch Local Job…',
+      );
+      if (choice) {
+        await vscode.commands.executeCommand('remoteDebug.launchLocalJob');
+      }
+      return undefined;
+    }
+    if (running.length === 1 && options.single) {
+      return running[0];
+    }
+    const picked = await vscode.window.showQuickPick(
+      running.map((info) => ({
+        label: info.name,
+        description: `${info.status}${info.secondary_status ? ` · ${info.secondary_status}` : ''} · ${info.backend}`,
+        detail: `${info.nodes.length} node(s) × ${info.nproc_per_node || "?"} rank(s)${info.source_dir ? ` · ${info.source_dir}` : ''}`,
+        info,
+      })),
+      { placeHolder: options.placeHolder, matchOnDescription: true },
+    );
+    return picked?.info;
+  }
+
+  private folderFor(info: JobInfo): vscode.WorkspaceFolder {
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    if (folders.length === 0) {
+      throw new Error(
+        'open the folder with your training code first (File > Open Folder): breakpoints there map to the code in the job',
+      );
+    }
+    if (info.source_dir) {
+      const src = path.resolve(info.source_dir);
+      const match = folders.find((f) => {
+        const p = path.resolve(f.uri.fsPath);
+        return p === src || src.startsWith(p + path.sep) || p.startsWith(src + path.sep);
+      });
+      if (match) {
+        return match;
+      }
+    }
+    return folders[0];
+  }
+
+  // --- attach -----------------------------------------------------------------------------------
+
+  async attachToJob(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Attach the debugger to which job?' });
+    if (!info) {
+      return;
+    }
+    const ranks = parseRanks(readSettings().defaultRanks);
+    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+  }
+
+  async attachAllRanks(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Attach to every rank of which job?', single: true });
+    if (!info) {
+      return;
+    }
+    await this.attacher.attach({ job: info.name, ranks: undefined, folder: this.folderFor(info) });
+  }
+
+  async attachRank(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Attach to a rank of which job?', single: true });
+    if (!info) {
+      return;
+    }
+    let ranks: number[];
+    if (node?.kind === 'rank') {
+      ranks = [node.rank];
+    } else {
+      const all = this.model.allRanks(info.name);
+      const picked = await vscode.window.showQuickPick(
+        all.map((r) => ({
+          label: `rank ${r.rank}`,
+          description: `${r.node} · ${RANK_STATE_LABEL[r.state]}`,
+          rank: r.rank,
+        })),
+        { placeHolder: `Attach to which ranks of ${info.name}?`, canPickMany: true },
+      );
+      if (!picked || picked.length === 0) {
+        return;
+      }
+      ranks = picked.map((p) => p.rank);
+    }
+    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+  }
+
+  /** From a rank: stop its session.  From a job (or the palette): stop every session and the tunnels. */
+  async detach(node?: TreeNode): Promise<void> {
+    if (node?.kind === 'rank') {
+      await this.attacher.detachRank(node.job, node.rank);
+      return;
+    }
+    const job = node && node.kind !== 'message' ? node.job : this.attacher.activeJobs()[0];
+    if (job) {
+      await this.attacher.detach(job);
+    }
+  }
+
+  // --- remote-ssh -------------------------------------------------------------------------------
+
+  async openRemoteSsh(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Open Remote-SSH on a node of which job?', single: true });
+    if (!info) {
+      return;
+    }
+    // the CLI writes (or refreshes) the ssh entries and tells us their aliases
+    const data = (await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: ssh entries for ${info.name}` },
+      () => this.cli.json(['ssh-config', info.name, '--json'], { timeoutMs: 120_000 }),
+    )) as { aliases?: unknown };
+    const aliases = Array.isArray(data.aliases) ? data.aliases.filter((a): a is string => typeof a === 'string') : [];
+    if (aliases.length === 0) {
+      throw new Error(`the CLI reported no ssh hosts for ${info.name}`);
+    }
+    let alias: string | undefined;
+    if (node?.kind === 'node' || node?.kind === 'rank') {
+      alias = aliases.find((a) => a === `${node.node}.${info.name}`);
+    }
+    if (!alias) {
+      alias =
+        aliases.length === 1
+          ? aliases[0]
+          : await vscode.window.showQuickPick(aliases, { placeHolder: `Open Remote-SSH on which node of ${info.name}?` });
+    }
+    if (!alias) {
+      return;
+    }
+    const nodeName = alias.endsWith(`.${info.name}`) ? alias.slice(0, -(info.name.length + 1)) : alias;
+    const folder = this.model.codeDir(info.name, nodeName) ?? readSettings().pathMappings[0]?.remoteRoot ?? DEFAULT_REMOTE_ROOT;
+
+    if (!vscode.extensions.getExtension(REMOTE_SSH_EXTENSION)) {
+      const choice = await vscode.window.showWarningMessage(
+        `Remote Debug: the Remote - SSH extension (${REMOTE_SSH_EXTENSION}) is not installed. The node is reachable as "${alias}" with plain ssh.`,
+        'Open Terminal',
+        'Copy ssh Command',
+      );
+      if (choice === 'Open Terminal') {
+        const terminal = vscode.window.createTerminal({ name: `ssh ${alias}` });
+        terminal.show();
+        terminal.sendText(sshCommand(alias));
+      } else if (choice === 'Copy ssh Command') {
+        await vscode.env.clipboard.writeText(sshCommand(alias));
+      }
+      return;
+    }
+    await this.offerRemoteSshSettings(aliases);
+    const uri = vscode.Uri.parse(remoteSshUri(alias, folder));
+    this.log.appendLine(`opening ${uri.toString(true)}`);
+    await vscode.commands.executeCommand('vscode.openFolder', uri, { forceNewWindow: true });
+  }
+
+  /** Offer the Remote-SSH settings that help training containers; change nothing without a yes. */
+  async offerRemoteSshSettings(aliases: string[]): Promise<void> {
+    if (this.globalState.get<boolean>(NEVER_ASK_SSH_SETTINGS)) {
+      return;
+    }
+    const ssh = vscode.workspace.getConfiguration('remote.SSH');
+    const changes = suggestedSettings(
+      { localServerDownload: ssh.get('localServerDownload'), remotePlatform: ssh.get('remotePlatform') },
+      aliases,
+    );
+    if (changes.length === 0) {
+      return;
+    }
+    const list = changes.map((c) => `• remote.SSH.${c.key}: ${c.why}`).join('\n');
+    const choice = await vscode.window.showInformationMessage(
+      'Remote Debug: change these Remote-SSH user settings for training containers?',
+      { modal: true, detail: list },
+      'Change Settings',
+      'Not Now',
+      'Never Ask',
+    );
+    if (choice === 'Change Settings') {
+      for (const c of changes) {
+        await vscode.workspace.getConfiguration(c.section).update(c.key, c.value, vscode.ConfigurationTarget.Global);
+        this.log.appendLine(`set ${c.section}.${c.key} = ${JSON.stringify(c.value)}`);
+      }
+    } else if (choice === 'Never Ask') {
+      await this.globalState.update(NEVER_ASK_SSH_SETTINGS, true);
+    }
+  }
+
+  // --- stacks, stop, launch ---------------------------------------------------------------------
+
+  async showStacks(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Show the Python stacks of which job?', single: true });
+    if (!info) {
+      return;
+    }
+    let stdout: string;
+    try {
+      stdout = (
+        await vscode.window.withProgress(
+          { location: vscode.ProgressLocation.Notification, title: `Remote Debug: stacks of ${info.name}` },
+          () => this.cli.run(['stacks', info.name, '--json'], { timeoutMs: 120_000 }),
+        )
+      ).stdout;
+    } catch (err) {
+      if (err instanceof CliError && err.unknownCommand) {
+        await vscode.window.showInformationMessage(
+          'Remote Debug: Show Stacks is not available yet: this remote-debug CLI has no "stacks" command. ' +
+            'Attach the debugger (Attach All Ranks) and pause a rank to see its stack.',
+        );
+        return;
+      }
+      throw err;
+    }
+    let content = stdout;
+    let language = 'plaintext';
+    try {
+      content = JSON.stringify(parseJsonDocument(stdout), null, 2);
+      language = 'json';
+    } catch {
+      // not JSON: show it as the CLI printed it
+    }
+    const doc = await vscode.workspace.openTextDocument({ content, language });
+    await vscode.window.showTextDocument(doc, { preview: true });
+  }
+
+  async stopJob(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Stop which job?' });
+    if (!info) {
+      return;
+    }
+    if (!isRunning(info)) {
+      await vscode.window.showInformationMessage(`Remote Debug: job ${info.name} is already ${info.status}.`);
+      return;
+    }
+    const choice = await vscode.window.showWarningMessage(
+      `Stop job ${info.name}?`,
+      { modal: true, detail: 'Its processes get SIGTERM (SIGKILL after a grace period), as SageMaker stops a job.' },
+      'Stop Job',
+    );
+    if (choice !== 'Stop Job') {
+      return;
+    }
+    await this.attacher.detach(info.name);
+    const stopped = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: stopping ${info.name}` },
+      () => this.cli.json(['stop', info.name, '--json'], { timeoutMs: 300_000 }),
+    );
+    this.model.upsertJob(parseJob(stopped));
+    await this.refresh();
+  }
+
+  async launchLocalJob(resource?: vscode.Uri): Promise<void> {
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    if (folders.length === 0) {
+      throw new Error('open the folder with your training script first (File > Open Folder)');
+    }
+    let script = resource instanceof vscode.Uri ? resource : undefined;
+    const active = vscode.window.activeTextEditor?.document.uri;
+    if (!script) {
+      const candidates = await vscode.workspace.findFiles('**/*.py', '**/{.venv,venv,node_modules,.git,__pycache__}/**', 500);
+      if (candidates.length === 0) {
+        throw new Error('no Python script in the workspace to launch');
+      }
+      const items = candidates
+        .map((uri) => ({ label: vscode.workspace.asRelativePath(uri), uri }))
+        .sort((a, b) => {
+          const pa = active && a.uri.fsPath === active.fsPath ? 0 : 1;
+          const pb = active && b.uri.fsPath === active.fsPath ? 0 : 1;
+          return pa - pb || a.label.localeCompare(b.label);
+        });
+      script = (await vscode.window.showQuickPick(items, { placeHolder: 'Launch which training script as a local job?' }))?.uri;
+    }
+    if (!script) {
+      return;
+    }
+    const folder = vscode.workspace.getWorkspaceFolder(script) ?? folders[0];
+    const settings = readSettings();
+    const nproc = await vscode.window.showInputBox({
+      prompt: 'Ranks per node (torchrun --nproc-per-node)',
+      value: String(settings.nprocPerNode),
+      validateInput: (v) => (/^[1-9]\d*$/.test(v.trim()) ? undefined : 'a whole number, at least 1'),
+    });
+    if (!nproc) {
+      return;
+    }
+    const relative = path.relative(folder.uri.fsPath, script.fsPath);
+    if (relative.startsWith('..')) {
+      throw new Error(`${script.fsPath} is not inside the workspace folder ${folder.uri.fsPath}`);
+    }
+    const args = [
+      'launch',
+      '--local',
+      '--nproc-per-node',
+      nproc.trim(),
+      '--wait',
+      String(settings.waitSeconds),
+      '--source-dir',
+      folder.uri.fsPath,
+      '--json',
+      '--',
+      this.cli.trainingPython(),
+      relative,
+    ];
+    const launched = parseJob(
+      await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: `Remote Debug: launching ${relative}` },
+        () => this.cli.json(args, { cwd: folder.uri.fsPath, timeoutMs: 120_000 }),
+      ),
+    );
+    this.model.upsertJob(launched);
+    this.log.appendLine(`launched ${launched.name}`);
+    void this.refresh();
+    const wait = settings.waitSeconds > 0 ? ` Its ranks wait up to ${settings.waitSeconds} s for the debugger.` : '';
+    const choice = await vscode.window.showInformationMessage(`Remote Debug: launched ${launched.name}.${wait}`, 'Attach All Ranks');
+    if (choice === 'Attach All Ranks') {
+      await this.attacher.attach({ job: launched.name, ranks: undefined, folder });
+    }
+  }
+}

@@ -1,0 +1,133 @@
+// Per-rank attach configurations, for the Python extension's `debugpy` type or our own type.
+//
+// Pure (no vscode import): the same code runs in the unit tests.
+
+export const OWN_DEBUG_TYPE = 'remote-debug';
+export const PYTHON_DEBUGGER_EXTENSIONS = ['ms-python.debugpy', 'ms-python.python'];
+/** Where SageMaker's training toolkit puts the code when the CLI does not tell us. */
+export const DEFAULT_REMOTE_ROOT = '/opt/ml/code';
+
+export type DebugTypeSetting = 'auto' | 'debugpy' | 'remote-debug';
+
+export interface PathMapping {
+  localRoot: string;
+  remoteRoot: string;
+}
+
+/** What we tag our configurations with, to recognise our sessions later. */
+export interface RankTag {
+  job: string;
+  rank: number;
+  node: string;
+}
+
+export interface RankDebugConfiguration {
+  type: string;
+  name: string;
+  request: 'attach';
+  connect: { host: string; port: number };
+  pathMappings: PathMapping[];
+  justMyCode: boolean;
+  remoteDebug: RankTag;
+  [key: string]: unknown;
+}
+
+export function resolveDebugType(setting: string | undefined, installedExtensionIds: string[]): string {
+  if (setting === 'debugpy' || setting === OWN_DEBUG_TYPE) {
+    return setting;
+  }
+  const ids = new Set(installedExtensionIds.map((id) => id.toLowerCase()));
+  return PYTHON_DEBUGGER_EXTENSIONS.some((id) => ids.has(id)) ? 'debugpy' : OWN_DEBUG_TYPE;
+}
+
+/** The CLI's own name for a rank's configuration (remote_debug/local/vscode_launch.py: config_name). */
+export function configName(job: string, rank: number, node: string): string {
+  return `remote-debug: ${job} rank ${rank} (${node})`;
+}
+
+export function compoundName(job: string): string {
+  return `remote-debug: ${job} all ranks`;
+}
+
+export function substituteWorkspace(value: string, workspaceFolder: string | undefined): string {
+  if (!workspaceFolder) {
+    return value;
+  }
+  return value.replace(/\$\{workspaceFolder\}/g, workspaceFolder).replace(/\$\{workspaceRoot\}/g, workspaceFolder);
+}
+
+/**
+ * The path mappings for a rank: the user's setting if any (with ${workspaceFolder} expanded),
+ * otherwise workspace folder <-> the job's code dir.
+ */
+export function pathMappings(
+  setting: PathMapping[] | undefined,
+  workspaceFolder: string | undefined,
+  codeDir: string | undefined,
+): PathMapping[] {
+  const valid = (setting ?? []).filter(
+    (m) => m && typeof m.localRoot === 'string' && typeof m.remoteRoot === 'string' && m.localRoot && m.remoteRoot,
+  );
+  if (valid.length) {
+    return valid.map((m) => ({ localRoot: substituteWorkspace(m.localRoot, workspaceFolder), remoteRoot: m.remoteRoot }));
+  }
+  if (!workspaceFolder) {
+    return [];
+  }
+  return [{ localRoot: workspaceFolder, remoteRoot: codeDir ?? DEFAULT_REMOTE_ROOT }];
+}
+
+export interface RankConfigInput {
+  job: string;
+  rank: number;
+  node: string;
+  port: number;
+  host?: string;
+  debugType: string;
+  workspaceFolder?: string;
+  codeDir?: string;
+  pathMappingSetting?: PathMapping[];
+  justMyCode?: boolean;
+}
+
+export function rankConfiguration(input: RankConfigInput): RankDebugConfiguration {
+  if (!Number.isInteger(input.port) || input.port < 1 || input.port > 65535) {
+    throw new Error(`rank ${input.rank} of job ${input.job} has no usable debug port (${input.port})`);
+  }
+  return {
+    type: input.debugType,
+    name: configName(input.job, input.rank, input.node),
+    request: 'attach',
+    connect: { host: input.host ?? '127.0.0.1', port: input.port },
+    pathMappings: pathMappings(input.pathMappingSetting, input.workspaceFolder, input.codeDir),
+    justMyCode: input.justMyCode ?? false,
+    remoteDebug: { job: input.job, rank: input.rank, node: input.node },
+  };
+}
+
+/** Our tag on a session's configuration, if it is one of ours. */
+export function rankTag(configuration: { [key: string]: unknown } | undefined): RankTag | undefined {
+  const tag = configuration?.remoteDebug as Partial<RankTag> | undefined;
+  if (tag && typeof tag.job === 'string' && typeof tag.rank === 'number') {
+    return { job: tag.job, rank: tag.rank, node: typeof tag.node === 'string' ? tag.node : '' };
+  }
+  return undefined;
+}
+
+/**
+ * Where our own debug type connects: `connect` (what we generate, and what debugpy configurations
+ * use) or the older top-level host/port.  Returns an error message instead when there is none.
+ */
+export function connectTarget(configuration: { [key: string]: unknown }): { host: string; port: number } | string {
+  const connect = configuration.connect as { host?: unknown; port?: unknown } | undefined;
+  const host = typeof connect?.host === 'string' ? connect.host : typeof configuration.host === 'string' ? configuration.host : '127.0.0.1';
+  const rawPort = connect?.port ?? configuration.port;
+  const port = typeof rawPort === 'string' ? Number(rawPort) : rawPort;
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    return (
+      'this remote-debug configuration has no "connect": {"port": N}; start it from the Remote Debug view ' +
+      '(Attach All Ranks) or copy the port that `remote-debug attach` prints'
+    );
+  }
+  return { host, port };
+}

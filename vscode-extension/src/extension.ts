@@ -1,0 +1,77 @@
+// Entry point: wires the CLI runner, the jobs model, the view, the commands and the debug type.
+//
+// The extension never re-implements the CLI: every job operation is `remote-debug ... --json`.
+
+import * as vscode from 'vscode';
+
+import { AttachManager } from './attach';
+import { Cli } from './cli';
+import { Commands, readSettings } from './commands';
+import { registerDebugType } from './debugAdapter';
+import { JobsModel } from './model';
+import { JobsTreeProvider } from './tree';
+
+export interface ExtensionApi {
+  model: JobsModel;
+  attacher: AttachManager;
+  commands: Commands;
+}
+
+let attacher: AttachManager | undefined;
+
+export function activate(context: vscode.ExtensionContext): ExtensionApi {
+  const log = vscode.window.createOutputChannel('Remote Debug');
+  const cli = new Cli(() => readSettings());
+  const model = new JobsModel();
+  attacher = new AttachManager(cli, model, log, () => readSettings());
+  const commands = new Commands(cli, model, attacher, log, context.globalState);
+  const tree = new JobsTreeProvider(model);
+  const view = vscode.window.createTreeView('remoteDebug.jobs', { treeDataProvider: tree, showCollapseAll: true });
+
+  // Refresh while the view is visible (the CLI is cheap to ask, but not free on SageMaker).
+  let timer: NodeJS.Timeout | undefined;
+  const schedule = () => {
+    if (timer) {
+      clearInterval(timer);
+      timer = undefined;
+    }
+    const seconds = readSettings().refreshIntervalSeconds;
+    if (view.visible && seconds > 0) {
+      timer = setInterval(() => void commands.refresh(), Math.max(2, seconds) * 1000);
+    }
+  };
+  view.onDidChangeVisibility(() => {
+    if (view.visible) {
+      void commands.refresh();
+    }
+    schedule();
+  });
+  const updateBadge = () => {
+    const running = model.running().length;
+    view.badge = running ? { value: running, tooltip: `${running} running job(s)` } : undefined;
+  };
+  model.onDidChange(updateBadge);
+
+  context.subscriptions.push(
+    log,
+    attacher,
+    view,
+    ...commands.register(),
+    ...registerDebugType(),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration('remoteDebug')) {
+        schedule();
+        void commands.refresh();
+      }
+    }),
+    { dispose: () => timer && clearInterval(timer) },
+  );
+  schedule();
+  void commands.refresh();
+  return { model, attacher, commands };
+}
+
+export async function deactivate(): Promise<void> {
+  // The attach processes hold the tunnels: stop them (SIGINT lets them close cleanly).
+  await attacher?.stopAll();
+}

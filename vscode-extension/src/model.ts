@@ -1,0 +1,395 @@
+// The Jobs view's state: jobs -> nodes -> ranks, merged from three sources.
+//
+//   `remote-debug jobs --json`       which jobs exist, their status, nodes and ranks per node
+//   `remote-debug attach --json`     per-rank events while an attach process runs
+//   the debug sessions we started    attached / paused / running, seen through a DAP tracker
+//
+// Pure TypeScript (no vscode import): the tree provider renders it, the unit tests drive it.
+
+import { AttachEvent, isRunning, JobInfo, UnknownEvent } from './events';
+
+export type RankState =
+  | 'starting' // the job has not started training yet
+  | 'not-attached' // running; nobody asked the CLI about it yet
+  | 'waiting' // its listener waits for a debugger before the script runs on (--wait)
+  | 'listening' // its listener is up and forwarded; no debugger attached
+  | 'attaching' // a debug session is being started
+  | 'attached' // a debug session is attached and the rank runs
+  | 'paused' // a debug session shows it stopped (breakpoint, step, pause, exception)
+  | 'unavailable' // the rank has no debugger (skipped, failed)
+  | 'finished'; // the rank or the whole job has ended
+
+export const RANK_STATE_LABEL: Record<RankState, string> = {
+  starting: 'starting',
+  'not-attached': 'not attached',
+  waiting: 'waiting for debugger',
+  listening: 'debugger port ready',
+  attaching: 'attaching…',
+  attached: 'attached',
+  paused: 'paused',
+  unavailable: 'no debugger',
+  finished: 'finished',
+};
+
+export type AttachState = 'none' | 'connecting' | 'ready' | 'ended' | 'failed';
+
+export interface RankEntry {
+  rank: number;
+  node: string;
+  state: RankState;
+  localPort?: number;
+  remotePort?: number;
+  detail?: string; // why unavailable, where paused, ...
+}
+
+export interface NodeEntry {
+  name: string;
+  alias?: string;
+  connected: boolean;
+  codeDir?: string;
+  ranks: Map<number, RankEntry>;
+}
+
+export interface JobEntry {
+  info: JobInfo;
+  nodes: Map<string, NodeEntry>;
+  attach: AttachState;
+  attachError?: string;
+  warning?: string;
+  /** Ranks the CLI forwards for us (local port known). */
+  forwarded: Set<number>;
+}
+
+function startingLike(info: JobInfo): boolean {
+  return isRunning(info) && /^(Starting|Pending|Downloading|LaunchingMLInstances|PreparingTraining)/i.test(info.secondary_status);
+}
+
+/** Global rank numbering of torchrun / SageMaker: node i (0-based, in `nodes` order) has ranks i*P .. i*P+P-1. */
+export function expectedRanks(info: JobInfo): Array<{ node: string; rank: number }> {
+  const out: Array<{ node: string; rank: number }> = [];
+  info.nodes.forEach((node, i) => {
+    for (let local = 0; local < info.nproc_per_node; local++) {
+      out.push({ node, rank: i * info.nproc_per_node + local });
+    }
+  });
+  return out;
+}
+
+export class JobsModel {
+  private readonly jobs = new Map<string, JobEntry>();
+  error: string | undefined; // `jobs --json` failed: the view says so instead of an empty list
+  loaded = false;
+  private listeners: Array<() => void> = [];
+
+  onDidChange(listener: () => void): { dispose(): void } {
+    this.listeners.push(listener);
+    return { dispose: () => (this.listeners = this.listeners.filter((l) => l !== listener)) };
+  }
+
+  private changed(): void {
+    this.listeners.forEach((l) => l());
+  }
+
+  list(): JobEntry[] {
+    // running jobs first, newest first within each group
+    return [...this.jobs.values()].sort((a, b) => {
+      const ra = isRunning(a.info) ? 0 : 1;
+      const rb = isRunning(b.info) ? 0 : 1;
+      return ra - rb || b.info.created - a.info.created || a.info.name.localeCompare(b.info.name);
+    });
+  }
+
+  get(job: string): JobEntry | undefined {
+    return this.jobs.get(job);
+  }
+
+  running(): JobEntry[] {
+    return this.list().filter((j) => isRunning(j.info));
+  }
+
+  setError(message: string): void {
+    this.error = message;
+    this.loaded = true;
+    this.changed();
+  }
+
+  /** Replace the job list with `jobs --json`, keeping what attach events told us about known jobs. */
+  setJobs(infos: JobInfo[]): void {
+    this.error = undefined;
+    this.loaded = true;
+    const seen = new Set<string>();
+    for (const info of infos) {
+      seen.add(info.name);
+      const entry = this.jobs.get(info.name);
+      if (entry) {
+        entry.info = info;
+      } else {
+        this.jobs.set(info.name, { info, nodes: new Map(), attach: 'none', forwarded: new Set() });
+      }
+      this.reconcile(this.jobs.get(info.name)!);
+    }
+    for (const [name, entry] of this.jobs) {
+      // keep a job we are attached to even if a listing missed it (e.g. another backend was slow)
+      if (!seen.has(name) && !(entry.attach === 'connecting' || entry.attach === 'ready')) {
+        this.jobs.delete(name);
+      }
+    }
+    this.changed();
+  }
+
+  /** Add or update one job (from `launch --json` / `stop --json`). */
+  upsertJob(info: JobInfo): void {
+    const entry = this.jobs.get(info.name);
+    if (entry) {
+      entry.info = info;
+    } else {
+      this.jobs.set(info.name, { info, nodes: new Map(), attach: 'none', forwarded: new Set() });
+    }
+    this.reconcile(this.jobs.get(info.name)!);
+    this.changed();
+  }
+
+  private node(entry: JobEntry, name: string): NodeEntry {
+    let node = entry.nodes.get(name);
+    if (!node) {
+      node = { name, connected: false, ranks: new Map() };
+      entry.nodes.set(name, node);
+    }
+    return node;
+  }
+
+  /** The rank wherever it is; created on `nodeName` (or moved there when an event says so). */
+  private rank(entry: JobEntry, rank: number, nodeName?: string): RankEntry {
+    for (const node of entry.nodes.values()) {
+      const r = node.ranks.get(rank);
+      if (r) {
+        if (nodeName && node.name !== nodeName) {
+          node.ranks.delete(rank);
+          r.node = nodeName;
+          this.node(entry, nodeName).ranks.set(rank, r);
+        }
+        return r;
+      }
+    }
+    const home = nodeName ?? expectedRanks(entry.info).find((e) => e.rank === rank)?.node ?? entry.info.nodes[0] ?? 'algo-1';
+    const r: RankEntry = { rank, node: home, state: this.baseState(entry) };
+    this.node(entry, home).ranks.set(rank, r);
+    return r;
+  }
+
+  private baseState(entry: JobEntry): RankState {
+    if (!isRunning(entry.info)) {
+      return 'finished';
+    }
+    return startingLike(entry.info) ? 'starting' : 'not-attached';
+  }
+
+  /** Nodes and ranks implied by the job's shape; states implied by its status where we know nothing better. */
+  private reconcile(entry: JobEntry): void {
+    const codeDirs = entry.info.extra.code_dirs ?? {};
+    for (const name of entry.info.nodes) {
+      const node = this.node(entry, name);
+      node.codeDir ??= codeDirs[name];
+    }
+    for (const { node, rank } of expectedRanks(entry.info)) {
+      const exists = [...entry.nodes.values()].some((n) => n.ranks.has(rank));
+      if (!exists) {
+        this.node(entry, node).ranks.set(rank, { rank, node, state: this.baseState(entry) });
+      }
+    }
+    const base = this.baseState(entry);
+    for (const node of entry.nodes.values()) {
+      for (const r of node.ranks.values()) {
+        if (base === 'finished') {
+          r.state = 'finished';
+          r.localPort = undefined;
+        } else if (r.state === 'starting' || r.state === 'not-attached') {
+          r.state = base;
+        }
+      }
+    }
+    if (base === 'finished' && (entry.attach === 'connecting' || entry.attach === 'ready')) {
+      // the attach process notices on its own and says job-ended; nothing to do here
+    }
+  }
+
+  // --- attach process ---------------------------------------------------------------------------
+
+  attachStarted(job: string): void {
+    const entry = this.jobs.get(job);
+    if (!entry) {
+      return;
+    }
+    entry.attach = 'connecting';
+    entry.attachError = undefined;
+    entry.warning = undefined;
+    this.changed();
+  }
+
+  /** The attach process exited; error: its one-line message when it failed. */
+  attachEnded(job: string, error?: string): void {
+    const entry = this.jobs.get(job);
+    if (!entry) {
+      return;
+    }
+    entry.attach = error ? 'failed' : 'ended';
+    entry.attachError = error;
+    entry.forwarded.clear();
+    for (const node of entry.nodes.values()) {
+      node.connected = false;
+      for (const r of node.ranks.values()) {
+        r.localPort = undefined;
+        if (r.state !== 'finished' && r.state !== 'unavailable') {
+          r.state = this.baseState(entry);
+        }
+      }
+    }
+    this.changed();
+  }
+
+  applyEvent(job: string, event: AttachEvent | UnknownEvent): void {
+    const entry = this.jobs.get(job);
+    if (!entry) {
+      return;
+    }
+    const e = event as AttachEvent;
+    switch (e.event) {
+      case 'job-status':
+        entry.info = { ...entry.info, status: e.status, secondary_status: e.secondary_status ?? entry.info.secondary_status };
+        this.reconcile(entry);
+        break;
+      case 'waiting':
+        for (const name of e.nodes ?? []) {
+          this.node(entry, name);
+        }
+        break;
+      case 'ssh-config':
+        for (const alias of e.aliases) {
+          // aliases are "<node>.<job>"
+          const name = alias.endsWith(`.${job}`) ? alias.slice(0, -(job.length + 1)) : alias.split('.')[0];
+          this.node(entry, name).alias = alias;
+        }
+        break;
+      case 'node-connected': {
+        const node = this.node(entry, e.node);
+        node.connected = true;
+        if (e.alias) {
+          node.alias = e.alias;
+        }
+        break;
+      }
+      case 'rank-ready': {
+        const r = this.rank(entry, e.rank, e.node);
+        r.localPort = e.local_port;
+        r.remotePort = e.remote_port;
+        r.detail = undefined;
+        entry.forwarded.add(e.rank);
+        if (e.code_dir) {
+          this.node(entry, e.node).codeDir = e.code_dir;
+        }
+        if (!['attaching', 'attached', 'paused'].includes(r.state)) {
+          r.state = e.state === 'waiting' ? 'waiting' : e.state === 'finished' ? 'finished' : 'listening';
+        }
+        break;
+      }
+      case 'rank-unavailable': {
+        const r = this.rank(entry, e.rank, e.node);
+        r.state = e.state === 'finished' ? 'finished' : 'unavailable';
+        r.detail = [e.state, e.error].filter(Boolean).join(': ');
+        r.localPort = undefined;
+        break;
+      }
+      case 'ready':
+        entry.attach = 'ready';
+        break;
+      case 'warning':
+        entry.warning = e.message;
+        break;
+      case 'tunnel-down':
+        this.node(entry, e.node).connected = false;
+        break;
+      case 'reconnected':
+        this.node(entry, e.node).connected = true;
+        break;
+      case 'job-ended':
+        entry.info = {
+          ...entry.info,
+          status: e.status,
+          secondary_status: e.status,
+          exit_code: e.exit_code,
+          failure_reason: e.failure_reason,
+        };
+        this.reconcile(entry);
+        break;
+      default:
+        return; // nothing the view shows
+    }
+    this.changed();
+  }
+
+  // --- debug sessions ---------------------------------------------------------------------------
+
+  setRankSession(job: string, rank: number, state: 'attaching' | 'attached' | 'paused' | 'detached', detail?: string): void {
+    const entry = this.jobs.get(job);
+    if (!entry) {
+      return;
+    }
+    const r = this.rank(entry, rank);
+    if (state === 'detached') {
+      if (!isRunning(entry.info)) {
+        r.state = 'finished';
+      } else if (r.state !== 'unavailable' && r.state !== 'finished') {
+        r.state = entry.forwarded.has(rank) ? 'listening' : this.baseState(entry);
+      }
+      r.detail = undefined;
+    } else {
+      r.state = state;
+      r.detail = detail;
+    }
+    this.changed();
+  }
+
+  rankEntry(job: string, rank: number): RankEntry | undefined {
+    const entry = this.jobs.get(job);
+    for (const node of entry?.nodes.values() ?? []) {
+      const r = node.ranks.get(rank);
+      if (r) {
+        return r;
+      }
+    }
+    return undefined;
+  }
+
+  codeDir(job: string, node: string): string | undefined {
+    return this.jobs.get(job)?.nodes.get(node)?.codeDir;
+  }
+
+  allRanks(job: string): RankEntry[] {
+    const entry = this.jobs.get(job);
+    if (!entry) {
+      return [];
+    }
+    return [...entry.nodes.values()].flatMap((n) => [...n.ranks.values()]).sort((a, b) => a.rank - b.rank);
+  }
+}
+
+/** "all" or "0, 2,3" -> undefined (all) or the sorted ranks; throws a one-line Error on bad input. */
+export function parseRanks(text: string): number[] | undefined {
+  const t = text.trim().toLowerCase();
+  if (t === '' || t === 'all') {
+    return undefined;
+  }
+  const parts = t.split(',').map((p) => p.trim());
+  const out = new Set<number>();
+  for (const p of parts) {
+    if (!/^\d+$/.test(p)) {
+      throw new Error(`bad rank list ${JSON.stringify(text)}: use "all" or numbers like 0,2`);
+    }
+    out.add(Number(p));
+  }
+  return [...out].sort((a, b) => a - b);
+}
+
+export function formatRanks(ranks: number[] | undefined): string {
+  return ranks === undefined ? 'all' : ranks.join(',');
+}

@@ -1,0 +1,218 @@
+// The Remote Debug > Jobs view: renders JobsModel as jobs -> nodes -> ranks.
+
+import * as vscode from 'vscode';
+
+import { isRunning } from './events';
+import { JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, RankEntry, RankState } from './model';
+
+export type TreeNode =
+  | { kind: 'job'; job: string }
+  | { kind: 'node'; job: string; node: string }
+  | { kind: 'rank'; job: string; node: string; rank: number }
+  | { kind: 'message'; id: string; label: string; detail?: string; command?: vscode.Command; icon?: string };
+
+const RANK_ICON: Record<RankState, [string, string?]> = {
+  starting: ['loading~spin'],
+  'not-attached': ['circle-outline'],
+  waiting: ['watch', 'charts.yellow'],
+  listening: ['circle-large-outline', 'charts.blue'],
+  attaching: ['loading~spin'],
+  attached: ['debug-start', 'charts.green'],
+  paused: ['debug-pause', 'charts.orange'],
+  unavailable: ['warning', 'problemsWarningIcon.foreground'],
+  finished: ['pass', 'disabledForeground'],
+};
+
+function icon(id: string, color?: string): vscode.ThemeIcon {
+  return color ? new vscode.ThemeIcon(id, new vscode.ThemeColor(color)) : new vscode.ThemeIcon(id);
+}
+
+export function jobDescription(entry: JobEntry): string {
+  const info = entry.info;
+  const parts: string[] = [];
+  const status = info.secondary_status && info.secondary_status !== info.status ? `${info.status} · ${info.secondary_status}` : info.status;
+  parts.push(status);
+  if (!isRunning(info) && info.exit_code !== null && info.exit_code !== undefined) {
+    parts.push(`exit ${info.exit_code}`);
+  }
+  if (!info.debuggable) {
+    parts.push('not debuggable');
+  }
+  if (entry.attach === 'connecting') {
+    parts.push('attaching…');
+  } else if (entry.attach === 'ready') {
+    parts.push('attached');
+  } else if (entry.attach === 'failed') {
+    parts.push('attach failed');
+  }
+  parts.push(info.backend);
+  return parts.join(' · ');
+}
+
+export function jobContextValue(entry: JobEntry): string {
+  const running = isRunning(entry.info) ? 'job-running' : 'job-ended';
+  const attached = entry.attach === 'connecting' || entry.attach === 'ready' ? '-attached' : '';
+  return running + attached;
+}
+
+export function rankDescription(r: RankEntry): string {
+  const label = RANK_STATE_LABEL[r.state];
+  return r.detail ? `${label} · ${r.detail}` : label;
+}
+
+export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode> {
+  private readonly emitter = new vscode.EventEmitter<TreeNode | undefined | void>();
+  readonly onDidChangeTreeData = this.emitter.event;
+
+  constructor(private readonly model: JobsModel) {
+    model.onDidChange(() => this.emitter.fire());
+  }
+
+  getChildren(element?: TreeNode): TreeNode[] {
+    if (!element) {
+      if (this.model.error) {
+        return [
+          {
+            kind: 'message',
+            id: 'error',
+            label: 'Cannot list jobs',
+            detail: this.model.error,
+            icon: 'error',
+            command: { command: 'remoteDebug.showOutput', title: 'Show Output' },
+          },
+          {
+            kind: 'message',
+            id: 'settings',
+            label: 'Set the remote-debug CLI path…',
+            icon: 'gear',
+            command: { command: 'workbench.action.openSettings', title: 'Open Settings', arguments: ['remoteDebug.'] },
+          },
+        ];
+      }
+      if (!this.model.loaded) {
+        return [{ kind: 'message', id: 'loading', label: 'Loading jobs…', icon: 'loading~spin' }];
+      }
+      // [] makes the view show its welcome content (package.json viewsWelcome): what to do next
+      return this.model.list().map((e) => ({ kind: 'job', job: e.info.name }));
+    }
+    if (element.kind === 'job') {
+      const entry = this.model.get(element.job);
+      if (!entry) {
+        return [];
+      }
+      const out: TreeNode[] = [];
+      if (entry.attachError) {
+        out.push({ kind: 'message', id: `${element.job}/attach-error`, label: 'Attach failed', detail: entry.attachError, icon: 'error' });
+      }
+      if (entry.warning) {
+        out.push({ kind: 'message', id: `${element.job}/warning`, label: 'Warning', detail: entry.warning, icon: 'warning' });
+      }
+      if (!entry.info.debuggable) {
+        const why = typeof entry.info.extra.why_not_debuggable === 'string' ? entry.info.extra.why_not_debuggable : 'launched without remote debugging';
+        out.push({ kind: 'message', id: `${element.job}/not-debuggable`, label: 'Not debuggable', detail: why, icon: 'info' });
+      }
+      if (entry.info.failure_reason) {
+        out.push({ kind: 'message', id: `${element.job}/failure`, label: 'Failure', detail: entry.info.failure_reason, icon: 'error' });
+      }
+      const nodes = [...entry.nodes.keys()].sort(naturalCompare);
+      out.push(...nodes.map((node): TreeNode => ({ kind: 'node', job: element.job, node })));
+      return out;
+    }
+    if (element.kind === 'node') {
+      const node = this.model.get(element.job)?.nodes.get(element.node);
+      if (!node) {
+        return [];
+      }
+      return [...node.ranks.keys()].sort((a, b) => a - b).map((rank) => ({ kind: 'rank', job: element.job, node: element.node, rank }));
+    }
+    return [];
+  }
+
+  getParent(element: TreeNode): TreeNode | undefined {
+    if (element.kind === 'node') {
+      return { kind: 'job', job: element.job };
+    }
+    if (element.kind === 'rank') {
+      return { kind: 'node', job: element.job, node: element.node };
+    }
+    return undefined;
+  }
+
+  getTreeItem(element: TreeNode): vscode.TreeItem {
+    switch (element.kind) {
+      case 'message': {
+        const item = new vscode.TreeItem(element.label, vscode.TreeItemCollapsibleState.None);
+        item.id = `message:${element.id}`;
+        item.description = element.detail;
+        item.tooltip = element.detail ? `${element.label}: ${element.detail}` : element.label;
+        item.iconPath = element.icon ? icon(element.icon) : undefined;
+        item.command = element.command;
+        item.contextValue = 'message';
+        return item;
+      }
+      case 'job': {
+        const entry = this.model.get(element.job)!;
+        const expanded = isRunning(entry.info) ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed;
+        const item = new vscode.TreeItem(element.job, expanded);
+        item.id = `job:${element.job}`;
+        item.description = jobDescription(entry);
+        item.contextValue = jobContextValue(entry);
+        item.tooltip = jobTooltip(entry);
+        item.iconPath = isRunning(entry.info)
+          ? entry.attach === 'ready'
+            ? icon('debug-alt', 'charts.green')
+            : icon('run')
+          : entry.info.status === 'Completed'
+            ? icon('pass', 'testing.iconPassed')
+            : icon('error', entry.info.status === 'Failed' ? 'testing.iconFailed' : undefined);
+        return item;
+      }
+      case 'node': {
+        const node = this.model.get(element.job)?.nodes.get(element.node) as NodeEntry;
+        const item = new vscode.TreeItem(element.node, vscode.TreeItemCollapsibleState.Expanded);
+        item.id = `node:${element.job}/${element.node}`;
+        const ranks = node ? node.ranks.size : 0;
+        const rankText = ranks === 0 ? 'ranks not known yet' : `${ranks} rank${ranks === 1 ? '' : 's'}`;
+        item.description = [node?.alias ? `ssh ${node.alias}` : undefined, rankText, node?.connected ? 'connected' : undefined]
+          .filter(Boolean)
+          .join(' · ');
+        item.tooltip = node?.codeDir ? `${element.node}: code in ${node.codeDir}` : element.node;
+        item.contextValue = 'node';
+        item.iconPath = icon('server', node?.connected ? 'charts.green' : undefined);
+        return item;
+      }
+      case 'rank': {
+        const r = this.model.rankEntry(element.job, element.rank)!;
+        const item = new vscode.TreeItem(`rank ${element.rank}`, vscode.TreeItemCollapsibleState.None);
+        item.id = `rank:${element.job}/${element.rank}`;
+        item.description = rankDescription(r);
+        item.tooltip = `rank ${r.rank} on ${r.node}: ${rankDescription(r)}${r.localPort ? `\ndebugger forwarded to 127.0.0.1:${r.localPort}` : ''}`;
+        const attachedish = r.state === 'attached' || r.state === 'paused' || r.state === 'attaching';
+        item.contextValue = attachedish ? 'rank-attached' : r.state === 'finished' || r.state === 'unavailable' ? 'rank-done' : 'rank-detached';
+        const [id, color] = RANK_ICON[r.state];
+        item.iconPath = icon(id, color);
+        return item;
+      }
+    }
+  }
+}
+
+function jobTooltip(entry: JobEntry): string {
+  const i = entry.info;
+  const lines = [
+    `${i.name} (${i.backend})`,
+    `status: ${i.status}${i.secondary_status ? ` / ${i.secondary_status}` : ''}`,
+    `${i.nodes.length} node(s) × ${i.nproc_per_node || "?"} rank(s)`,
+  ];
+  if (i.source_dir) {
+    lines.push(`source: ${i.source_dir}`);
+  }
+  if (i.failure_reason) {
+    lines.push(`failure: ${i.failure_reason}`);
+  }
+  return lines.join('\n');
+}
+
+export function naturalCompare(a: string, b: string): number {
+  return a.localeCompare(b, undefined, { numeric: true });
+}

@@ -1,0 +1,145 @@
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import { beforeEach, describe, test } from 'node:test';
+
+import * as vscode from 'vscode';
+
+import { AttachManager, AttachSettings } from '../../src/attach';
+import { JobsModel } from '../../src/model';
+import { attachLines, fakeCli, jobJson, ScenarioStep, tempDir, until } from './helpers';
+import { mock } from './vscode-mock';
+
+const settings: AttachSettings = { debugType: 'auto', pathMappings: [], justMyCode: false, readyTimeoutSeconds: 600 };
+
+function setup(attach: ScenarioStep, installed: string[] = []) {
+  mock.reset();
+  const ws = tempDir('rd-ws');
+  const folder = mock.folder(ws) as unknown as vscode.WorkspaceFolder;
+  const { cli, invocations } = fakeCli({ attach });
+  const model = new JobsModel();
+  model.setJobs([jobJson()]);
+  const log: string[] = [];
+  const manager = new AttachManager(cli, model, { appendLine: (l) => log.push(l) }, () => settings, () => installed);
+  mock.startDebugging = async (_folder, config) => {
+    mock.startSession(config);
+    return true;
+  };
+  const started = () => mock.calls.filter((c) => c.fn === 'startDebugging').map((c) => c.args[1]);
+  return { ws, folder, model, manager, invocations, log, started };
+}
+
+describe('AttachManager', () => {
+  beforeEach(() => mock.reset());
+
+  test('runs attach --json, starts one session per rank when ready, tracks their state', async () => {
+    const { ws, folder, model, manager, invocations, started, log } = setup({ lines: attachLines(), hold: true });
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+
+    const inv = invocations()[0];
+    assert.deepEqual(inv.args, ['attach', 'local-1', '--json', '--ide', 'vscode', '--ranks', 'all', '--workspace', ws, '--timeout', '600']);
+    assert.equal(fs.realpathSync(inv.cwd), fs.realpathSync(ws));
+    assert.equal(mock.calls.find((c) => c.fn === 'withProgress')?.args[0].cancellable, true);
+
+    const configs = started();
+    assert.deepEqual(configs.map((c) => [c.name, c.type, c.connect.port]), [
+      ['remote-debug: local-1 rank 0 (algo-1)', 'remote-debug', 40000],
+      ['remote-debug: local-1 rank 1 (algo-1)', 'remote-debug', 40001],
+    ]);
+    assert.deepEqual(configs[0].pathMappings, [{ localRoot: ws, remoteRoot: '/jobs/local-1/nodes/algo-1/code' }]);
+    assert.equal(model.get('local-1')?.attach, 'ready');
+    assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['attached', 'attached']);
+    assert.ok(log.some((l) => l.includes('rank 1 on algo-1: debugger at 127.0.0.1:40001')), 'events go to the output channel');
+
+    // the DAP tracker turns stopped/continue into paused/attached
+    const session = mock.sessions[1];
+    const tracker = mock.tracker(session);
+    tracker.onDidSendMessage({ type: 'event', event: 'stopped', body: { reason: 'breakpoint' } });
+    assert.equal(model.rankEntry('local-1', 1)?.state, 'paused');
+    assert.equal(model.rankEntry('local-1', 1)?.detail, 'breakpoint');
+    tracker.onWillReceiveMessage({ type: 'request', command: 'continue' });
+    assert.equal(model.rankEntry('local-1', 1)?.state, 'attached');
+    assert.equal(mock.tracker({ configuration: { name: 'Python: Current File' } }), undefined, 'not our session: no tracker');
+
+    // attaching again reuses the running process and does not duplicate sessions
+    await manager.attach({ job: 'local-1', ranks: [1], folder });
+    assert.equal(invocations().length, 1);
+    assert.equal(started().length, 2);
+
+    // a session that ends leaves the rank re-attachable
+    mock.endSession(mock.sessions[0]);
+    assert.equal(model.rankEntry('local-1', 0)?.state, 'listening');
+    await manager.attach({ job: 'local-1', ranks: [0], folder });
+    assert.equal(started().length, 3);
+
+    await manager.detachRank('local-1', 0);
+    assert.equal(mock.calls.filter((c) => c.fn === 'stopDebugging').length, 1, 'one rank detached');
+    assert.equal(manager.isAttached('local-1'), true, 'the tunnels stay up');
+    mock.calls = mock.calls.filter((c) => c.fn !== 'stopDebugging');
+    await manager.detach('local-1');
+    assert.equal(manager.isAttached('local-1'), false);
+    assert.equal(mock.calls.filter((c) => c.fn === 'stopDebugging').length, 2);
+    assert.equal(model.get('local-1')?.attach, 'ended', 'a detach we asked for is not a failure');
+  });
+
+  test('uses debugpy configurations when the Python extension is installed', async () => {
+    const { folder, manager, started } = setup({ lines: attachLines(), hold: true }, ['ms-python.debugpy']);
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    assert.deepEqual(started().map((c) => c.type), ['debugpy', 'debugpy']);
+    await manager.stopAll();
+  });
+
+  test('a selection of ranks is passed to the CLI and only those sessions start', async () => {
+    const { folder, manager, invocations, started } = setup({ lines: attachLines('local-1', [1]), hold: true });
+    await manager.attach({ job: 'local-1', ranks: [1], folder });
+    assert.deepEqual(invocations()[0].args.slice(5, 7), ['--ranks', '1']);
+    assert.deepEqual(started().map((c) => c.remoteDebug.rank), [1]);
+    await manager.stopAll();
+  });
+
+  test('a failing attach rejects with the CLI error line and marks the job', async () => {
+    const { folder, model, manager, started } = setup({ stderr: 'remote-debug: error: nodes algo-1 of job local-1 did not publish an sshd within 600 s\n', exit: 2 });
+    await assert.rejects(manager.attach({ job: 'local-1', ranks: undefined, folder }), /did not publish an sshd within 600 s/);
+    assert.equal(model.get('local-1')?.attach, 'failed');
+    assert.match(model.get('local-1')!.attachError!, /sshd/);
+    assert.equal(started().length, 0);
+  });
+
+  test('cancelling the progress notification stops the attach process', async () => {
+    const { folder, model, manager, started, invocations } = setup({ lines: attachLines().slice(0, 2), hold: true });
+    const attaching = manager.attach({ job: 'local-1', ranks: undefined, folder });
+    await until('the attach process', () => invocations().length === 1 && model.get('local-1')?.nodes.get('algo-1')?.alias);
+    mock.progressTokens[0].cancel();
+    await attaching; // resolves: a cancel is not an error
+    assert.equal(manager.isAttached('local-1'), false);
+    assert.equal(started().length, 0);
+    assert.equal(model.get('local-1')?.attach, 'ended');
+    assert.deepEqual(mock.messages('showErrorMessage'), []);
+  });
+
+  test('the job ending ends the attach: sessions stop, the user is told', async () => {
+    const lines = [...attachLines(), { line: JSON.stringify({ event: 'job-ended', status: 'Completed', exit_code: 0, failure_reason: null }), after: 150 }];
+    const { folder, model, manager } = setup({ lines, exit: 0 });
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    await until('the process to exit', () => !manager.isAttached('local-1'));
+    assert.deepEqual(mock.messages('showInformationMessage'), ['Remote Debug: job local-1 ended (Completed, exit code 0).']);
+    assert.equal(model.get('local-1')?.info.status, 'Completed');
+    assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['finished', 'finished']);
+    assert.equal(mock.calls.filter((c) => c.fn === 'stopDebugging').length, 2);
+  });
+
+  test('a debug session that cannot start leaves the rank re-attachable and says why in the log', async () => {
+    const { folder, model, manager, log } = setup({ lines: attachLines(), hold: true });
+    mock.startDebugging = async () => false;
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['listening', 'listening']);
+    assert.ok(log.some((l) => l.includes('could not start "remote-debug: local-1 rank 0 (algo-1)"')));
+    await manager.stopAll();
+  });
+
+  test('refuses a job that has ended', async () => {
+    const { folder, model, manager, invocations } = setup({ lines: attachLines(), hold: true });
+    model.setJobs([jobJson({ status: 'Completed' })]);
+    await assert.rejects(manager.attach({ job: 'local-1', ranks: undefined, folder }), /is Completed: nothing to attach to/);
+    assert.equal(invocations().length, 0);
+  });
+});

@@ -1,0 +1,200 @@
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { beforeEach, describe, test } from 'node:test';
+
+import * as vscode from 'vscode';
+
+import { AttachManager, AttachRequest } from '../../src/attach';
+import { Commands } from '../../src/commands';
+import { JobsModel } from '../../src/model';
+import { FAKE_CLI, fakeCli, jobJson, ScenarioStep, tempDir } from './helpers';
+import { mock, Uri } from './vscode-mock';
+
+function memento() {
+  const store = new Map<string, unknown>();
+  return { get: (k: string) => store.get(k), update: async (k: string, v: unknown) => void store.set(k, v), keys: () => [...store.keys()] };
+}
+
+function setup(scenario: Record<string, ScenarioStep>, jobs = [jobJson()]) {
+  const ws = tempDir('rd-ws');
+  mock.folder(ws);
+  const { cli, invocations } = fakeCli({ jobs: { stdout: JSON.stringify(jobs) }, ...scenario });
+  const model = new JobsModel();
+  const requests: AttachRequest[] = [];
+  const detached: string[] = [];
+  const attacher = {
+    attach: async (r: AttachRequest) => void requests.push(r),
+    detach: async (job: string) => void detached.push(job),
+    detachRank: async (job: string, rank: number) => void detached.push(`${job}#${rank}`),
+    activeJobs: () => [],
+  } as unknown as AttachManager;
+  const log: string[] = [];
+  const commands = new Commands(cli, model, attacher, { appendLine: (l) => log.push(l), show: () => undefined }, memento() as unknown as vscode.Memento);
+  commands.register();
+  const run = (name: string, ...args: unknown[]) => mock.commands.get(name)!(...args);
+  return { ws, model, commands, requests, detached, invocations, run, log };
+}
+
+describe('commands', () => {
+  beforeEach(() => mock.reset());
+
+  test('refresh fills the model, or shows why it cannot', async () => {
+    const ok = setup({});
+    await ok.run('remoteDebug.refresh');
+    assert.deepEqual(ok.model.list().map((j) => j.info.name), ['local-1']);
+
+    mock.reset();
+    const bad = setup({ jobs: { stderr: 'remote-debug: error: AWS credentials expired\n', exit: 2 } });
+    await bad.run('remoteDebug.refresh');
+    assert.equal(bad.model.error, 'AWS credentials expired');
+  });
+
+  test('Attach All Ranks takes the only running job without asking', async () => {
+    const { run, requests, ws } = setup({}, [jobJson(), jobJson({ name: 'done', status: 'Completed' })]);
+    await run('remoteDebug.attachAllRanks');
+    assert.equal(mock.calls.filter((c) => c.fn === 'showQuickPick').length, 0);
+    assert.deepEqual(requests.map((r) => [r.job, r.ranks, r.folder.uri.fsPath]), [['local-1', undefined, ws]]);
+  });
+
+  test('Attach to Job… asks which job and uses the default ranks setting', async () => {
+    mock.config['remoteDebug.defaultRanks'] = '0,2';
+    const { run, requests } = setup({}, [jobJson({ name: 'a', created: 2 }), jobJson({ name: 'b', created: 1 })]);
+    mock.quickPicks.push((items) => items.find((i: { label: string }) => i.label === 'b'));
+    await run('remoteDebug.attachToJob');
+    const pick = mock.calls.find((c) => c.fn === 'showQuickPick')!;
+    assert.deepEqual(pick.args[0].map((i: { label: string }) => i.label), ['a', 'b']);
+    assert.deepEqual(requests.map((r) => [r.job, r.ranks]), [['b', [0, 2]]]);
+  });
+
+  test('Attach Rank… from the palette asks for ranks; from a rank item it attaches that rank', async () => {
+    const { run, requests } = setup({});
+    mock.quickPicks.push((items) => [items[1]]);
+    await run('remoteDebug.attachRank');
+    await run('remoteDebug.attachRank', { kind: 'rank', job: 'local-1', node: 'algo-1', rank: 0 });
+    assert.deepEqual(requests.map((r) => r.ranks), [[1], [0]]);
+  });
+
+  test('Detach: a rank item stops that rank, a job item the whole job', async () => {
+    const { run, detached } = setup({});
+    await run('remoteDebug.detach', { kind: 'rank', job: 'local-1', node: 'algo-1', rank: 1 });
+    await run('remoteDebug.detach', { kind: 'job', job: 'local-1' });
+    assert.deepEqual(detached, ['local-1#1', 'local-1']);
+  });
+
+  test('no running job: says so and offers to launch one', async () => {
+    const { run, requests } = setup({}, [jobJson({ status: 'Completed' })]);
+    await run('remoteDebug.attachAllRanks');
+    assert.match(mock.messages('showInformationMessage')[0], /no running jobs/);
+    assert.equal(requests.length, 0);
+  });
+
+  test('no folder open: an error that says what to do', async () => {
+    const { run, requests } = setup({});
+    mock.workspaceFolders = undefined;
+    await run('remoteDebug.attachAllRanks');
+    assert.match(mock.messages('showErrorMessage')[0], /^Remote Debug: open the folder with your training code first/);
+    assert.equal(requests.length, 0);
+  });
+
+  test('the workspace folder that holds the job source is used', async () => {
+    const other = tempDir('rd-other');
+    const src = tempDir('rd-src');
+    const { run, requests } = setup({}, [jobJson({ source_dir: path.join(src, 'sub') })]);
+    mock.workspaceFolders = [
+      { uri: Uri.file(other), name: 'other', index: 0 },
+      { uri: Uri.file(src), name: 'src', index: 1 },
+    ];
+    await run('remoteDebug.attachAllRanks');
+    assert.equal(requests[0].folder.uri.fsPath, src);
+  });
+
+  test('Open Remote-SSH without the Remote-SSH extension offers plain ssh', async () => {
+    const { run, invocations } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases: ['algo-1.local-1'], config: '/c' }) } });
+    mock.messageAnswers.push('Open Terminal');
+    await run('remoteDebug.openRemoteSsh');
+    assert.deepEqual(invocations().map((i) => i.args[0]), ['jobs', 'ssh-config']);
+    assert.match(mock.messages('showWarningMessage')[0], /Remote - SSH extension .* is not installed.*"algo-1.local-1"/);
+    assert.deepEqual(mock.terminals.map((t) => t.sent), [['ssh algo-1.local-1']]);
+    assert.equal(mock.executed.filter((e) => e.command === 'vscode.openFolder').length, 0);
+  });
+
+  test('Open Remote-SSH asks before changing settings, then opens the node', async () => {
+    mock.extensions = ['ms-vscode-remote.remote-ssh'];
+    const aliases = ['algo-1.local-1', 'algo-2.local-1'];
+    const { run, model } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases }) } }, [jobJson({ nodes: ['algo-1', 'algo-2'], extra: { code_dirs: { 'algo-2': '/opt/ml/code' } } })]);
+    mock.messageAnswers.push('Change Settings');
+    await run('remoteDebug.openRemoteSsh', { kind: 'node', job: 'local-1', node: 'algo-2' });
+    assert.ok(model.get('local-1'));
+    const prompt = mock.calls.find((c) => c.fn === 'showInformationMessage')!;
+    assert.equal(prompt.args[1].modal, true);
+    assert.match(prompt.args[1].detail, /localServerDownload/);
+    assert.deepEqual(mock.configUpdates.map((u) => [u.section, u.key, u.target]), [
+      ['remote.SSH', 'localServerDownload', vscode.ConfigurationTarget.Global],
+      ['remote.SSH', 'remotePlatform', vscode.ConfigurationTarget.Global],
+    ]);
+    const open = mock.executed.find((e) => e.command === 'vscode.openFolder')!;
+    assert.equal(String(open.args[0]), 'vscode-remote://ssh-remote+algo-2.local-1/opt/ml/code');
+    assert.deepEqual(open.args[1], { forceNewWindow: true });
+
+    // settings already set: no second prompt
+    mock.calls = [];
+    await run('remoteDebug.openRemoteSsh', { kind: 'node', job: 'local-1', node: 'algo-1' });
+    assert.equal(mock.messages('showInformationMessage').length, 0);
+  });
+
+  test('Open Remote-SSH changes nothing without consent, and "Never Ask" sticks', async () => {
+    mock.extensions = ['ms-vscode-remote.remote-ssh'];
+    const { run } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases: ['algo-1.local-1'] }) } });
+    mock.messageAnswers.push('Never Ask');
+    await run('remoteDebug.openRemoteSsh');
+    await run('remoteDebug.openRemoteSsh');
+    assert.equal(mock.configUpdates.length, 0);
+    assert.equal(mock.messages('showInformationMessage').length, 1, 'asked once');
+    assert.equal(mock.executed.filter((e) => e.command === 'vscode.openFolder').length, 2);
+  });
+
+  test('Show Stacks: a clear message while the CLI has no stacks command', async () => {
+    const { run } = setup({});
+    await run('remoteDebug.showStacks');
+    assert.match(mock.messages('showInformationMessage')[0], /Show Stacks is not available yet/);
+    assert.deepEqual(mock.messages('showErrorMessage'), []);
+  });
+
+  test('Show Stacks: shows what a CLI with stacks prints', async () => {
+    const { run, invocations } = setup({ stacks: { stdout: '{"ranks": [{"rank": 0, "frames": ["main"]}]}' } });
+    await run('remoteDebug.showStacks');
+    assert.deepEqual(invocations()[1].args, ['stacks', 'local-1', '--json']);
+    assert.equal(mock.documents[0].language, 'json');
+    assert.match(mock.documents[0].content, /"frames"/);
+  });
+
+  test('Stop Job asks first, detaches, stops through the CLI', async () => {
+    const stopped = jobJson({ status: 'Stopped', secondary_status: 'Stopped' });
+    const { run, invocations, detached, model } = setup({ stop: { stdout: JSON.stringify(stopped) } });
+    await run('remoteDebug.refresh');
+    mock.messageAnswers.push(undefined); // dismissed
+    await run('remoteDebug.stopJob', { kind: 'job', job: 'local-1' });
+    assert.equal(invocations().filter((i) => i.args[0] === 'stop').length, 0);
+    assert.match(mock.messages('showWarningMessage')[0], /Stop job local-1\?/);
+    mock.messageAnswers.push('Stop Job');
+    await run('remoteDebug.stopJob', { kind: 'job', job: 'local-1' });
+    assert.deepEqual(detached, ['local-1']);
+    assert.deepEqual(invocations().find((i) => i.args[0] === 'stop')?.args, ['stop', 'local-1', '--json']);
+    assert.equal(model.get('local-1')?.info.status, 'InProgress', 'the fake CLI lists it running again afterwards');
+  });
+
+  test('Launch Local Job… runs launch --local with the script and the ranks asked for', async () => {
+    const launched = jobJson({ name: 'local-2' });
+    const { run, invocations, ws, model } = setup({ launch: { stdout: JSON.stringify(launched) } });
+    mock.findFiles = [Uri.file(path.join(ws, 'a.py')), Uri.file(path.join(ws, 'train', 'main.py'))];
+    mock.quickPicks.push((items) => items.find((i: { label: string }) => i.label === 'train/main.py'));
+    mock.inputBoxes.push('4');
+    await run('remoteDebug.launchLocalJob');
+    const launch = invocations().find((i) => i.args[0] === 'launch')!;
+    const python = launch.args[launch.args.indexOf('--') + 1];
+    assert.deepEqual(launch.args, ['launch', '--local', '--nproc-per-node', '4', '--wait', '300', '--source-dir', ws, '--json', '--', python, 'train/main.py']);
+    assert.equal(python, 'python3', `no pythonPath and a relative CLI: python3 (cli is ${FAKE_CLI})`);
+    assert.ok(model.get('local-2'));
+    assert.match(mock.messages('showInformationMessage')[0], /launched local-2.*wait up to 300 s/);
+  });
+});

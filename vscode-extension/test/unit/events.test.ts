@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import {
+  CliOutputError,
+  describeEvent,
+  isRunning,
+  LineSplitter,
+  parseEventLine,
+  parseJob,
+  parseJobs,
+  parseJsonDocument,
+} from '../../src/events';
+import { jobJson } from './helpers';
+
+describe('jobs --json', () => {
+  test('parses what the CLI prints', () => {
+    const jobs = parseJobs(JSON.stringify([jobJson(), jobJson({ name: 'sm-2', backend: 'sagemaker', status: 'Completed', exit_code: 0 })]));
+    assert.equal(jobs.length, 2);
+    assert.equal(jobs[0].name, 'local-1');
+    assert.deepEqual(jobs[0].nodes, ['algo-1']);
+    assert.equal(jobs[0].nproc_per_node, 2);
+    assert.equal(jobs[0].extra.code_dirs?.['algo-1'], '/jobs/local-1/nodes/algo-1/code');
+    assert.equal(isRunning(jobs[0]), true);
+    assert.equal(isRunning(jobs[1]), false);
+  });
+
+  test('tolerates missing and unknown fields', () => {
+    const job = parseJob({ name: 'x', status: 'InProgress', new_field: 1, extra: { code_dirs: { a: 1, b: '/c' } } });
+    assert.equal(job.backend, 'unknown');
+    assert.deepEqual(job.nodes, []);
+    assert.equal(job.nproc_per_node, 1);
+    assert.equal(parseJob({ name: 'sm', nproc_per_node: 0 }).nproc_per_node, 0, 'SageMaker: unknown until a rank reports');
+    assert.deepEqual(job.extra.code_dirs, { b: '/c' });
+    assert.equal(job.debuggable, true);
+  });
+
+  test('refuses what is not a job list, with a one-line message', () => {
+    assert.throws(() => parseJobs('{"name": "x"}'), CliOutputError);
+    assert.throws(() => parseJobs(''), /printed nothing/);
+    assert.throws(() => parseJobs('[{"status": "InProgress"}]'), /no name/);
+    assert.throws(() => parseJobs('Traceback (most recent call last):\n  boom'), /printed no JSON: Traceback/);
+  });
+
+  test('finds the JSON document after stray lines', () => {
+    assert.deepEqual(parseJsonDocument('warning: something\n[1, 2]\n'), [1, 2]);
+  });
+});
+
+describe('attach --json events', () => {
+  test('every event the CLI prints parses', () => {
+    const lines = [
+      { event: 'job-status', job: 'j', status: 'InProgress', secondary_status: 'Downloading', message: 'pulling image' },
+      { event: 'waiting', what: 'nodes', nodes: ['algo-1'] },
+      { event: 'ssh-config', aliases: ['algo-1.j'], config: '/c' },
+      { event: 'node-connected', node: 'algo-1', alias: 'algo-1.j' },
+      { event: 'rank-ready', rank: 0, node: 'algo-1', local_port: 4000, remote_port: 5000, state: 'waiting' },
+      { event: 'rank-unavailable', rank: 1, node: 'algo-1', state: 'skipped', error: null },
+      { event: 'launch-json', path: '/ws/.vscode/launch.json', compound: 'c', configurations: [] },
+      { event: 'ready', ranks: [0] },
+      { event: 'rank-attached', rank: 0, node: 'algo-1' },
+      { event: 'stopped', rank: 0, node: 'algo-1', file: 'a.py', line: 3, reason: 'breakpoint' },
+      { event: 'rank-detached', rank: 0, node: 'algo-1' },
+      { event: 'reconnected', node: 'algo-1' },
+      { event: 'tunnel-down', node: 'algo-1', error: 'EOF' },
+      { event: 'warning', message: 'slow' },
+      { event: 'job-ended', status: 'Completed', exit_code: 0, failure_reason: null },
+      { event: 'launched', job: 'j', workspace: '/ws', nodes: 1, nproc_per_node: 2 },
+    ];
+    for (const l of lines) {
+      const e = parseEventLine(JSON.stringify(l));
+      assert.ok(e, `parses ${l.event}`);
+      assert.equal(e.event, l.event);
+      assert.ok(describeEvent(e).length > 0);
+    }
+    assert.equal(describeEvent(parseEventLine(JSON.stringify(lines[4]))!), 'rank 0 on algo-1: debugger at 127.0.0.1:4000 (waiting)');
+  });
+
+  test('ignores lines that are not events, and events missing what we rely on', () => {
+    assert.equal(parseEventLine(''), undefined);
+    assert.equal(parseEventLine('remote-debug: connecting'), undefined);
+    assert.equal(parseEventLine('{not json'), undefined);
+    assert.equal(parseEventLine('[1]'), undefined);
+    assert.equal(parseEventLine('{"no_event": 1}'), undefined);
+    assert.equal(parseEventLine('{"event": "rank-ready", "rank": "0", "node": "algo-1", "local_port": 1}'), undefined);
+    assert.equal(parseEventLine('{"event": "ready", "ranks": "all"}'), undefined);
+  });
+
+  test('keeps unknown (newer) events for the output channel', () => {
+    const e = parseEventLine('{"event": "something-new", "x": 1}');
+    assert.equal(e?.event, 'something-new');
+    assert.match(describeEvent(e!), /something-new/);
+  });
+});
+
+test('LineSplitter joins chunks into lines', () => {
+  const s = new LineSplitter();
+  assert.deepEqual(s.push('{"a"'), []);
+  assert.deepEqual(s.push(': 1}\r\n{"b": 2}\n{"c"'), ['{"a": 1}', '{"b": 2}']);
+  assert.deepEqual(s.flush(), ['{"c"']);
+  assert.deepEqual(s.flush(), []);
+});
