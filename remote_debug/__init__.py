@@ -2,6 +2,24 @@
 
 The package is split by where code runs: ``container/`` inside the training job (stdlib + debugpy),
 ``local/`` on the laptop, and :mod:`remote_debug.spec` as the one contract between them.
+
+``remote_debug.enable(target, ...)`` makes a SageMaker training job debuggable (a CreateTrainingJob
+request dict, an SDK v2 estimator or a ModelTrainer; see :mod:`remote_debug.sagemaker.api`).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "enable"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: this package is imported inside training jobs (the container side), where neither
+    # boto3 nor the SageMaker SDK may exist, and on every CLI start, which must stay fast.
+    if name == "enable":
+        from remote_debug.sagemaker.api import enable
+
+        return enable
+    raise AttributeError(f"module 'remote_debug' has no attribute {name!r}")

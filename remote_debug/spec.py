@@ -20,8 +20,8 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ TRANSPORTS: tuple[str, ...] = ("local", "ssm", "hybrid", "direct")
 # inside ssh Host patterns, file names and shell command lines.
 JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 NODE_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")
+SSM_INSTANCE_RE = re.compile(r"^(mi|i)-[0-9a-f]{8,17}$")  # managed instance ids of the hybrid transport
 
 # --- environment variable names (the spec) -------------------------------------------------------
 ENV_VERSION = "REMOTE_DEBUG_SPEC_VERSION"
@@ -67,6 +68,9 @@ ENV_STATE_DIR = "REMOTE_DEBUG_STATE_DIR"  # private dir of the hook (sshd keys/c
 # Set inside a rank process once it has claimed the listener, inherited by its children (debugpy's
 # adapter, DataLoader workers, subprocesses) so that they never start a second listener.
 ENV_CLAIMED_BY = "REMOTE_DEBUG_CLAIMED_BY"
+# Set by the node hook (or the node daemon) for everything it starts: a Python process that sees it
+# knows the node's sshd and manifest are taken care of and does not bootstrap a daemon of its own.
+ENV_HOOK_PID = "REMOTE_DEBUG_HOOK_PID"
 
 NODE_MANIFEST_FILE = "node.json"
 RANK_MANIFEST_GLOB = "rank-*.json"
@@ -258,6 +262,7 @@ class NodeManifest:
     exit_code: int | None = None
     errors: list[str] = field(default_factory=list)
     ranks: list[RankEndpoint] = field(default_factory=list)  # filled from rank documents on read
+    ssm_target: str = ""  # hybrid transport: the node's managed instance id ("mi-..."), else ""
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -284,6 +289,7 @@ class NodeManifest:
                 hook_pid=_int(d, "hook_pid"),
                 exit_code=None if d.get("exit_code") is None else _int(d, "exit_code"),
                 errors=[str(e) for e in d.get("errors", [])],
+                ssm_target=str(d.get("ssm_target") or ""),  # absent in documents of older hooks
                 version=_int(d, "version"),
             )
         except (KeyError, TypeError) as exc:
@@ -295,6 +301,8 @@ class NodeManifest:
         check_port(m.sshd_port, "node manifest sshd port")
         if m.host_public_key and (len(m.host_public_key.split()) < 2 or "\n" in m.host_public_key):
             raise ContractError("node manifest host key is not one OpenSSH public key line")
+        if m.ssm_target and not SSM_INSTANCE_RE.match(m.ssm_target):
+            raise ContractError(f"node manifest has a bad SSM target {m.ssm_target[:80]!r}")
         return m
 
 
@@ -327,6 +335,103 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
         ranks.append(RankEndpoint.from_json(_loads(rank_text, rank_path)))
     manifest.ranks = sorted(ranks, key=lambda r: r.rank)
     return manifest
+
+
+# --- manifest as log lines (the SageMaker channel) ------------------------------------------------
+#
+# On SageMaker the node publishes each manifest document as ONE line on the training job's stdout,
+# which the platform already ships to CloudWatch Logs (group /aws/sagemaker/TrainingJobs, stream
+# <job>/algo-<n>-<epoch>).  The laptop reads the lines back with FilterLogEvents under the user's
+# own AWS identity: no credentials, boto3 or network access are needed in the container, and the
+# channel is authenticated end to end (which is what lets the laptop pin the host key in it).
+#
+#     [remote-debug] manifest {"boot":"..","doc":{..},"kind":"node","node":"algo-1","seq":3,"v":1}
+#
+# ``boot`` names one run of the node's hook (a restarted node starts afresh), ``seq`` orders the
+# documents of one boot (CloudWatch timestamps have millisecond resolution and may tie).  The line
+# may follow other output on the same log event (a progress bar without a newline), so readers
+# look for the prefix anywhere in a message.
+
+MANIFEST_LINE_PREFIX = "[remote-debug] manifest "
+MANIFEST_LINE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ManifestLine:
+    node: str
+    boot: str
+    seq: int
+    document: NodeManifest | RankEndpoint
+
+
+def format_manifest_line(node: str, document: NodeManifest | RankEndpoint, *, boot: str, seq: int) -> str:
+    """The log line (without a line ending) that carries ``document``; compact JSON, one line."""
+    body = {
+        "v": MANIFEST_LINE_VERSION,
+        "node": node,
+        "kind": "node" if isinstance(document, NodeManifest) else "rank",
+        "boot": boot,
+        "seq": seq,
+        "doc": document.to_json(),
+    }
+    return MANIFEST_LINE_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def parse_manifest_line(text: str) -> ManifestLine | None:
+    """The document in a log message, None when the message carries none; ContractError if mangled."""
+    at = text.find(MANIFEST_LINE_PREFIX)
+    if at < 0:
+        return None
+    try:
+        data = json.loads(text[at + len(MANIFEST_LINE_PREFIX) :].strip())
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"malformed manifest log line: {exc.msg} at column {exc.colno}") from None
+    d = _require_mapping(data, "manifest log line")
+    if d.get("v") != MANIFEST_LINE_VERSION:
+        raise ContractError(
+            f"manifest log line version {d.get('v')!r} is not supported (this remote_debug speaks "
+            f"{MANIFEST_LINE_VERSION}): use the same remote-debug version in the job and on the laptop"
+        )
+    node, boot, kind = d.get("node"), d.get("boot"), d.get("kind")
+    if not isinstance(node, str) or not NODE_NAME_RE.match(node) or not isinstance(boot, str):
+        raise ContractError("manifest log line lacks a valid 'node' or 'boot'")
+    document: NodeManifest | RankEndpoint
+    if kind == "node":
+        document = NodeManifest.from_json(d.get("doc"))
+    elif kind == "rank":
+        document = RankEndpoint.from_json(d.get("doc"))
+    else:
+        raise ContractError(f"manifest log line has an unknown kind {kind!r}")
+    return ManifestLine(node=node, boot=boot, seq=_int(d, "seq"), document=document)
+
+
+def merge_manifest_lines(lines: Iterable[ManifestLine]) -> dict[str, NodeManifest]:
+    """Node name -> its current manifest (ranks filled in), from lines in the order they were logged.
+
+    The newest boot of a node wins (a node that restarted published afresh; its old ranks are
+    gone); within a boot the highest ``seq`` of each document wins, whatever order equal
+    timestamps came back in.
+    """
+    boots: dict[str, str] = {}
+    nodes: dict[tuple[str, str], tuple[int, NodeManifest]] = {}
+    ranks: dict[tuple[str, str], dict[int, tuple[int, RankEndpoint]]] = {}
+    for line in lines:
+        key = (line.node, line.boot)
+        if isinstance(line.document, NodeManifest):
+            if key not in nodes:
+                boots[line.node] = line.boot  # first document of a newer boot
+            if line.seq >= nodes.get(key, (-1, None))[0]:
+                nodes[key] = (line.seq, line.document)
+        else:
+            per_rank = ranks.setdefault(key, {})
+            if line.seq >= per_rank.get(line.document.rank, (-1, None))[0]:
+                per_rank[line.document.rank] = (line.seq, line.document)
+    out: dict[str, NodeManifest] = {}
+    for node, boot in boots.items():
+        manifest = replace(nodes[(node, boot)][1])
+        manifest.ranks = sorted((ep for _, ep in ranks.get((node, boot), {}).values()), key=lambda r: r.rank)
+        out[node] = manifest
+    return out
 
 
 # --- small shared helpers ------------------------------------------------------------------------

@@ -10,9 +10,10 @@ from remote_debug import spec
 from remote_debug.cli.app import app
 from remote_debug.cli.output import event_printer, print_json
 from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import backend_for
+from remote_debug.local.backends import backend_for, job_name
 from remote_debug.local.errors import UserError
 from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.pycharm_session import PyCharmOptions
 
 
 def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]:
@@ -28,8 +29,8 @@ def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]
 
 @app.command()
 def attach(
-    job: str = typer.Argument(..., help="Job name."),
-    ide: str = typer.Option("vscode", "--ide", help="vscode (pycharm: coming)."),
+    job: str = typer.Argument(..., help="Job name (or SageMaker training-job ARN)."),
+    ide: str = typer.Option("vscode", "--ide", help="vscode or pycharm."),
     ranks: str = typer.Option("all", "--ranks", help="all, or e.g. 0,2."),
     workspace: Path = typer.Option(None, "--workspace", help="Your project dir (default: current dir)."),
     headless: bool = typer.Option(False, "--headless", help="Use the built-in DAP client instead of an IDE."),
@@ -39,10 +40,19 @@ def attach(
     no_ssh_include: bool = typer.Option(False, "--no-ssh-include", help="Do not add the Include to ~/.ssh/config."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for nodes and ranks to be ready."),
     as_json: bool = typer.Option(False, "--json", help="Print events as JSON lines."),
+    pycharm_port: int = typer.Option(
+        0, "--pycharm-port", help="--ide pycharm: port of PyCharm's debug server here (default: as before, or 12345)."
+    ),
+    pycharm_build: str = typer.Option(
+        None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+    ),
 ) -> None:
     """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends."""
-    if ide != "vscode":
-        raise UserError(f"--ide {ide} is not supported yet: use --ide vscode")
+    if ide not in spec.IDES:
+        raise UserError(f"unknown IDE {ide!r}: use one of {', '.join(spec.IDES)}")
+    if ide != "pycharm" and (pycharm_port or pycharm_build):
+        raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
+    spec.check_port(pycharm_port, "--pycharm-port")
     ws = (workspace or Path.cwd()).absolute()
     plan = None
     if headless:
@@ -55,8 +65,11 @@ def attach(
         headless=plan,
         edit_user_ssh_config=not no_ssh_include,
         ready_timeout=timeout,
+        ide=ide,
+        pycharm=PyCharmOptions(port=pycharm_port, build=pycharm_build),
     )
     emit = event_printer(as_json)
+    job = job_name(job)  # a SageMaker training-job ARN works too
     result = Attacher(backend_for(job), job, options, emit).run()
     if as_json and headless:
         print_json(

@@ -8,6 +8,7 @@ from remote_debug.cli.app import app
 from remote_debug.cli.output import console, event_printer, print_json
 from remote_debug.local.demo import run_demo
 from remote_debug.local.errors import UserError
+from remote_debug.local.pycharm_session import PyCharmOptions
 
 
 @app.command()
@@ -19,14 +20,23 @@ def demo(
         None, "--wait", help="Seconds ranks wait for a debugger (default 120 headless, 600 IDE)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (events are not printed)."),
+    ide: str = typer.Option(
+        "vscode", "--ide", help="vscode or pycharm (headless: the built-in DAP client or pydevd server)."
+    ),
+    pycharm_port: int = typer.Option(0, "--pycharm-port", help="--ide pycharm: port of PyCharm's debug server."),
+    pycharm_build: str = typer.Option(
+        None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+    ),
 ) -> None:
     """Run the example DDP job locally and stop in every rank."""
     if nodes < 1 or nproc_per_node < 1:
         raise UserError("--nodes and --nproc-per-node must be at least 1")
+    if ide not in ("vscode", "pycharm"):
+        raise UserError(f"unknown IDE {ide!r}: use vscode or pycharm")
     wait_seconds = wait if wait is not None else (120.0 if headless else 600.0)
     quiet = as_json
     emit = (lambda _e: None) if quiet else event_printer(False)
-    if not headless and not as_json:
+    if not headless and not as_json and ide == "vscode":
         console.print(
             "Launching the demo job; when 'ready' appears, attach from VS Code:\n"
             "  1. open the workspace printed below (File > Open Folder),\n"
@@ -35,7 +45,13 @@ def demo(
             markup=False,
         )
     result = run_demo(
-        nodes=nodes, nproc_per_node=nproc_per_node, headless=headless, wait_seconds=wait_seconds, emit=emit
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        headless=headless,
+        wait_seconds=wait_seconds,
+        emit=emit,
+        ide=ide,
+        pycharm=PyCharmOptions(port=pycharm_port, build=pycharm_build),
     )
     if as_json:
         print_json(result.to_json())

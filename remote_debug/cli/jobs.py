@@ -8,14 +8,22 @@ import typer
 from rich.table import Table
 
 from remote_debug.cli.app import app
-from remote_debug.cli.output import console, print_json
+from remote_debug.cli.output import console, error_line, print_json
 from remote_debug.local.backends import all_backends
+from remote_debug.local.errors import UserError
 
 
 @app.command()
 def jobs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List jobs and their state (SageMaker-style status / secondary status)."""
-    found = [job for backend in all_backends() for job in backend.list_jobs()]
+    """List debuggable jobs, local and (when AWS is configured) SageMaker, with their status."""
+    found = []
+    for backend in all_backends():
+        try:
+            found += backend.list_jobs()
+        except UserError as exc:  # AWS unreachable or not allowed: still list the local jobs
+            if backend.name == "local":
+                raise
+            error_line(f"{backend.name} jobs not listed: {exc}")
     if as_json:
         print_json([j.to_json() for j in found])
         return
@@ -30,7 +38,7 @@ def jobs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
             j.status,
             j.secondary_status,
             str(len(j.nodes)),
-            str(j.nproc_per_node),
+            str(j.nproc_per_node or "?"),  # SageMaker: unknown until a rank reports
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created)),
         )
     console.print(table)

@@ -13,6 +13,7 @@ from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import LocalBackend
 from remote_debug.local.backends.local import LaunchRequest
 from remote_debug.local.errors import UserError
+from remote_debug.local.pycharm import check_local_pydevd, choose_build
 
 
 def default_job_name() -> str:
@@ -37,13 +38,16 @@ def launch(
     nodes: int = typer.Option(1, "--nodes", help="Number of nodes (algo-1..N)."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks per node (torchrun when > 1)."),
     wait: float = typer.Option(0.0, "--wait", help="Seconds each rank waits for a debugger at start (0 = never)."),
-    ide: str = typer.Option("vscode", "--ide", help="vscode (pycharm: coming)."),
+    ide: str = typer.Option("vscode", "--ide", help="vscode or pycharm."),
     ranks: str = typer.Option("all", "--ranks", help="Ranks that get a debugger: all, or e.g. 0,2."),
     source_dir: Path = typer.Option(None, "--source-dir", help="Code to copy into the job (default: current dir)."),
     debug_port: int = typer.Option(0, "--debug-port", help="Listener port base (rank r uses base+r); 0 = free ports."),
     sshd_port: int = typer.Option(0, "--sshd-port", help="sshd port in the job; 0 = a free port."),
     hyperparameter: list[str] = typer.Option([], "--hyperparameter", "-H", help="KEY=VALUE, repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+    pycharm_build: str = typer.Option(
+        None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+    ),
 ) -> None:
     """Start a training job with debugging enabled, in the background."""
     if not local:
@@ -65,9 +69,19 @@ def launch(
     spec.check_port(sshd_port, "sshd port")
     if ide not in spec.IDES:
         raise UserError(f"unknown IDE {ide!r}: use one of {', '.join(spec.IDES)}")
+    if pycharm_build and ide != "pycharm":
+        raise UserError("--pycharm-build needs --ide pycharm")
+    if ide == "pycharm":
+        # A local job runs in this interpreter: its pydevd-pycharm must match the user's PyCharm.
+        check_local_pydevd(choose_build(pycharm_build))
+        if wait <= 0 and not as_json:
+            console.print(
+                "note: with --ide pycharm ranks connect to PyCharm only during --wait; with 0 they try once at start",
+                markup=False,
+            )
     info = LocalBackend().launch(request)
     if as_json:
         print_json(info.to_json())
         return
     console.print(f"launched job [bold]{info.name}[/] ({len(info.nodes)} node(s) x {info.nproc_per_node} rank(s))")
-    console.print(f"attach with:  remote-debug attach {info.name}")
+    console.print(f"attach with:  remote-debug attach {info.name}" + (" --ide pycharm" if ide == "pycharm" else ""))

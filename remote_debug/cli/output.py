@@ -32,12 +32,20 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"launched job {event['job']} ({shape}); workspace {event['workspace']}"
     if kind == "rank-attached":
         return f"rank {event['rank']}: debugger attached"
+    if kind == "job-status":
+        detail = f": {event['message']}" if event.get("message") else ""
+        return f"job {event['job']}: {event['status']} / {event['secondary_status']}{detail}"
     if kind == "waiting":
         return f"waiting for {event['what']} to start: {', '.join(event.get('nodes', []))}"
     if kind == "ssh-config":
         return f"ssh entries written ({', '.join(event['aliases'])}): try `ssh {event['aliases'][0]}`"
     if kind == "node-connected":
         return f"connected to {event['alias']}"
+    if kind == "rank-ready" and event.get("ide") == "pycharm":
+        return (
+            f"rank {event['rank']} on {event['node']}: its localhost:{event['remote_port']} leads to "
+            f"PyCharm's debug server at 127.0.0.1:{event['local_port']}"
+        )
     if kind == "rank-ready":
         return f"rank {event['rank']} on {event['node']}: debugger at 127.0.0.1:{event['local_port']}"
     if kind == "rank-unavailable":
@@ -58,6 +66,17 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"tunnel to {event['node']} is down, retrying: {event.get('error')}"
     if kind == "warning":
         return f"warning: {event['message']}"
+    if kind == "pycharm-build":
+        others = f"; also found: {', '.join(event['others'])}" if event.get("others") else ""
+        have = f", pydevd-pycharm {event['installed']} installed" if event.get("installed") else ""
+        return f"PyCharm build {event['build']} from {event['source']}{have}{others}"
+    if kind == "pycharm-config":
+        steps = "".join(f"\n  {i}. {step}" for i, step in enumerate(event.get("steps", []), start=1))
+        return f"PyCharm run configuration '{event['name']}' (port {event['port']}) written to {event['path']}{steps}"
+    if kind == "rank-connected":
+        return f"rank {event['rank']} on {event['node']}: connected to PyCharm's debug server"
+    if kind == "ide-not-listening":
+        return f"rank {event['rank']} on {event['node']} is waiting: {event['message']}"
     if kind == "job-ended":
         reason = f" ({event['failure_reason']})" if event.get("failure_reason") else ""
         return f"job ended: {event['status']}, exit code {event.get('exit_code')}{reason}"

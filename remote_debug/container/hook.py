@@ -1,8 +1,9 @@
 """The node hook: ``python -m remote_debug.container [--] CMD...`` wraps a training job's entry command.
 
-In order: read the debug spec, start the node's private sshd, publish the node manifest, run the
-command with our sitecustomize on its PYTHONPATH (so every rank starts a listener), forward stop
-signals to it, and when it ends stop sshd and record how it ended.
+In order: read the debug spec, start the node's services (private sshd, node manifest and its
+publication, see ``node``), run the command with our sitecustomize on its PYTHONPATH (so every
+rank starts a listener), forward stop signals to it, and when it ends stop the services and record
+how it ended.
 
 The one rule above all: the hook never breaks training.  A missing or invalid spec, a missing
 sshd, an unwritable manifest dir - each is logged as one ``[remote-debug]`` line and recorded in
@@ -15,36 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from remote_debug.container import node_env
-from remote_debug.container.log import describe, log, one_line
-from remote_debug.container.sshd import (
-    LOOPBACK,
-    Sshd,
-    SshdError,
-    current_user,
-    set_parent_death_signal,
-    start_sshd,
-)
-from remote_debug.spec import (
-    ENV_CLAIMED_BY,
-    ENV_MANIFEST_DIR,
-    ENV_STATE_DIR,
-    ContractError,
-    DebugSpec,
-    NodeManifest,
-    write_node_manifest,
-)
+from remote_debug.container.log import describe, log
+from remote_debug.container.node import NodeServices
+from remote_debug.container.sshd import set_parent_death_signal
+from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_MANIFEST_DIR, ContractError, DebugSpec
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -61,6 +44,8 @@ def child_env(base: dict[str, str], manifest_dir: Path) -> dict[str, str]:
     env = dict(base)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(INJECT_DIR), env.get("PYTHONPATH", "")) if p)
     env[ENV_MANIFEST_DIR] = str(manifest_dir)
+    # the node's services run: Python processes of the command must not bootstrap a node daemon
+    env[ENV_HOOK_PID] = str(os.getpid())
     # debugpy warns about frozen stdlib modules in every rank unless told this is understood.
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     return env
@@ -84,10 +69,7 @@ class Hook:
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_signal: int | None = None  # the first stop signal we received, if any
         self._forwarded = False  # whether the command got a stop signal from us
-        self.sshd: Sshd | None = None
-        self.manifest: NodeManifest | None = None
-        self.manifest_dir: Path | None = None
-        self.own_state_dir: Path | None = None  # removed at exit when we created it
+        self.node: NodeServices | None = None
 
     # --- signals -------------------------------------------------------------------------------
 
@@ -110,65 +92,6 @@ class Hook:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._on_signal)
 
-    # --- manifest ------------------------------------------------------------------------------
-
-    def _publish(self, **changes: object) -> None:
-        if self.manifest is None or self.manifest_dir is None:
-            return
-        self.manifest = replace(self.manifest, **changes)  # type: ignore[arg-type]
-        try:
-            write_node_manifest(self.manifest_dir, self.manifest)
-        except OSError as exc:
-            log(f"cannot write node manifest in {self.manifest_dir}: {describe(exc)}")
-
-    def _error(self, message: str) -> None:
-        log(message)
-        if self.manifest is not None:
-            self._publish(errors=[*self.manifest.errors, one_line(message)])
-
-    # --- setup ---------------------------------------------------------------------------------
-
-    def _setup(self, spec: DebugSpec) -> dict[str, str]:
-        """Manifest + sshd; returns the command's environment.  Failures are recorded, not raised."""
-        identity = node_env.identify()
-        self.manifest_dir = node_env.manifest_dir(spec.job_name, identity.node)
-        try:
-            user = current_user()
-        except SshdError as exc:
-            user = os.environ.get("USER", "")
-            self._error(f"sshd failed: {exc}")
-        self.manifest = NodeManifest(
-            job_name=spec.job_name, node=identity.node, hosts=identity.hosts, sshd_host=LOOPBACK,
-            sshd_port=0, ssh_user=user, host_public_key="", code_dir=node_env.code_dir(),
-            state="starting", hook_pid=os.getpid(),
-        )
-        self._publish()
-        self._start_sshd(spec)
-        return child_env(dict(os.environ), self.manifest_dir)
-
-    def _start_sshd(self, spec: DebugSpec) -> None:
-        try:
-            explicit = os.environ.get(ENV_STATE_DIR)
-            if explicit:
-                state_dir = Path(explicit)
-            else:
-                state_dir = self.own_state_dir = Path(tempfile.mkdtemp(prefix="remote-debug-sshd-"))
-            self.sshd = start_sshd(state_dir, spec.client_public_key, spec.sshd_port)
-        except (SshdError, OSError) as exc:
-            self._error(f"sshd failed: {exc if isinstance(exc, SshdError) else describe(exc)}")
-            return
-        sshd = self.sshd
-        self._publish(sshd_port=sshd.port, ssh_user=sshd.user, host_public_key=sshd.host_public_key)
-
-    def _teardown(self) -> None:
-        if self.sshd is not None:
-            try:
-                self.sshd.stop()
-            except Exception as exc:
-                log(f"stopping sshd failed: {describe(exc)}")
-        if self.own_state_dir is not None:  # holds the host's private key: do not leave it behind
-            shutil.rmtree(self.own_state_dir, ignore_errors=True)
-
     # --- the command ---------------------------------------------------------------------------
 
     @staticmethod
@@ -190,7 +113,8 @@ class Hook:
         # A signal that arrived between fork and the assignment above was not forwarded yet.
         if self.stop_signal is not None and not self._forwarded:
             self._on_signal(self.stop_signal, None)
-        self._publish(state="running")
+        if self.node is not None:
+            self.node.publish(state="running")
         return exit_code_of(self.child.wait())
 
     def run(self) -> int:
@@ -204,24 +128,26 @@ class Hook:
         except ContractError as exc:
             log(f"invalid debug spec, running the command without debugging: {exc}")
         env: dict[str, str] | None = None
+        code = 1
         try:
             if spec is not None:
+                node = self.node = NodeServices(spec)
                 try:
-                    env = self._setup(spec)
-                    if self.sshd is not None:
+                    node.start()
+                    if node.sshd is not None and node.manifest is not None:
                         log(
-                            f"node {self.manifest.node if self.manifest else '?'}: sshd on 127.0.0.1:"
-                            f"{self.sshd.port}, manifest in {self.manifest_dir} "
-                            f"(ready in {time.monotonic() - started:.2f} s)"
+                            f"node {node.manifest.node}: sshd on {node.manifest.sshd_host}:{node.sshd.port}, "
+                            f"manifest in {node.manifest_dir} (ready in {time.monotonic() - started:.2f} s)"
                         )
                 except Exception as exc:  # a bug of ours must not cost the user their training run
-                    self._error(f"hook setup failed: {describe(exc)}")
-                    env = child_env(dict(os.environ), self.manifest_dir) if self.manifest_dir else None
+                    node.error(f"hook setup failed: {describe(exc)}")
+                if node.manifest_dir is not None:
+                    env = child_env(dict(os.environ), node.manifest_dir)
             code = self._run_command(env)
         finally:
-            self._teardown()
-        state = "stopped" if self.stop_signal is not None else ("completed" if code == 0 else "failed")
-        self._publish(state=state, exit_code=code)
+            if self.node is not None:
+                state = "stopped" if self.stop_signal is not None else ("completed" if code == 0 else "failed")
+                self.node.finish(state, code)
         return code
 
 

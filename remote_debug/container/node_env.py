@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import struct
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,9 @@ from remote_debug.spec import ENV_MANIFEST_DIR, NODE_NAME_RE
 DEFAULT_NODE = "algo-1"
 DEFAULT_CONFIG_DIR = "/opt/ml/input/config"
 ENV_CODE_DIR = "REMOTE_DEBUG_CODE_DIR"
+ENV_SSHD_ADDRESS = "REMOTE_DEBUG_SSHD_ADDRESS"  # direct transport: the address sshd listens on
+ML_ROOT = "/opt/ml"
+CODE_SUBDIRS = ("code", os.path.join("input", "data", "code"))
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,68 @@ def identify(env: Mapping[str, str] | None = None) -> NodeIdentity:
     return NodeIdentity(node=node, hosts=hosts)
 
 
-def code_dir(env: Mapping[str, str] | None = None) -> str:
-    """The job's code directory (what the IDE's path mappings map to the workspace)."""
+def code_dir(env: Mapping[str, str] | None = None, *, ml_root: str = ML_ROOT) -> str:
+    """The job's code directory (what the IDE's path mappings map to the workspace).
+
+    ``REMOTE_DEBUG_CODE_DIR`` when the launcher set it (local jobs do).  On SageMaker the code is
+    in ``/opt/ml/code`` (the training toolkit's sourcedir, and the BYOC convention) or in
+    ``/opt/ml/input/data/code`` (the "code" channel SDK v3 drivers run from, also named by
+    ``SM_SOURCE_DIR``).  The directory the process runs in decides between them when it is inside
+    one; otherwise the first that holds files.  Else the working directory, as before.
+    """
     env = os.environ if env is None else env
-    return os.path.abspath(env.get(ENV_CODE_DIR) or os.getcwd())
+    explicit = env.get(ENV_CODE_DIR)
+    if explicit:
+        return os.path.abspath(explicit)
+    cwd = os.getcwd()
+    candidates = [os.path.join(ml_root, sub) for sub in CODE_SUBDIRS]
+    source_dir = env.get("SM_SOURCE_DIR", "")
+    if source_dir.startswith(os.sep) and os.path.isdir(source_dir):
+        candidates.insert(0, os.path.abspath(source_dir))
+    for candidate in candidates:
+        if cwd == candidate or cwd.startswith(candidate + os.sep):
+            return candidate
+    for candidate in candidates:
+        try:
+            if os.path.isdir(candidate) and os.listdir(candidate):
+                return candidate
+        except OSError:
+            continue
+    return cwd
+
+
+def node_address(env: Mapping[str, str] | None = None) -> str:
+    """This node's IPv4 address inside the job's VPC (what the direct transport connects to).
+
+    ``REMOTE_DEBUG_SSHD_ADDRESS`` overrides; else the address of ``network_interface_name`` from
+    resourceconfig.json (SageMaker names the interface it attaches to the VPC there), else the
+    address the host name resolves to.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get(ENV_SSHD_ADDRESS, "").strip()
+    if explicit:
+        return explicit
+    interface = _resource_config(env).get("network_interface_name")
+    if isinstance(interface, str) and interface:
+        address = interface_ipv4(interface)
+        if address:
+            return address
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def interface_ipv4(name: str) -> str | None:
+    """IPv4 address of a network interface (Linux SIOCGIFADDR), None if it has none."""
+    try:
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        return socket.inet_ntoa(packed[20:24])
+    except (OSError, ImportError):
+        return None
 
 
 def default_manifest_dir(job_name: str, node: str) -> Path:

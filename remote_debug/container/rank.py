@@ -294,8 +294,11 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     if not spec.selects(identity.rank):
         return RankReporter(directory, endpoint)
     if spec.ide == "pycharm":
-        log(f"rank {identity.rank}: pycharm not supported yet, not debugging this rank")
-        return RankReporter(directory, replace(endpoint, error="pycharm not supported yet"))
+        # The rank connects out to PyCharm instead of listening; imported here, not at the top, so
+        # a debugpy rank never loads pydevd-pycharm (the two cannot share a process).
+        from remote_debug.container import pycharm_rank
+
+        return pycharm_rank.activate(spec, identity, directory, endpoint, env)
 
     requested = spec.port_base + identity.local_rank if spec.port_base else 0
     try:

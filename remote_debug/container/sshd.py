@@ -56,10 +56,10 @@ def current_user() -> str:
         raise SshdError(f"uid {os.geteuid()} has no passwd entry, sshd cannot log anyone in") from None
 
 
-def free_port() -> int:
-    """A port the kernel considers free right now on loopback (never 22: it is not ephemeral)."""
+def free_port(address: str = LOOPBACK) -> int:
+    """A port the kernel considers free right now on ``address`` (never 22: it is not ephemeral)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
@@ -90,11 +90,14 @@ def _quote(path: Path) -> str:
     return f'"{text}"'
 
 
-def render_config(state: Path, port: int, user: str) -> str:
+def render_config(state: Path, port: int, user: str, listen_address: str = LOOPBACK) -> str:
+    # SSM transports reach sshd from inside the node, so it listens on loopback and nobody else may
+    # connect; only the direct (VPC) transport listens on the node's own address, reached through
+    # the user's bastion - still public-key only, with the host key pinned from the manifest.
     lines = [
         "# written by remote_debug for this job only",
         f"Port {port}",
-        f"ListenAddress {LOOPBACK}",  # the transport reaches sshd from inside the node; nobody else may
+        f"ListenAddress {listen_address}",
         f"HostKey {_quote(state / HOST_KEY_NAME)}",
         f"PidFile {_quote(state / 'sshd.pid')}",
         f"AuthorizedKeysFile {_quote(state / 'authorized_keys')}",
@@ -215,7 +218,7 @@ class Sshd:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, pid_file: Path, deadline: float) -> bool:
+def _wait_ready(proc: subprocess.Popen[bytes], address: str, port: int, pid_file: Path, deadline: float) -> bool:
     """True once our sshd has bound ``port`` and it accepts TCP; False if sshd exited first.
 
     A TCP connect alone is not proof: if someone else holds the port, the connect succeeds while
@@ -231,7 +234,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, pid_file: Path, deadli
             bound = False
         if bound:
             try:
-                with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                with socket.create_connection((address, port), timeout=0.5):
                     return True
             except OSError:
                 pass
@@ -246,8 +249,9 @@ def start_sshd(
     *,
     log_file: IO[bytes] | None = None,
     ready_timeout: float = READY_TIMEOUT,
+    listen_address: str = LOOPBACK,
 ) -> Sshd:
-    """Start sshd for ``client_public_key`` on 127.0.0.1:``port`` (0 = a free one); raise SshdError.
+    """Start sshd for ``client_public_key`` on ``listen_address``:``port`` (0 = a free one); raise SshdError.
 
     ``log_file`` receives sshd's log (``-e``); by default ``sshd.log`` in the state dir, so that
     sshd's chatter about every probe and login stays out of the training output.
@@ -279,10 +283,11 @@ def start_sshd(
     fixed = port != 0
     last_error = ""
     for _attempt in range(1 if fixed else PORT_ATTEMPTS):
-        chosen = port if fixed else free_port()
+        # free_port() without an argument on loopback: the signature tests substitute
+        chosen = port if fixed else (free_port() if listen_address == LOOPBACK else free_port(listen_address))
         with contextlib.suppress(FileNotFoundError):
             pid_file.unlink()  # a stale one from an earlier run must not pass for ours
-        config.write_text(render_config(state, chosen, user))
+        config.write_text(render_config(state, chosen, user, listen_address))
         os.chmod(config, 0o600)
         _run([binary, "-t", "-f", str(config)], "sshd rejected its config")
         own_log = log_file is None
@@ -299,12 +304,12 @@ def start_sshd(
         finally:
             if own_log:
                 sink.close()  # the child holds its own copy of the descriptor
-        if _wait_ready(proc, chosen, pid_file, time.monotonic() + ready_timeout):
+        if _wait_ready(proc, listen_address, chosen, pid_file, time.monotonic() + ready_timeout):
             return Sshd(proc, chosen, user, host_public_key, state, log_path)
         exited = proc.poll() is not None
         Sshd(proc, chosen, user, host_public_key, state, log_path).stop()
         last_error = _log_since(log_path, offset) if own_log else ""
         if not exited or "Address already in use" not in last_error:
             break  # only a lost race for a free port is worth another try
-    where = f"127.0.0.1:{port}" if fixed else "a free loopback port"
+    where = f"{listen_address}:{port}" if fixed else f"a free port on {listen_address}"
     raise SshdError(f"sshd did not start on {where}: {last_error or 'not listening within the timeout'}")

@@ -25,6 +25,7 @@ from remote_debug.local.errors import JobNotRunningError, UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.proxy import proxy_command
+from remote_debug.local.pycharm_session import PyCharmOptions, PyCharmSession
 from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 
 Emit = Callable[[dict[str, Any]], None]
@@ -39,6 +40,8 @@ class AttachOptions:
     edit_user_ssh_config: bool = True
     headless: HeadlessPlan | None = None
     ready_timeout: float = 120.0  # how long to wait for nodes and ranks to publish their endpoints
+    ide: str = "vscode"  # "pycharm": ranks connect out through reverse forwards (pycharm_session)
+    pycharm: PyCharmOptions = field(default_factory=PyCharmOptions)
 
 
 @dataclass
@@ -96,6 +99,8 @@ def require_running(backend: Backend, job: str) -> JobInfo:
     if info.status in TERMINAL:
         detail = f" ({info.failure_reason})" if info.failure_reason else ""
         raise JobNotRunningError(f"job {job} is {info.status}{detail}: nothing to attach to")
+    if not info.debuggable:
+        raise UserError(str(info.extra.get("why_not_debuggable") or f"job {job} does not have debugging enabled"))
     return info
 
 
@@ -103,11 +108,22 @@ def wait_for_manifests(backend: Backend, job: str, timeout: float, emit: Emit) -
     """Every node's manifest with a usable sshd, or a one-line error."""
     deadline = time.monotonic() + timeout
     announced = False
+    shown: tuple[str, str] | None = None
     while True:
-        require_running(backend, job)
+        info = require_running(backend, job)
+        # progress while the platform starts the job (Starting -> Downloading -> Training); a job that
+        # is simply running when we come is no news
+        if (info.status, info.secondary_status) != shown and (shown or info.extra.get("provisioning")):
+            emit({"event": "job-status", "job": job, "status": info.status,
+                  "secondary_status": info.secondary_status, "message": info.extra.get("status_message") or ""})
+        shown = (info.status, info.secondary_status)
+        if info.extra.get("provisioning"):  # SageMaker still starting instances: its time, not the nodes'
+            deadline = time.monotonic() + timeout
         manifests = backend.manifests(job)
         for node, m in manifests.items():
-            if m is not None and not m.sshd_port and m.state != "starting":
+            # no sshd and an error (or the node is over): it will not come.  A node without either is
+            # still getting one (SageMaker: openssh-server being installed in the background).
+            if m is not None and not m.sshd_port and (m.errors or m.state in ("completed", "failed", "stopped")):
                 raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(m.errors) or 'see its log'}")
         if manifests and all(m is not None and m.sshd_port for m in manifests.values()):
             return {n: m for n, m in manifests.items() if m is not None}
@@ -149,6 +165,7 @@ class Attacher:
         self._report_lock = threading.Lock()
         self._debuggers: list[threading.Thread] = []
         self._stop = threading.Event()
+        self.pycharm: PyCharmSession | None = None
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -162,6 +179,8 @@ class Attacher:
 
     def _expected_ranks(self, manifests: dict[str, spec.NodeManifest], info: JobInfo) -> set[int]:
         world = next((r.world_size for m in manifests.values() for r in m.ranks), len(info.nodes) * info.nproc_per_node)
+        if not world:  # not known before the first rank reports (SageMaker); rank 0 always exists
+            return set(self.options.ranks) if self.options.ranks is not None else {0}
         every = set(range(world))
         if self.options.ranks is None:
             return every
@@ -179,14 +198,22 @@ class Attacher:
             for r in m.ranks:
                 if r.rank not in expected or r.rank in self.forwards:
                     continue
-                if r.port == 0 or r.state in ("skipped", "failed", "finished"):
+                if r.ide != self.options.ide:
+                    raise UserError(f"job {self.job} was launched for {r.ide}: attach with --ide {r.ide}")
+                unusable = r.port == 0 or r.state in ("skipped", "failed", "finished")
+                if self.pycharm is not None:
+                    unusable = not self.pycharm.connectable(r)
+                if unusable:
                     expected.discard(r.rank)  # it will never listen; say so once
                     self.emit(
                         {"event": "rank-unavailable", "rank": r.rank, "node": node, "state": r.state, "error": r.error}
                     )
                     self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir)
                     continue
-                local_port = self.tunnels[node].forward(r.port)
+                if self.pycharm is not None:  # the rank connects out: node port -> IDE port here
+                    local_port = self.pycharm.forward(self.tunnels[node], node, r)
+                else:
+                    local_port = self.tunnels[node].forward(r.port)
                 fwd = RankForward(r.rank, node, r.port, local_port, m.code_dir)
                 self.forwards[r.rank] = fwd
                 self.emit(
@@ -197,9 +224,10 @@ class Attacher:
                         "local_port": local_port,
                         "remote_port": r.port,
                         "state": r.state,
+                        "ide": self.options.ide,
                     }
                 )
-                if self.options.headless is not None:
+                if self.options.headless is not None and self.pycharm is None:
                     self._start_debugger(fwd)
         return expected <= set(self.forwards)
 
@@ -256,11 +284,21 @@ class Attacher:
     def run(self) -> AttachResult:
         info = require_running(self.backend, self.job)
         world = len(info.nodes) * info.nproc_per_node
-        unknown = sorted(set(self.options.ranks or ()) - set(range(world)))
-        if unknown:  # checked before anything is written
+        unknown = sorted(set(self.options.ranks or ()) - set(range(world))) if world else []
+        if unknown:  # checked before anything is written (when the backend knows the world size)
             raise UserError(f"unknown ranks {unknown} for job {self.job}: it has ranks 0-{world - 1}")
         if self.options.write_launch_json and not self.options.workspace.is_dir():
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
+        if self.options.ide == "pycharm":  # version check and run configuration, before any tunnel
+            self.pycharm = PyCharmSession(
+                self.job,
+                self.options.workspace,
+                self.options.pycharm,
+                self.options.headless,
+                self.emit,
+                local_job=self.backend.name == "local",
+            )
+            self.pycharm.prepare()
         manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)
         entries = write_ssh_entries(
             self.job, manifests, self.paths, edit_user_config=self.options.edit_user_ssh_config, emit=self.emit
@@ -281,7 +319,7 @@ class Attacher:
                             self.emit(
                                 {"event": "warning", "message": "not every selected rank published a listener in time"}
                             )
-                        if self.options.write_launch_json:
+                        if self.options.write_launch_json and self.pycharm is None:
                             self._write_launch_json()
                         launch_written = True
                         self.emit(
@@ -291,6 +329,8 @@ class Attacher:
                 time.sleep(POLL_SECONDS)
             for t in self._debuggers:
                 t.join(timeout=10)
+            if self.pycharm is not None:
+                self.reports.extend(self.pycharm.finish())
             self.emit(
                 {
                     "event": "job-ended",
@@ -308,6 +348,8 @@ class Attacher:
             )
         finally:
             self._stop.set()
+            if self.pycharm is not None:
+                self.pycharm.close()
             for tunnel in self.tunnels.values():
                 tunnel.close()
 

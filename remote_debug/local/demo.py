@@ -20,6 +20,8 @@ from remote_debug.local.backends import LocalBackend
 from remote_debug.local.backends.local import LaunchRequest
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
+from remote_debug.local.pycharm import check_local_pydevd, choose_build
+from remote_debug.local.pycharm_session import PyCharmOptions
 
 EXAMPLE = "train_ddp.py"
 MARKER = "# REMOTE-DEBUG-BREAKPOINT"  # the comment, not the docstring that mentions it
@@ -67,9 +69,19 @@ class DemoResult:
 
 
 def run_demo(
-    *, nodes: int, nproc_per_node: int, headless: bool, wait_seconds: float, emit: Any, paths: StatePaths | None = None
+    *,
+    nodes: int,
+    nproc_per_node: int,
+    headless: bool,
+    wait_seconds: float,
+    emit: Any,
+    paths: StatePaths | None = None,
+    ide: str = "vscode",
+    pycharm: PyCharmOptions | None = None,
 ) -> DemoResult:
     paths = paths or StatePaths.default()
+    if ide == "pycharm" and not headless:  # refuse a mismatched pydevd-pycharm before a job exists
+        check_local_pydevd(choose_build((pycharm or PyCharmOptions()).build))
     started = time.monotonic()
     workspace = prepare_workspace(paths)
     script = workspace / EXAMPLE
@@ -84,6 +96,7 @@ def run_demo(
             nproc_per_node=nproc_per_node,
             wait_seconds=wait_seconds,
             hyperparameters={"steps": "3"},
+            ide=ide,
         )
     )
     emit(
@@ -94,6 +107,12 @@ def run_demo(
         if headless
         else None
     )
-    options = AttachOptions(workspace=workspace, headless=plan, ready_timeout=max(60.0, wait_seconds))
+    options = AttachOptions(
+        workspace=workspace,
+        headless=plan,
+        ready_timeout=max(60.0, wait_seconds),
+        ide=ide,
+        pycharm=pycharm or PyCharmOptions(),
+    )
     result = Attacher(backend, job, options, emit, paths).run()
     return DemoResult(job, workspace, time.monotonic() - started, result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 from typing import BinaryIO
 
 from remote_debug.local.backends import backend_for
@@ -45,3 +46,28 @@ def run_proxy(alias: str, port: int, paths: StatePaths, stdin: BinaryIO, stdout:
     job, node = split_alias(alias)
     backend = backend_for(job, paths)
     return backend.relay(job, node, port, stdin, stdout)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m remote_debug proxy [--state-dir DIR] HOST PORT`` without the CLI's imports.
+
+    Every ssh connection (the IDE opens several) starts this process, so it skips typer, rich and
+    paramiko (0.13 s instead of 0.65 s to start here); ``remote-debug proxy`` does the same work.
+    """
+    import argparse
+
+    from remote_debug.spec import ContractError
+
+    parser = argparse.ArgumentParser(prog="remote-debug proxy")
+    parser.add_argument("--state-dir")
+    parser.add_argument("host")
+    parser.add_argument("port", type=int)
+    args = parser.parse_args(argv)
+    paths = StatePaths(Path(args.state_dir).absolute()) if args.state_dir else StatePaths.default()
+    try:
+        return run_proxy(args.host, args.port, paths, sys.stdin.buffer, sys.stdout.buffer)
+    except (UserError, ContractError) as exc:
+        sys.stderr.write(f"remote-debug: error: {' '.join(str(exc).split())}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130

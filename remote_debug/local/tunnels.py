@@ -29,6 +29,9 @@ from remote_debug.local.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# Serves one connection that arrived on a reverse-forwarded node port: (channel, origin on the node).
+ReverseHandler = Callable[[paramiko.Channel, tuple[str, int]], None]
+
 
 class HostKeyMismatchError(UserError):
     pass
@@ -85,6 +88,11 @@ class NodeTunnel:
         self._proxy: _ProxyCommand | None = None
         self._lock = threading.Lock()
         self._listeners: dict[int, socket.socket] = {}  # remote port -> local listening socket
+        # node port -> handler.  paramiko keeps ONE reverse-forward handler per transport (a second
+        # request_port_forward(handler=...) silently replaces the first), so every reverse forward
+        # goes through _dispatch_reverse, which picks the handler by the node port.
+        self._reverse: dict[int, ReverseHandler] = {}
+        self._reverse_pending: set[int] = set()  # forwards to re-request on the current transport
         self._closed = threading.Event()
         self.reconnects = 0
 
@@ -128,6 +136,22 @@ class NodeTunnel:
             proxy.close()
             raise
         self._transport, self._proxy = transport, proxy
+        # A new transport has no reverse forwards: sshd dropped them with the old session.
+        self._reverse_pending = set(self._reverse)
+        self._restore_reverse_locked()
+
+    def _restore_reverse_locked(self) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        for port in sorted(self._reverse_pending):
+            try:
+                transport.request_port_forward("127.0.0.1", port, handler=self._dispatch_reverse)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                # sshd may still hold the port for the session that just died: retried later.
+                log.debug("re-requesting reverse forward %s:%s failed: %s", self.endpoint.alias, port, exc)
+                continue
+            self._reverse_pending.discard(port)
 
     def _drop_transport_locked(self) -> None:
         if self._transport is not None:
@@ -145,6 +169,9 @@ class NodeTunnel:
     def ensure_connected(self) -> bool:
         """Reconnect a dropped transport (the local listeners, and so the IDE's ports, stay)."""
         if self.alive:
+            if self._reverse_pending:
+                with self._lock:
+                    self._restore_reverse_locked()
             return False
         with self._lock:
             if self.alive:
@@ -189,6 +216,32 @@ class NodeTunnel:
         ).start()
         return int(server.getsockname()[1])
 
+    def reverse_forward(self, remote_port: int, handler: ReverseHandler) -> int:
+        """Have the node's sshd listen on its 127.0.0.1:remote_port (0 = any) and pass each
+        connection to ``handler`` in a thread of its own; returns the node port.  Re-requested
+        after a reconnect."""
+        with self._lock:
+            self._connect_locked()
+            assert self._transport is not None
+            if remote_port in self._reverse:
+                self._reverse[remote_port] = handler
+                return remote_port
+            port = self._transport.request_port_forward("127.0.0.1", remote_port, handler=self._dispatch_reverse)
+            self._reverse[port] = handler
+            return port
+
+    def _dispatch_reverse(
+        self, chan: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]
+    ) -> None:
+        # Runs in paramiko's transport thread: hand off at once, a handler may block for long.
+        handler = self._reverse.get(server[1])
+        if handler is None:
+            chan.close()
+            return
+        threading.Thread(
+            target=handler, args=(chan, origin), daemon=True, name=f"rev-{self.endpoint.alias}-{server[1]}"
+        ).start()
+
     def _accept_loop(self, server: socket.socket, remote_port: int) -> None:
         while not self._closed.is_set():
             try:
@@ -213,6 +266,7 @@ class NodeTunnel:
 
     def close(self) -> None:
         self._closed.set()
+        self._reverse.clear()
         for server in self._listeners.values():
             with contextlib.suppress(OSError):
                 server.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -133,11 +134,18 @@ def test_attach_to_finished_job_and_malformed_manifest(home: Path, src: Path) ->
         cli("launch", "--local", "--name", "sleepy", "--source-dir", str(src), "--", "python", "sleeper.py").returncode
         == 0
     )
-    node_json = StatePaths.default().job_dir("sleepy") / "nodes/algo-1/remote-debug/manifest/node.json"
-    wait_for(node_json.exists)
-    node_json.write_text('{"version": 1, "job_name": "sleepy", "node": ')  # truncated by a broken writer
-    assert_one_line_error(cli("attach", "sleepy", "--ranks", "3", "--workspace", str(src)), "unknown ranks [3]")
-    assert_one_line_error(cli("attach", "sleepy", "--workspace", str(src)), "malformed manifest")
+    job_dir = StatePaths.default().job_dir("sleepy")
+    node_json = job_dir / "nodes/algo-1/remote-debug/manifest/node.json"
+    wait_for(lambda: job_status("sleepy") == "InProgress" and node_json.exists())
+    wait_for(lambda: "node_pids" in json.loads((job_dir / "job.json").read_text()))
+    hook_pid = int(json.loads((job_dir / "job.json").read_text())["node_pids"]["algo-1"])
+    os.kill(hook_pid, signal.SIGSTOP)  # freeze the hook so it cannot rewrite the manifest we break
+    try:
+        node_json.write_text('{"version": 1, "job_name": "sleepy", "node": ')  # truncated by a broken writer
+        assert_one_line_error(cli("attach", "sleepy", "--ranks", "3", "--workspace", str(src)), "unknown ranks [3]")
+        assert_one_line_error(cli("attach", "sleepy", "--workspace", str(src)), "malformed manifest")
+    finally:
+        os.kill(hook_pid, signal.SIGCONT)
     # nothing of ours was written: no ssh entries, no Include in ~/.ssh/config, no launch.json
     assert not (home / ".ssh").exists()
     assert not StatePaths.default().ssh_dir.exists()

@@ -28,8 +28,10 @@ def _remote_debug_activate() -> None:
             # Installed as a plain directory (e.g. shipped with the training code) rather than a
             # package: make it importable.  Appended, so it never shadows the user's modules.
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
+        from remote_debug.container.bootstrap import maybe_start_node_daemon
         from remote_debug.container.rank import activate
 
+        maybe_start_node_daemon()  # only when no hook serves this node (env-only injection)
         activate()
     except Exception as exc:  # activate() never raises; this covers a broken install
         with contextlib.suppress(Exception):

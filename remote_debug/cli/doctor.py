@@ -1,0 +1,43 @@
+"""``remote-debug doctor [JOB] [--json]``: check AWS access, tools, IAM permissions and a job."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from remote_debug.cli.app import app
+from remote_debug.cli.output import console, print_json
+from remote_debug.local.backends import job_name
+from remote_debug.local.doctor import FAIL, Doctor, passed
+
+STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+@app.command()
+def doctor(
+    job: str = typer.Argument(None, help="Also check this SageMaker job (name or ARN)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Check credentials, region, session-manager-plugin, OpenSSH, IAM permissions (and a job)."""
+    checks = Doctor().run(job_name(job) if job else None)
+    ok = passed(checks)
+    if as_json:
+        print_json({"ok": ok, "checks": [c.to_json() for c in checks]})
+        raise typer.Exit(0 if ok else 1)
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        style = STYLES.get(c.status, "")
+        console.print(f"[{style}]{c.status.upper():4}[/]  {escape(c.name.ljust(width))}  {escape(c.detail)}")
+        if c.fix and c.status != "ok":
+            console.print(f"      {' ' * width}  fix: {escape(c.fix)}")
+        actions = c.data.get("actions") if c.status != "ok" else None
+        if actions:  # the table of what IAM allows, missing ones first
+            iam = Table("action", "decision", "needed for", title=f"IAM: {escape(str(c.data.get('principal')))}")
+            for row in sorted(actions, key=lambda r: (r["decision"] == "allowed", not r["required"], r["action"])):
+                mark = "green" if row["decision"] == "allowed" else ("bold red" if row["required"] else "yellow")
+                iam.add_row(row["action"], f"[{mark}]{row['decision']}[/]", row["needed_for"])
+            console.print(iam)
+    failed = [c.name for c in checks if c.status == FAIL]
+    console.print("all checks passed" if ok else f"failed: {', '.join(failed)}", markup=False)
+    raise typer.Exit(0 if ok else 1)

@@ -1,0 +1,382 @@
+"""SageMakerBackend: real training jobs, through the user's own AWS identity.
+
+- ``describe``: DescribeTrainingJob (+ ListTags once) mapped onto :class:`JobInfo`: SageMaker's own
+  TrainingJobStatus / SecondaryStatus, nodes ``algo-1..N`` from the resource config (instance
+  groups included), and whether the job is debuggable, with the reason when it is not.
+- ``manifests``: the nodes' manifest lines from CloudWatch Logs (``sagemaker_logs``).
+- ``relay``: the ProxyCommand's byte stream, per the job's transport: ``ssm`` (SageMaker's native
+  remote-debug target), ``hybrid`` (the node's own ``mi-`` managed instance) or ``direct`` (the
+  node's VPC address through the user's bastion).
+
+The ProxyCommand runs in a fresh process, possibly started by an IDE with another environment
+than the ``attach`` that wrote the ssh entry.  So ``attach`` leaves a small hint per job in the
+state dir (region, profile, transport, bastion, the nodes' addresses): the proxy then needs no
+DescribeTrainingJob before starting its session, and uses the same account and region as attach.
+
+Transport per job: the tag ``remote-debug:transport`` if set, else the spec's transport in the job
+environment, else ``ssm``.  Direct: the bastion comes from the tag ``remote-debug:bastion`` or
+``REMOTE_DEBUG_BASTION`` (``[user@]host[:port]``, as for ssh's ProxyJump).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, BinaryIO
+
+from remote_debug import spec
+from remote_debug.local import aws, ssm
+from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, TERMINAL, Backend, JobInfo
+from remote_debug.local.backends.sagemaker_logs import ManifestLog
+from remote_debug.local.errors import UnknownJobError, UserError
+from remote_debug.local.paths import StatePaths, private_dir
+
+TAG_PREFIX = "remote-debug:"
+TAG_TRANSPORT = "remote-debug:transport"
+TAG_BASTION = "remote-debug:bastion"
+ENV_BASTION = "REMOTE_DEBUG_BASTION"
+SAGEMAKER_TRANSPORTS = ("ssm", "hybrid", "direct")
+# Secondary statuses during which the platform, not the job, is busy (instances, image, data).
+PROVISIONING = (
+    "Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+    "DownloadingTrainingImage", "Restarting",
+)
+RECENT = timedelta(days=1)
+LIST_LIMIT = 25
+ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
+HINT_VERSION = 1
+
+ClientFactory = Callable[[str], Any]
+
+
+def parse_job(job_or_arn: str) -> tuple[str, str | None]:
+    """A job name or training-job ARN -> (name, region of the ARN or None)."""
+    match = ARN_RE.match(job_or_arn.strip())
+    if match:
+        return match.group(2), match.group(1)
+    return job_or_arn, None
+
+
+def nodes_of(resource_config: dict[str, Any]) -> list[str]:
+    """SageMaker names hosts algo-1..N across all instance groups."""
+    count = int(resource_config.get("InstanceCount") or 0)
+    if not count:
+        count = sum(int(g.get("InstanceCount") or 0) for g in resource_config.get("InstanceGroups") or [])
+    return [f"algo-{i}" for i in range(1, max(count, 1) + 1)]
+
+
+def _timestamp(value: Any) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) -> JobInfo:
+    status = str(resp.get("TrainingJobStatus", IN_PROGRESS))
+    secondary = str(resp.get("SecondaryStatus", ""))
+    env = resp.get("Environment") or {}
+    enabled = bool((resp.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"))
+    transport = tags.get(TAG_TRANSPORT) or env.get(spec.ENV_TRANSPORT) or "ssm"
+    if transport not in SAGEMAKER_TRANSPORTS:
+        transport = "ssm"
+    why: str | None = None
+    if spec.ENV_VERSION not in env and not any(k.startswith(TAG_PREFIX) for k in tags):
+        why = (
+            f"job {job} was not started with remote-debug (its environment has no {spec.ENV_VERSION}): "
+            "start it through remote_debug.enable(...)"
+        )
+    elif transport == "ssm" and not enabled:
+        why = (
+            f"job {job} does not have SageMaker remote debugging enabled (RemoteDebugConfig.EnableRemoteDebug "
+            f"is off): run 'remote-debug enable {job}' while it is Downloading or Training"
+        )
+    elif transport == "ssm" and resp.get("EnableNetworkIsolation"):
+        why = f"job {job} runs with network isolation, which SSM cannot reach: relaunch it with the direct transport"
+    transitions = resp.get("SecondaryStatusTransitions") or []
+    message = str(transitions[-1].get("StatusMessage", "")) if transitions else ""
+    return JobInfo(
+        name=job,
+        backend="sagemaker",
+        status=status,
+        secondary_status=secondary,
+        nodes=nodes_of(resp.get("ResourceConfig") or {}),
+        nproc_per_node=0,  # unknown until a rank reports the world size
+        created=_timestamp(resp.get("CreationTime")) or 0.0,
+        ended=_timestamp(resp.get("TrainingEndTime")),
+        exit_code={COMPLETED: 0, FAILED: 1}.get(status),
+        failure_reason=resp.get("FailureReason"),
+        debuggable=why is None,
+        extra={
+            "arn": resp.get("TrainingJobArn"),
+            "region": region,
+            "transport": transport,
+            "remote_debug_enabled": enabled,
+            "why_not_debuggable": why,
+            "status_message": message,
+            "provisioning": status == IN_PROGRESS and secondary in PROVISIONING,
+            "instance_type": (resp.get("ResourceConfig") or {}).get("InstanceType"),
+        },
+    )
+
+
+@dataclass
+class JobHint:
+    """What the proxy needs about a job, written by attach (no secrets: addresses and names)."""
+
+    job: str
+    region: str
+    profile: str | None
+    transport: str
+    bastion: str | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    version: int = HINT_VERSION
+
+
+def bastion_argv(bastion: str) -> list[str]:
+    """``[user@]host[:port]`` -> ssh arguments naming the jump host."""
+    host, sep, port = bastion.rpartition(":")
+    if sep and port.isdigit() and host and "]" not in port:
+        return ["-p", port, host]
+    return [bastion]
+
+
+class SageMakerBackend(Backend):
+    name = "sagemaker"
+
+    def __init__(
+        self,
+        paths: StatePaths | None = None,
+        *,
+        clients: ClientFactory | None = None,
+        cache_seconds: float = 1.0,
+        log_interval: float = 2.0,
+    ) -> None:
+        self.paths = paths or StatePaths.default()
+        self._clients = clients
+        self.cache_seconds = cache_seconds  # attach polls every 0.3 s; DescribeTrainingJob need not
+        self.log_interval = log_interval
+        self._described: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._tags: dict[str, dict[str, str]] = {}
+        self._logs: dict[str, ManifestLog] = {}
+        self._world: dict[str, int] = {}
+
+    # --- clients --------------------------------------------------------------------------------
+
+    def client(self, service: str, profile: str | None = None, region: str | None = None) -> Any:
+        if self._clients is not None:
+            return self._clients(service)
+        return aws.client(service, profile_name=profile, region=region)
+
+    def available(self) -> bool:
+        """Cheap: whether AWS is configured at all (no network, no boto3)."""
+        return self._clients is not None or aws.configured()
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def _raw(self, job: str) -> dict[str, Any]:
+        cached = self._described.get(job)
+        now = time.monotonic()
+        if cached and (cached[1].get("TrainingJobStatus") in TERMINAL or now - cached[0] < self.cache_seconds):
+            return cached[1]
+        sagemaker = self.client("sagemaker")
+        try:
+            resp: dict[str, Any] = sagemaker.describe_training_job(TrainingJobName=job)
+        except Exception as exc:
+            if not aws.is_error(exc):
+                raise
+            message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", ""))
+            # AWS says "Requested resource not found.", moto "Could not find training job ..."
+            if aws.error_code(exc) in ("ValidationException", "ResourceNotFound") and re.search(
+                r"not found|could not find", message, re.IGNORECASE
+            ):
+                raise UnknownJobError(
+                    f"unknown job {job!r}: no local job, and no SageMaker training job by that name in "
+                    f"{sagemaker.meta.region_name} (check --region / --profile)"
+                ) from None
+            raise UserError(aws.describe_error(exc, f"describing SageMaker job {job}")) from None
+        self._described[job] = (now, resp)
+        return resp
+
+    def _job_tags(self, job: str, arn: str | None) -> dict[str, str]:
+        if job not in self._tags:
+            tags: dict[str, str] = {}
+            if arn:
+                try:  # a user allowed to describe but not to list tags still gets a useful answer
+                    listed = self.client("sagemaker").list_tags(ResourceArn=arn)
+                    tags = {t["Key"]: t["Value"] for t in listed.get("Tags", [])}
+                except Exception as exc:
+                    if not aws.is_error(exc):
+                        raise
+            self._tags[job] = tags
+        return self._tags[job]
+
+    def has_job(self, job: str) -> bool:
+        if self._hint_path(job).exists():
+            return True
+        if not self.available():
+            return False
+        try:
+            self._raw(job)
+        except UnknownJobError:
+            return False
+        return True
+
+    def describe(self, job: str) -> JobInfo:
+        resp = self._raw(job)
+        region = str(self.client("sagemaker").meta.region_name)
+        info = job_info(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), region)
+        world = self._world.get(job)
+        if world and info.nodes:
+            info.nproc_per_node = max(1, world // len(info.nodes))
+        return info
+
+    def list_jobs(self) -> list[JobInfo]:
+        """Debuggable jobs: every one in progress, and the most recent of the last day."""
+        sagemaker = self.client("sagemaker")
+        names: list[str] = []
+        since = datetime.now(timezone.utc) - RECENT
+        try:
+            for query in (
+                {"StatusEquals": IN_PROGRESS},
+                {"CreationTimeAfter": since},
+            ):
+                page = sagemaker.list_training_jobs(
+                    SortBy="CreationTime", SortOrder="Descending", MaxResults=LIST_LIMIT, **query
+                )
+                names += [s["TrainingJobName"] for s in page.get("TrainingJobSummaries", [])]
+        except Exception as exc:
+            if not aws.is_error(exc):
+                raise
+            raise UserError(aws.describe_error(exc, "listing SageMaker training jobs")) from None
+        jobs: list[JobInfo] = []
+        for name in list(dict.fromkeys(names))[:LIST_LIMIT]:
+            try:
+                info = self.describe(name)
+            except UnknownJobError:
+                continue
+            if info.debuggable:
+                jobs.append(info)
+        return sorted(jobs, key=lambda j: j.created)
+
+    def manifests(self, job: str) -> dict[str, spec.NodeManifest | None]:
+        info = self.describe(job)
+        reader = self._logs.get(job)
+        if reader is None:
+            reader = self._logs[job] = ManifestLog(lambda: self.client("logs"), job, min_interval=self.log_interval)
+        merged = reader.manifests()
+        out: dict[str, spec.NodeManifest | None] = {node: merged.get(node) for node in info.nodes}
+        out.update({node: m for node, m in merged.items() if node not in out})
+        world = next((r.world_size for m in merged.values() for r in m.ranks), 0)
+        if world:
+            self._world[job] = world
+        self._save_hint(job, info, out)
+        return out
+
+    # --- control --------------------------------------------------------------------------------
+
+    def stop(self, job: str) -> JobInfo:
+        info = self.describe(job)
+        if info.status in TERMINAL:
+            return info
+        try:
+            self.client("sagemaker").stop_training_job(TrainingJobName=job)
+        except Exception as exc:
+            if not aws.is_error(exc):
+                raise
+            raise UserError(aws.describe_error(exc, f"stopping SageMaker job {job}")) from None
+        self._described.pop(job, None)
+        return self.describe(job)
+
+    # --- the hint for the proxy -----------------------------------------------------------------
+
+    def _hint_path(self, job: str) -> Any:
+        return self.paths.root / "sagemaker" / f"{job}.json"
+
+    def _make_hint(self, job: str, info: JobInfo) -> JobHint:
+        tags = self._tags.get(job, {})
+        return JobHint(
+            job=job,
+            region=str(info.extra.get("region")),
+            profile=aws.profile(),
+            transport=str(info.extra.get("transport", "ssm")),
+            bastion=tags.get(TAG_BASTION) or os.environ.get(ENV_BASTION) or None,
+        )
+
+    def _save_hint(self, job: str, info: JobInfo, manifests: dict[str, spec.NodeManifest | None]) -> None:
+        hint = self._make_hint(job, info)
+        hint.nodes = {
+            node: {"sshd_host": m.sshd_host, "sshd_port": m.sshd_port, "ssm_target": m.ssm_target}
+            for node, m in manifests.items()
+            if m is not None
+        }
+        text = json.dumps(asdict(hint), indent=2, sort_keys=True) + "\n"
+        path = self._hint_path(job)
+        try:
+            if path.read_text() == text:
+                return
+        except OSError:
+            pass
+        private_dir(path.parent)
+        spec.atomic_write_text(path, text, mode=0o600)
+
+    def load_hint(self, job: str) -> JobHint | None:
+        try:
+            data = json.loads(self._hint_path(job).read_text())
+            if data.get("version") != HINT_VERSION:
+                return None
+            return JobHint(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    # --- the ProxyCommand -----------------------------------------------------------------------
+
+    def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        hint = self.load_hint(job)
+        if hint is None or (hint.transport != "ssm" and node not in hint.nodes):
+            self.manifests(job)  # first use without attach (or a node that published later)
+            hint = self.load_hint(job)
+        if hint is None:
+            raise UserError(f"cannot reach job {job}: its nodes have not published a manifest yet")
+        explicit = aws.settings()
+        profile = explicit.profile or hint.profile
+        region = explicit.region or hint.region
+        if hint.transport == "direct":
+            return self._relay_direct(hint, node, port, stdin, stdout)
+        if hint.transport == "hybrid":
+            target = str(hint.nodes.get(node, {}).get("ssm_target") or "")
+            if not target:
+                raise UserError(
+                    f"node {node} of job {job} has no SSM managed instance id (hybrid transport): see the "
+                    "node's log for 'SSM hybrid registration failed'"
+                )
+        else:
+            target = ssm.native_target(job, node)
+        client = self.client("ssm", profile, region)
+        return ssm.run_session(client, target, port, stdin, stdout, profile=profile or "")
+
+    def _relay_direct(self, hint: JobHint, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """``ssh -W <node address>:<port> <bastion>``: what OpenSSH's ProxyJump runs itself.
+
+        Why not ``ProxyJump`` in the Host entry: our own tunnels (paramiko) speak ProxyCommand
+        only, and one ProxyCommand for every transport keeps the IDE's OpenSSH and the tunnels on
+        the same path to the same pinned key.
+        """
+        bastion = hint.bastion or os.environ.get(ENV_BASTION)
+        if not bastion:
+            raise UserError(
+                f"job {hint.job} uses the direct transport but no bastion is known: tag the job with "
+                f"{TAG_BASTION}=[user@]host[:port] or set {ENV_BASTION}"
+            )
+        address = str(hint.nodes.get(node, {}).get("sshd_host") or "")
+        if not address or address.startswith("127."):
+            raise UserError(f"node {node} of job {hint.job} did not publish a VPC address for its sshd")
+        client = shutil.which("ssh")
+        if client is None:
+            raise UserError("OpenSSH client 'ssh' not found: install it (apt install openssh-client)")
+        argv = [client, "-W", f"{address}:{port}", *bastion_argv(bastion)]
+        return subprocess.run(argv, stdin=stdin, stdout=stdout, check=False).returncode

@@ -1,0 +1,115 @@
+"""The laptop end of a reverse forward: ranks on a node connect out, we connect them to the IDE.
+
+Each rank's connection arrives as an SSH channel from the node (``NodeTunnel.reverse_forward``).
+We connect it to the port where PyCharm's "Python Debug Server" listens on this machine and pump
+bytes both ways - but first we write one hello line (``pycharm_spec.Hello``) on the channel:
+
+* IDE not listening -> ``ok: false`` + the reason, then close.  The rank logs it and retries
+  within its wait window instead of calling ``settrace`` on a tunnel with nobody behind it (which
+  blocks forever).  We never open a "probe" connection to PyCharm: a connection that closes
+  without a handshake can end PyCharm's debug session, so the only connection PyCharm ever sees
+  from us is the rank's own.
+* IDE listening -> ``ok: true`` + the IDE project root (the rank maps it to the job's code dir)
+  + the PyCharm build (the rank checks its pydevd-pycharm against it), then the IDE's bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import paramiko
+
+from remote_debug.local.tunnels import ReverseHandler, _pump
+from remote_debug.pycharm_spec import Hello
+
+log = logging.getLogger(__name__)
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RankOrigin:
+    rank: int
+    node: str
+    node_port: int
+
+
+class IdeBridge:
+    """Connects every reverse-forwarded rank connection to one IDE port on this machine."""
+
+    def __init__(
+        self,
+        ide_port: int,
+        *,
+        ide_root: str,
+        build: str = "",
+        emit: Emit | None = None,
+        ide_host: str = "127.0.0.1",
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.ide_host, self.ide_port = ide_host, ide_port
+        self.ide_root, self.build = ide_root, build
+        self.emit = emit or (lambda _e: None)
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        # our local port of each connection to the IDE -> the rank behind it: lets an in-process
+        # stand-in IDE (the headless server) tell which rank a connection comes from.
+        self._origins: dict[int, RankOrigin] = {}
+        self._told_no_ide: set[int] = set()  # ranks already reported as "IDE not listening"
+        self.connections = 0
+
+    def handler_for(self, rank: int, node: str, node_port: int) -> ReverseHandler:
+        origin = RankOrigin(rank, node, node_port)
+        return lambda chan, _from: self._serve(chan, origin)
+
+    def origin_of(self, local_port: int) -> RankOrigin | None:
+        with self._lock:
+            return self._origins.get(local_port)
+
+    def _serve(self, chan: paramiko.Channel, origin: RankOrigin) -> None:
+        try:
+            ide = socket.create_connection((self.ide_host, self.ide_port), timeout=self.connect_timeout)
+        except OSError as exc:
+            self._refuse(chan, origin, exc)
+            return
+        try:
+            ide.settimeout(None)
+            ide.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            local_port = int(ide.getsockname()[1])
+            with self._lock:
+                self._origins[local_port] = origin
+                self._told_no_ide.discard(origin.rank)
+                self.connections += 1
+            # The IDE may already have sent its first command: it waits in `ide` until the pump
+            # starts, so the hello is always the first line the rank reads.
+            chan.sendall(Hello(ok=True, ide_root=self.ide_root, build=self.build).encode())
+            self.emit({"event": "rank-connected", "rank": origin.rank, "node": origin.node, "ide_port": self.ide_port})
+            _pump(ide, chan)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            log.debug("rank %s connection to the IDE ended: %s", origin.rank, exc)
+        finally:
+            with contextlib.suppress(OSError):
+                ide.close()
+            chan.close()
+
+    def _refuse(self, chan: paramiko.Channel, origin: RankOrigin, exc: OSError) -> None:
+        reason = (
+            f"nothing listens on the laptop's {self.ide_host}:{self.ide_port} "
+            f"({type(exc).__name__}): start PyCharm's Python Debug Server on that port"
+        )
+        try:
+            chan.sendall(Hello(ok=False, error=reason).encode())
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            chan.close()
+        with self._lock:
+            first = origin.rank not in self._told_no_ide
+            self._told_no_ide.add(origin.rank)
+        if first:  # ranks retry every second while they wait: say it once per rank
+            self.emit({"event": "ide-not-listening", "rank": origin.rank, "node": origin.node, "message": reason})

@@ -1,0 +1,203 @@
+"""The SSM transport: StartSession, then ``session-manager-plugin``, exactly as the AWS CLI runs them.
+
+``aws ssm start-session`` (awscli/customizations/sessionmanager.py) does, and so do we:
+
+1. ``ssm.start_session(Target=..., DocumentName="AWS-StartSSHSession", Parameters={"portNumber": [port]})``;
+2. put ``{"SessionId", "TokenValue", "StreamUrl"}`` into the environment variable
+   ``AWS_SSM_START_SESSION_RESPONSE`` and pass that variable's NAME as the plugin's first argument
+   (plugins newer than 1.2.497.0 read it from there; the token never appears in argv, where any
+   local user could read it with ``ps``);
+3. run ``session-manager-plugin AWS_SSM_START_SESSION_RESPONSE <region> StartSession <profile>
+   <request parameters JSON> <ssm endpoint URL>`` with our stdin/stdout (for AWS-StartSSHSession it
+   relays raw bytes, which is what a ProxyCommand needs), ignoring SIGINT/SIGQUIT/SIGTSTP meanwhile
+   so that they reach the plugin rather than killing us and orphaning it;
+4. call TerminateSession when the plugin cannot be run or fails, so the agent does not keep a
+   zombie session open until it times out.  We also do it when ssh ends us (it sends its
+   ProxyCommand SIGHUP on exit): the plugin then gets SIGTERM, which it does not handle gracefully.
+
+Two deliberate differences from the CLI: we look for the plugin BEFORE starting a session (a
+missing plugin then costs no session at all), and we refuse plugins too old for the environment
+variable instead of falling back to the token in argv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from remote_debug.local import aws
+from remote_debug.local.errors import UserError
+
+PLUGIN = "session-manager-plugin"
+RESPONSE_ENV = "AWS_SSM_START_SESSION_RESPONSE"
+LAST_VERSION_WITHOUT_ENV = (1, 2, 497, 0)
+DOCUMENT = "AWS-StartSSHSession"
+NATIVE_TARGET_PREFIX = "sagemaker-training-job:"
+INSTALL_HINT = (
+    "install the Session Manager plugin: "
+    "https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html"
+)
+USER_SIGNALS = ("SIGINT", "SIGQUIT", "SIGTSTP")
+
+
+class PluginError(UserError):
+    pass
+
+
+def native_target(job: str, node: str) -> str:
+    """SageMaker's native remote-debug target for one node (built, never looked up)."""
+    return f"{NATIVE_TARGET_PREFIX}{job}_{node}"
+
+
+def session_parameters(target: str, port: int) -> dict[str, Any]:
+    return {"Target": target, "DocumentName": DOCUMENT, "Parameters": {"portNumber": [str(port)]}}
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    cleaned = re.sub(r"\s+", "", text)
+    if not re.fullmatch(r"\d+(\.\d+){0,3}", cleaned):
+        return None
+    parts = [int(p) for p in cleaned.split(".")]
+    return tuple(parts + [0] * (4 - len(parts)))
+
+
+@dataclass(frozen=True)
+class Plugin:
+    path: str
+    version: str
+
+    @property
+    def reads_env(self) -> bool:
+        """Whether it takes the response from AWS_SSM_START_SESSION_RESPONSE (the AWS CLI's test)."""
+        parsed = parse_version(self.version)
+        return parsed is not None and parsed > LAST_VERSION_WITHOUT_ENV
+
+
+def find_plugin(which: Callable[[str], str | None] = shutil.which) -> Plugin:
+    path = which(PLUGIN)
+    if path is None:
+        raise PluginError(f"{PLUGIN} not found on PATH: {INSTALL_HINT}")
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise PluginError(f"{path} --version failed ({exc}): reinstall it; {INSTALL_HINT}") from None
+    plugin = Plugin(path, proc.stdout.strip())
+    if proc.returncode != 0 or not plugin.reads_env:
+        shown = plugin.version or (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PluginError(
+            f"{PLUGIN} version {shown!r} is too old (remote-debug needs a version after "
+            f"{'.'.join(map(str, LAST_VERSION_WITHOUT_ENV))}, which keeps the session token out of the "
+            f"command line): {INSTALL_HINT}"
+        )
+    return plugin
+
+
+@contextlib.contextmanager
+def ignore_user_signals() -> Iterator[None]:
+    saved = {}
+    for name in USER_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            saved[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def start_session(client: Any, target: str, port: int) -> dict[str, Any]:
+    try:
+        response: dict[str, Any] = client.start_session(**session_parameters(target, port))
+    except Exception as exc:
+        if not aws.is_error(exc):
+            raise
+        if aws.error_code(exc) == "TargetNotConnected":
+            raise UserError(
+                f"SSM target {target} is not connected: the job must be in Training, with remote debugging "
+                "enabled and an execution role allowed the ssmmessages:* channel actions "
+                "(remote-debug doctor JOB checks this)"
+            ) from None
+        raise UserError(aws.describe_error(exc, f"ssm StartSession {target}")) from None
+    return response
+
+
+def terminate(client: Any, session_id: str) -> None:
+    with contextlib.suppress(Exception):  # best effort: the agent times the session out anyway
+        client.terminate_session(SessionId=session_id)
+
+
+def plugin_command(plugin: Plugin, client: Any, target: str, port: int, profile: str) -> list[str]:
+    return [
+        plugin.path,
+        RESPONSE_ENV,
+        client.meta.region_name,
+        "StartSession",
+        profile,
+        json.dumps(session_parameters(target, port)),
+        client.meta.endpoint_url,
+    ]
+
+
+def run_session(
+    client: Any,
+    target: str,
+    port: int,
+    stdin: BinaryIO,
+    stdout: BinaryIO,
+    *,
+    profile: str = "",
+    plugin: Plugin | None = None,
+) -> int:
+    """Relay stdin/stdout through an SSM session to ``port`` on ``target``; the plugin's exit code."""
+    plugin = plugin or find_plugin()
+    response = start_session(client, target, port)
+    session_id = str(response["SessionId"])
+    env = dict(os.environ)
+    env[RESPONSE_ENV] = json.dumps(
+        {"SessionId": session_id, "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]}
+    )
+    argv = plugin_command(plugin, client, target, port, profile)
+    stopped: list[int] = []
+    # Like the CLI, the plugin starts with the user signals ignored too; it installs its own handlers.
+    with ignore_user_signals():
+        try:
+            proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout)
+        except OSError as exc:
+            terminate(client, session_id)
+            raise PluginError(f"cannot run {plugin.path} ({exc.strerror or exc}): {INSTALL_HINT}") from None
+        with forward_stop_signals(proc, stopped):
+            code = proc.wait()
+    if code != 0 or stopped:
+        terminate(client, session_id)
+    return code
+
+
+@contextlib.contextmanager
+def forward_stop_signals(proc: subprocess.Popen[bytes], received: list[int]) -> Iterator[None]:
+    """SIGTERM/SIGHUP (ssh sends SIGHUP to its ProxyCommand when it exits) end the plugin, and the
+    caller then terminates the session: the plugin dies on SIGTERM without closing its session."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
+        yield
+        return
+
+    def on_stop(signum: int, _frame: object) -> None:
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+
+    saved = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

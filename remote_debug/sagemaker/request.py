@@ -1,0 +1,324 @@
+"""The core of ``enable()``: a CreateTrainingJob request dict in, a debuggable request dict out.
+
+Everything else (the SDK wrappers, the launcher templates) ends up here, so what a job gets is
+decided in one place and can be checked against botocore's model:
+
+* ``Environment`` gains the debug spec (``spec.DebugSpec.to_env()``: IDE, ranks, ports, wait,
+  the per-job client *public* key, transport) and ``PYTHONPATH`` gains our ``inject`` dir, so every
+  Python process of the job - launchers, torchrun/MPI ranks, on every node - imports our
+  sitecustomize: ranks get a debug listener, and the first process of a node without a hook starts
+  the node's sshd + manifest in the background (``container/bootstrap.py``).  That is the path for
+  jobs whose entry we cannot wrap (the SDK v2 training toolkit runs ``python <sagemaker_program>``,
+  torchrun or mpirun itself).
+* where the request names the entry (``AlgorithmSpecification.ContainerEntrypoint``: BYOC, SDK v3
+  drivers), the entry is wrapped so the hook runs it: ``/bin/sh -c <find python> <hook program>
+  <original entry...>``; ``ContainerArguments`` are left alone (the container still gets them
+  after the entry) and the user's script is never touched.  A job whose image lacks python or the
+  shipped package runs the original entry unchanged, after one log line.
+* ``RemoteDebugConfig={"EnableRemoteDebug": true}`` for the ``ssm`` transport (SageMaker's native
+  SSM target ``sagemaker-training-job:<job>_algo-<n>`` exists only then);
+* tags ``remote-debug:owner`` (the caller's ``aws:userid``, what IAM policies compare with
+  ``${aws:userid}``) and ``remote-debug:enabled``;
+* SDK v2 MPI jobs: ``-x NAME`` for each spec variable in the toolkit's custom mpirun options,
+  because mpirun starts the ranks of other nodes through ssh, whose sessions do not inherit the
+  container environment.
+
+Refused with one line (:class:`EnableError`): network isolation and built-in / Marketplace
+algorithms (SageMaker offers no remote debugging there), bad names, values SageMaker would reject.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from remote_debug.local.errors import UserError
+from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, inject_dir
+from remote_debug.spec import SPEC_VERSION, ContractError, DebugSpec, check_job_name, parse_ranks
+
+TAG_OWNER = "remote-debug:owner"
+TAG_ENABLED = "remote-debug:enabled"
+NATIVE_TRANSPORT = "ssm"
+JOB_TRANSPORTS = ("ssm", "hybrid", "direct")  # "local" is for jobs on this machine
+
+# SageMaker's limits (botocore's model of CreateTrainingJob).
+ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+ENV_VALUE_MAX = 512
+ENV_MAX = 100
+TAGS_MAX = 50
+TAG_VALUE_MAX = 256
+ENTRY_ITEM_MAX = 256
+_TAG_PUNCTUATION = set("_.:/=+-@")
+
+# The entry wrapper.  $0 is the hook program below and "$@" the original entry; no python (or a
+# python that cannot import the hook) means the original entry runs exactly as it would have.
+WRAP_SHELL = "/bin/sh"
+WRAP_SCRIPT = 'P=$(command -v python3 || command -v python) || exec "$@"; exec "$P" -c "$0" "$@"'
+_HOOK_PROGRAM = (
+    "import os,sys\n"
+    "sys.path.append({root!r})\n"
+    "try:from remote_debug.container.hook import main\n"
+    "except Exception as e:sys.stderr.write('[remote-debug] no hook: %s\\n'%e);"
+    "os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "sys.exit(main())"
+)
+
+# Repositories of SageMaker's built-in algorithm images (from the SDK's image_uri_config).  The
+# XGBoost framework image doubles as the built-in algorithm: it is one only without a script.
+BUILTIN_ALGORITHM_REPOS = frozenset({
+    "blazingtext", "factorization-machines", "forecasting-deepar", "image-classification", "ipinsights",
+    "kmeans", "knn", "lda", "linear-learner", "ntm", "object-detection", "object2vec", "pca",
+    "randomcutforest", "semantic-segmentation", "seq2seq", "xgboost",
+})
+SCRIPT_MODE_ONLY_REPOS = frozenset({"sagemaker-xgboost"})
+PROGRAM_HYPERPARAMETER = "sagemaker_program"
+
+# SDK v2 training toolkit: (flag, mpirun options) hyperparameters of the runners that use mpirun.
+MPI_HYPERPARAMETERS = (
+    ("sagemaker_mpi_enabled", "sagemaker_mpi_custom_mpi_options"),
+    ("sagemaker_distributed_dataparallel_enabled", "sagemaker_distributed_dataparallel_custom_mpi_options"),
+)
+
+
+class EnableError(UserError):
+    """A job that cannot be made debuggable as asked (one actionable line)."""
+
+
+@dataclass(frozen=True)
+class DebugOptions:
+    """What the user asked for; validated on construction (the spec's own checks, as one line)."""
+
+    ide: str = "vscode"
+    ranks: str | Sequence[int] = "all"
+    wait: float = 0.0
+    sshd_port: int = 0
+    port_base: int = 0
+    transport: str = NATIVE_TRANSPORT
+
+    def __post_init__(self) -> None:
+        if self.transport not in JOB_TRANSPORTS:
+            raise EnableError(
+                f"transport {self.transport!r} does not reach a SageMaker job: use one of {', '.join(JOB_TRANSPORTS)} "
+                "(local jobs: remote-debug launch --local)"
+            )
+        self.spec("placeholder", "ssh-ed25519 AAAA placeholder")  # every other check, before any side effect
+
+    def spec(self, job_name: str, public_key: str) -> DebugSpec:
+        try:
+            ranks = (
+                parse_ranks(self.ranks) if isinstance(self.ranks, str) else tuple(sorted({int(r) for r in self.ranks}))
+            )
+            if ranks is not None and any(r < 0 for r in ranks):
+                raise ContractError(f"bad rank list {list(self.ranks)!r}: ranks are 0 or more")
+            return DebugSpec(
+                job_name=job_name, client_public_key=public_key, ide=self.ide, ranks=ranks,
+                port_base=int(self.port_base), sshd_port=int(self.sshd_port), wait_seconds=float(self.wait),
+                transport=self.transport,
+            )
+        except (ContractError, TypeError, ValueError) as exc:
+            raise EnableError(str(exc)) from None
+
+
+def enable_request(
+    request: Mapping[str, Any],
+    options: DebugOptions,
+    *,
+    owner: str,
+    public_key: str,
+    job_name: str | None = None,
+    package_root: str = CHANNEL_ROOT,
+    package_uri: str | None = None,
+) -> dict[str, Any]:
+    """A debuggable copy of ``request`` (the input is not modified).
+
+    ``public_key`` is the job's client public key (see ``keys.ensure_job_key``); ``owner`` the value of
+    the owner tag; ``package_root`` where the bundle is in the container; ``package_uri`` an S3 prefix
+    holding the bundle, added as the ``remote-debug`` input channel.
+    """
+    if not isinstance(request, Mapping):
+        raise EnableError(f"expected a CreateTrainingJob request dict, got {type(request).__name__}")
+    out: dict[str, Any] = copy.deepcopy(dict(request))
+    name = job_name or out.get("TrainingJobName")
+    if not isinstance(name, str) or not name:
+        raise EnableError("the request has no TrainingJobName: set it (or pass job_name=...)")
+    try:
+        out["TrainingJobName"] = check_job_name(name)
+    except ContractError as exc:
+        raise EnableError(str(exc)) from None
+    check_supported(out)
+    spec = options.spec(name, public_key)
+
+    out["Environment"] = _environment(out.get("Environment"), spec, package_root)
+    _forward_to_mpi(out, [*spec.to_env(), "PYTHONPATH"])
+    algorithm = out.get("AlgorithmSpecification")
+    if isinstance(algorithm, Mapping) and algorithm.get("ContainerEntrypoint"):
+        out["AlgorithmSpecification"] = {
+            **algorithm, "ContainerEntrypoint": wrap_entrypoint(list(algorithm["ContainerEntrypoint"]), package_root)
+        }
+    if options.transport == NATIVE_TRANSPORT:
+        out["RemoteDebugConfig"] = {**(out.get("RemoteDebugConfig") or {}), "EnableRemoteDebug": True}
+    out["Tags"] = _tags(out.get("Tags"), owner)
+    if package_uri:
+        out["InputDataConfig"] = _with_package_channel(out.get("InputDataConfig"), package_uri)
+    return out
+
+
+# --- refusals --------------------------------------------------------------------------------------
+
+
+def check_supported(request: Mapping[str, Any]) -> None:
+    """Refuse jobs SageMaker cannot debug remotely (network isolation, built-in/Marketplace algorithms)."""
+    if request.get("EnableNetworkIsolation"):
+        raise EnableError(
+            "the job uses network isolation (EnableNetworkIsolation), which blocks SSM and so remote debugging: "
+            "turn it off for debugging runs"
+        )
+    algorithm = request.get("AlgorithmSpecification") or {}
+    if algorithm.get("AlgorithmName"):
+        raise EnableError(
+            f"the job runs the algorithm resource {algorithm['AlgorithmName']!r} (built-in or Marketplace), "
+            "which SageMaker cannot debug remotely: use a framework or your own image"
+        )
+    hyperparameters = request.get("HyperParameters") or {}
+    check_image(algorithm.get("TrainingImage"), has_script=PROGRAM_HYPERPARAMETER in hyperparameters)
+
+
+def check_image(image: Any, *, has_script: bool) -> None:
+    if not isinstance(image, str) or not image:
+        return
+    repository = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    if repository in BUILTIN_ALGORITHM_REPOS or (repository in SCRIPT_MODE_ONLY_REPOS and not has_script):
+        raise EnableError(
+            f"{repository!r} is a SageMaker built-in algorithm image, which cannot be debugged remotely: "
+            "use a framework estimator with your own script, or your own image"
+        )
+
+
+# --- the pieces ------------------------------------------------------------------------------------
+
+
+def _environment(existing: Any, spec: DebugSpec, package_root: str) -> dict[str, str]:
+    env = {str(k): str(v) for k, v in dict(existing or {}).items()}
+    env.update(spec.to_env())
+    ours = inject_dir(package_root)
+    theirs = [p for p in env.get("PYTHONPATH", "").split(":") if p and p != ours]
+    env["PYTHONPATH"] = ":".join([ours, *theirs])  # ours first: Python imports the first sitecustomize
+    if len(env) > ENV_MAX:
+        raise EnableError(f"the job would have {len(env)} environment variables; SageMaker allows {ENV_MAX}")
+    for key, value in env.items():
+        if not ENV_KEY_RE.match(key) or len(key) > ENV_VALUE_MAX:
+            raise EnableError(
+                f"environment variable name {key[:80]!r} is not accepted by SageMaker ([A-Za-z_][A-Za-z0-9_]*)"
+            )
+        if len(value) > ENV_VALUE_MAX:
+            raise EnableError(
+                f"environment variable {key} would be {len(value)} characters; SageMaker allows {ENV_VALUE_MAX}"
+            )
+    return env
+
+
+def _forward_to_mpi(request: dict[str, Any], names: Sequence[str]) -> None:
+    hyperparameters = request.get("HyperParameters")
+    if not isinstance(hyperparameters, Mapping):
+        return
+    updated = dict(hyperparameters)
+    for flag, options_key in MPI_HYPERPARAMETERS:
+        if _decode(updated.get(flag)) not in (True, "true", "True"):
+            continue
+        current = _decode(updated.get(options_key, ""))
+        options = current if isinstance(current, str) else ""
+        tokens = options.split()
+        present = {tokens[i + 1].split("=", 1)[0] for i, t in enumerate(tokens[:-1]) if t == "-x"}
+        options = " ".join([*tokens, *(f"-x {n}" for n in names if n not in present)])
+        # The SDK JSON-encodes hyperparameters and the toolkit json-decodes them: keep that shape.
+        updated[options_key] = json.dumps(options)
+    request["HyperParameters"] = updated
+
+
+def _decode(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def hook_program(package_root: str) -> str:
+    return _HOOK_PROGRAM.format(root=package_root)
+
+
+def wrap_entrypoint(entry: list[str], package_root: str) -> list[str]:
+    """``ContainerEntrypoint`` with the hook in front (idempotent: a wrapped entry is re-wrapped)."""
+    if entry[:3] == [WRAP_SHELL, "-c", WRAP_SCRIPT]:
+        entry = entry[4:]
+    wrapped = [WRAP_SHELL, "-c", WRAP_SCRIPT, hook_program(package_root), *entry]
+    too_long = [item for item in wrapped if len(item) > ENTRY_ITEM_MAX]
+    if too_long:
+        raise EnableError(
+            f"wrapped ContainerEntrypoint item would be {len(too_long[0])} characters (SageMaker allows "
+            f"{ENTRY_ITEM_MAX}): use a shorter package root than {package_root!r}"
+        )
+    if len(wrapped) > 100:
+        raise EnableError("ContainerEntrypoint would have more than 100 items: shorten the entry command")
+    return wrapped
+
+
+def _tags(existing: Any, owner: str) -> list[dict[str, str]]:
+    tags = [dict(t) for t in (existing or []) if t.get("Key") not in (TAG_OWNER, TAG_ENABLED)]
+    tags += [{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_ENABLED, "Value": f"spec-v{SPEC_VERSION}"}]
+    if len(tags) > TAGS_MAX:
+        raise EnableError(f"the job would have {len(tags)} tags; SageMaker allows {TAGS_MAX}")
+    return tags
+
+
+def check_owner(owner: str) -> str:
+    """``owner`` if SageMaker accepts it as a tag value."""
+    ok = len(owner) <= TAG_VALUE_MAX and all(
+        ch.isalnum() or unicodedata.category(ch).startswith("Z") or ch in _TAG_PUNCTUATION for ch in owner
+    )
+    if not owner or not ok:
+        raise EnableError(
+            f"owner {owner[:80]!r} is not a valid tag value: 1-{TAG_VALUE_MAX} letters, digits, spaces and _.:/=+-@"
+        )
+    return owner
+
+
+def _with_package_channel(channels: Any, uri: str) -> list[dict[str, Any]]:
+    if not uri.startswith("s3://"):
+        raise EnableError(f"package_uri must be an s3:// prefix holding the bundle, got {uri[:80]!r}")
+    out = [dict(c) for c in (channels or [])]
+    for channel in out:
+        if channel.get("ChannelName") == CHANNEL_NAME:
+            raise EnableError(
+                f"the request already has an input channel named {CHANNEL_NAME!r}: remove it or drop package_uri"
+            )
+    out.append({
+        "ChannelName": CHANNEL_NAME,
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+        },
+        # Files even when the job streams its data (Pipe): the hook needs a directory.
+        "InputMode": "File",
+    })
+    return out
+
+
+def upload_bundle(s3_client: Any, bundle: Path, uri: str) -> int:
+    """Upload the bundle directory's files under the ``s3://bucket/prefix`` ``uri``; returns the count."""
+    if not uri.startswith("s3://"):
+        raise EnableError(f"expected an s3:// URI, got {uri[:80]!r}")
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    prefix = prefix.strip("/")
+    count = 0
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        key = "/".join(part for part in (prefix, path.relative_to(bundle).as_posix()) if part)
+        s3_client.upload_file(str(path), bucket, key)
+        count += 1
+    return count

@@ -1,0 +1,88 @@
+"""``enable()`` for SageMaker SDK v2 estimators (``Estimator``, ``PyTorch`` and the other frameworks).
+
+What the estimator gets, with the SDK's own means:
+
+* ``dependencies`` += the bundle's ``remote_debug/`` and ``debugpy/``: the SDK copies dependencies
+  into the root of ``sourcedir.tar.gz``, the toolkit extracts that to ``/opt/ml/code``, so the
+  package root in the container is ``/opt/ml/code``;
+* ``enable_remote_debug`` (SageMaker's native SSM access; for the ``ssm`` transport);
+* ``environment`` += a one-off token, which the request hook (``intercept``) swaps for the debug
+  spec once ``fit()`` has named the job.
+
+How the hook starts here: the toolkit's ``train`` process starts before the code is extracted, and
+then runs ``python <sagemaker_program>`` (or torchrun / mpirun) from ``/opt/ml/code``.  There is no
+entry to wrap (``ContainerEntrypoint`` is not set), so the job relies on ``PYTHONPATH``: the first
+Python process started from the extracted code imports our sitecustomize, which starts the node's
+sshd + manifest in the background (``container/bootstrap.py``) and a debug listener in each rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote_debug.local.paths import StatePaths
+from remote_debug.sagemaker.api import enable_with_key
+from remote_debug.sagemaker.bundle import CODE_ROOT, bundle_dir
+from remote_debug.sagemaker.intercept import PendingEnable, marked
+from remote_debug.sagemaker.owner import resolve_owner
+from remote_debug.sagemaker.request import NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.sdk import require_sdk
+
+WHAT = "enable() of a SageMaker SDK v2 estimator"
+
+
+def enable_estimator(estimator: Any, options: DebugOptions, *, owner: str | None, paths: StatePaths) -> Any:
+    require_sdk(2, WHAT)
+    session = estimator.sagemaker_session
+    if getattr(session, "local_mode", False) or not hasattr(getattr(session, "sagemaker_client", None), "meta"):
+        raise EnableError(
+            "SageMaker local mode is not supported: debug on this machine with `remote-debug launch --local`"
+        )
+    if not hasattr(estimator, "_enable_remote_debug"):
+        raise EnableError("this sagemaker version has no enable_remote_debug: upgrade to sagemaker >= 2.222")
+    if estimator.enable_network_isolation():
+        raise EnableError(
+            "the estimator uses network isolation (enable_network_isolation=True), which blocks SSM and so "
+            "remote debugging: turn it off for debugging runs"
+        )
+    if getattr(estimator, "algorithm_arn", None):
+        raise EnableError(
+            "AlgorithmEstimator runs a built-in or Marketplace algorithm, which SageMaker cannot debug remotely"
+        )
+    entry_point = getattr(estimator, "entry_point", None)
+    check_image(getattr(estimator, "image_uri", None), has_script=bool(entry_point))
+
+    resolved_owner = resolve_owner(owner, session.boto_session)  # may fail: before changing anything
+
+    if entry_point:
+        _ship_bundle(estimator, paths)
+    # Without an entry point (a bring-your-own image) nothing can be shipped: the image must have
+    # remote-debug installed (templates/byoc), and an explicit container_entry_point gets wrapped.
+    if options.transport == NATIVE_TRANSPORT:
+        estimator._enable_remote_debug = True
+
+    def apply(request: dict[str, Any]) -> dict[str, Any]:
+        return enable_with_key(request, options, owner=resolved_owner, paths=paths, package_root=CODE_ROOT)
+
+    pending = PendingEnable(apply)
+    estimator.environment = marked(estimator.environment, pending)
+    pending.install(boto_session=session.boto_session, clients=[session.sagemaker_client])
+    return estimator
+
+
+def _ship_bundle(estimator: Any, paths: StatePaths) -> None:
+    source_dir = getattr(estimator, "source_dir", None)
+    if isinstance(source_dir, str) and source_dir.lower().startswith("s3://"):
+        raise EnableError(
+            "source_dir is on S3, so the SDK does not repack it and remote_debug cannot be shipped with it: "
+            "use a local source_dir, or install remote-debug in the image (templates/byoc)"
+        )
+    bundle = bundle_dir(paths)
+    ours = [str(bundle / "remote_debug"), str(bundle / "debugpy")]
+    # An earlier enable() of the same estimator left a (possibly older) bundle: replace it.
+    kept = [d for d in (estimator.dependencies or []) if not _is_bundle_part(str(d), paths)]
+    estimator.dependencies = [*kept, *ours]
+
+
+def _is_bundle_part(path: str, paths: StatePaths) -> bool:
+    return path.startswith(str(paths.root / "bundles") + "/")

@@ -1,0 +1,123 @@
+"""``enable()`` for ``ModelTrainer``: SDK v3 ``sagemaker.train`` and late v2 ``sagemaker.modules.train``.
+
+What the trainer gets, with the SDK's own means:
+
+* ``input_data_config`` += an input channel ``remote-debug`` holding the bundle (``remote_debug/``
+  and ``debugpy/``): the SDK uploads a local directory given as a channel, and ``train(input_data_config=...)``
+  merges its channels with these by name.  The user's ``source_dir`` stays untouched (copying
+  ``remote_debug`` into it would change their tree, and ``SourceCode`` has no ``dependencies``).
+  Package root in the container: ``/opt/ml/input/data/remote-debug``;
+* ``with_remote_debug_config(RemoteDebugConfig(enable_remote_debug=True))`` for the ``ssm`` transport;
+* ``environment`` += a one-off token that the request hook (``intercept``) swaps for the spec.
+
+How the hook starts here: ModelTrainer sets ``ContainerEntrypoint: ["/bin/bash"]`` and runs its
+drivers through ``sm_train.sh``.  The core wraps that entry, so the hook (sshd, manifest, signal
+forwarding, exit code) is the parent of ``sm_train.sh``; it can, because channels are in place
+when the container starts.  The ``PYTHONPATH`` sitecustomize then gives each rank its listener
+(basic script, torchrun and MPI drivers alike).  A trainer without ``source_code`` (the image's own
+entry) falls back to the sitecustomize starting the node's services, as with SDK v2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from remote_debug.local.paths import StatePaths
+from remote_debug.sagemaker.api import enable_with_key
+from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, bundle_dir
+from remote_debug.sagemaker.intercept import PendingEnable, marked
+from remote_debug.sagemaker.owner import resolve_owner
+from remote_debug.sagemaker.request import NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.sdk import require_sdk
+
+# (module prefix of the class, configs module, SDK major, minimum version)
+FLAVOURS = (
+    ("sagemaker.train.", "sagemaker.train.configs", 3, ()),
+    ("sagemaker.modules.", "sagemaker.modules.configs", 2, ()),
+)
+
+
+def enable_model_trainer(trainer: Any, options: DebugOptions, *, owner: str | None, paths: StatePaths) -> Any:
+    configs = _configs_for(trainer)
+    if str(getattr(trainer, "training_mode", "")).upper().endswith("LOCAL_CONTAINER"):
+        raise EnableError(
+            "ModelTrainer local mode is not supported: debug on this machine with `remote-debug launch --local`"
+        )
+    if getattr(trainer, "algorithm_name", None):
+        raise EnableError(
+            f"the trainer runs the algorithm {trainer.algorithm_name!r} (built-in or Marketplace), "
+            "which SageMaker cannot debug remotely"
+        )
+    networking = getattr(trainer, "networking", None)
+    if networking is not None and getattr(networking, "enable_network_isolation", False):
+        raise EnableError(
+            "the trainer uses network isolation (Networking(enable_network_isolation=True)), which blocks SSM "
+            "and so remote debugging: turn it off for debugging runs"
+        )
+    image = getattr(trainer, "training_image", None)
+    check_image(image if isinstance(image, str) else None, has_script=getattr(trainer, "source_code", None) is not None)
+
+    if not hasattr(trainer, "with_remote_debug_config"):
+        raise EnableError("this ModelTrainer has no with_remote_debug_config: upgrade the SageMaker SDK")
+    boto_session = trainer.sagemaker_session.boto_session
+    resolved_owner = resolve_owner(owner, boto_session)  # may fail: before changing anything
+
+    _add_bundle_channel(trainer, configs, paths)
+    if options.transport == NATIVE_TRANSPORT:
+        trainer.with_remote_debug_config(configs.RemoteDebugConfig(enable_remote_debug=True))
+
+    def apply(request: dict[str, Any]) -> dict[str, Any]:
+        return enable_with_key(request, options, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT)
+
+    pending = PendingEnable(apply)
+    trainer.environment = marked(trainer.environment, pending)
+    pending.install(boto_session=boto_session, clients=_training_job_clients(trainer, boto_session))
+    return trainer
+
+
+def _configs_for(trainer: Any) -> Any:
+    module = type(trainer).__module__
+    for prefix, configs_module, major, minimum in FLAVOURS:
+        if module.startswith(prefix):
+            require_sdk(major, f"enable() of {module}.ModelTrainer", minimum)
+            try:
+                return importlib.import_module(configs_module)
+            except ImportError as exc:
+                raise EnableError(f"cannot import {configs_module} ({exc}): reinstall the SageMaker SDK") from None
+    raise EnableError(
+        f"unknown ModelTrainer flavour {module}: supported are sagemaker.train and sagemaker.modules.train"
+    )
+
+
+def _add_bundle_channel(trainer: Any, configs: Any, paths: StatePaths) -> None:
+    bundle = str(bundle_dir(paths))
+    channels = list(trainer.input_data_config or [])
+    kept = []
+    for channel in channels:
+        if getattr(channel, "channel_name", None) != CHANNEL_NAME:
+            kept.append(channel)
+        elif not str(getattr(channel, "data_source", "")).startswith(str(paths.root / "bundles")):
+            raise EnableError(
+                f"the trainer already has an input channel named {CHANNEL_NAME!r}, which remote-debug uses for its "
+                "package: rename yours"
+            )
+    trainer.input_data_config = [*kept, configs.InputData(channel_name=CHANNEL_NAME, data_source=bundle)]
+
+
+def _training_job_clients(trainer: Any, boto_session: Any) -> list[Any]:
+    """The client ``TrainingJob.create`` will use, from sagemaker-core's per-session cache.
+
+    Asked through the very class the trainer's module calls, after the session-level handler is
+    registered, so that a client created now inherits it and one cached earlier gets it too.
+    Best effort: the session-level registration covers clients created later anyway.
+    """
+    training_job = getattr(sys.modules.get(type(trainer).__module__), "TrainingJob", None)
+    get_client = getattr(training_job, "get_sagemaker_client", None)
+    if get_client is None:
+        return []
+    try:
+        return [get_client(session=boto_session, region_name=None)]
+    except Exception:  # e.g. no region yet: train() will fail with the SDK's own message
+        return []

@@ -1,0 +1,70 @@
+"""``remote-debug enable JOB``: switch on SageMaker's native remote debugging for a running job.
+
+UpdateTrainingJob takes ``RemoteDebugConfig`` (shape ``RemoteDebugConfigForUpdate``) and SageMaker
+accepts it only while the job's SecondaryStatus is ``Downloading`` or ``Training``, so we describe
+the job first and refuse other states with one line instead of a ValidationException.
+
+What this does and does not give: native remote debugging is the SSM target
+``sagemaker-training-job:<job>_algo-<n>``.  Our hook (sshd, manifest, per-rank listeners) is only in
+jobs created through ``remote_debug.enable()``, whose environment holds the debug spec; for
+other jobs the result says so (``has_spec``), because ``attach`` will not find ranks there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from remote_debug.local.errors import UserError
+from remote_debug.spec import ENV_VERSION, ContractError, check_job_name
+
+UPDATABLE_STATES = ("Downloading", "Training")
+_ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
+
+
+class NotUpdatableError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class EnableResult:
+    job: str
+    updated: bool  # False: remote debugging was already on
+    status: str
+    secondary_status: str
+    has_spec: bool  # whether the job runs remote-debug's hook (created with remote_debug.enable())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_job(job: str) -> tuple[str, str | None]:
+    """(job name, region from an ARN or None) for a training job name or ARN."""
+    match = _ARN_RE.match(job.strip())
+    name, region = (match.group(2), match.group(1)) if match else (job.strip(), None)
+    try:
+        return check_job_name(name), region
+    except ContractError as exc:
+        raise UserError(str(exc)) from None
+
+
+def enable_running_job(client: Any, job: str) -> EnableResult:
+    """DescribeTrainingJob, then UpdateTrainingJob if the job is in an updatable state."""
+    name, _region = parse_job(job)
+    description = client.describe_training_job(TrainingJobName=name)
+    status = str(description.get("TrainingJobStatus", ""))
+    secondary = str(description.get("SecondaryStatus", ""))
+    has_spec = ENV_VERSION in (description.get("Environment") or {})
+    if (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
+        return EnableResult(name, False, status, secondary, has_spec)
+    if description.get("EnableNetworkIsolation"):
+        raise NotUpdatableError(f"job {name} uses network isolation, which rules out remote debugging")
+    if secondary not in UPDATABLE_STATES:
+        raise NotUpdatableError(
+            f"job {name} is {secondary or status} ({status}): SageMaker turns on remote debugging only while a job "
+            f"is {' or '.join(UPDATABLE_STATES)}"
+            + ("; create the next run with remote_debug.enable()" if status != "InProgress" else "; try again then")
+        )
+    client.update_training_job(TrainingJobName=name, RemoteDebugConfig={"EnableRemoteDebug": True})
+    return EnableResult(name, True, status, secondary, has_spec)

@@ -1,0 +1,408 @@
+"""SageMakerBackend against botocore's models: moto (SageMaker list/tags, CloudWatch Logs), a scripted
+DescribeTrainingJob for the status transitions moto lacks, Stubber for SSM; and the attach flow
+driven by status sequences."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from remote_debug import spec
+from remote_debug.local import aws
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import SageMakerBackend, backend_for, job_name
+from remote_debug.local.backends.local import LocalBackend
+from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
+from remote_debug.local.backends.sagemaker_logs import FILTER_PATTERN, LOG_GROUP
+from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
+from remote_debug.local.paths import StatePaths
+from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin, plugin_records
+
+REGION = "us-west-2"
+JOB = "sm-job"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
+SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="ssm").to_env()
+AWS_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+
+
+@pytest.fixture
+def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in AWS_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    aws.configure()
+    with mock_aws():
+        yield
+    aws.configure()
+
+
+class Cloud:
+    """Clients for one test: SageMaker (scripted describe, moto for the rest), Logs (moto), SSM (Stubber)."""
+
+    def __init__(self, script: Callable[[int, str], dict[str, Any]] | None = None,
+                 tags: list[dict[str, str]] | None = None) -> None:
+        self.sagemaker = boto3.client("sagemaker", region_name=REGION)
+        self.scripted = ScriptedSageMaker(self.sagemaker, script, tags) if script else None
+        self.logs = boto3.client("logs", region_name=REGION)
+        self.ssm = boto3.client("ssm", region_name=REGION)
+        self.filter_requests: list[dict[str, Any]] = []
+        self.logs.meta.events.register(
+            "before-parameter-build.cloudwatch-logs.FilterLogEvents",
+            lambda params, **_: self.filter_requests.append(dict(params)),
+        )
+        self.clients = {"sagemaker": self.sagemaker, "logs": self.logs, "ssm": self.ssm}
+
+    def backend(self) -> SageMakerBackend:
+        return SageMakerBackend(StatePaths.default(), clients=self.clients.__getitem__, cache_seconds=0,
+                                log_interval=0)
+
+    def log(self, job: str, node: str, *messages: str, stream: str = "1700000000") -> None:
+        name = f"{job}/{node}-{stream}"
+        try:
+            self.logs.create_log_group(logGroupName=LOG_GROUP)
+        except self.logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        try:
+            self.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=name)
+        except self.logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        now = int(time.time() * 1000)
+        self.logs.put_log_events(
+            logGroupName=LOG_GROUP, logStreamName=name,
+            logEvents=[{"timestamp": now, "message": m} for m in messages],
+        )
+
+
+def _node(node: str = "algo-1", **fields: Any) -> spec.NodeManifest:
+    base: dict[str, Any] = dict(
+        job_name=JOB, node=node, hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1", sshd_port=40022,
+        ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running", hook_pid=7,
+    )
+    return spec.NodeManifest(**{**base, **fields})
+
+
+def _rank(rank: int, world: int = 4) -> spec.RankEndpoint:
+    return spec.RankEndpoint(rank=rank, local_rank=rank % 2, world_size=world, port=41000 + rank, pid=9)
+
+
+def _line(node: str, doc: spec.NodeManifest | spec.RankEndpoint, seq: int, boot: str = "b1") -> str:
+    return spec.format_manifest_line(node, doc, boot=boot, seq=seq)
+
+
+def _training(env: dict[str, str] | None = None, **kw: Any) -> Callable[[int, str], dict[str, Any]]:
+    return lambda _n, job: describe_response(job, "InProgress", "Training", environment=env or SPEC_ENV, **kw)
+
+
+# --- describe ----------------------------------------------------------------------------------------
+
+
+def test_describe_maps_status_nodes_and_debuggability(cloud: None) -> None:
+    c = Cloud(_training(instance_count=2, message="Training image download completed."),
+              tags=[{"Key": "remote-debug:owner", "Value": "me"}])
+    info = c.backend().describe(JOB)
+    assert (info.status, info.secondary_status, info.backend) == ("InProgress", "Training", "sagemaker")
+    assert info.nodes == ["algo-1", "algo-2"] and info.nproc_per_node == 0  # unknown until a rank reports
+    assert info.debuggable and info.running
+    assert info.extra["transport"] == "ssm" and info.extra["region"] == REGION
+    assert info.extra["status_message"] == "Training image download completed."
+    assert not info.extra["provisioning"]
+    assert [name for name, _ in c.scripted.calls] == ["DescribeTrainingJob", "ListTags"]  # type: ignore[union-attr]
+
+
+def test_nodes_from_instance_groups() -> None:
+    groups = {"InstanceGroups": [{"InstanceCount": 2, "InstanceGroupName": "a", "InstanceType": "ml.p4d.24xlarge"},
+                                 {"InstanceCount": 1, "InstanceGroupName": "b", "InstanceType": "ml.c5.xlarge"}]}
+    assert nodes_of(groups) == ["algo-1", "algo-2", "algo-3"]
+    assert nodes_of({"InstanceCount": 1}) == ["algo-1"]
+
+
+@pytest.mark.parametrize(("env", "extra", "tags", "why"), [
+    ({"FOO": "1"}, {}, [], "was not started with remote-debug"),
+    (SPEC_ENV, {"remote_debug": False}, [], "remote-debug enable sm-job"),
+    (SPEC_ENV, {"EnableNetworkIsolation": True}, [], "network isolation"),
+    ({**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}, {"remote_debug": False}, [], None),  # its own SSM agent
+    ({}, {}, [{"Key": "remote-debug:transport", "Value": "direct"}], None),  # our tag, transport by tag
+])
+def test_debuggable_or_why_not(cloud: None, env: dict[str, str], extra: dict[str, Any],
+                               tags: list[dict[str, str]], why: str | None) -> None:
+    info = Cloud(lambda _n, job: describe_response(job, "InProgress", "Training", environment=env, **extra),
+                 tags=tags).backend().describe(JOB)
+    assert info.debuggable is (why is None)
+    if why:
+        assert why in str(info.extra["why_not_debuggable"]) and "\n" not in str(info.extra["why_not_debuggable"])
+
+
+def test_unknown_job_names_the_region(cloud: None) -> None:
+    backend = Cloud().backend()  # moto: no such job
+    assert not backend.has_job("nope")
+    with pytest.raises(UnknownJobError, match=f"in {REGION} .check --region / --profile"):
+        backend.describe("nope")
+
+
+def test_list_jobs_only_debuggable(cloud: None) -> None:
+    c = Cloud()
+    for name in ("dbg-1", "plain-1", "off-1"):
+        c.sagemaker.create_training_job(
+            TrainingJobName=name, AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/r", OutputDataConfig={"S3OutputPath": "s3://b/o"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            StoppingCondition={"MaxRuntimeInSeconds": 60},
+        )
+    answers = {
+        "dbg-1": dict(environment=SPEC_ENV),
+        "plain-1": dict(environment={}),
+        "off-1": dict(environment=SPEC_ENV, remote_debug=False),
+    }
+    c.scripted = ScriptedSageMaker(c.sagemaker, lambda _n, job: describe_response(
+        job, "InProgress", "Training", **answers[job]))
+    jobs = c.backend().list_jobs()
+    assert [j.name for j in jobs] == ["dbg-1"]
+    listed = [params for name, params in c.scripted.calls if name == "ListTrainingJobs"]
+    assert listed[0]["StatusEquals"] == "InProgress" and "CreationTimeAfter" in listed[1]
+
+
+# --- manifests from CloudWatch ----------------------------------------------------------------------
+
+
+def test_manifests_come_from_the_nodes_log_lines(cloud: None) -> None:
+    c = Cloud(_training(instance_count=2))
+    backend = c.backend()
+    assert backend.manifests(JOB) == {"algo-1": None, "algo-2": None}  # no log group yet: nothing published
+    c.log(JOB, "algo-1", "epoch 1 loss 0.3", _line("algo-1", _node(state="starting", sshd_port=0), 1),
+          _line("algo-1", _node(), 2), _line("algo-1", _rank(0), 3), "more training output")
+    c.log(JOB, "algo-2", _line("algo-2", _node("algo-2"), 1))
+    c.log("sm-job-2", "algo-1", _line("algo-1", _node(job_name="sm-job-2", sshd_port=1), 1))  # another job
+    got = backend.manifests(JOB)
+    assert got["algo-1"] is not None and got["algo-1"].sshd_port == 40022
+    assert [r.rank for r in got["algo-1"].ranks] == [0]
+    assert got["algo-2"] is not None and got["algo-2"].ranks == []
+    # one call covers every node; only our lines; only what is new after the first answer
+    assert c.filter_requests[-1]["logGroupName"] == "/aws/sagemaker/TrainingJobs"
+    assert c.filter_requests[-1]["logStreamNamePrefix"] == f"{JOB}/"
+    assert c.filter_requests[-1]["filterPattern"] == FILTER_PATTERN == '"[remote-debug] manifest"'
+    c.log(JOB, "algo-2", _line("algo-2", _rank(3), 2))
+    again = backend.manifests(JOB)
+    assert "startTime" in c.filter_requests[-1]
+    assert again["algo-2"] is not None and [r.rank for r in again["algo-2"].ranks] == [3]
+    assert backend.describe(JOB).nproc_per_node == 2  # world size 4 over two nodes
+
+
+def test_unreadable_manifest_line_is_one_line_error(cloud: None) -> None:
+    c = Cloud(_training())
+    c.log(JOB, "algo-1", '[remote-debug] manifest {"v": 9}')
+    with pytest.raises(spec.ContractError, match="version 9 is not supported"):
+        c.backend().manifests(JOB)
+
+
+def test_hint_for_the_proxy_is_private_and_complete(cloud: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}),
+              tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion:2200"}])
+    monkeypatch.setenv("AWS_PROFILE", "dev")  # recorded for the proxy (the clients above exist already)
+    c.log(JOB, "algo-1", _line("algo-1", _node(ssm_target="mi-0123456789abcdef0"), 1))
+    backend = c.backend()
+    backend.manifests(JOB)
+    path = StatePaths.default().root / "sagemaker" / f"{JOB}.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    hint = json.loads(path.read_text())
+    assert hint["region"] == REGION and hint["profile"] == "dev" and hint["transport"] == "hybrid"
+    assert hint["bastion"] == "ec2-user@bastion:2200"
+    assert hint["nodes"]["algo-1"] == {"sshd_host": "127.0.0.1", "sshd_port": 40022,
+                                       "ssm_target": "mi-0123456789abcdef0"}
+    assert SageMakerBackend(StatePaths.default()).has_job(JOB)  # the proxy finds the job without AWS
+
+
+# --- the attach flow, driven by status sequences ----------------------------------------------------
+
+
+def _sequence(*steps: tuple[int, str, str], **kw: Any) -> Callable[[int, str], dict[str, Any]]:
+    """``(until_call, status, secondary)`` steps; the last one holds."""
+    def script(n: int, job: str) -> dict[str, Any]:
+        step = next((s for s in steps if n < s[0]), steps[-1])
+        return describe_response(job, step[1], step[2], environment=SPEC_ENV, **kw)
+    return script
+
+
+def _attach(backend: SageMakerBackend, tmp_path: Path, timeout: float = 60) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=timeout)
+    try:
+        Attacher(backend, JOB, options, events.append, StatePaths.default()).run()
+    finally:
+        events.append({"event": "end"})
+    return events
+
+
+def test_attach_follows_starting_downloading_then_reports_failure(cloud: None, tmp_path: Path) -> None:
+    c = Cloud(_sequence((4, "InProgress", "Starting"), (8, "InProgress", "Downloading"),
+                        (99, "Failed", "Failed"), failure="AlgorithmError: ImportError: no module named foo"))
+    started = time.monotonic()
+    with pytest.raises(JobNotRunningError) as info:
+        _attach(c.backend(), tmp_path, timeout=0.5)  # provisioning takes longer than the timeout: fine
+    assert str(info.value) == f"job {JOB} is Failed (AlgorithmError: ImportError: no module named foo): nothing to " \
+                              "attach to"
+    assert time.monotonic() - started > 0.5
+
+
+def test_attach_emits_progress_and_times_out_only_once_training(cloud: None, tmp_path: Path) -> None:
+    c = Cloud(_sequence((3, "InProgress", "Starting"), (6, "InProgress", "Downloading"),
+                        (99, "InProgress", "Training")))
+    events: list[dict[str, Any]] = []
+    options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=1.0)
+    with pytest.raises(UserError, match=r"nodes algo-1 of job sm-job did not publish an sshd within 1 s"):
+        Attacher(c.backend(), JOB, options, events.append, StatePaths.default()).run()
+    progress = [e["secondary_status"] for e in events if e["event"] == "job-status"]
+    assert progress == ["Starting", "Downloading", "Training"]
+
+
+def test_attach_waits_while_sshd_is_installed_and_reports_when_it_cannot_be(cloud: None, tmp_path: Path) -> None:
+    c = Cloud(_training())
+    c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=0, state="running"), 1))  # installing, no error yet
+    later = threading.Timer(1.5, lambda: c.log(JOB, "algo-1", _line("algo-1", _node(
+        sshd_port=0, errors=["sshd failed: no apt-get, dnf, microdnf or yum in the image"]), 2)))
+    later.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError, match="node algo-1 of job sm-job has no sshd: sshd failed: no apt-get"):
+            _attach(c.backend(), tmp_path, timeout=30)
+    finally:
+        later.cancel()
+    assert time.monotonic() - started >= 1.5
+
+
+def test_attach_to_completed_job_and_to_job_without_debugging(cloud: None, tmp_path: Path) -> None:
+    c = Cloud(_sequence((1, "InProgress", "Training"), (99, "Completed", "Completed")))
+    with pytest.raises(JobNotRunningError, match="is Completed: nothing to attach to"):
+        _attach(c.backend(), tmp_path)
+    off = Cloud(lambda _n, job: describe_response(job, "InProgress", "Training", environment=SPEC_ENV,
+                                                  remote_debug=False))
+    with pytest.raises(UserError, match=r"RemoteDebugConfig\.EnableRemoteDebug is off"):
+        _attach(off.backend(), tmp_path)
+
+
+def test_stop_asks_sagemaker_to_stop(cloud: None) -> None:
+    c = Cloud()
+
+    def script(n: int, job: str) -> dict[str, Any]:
+        stopping = any(name == "StopTrainingJob" for name, _ in scripted.calls)
+        status = ("Stopping", "Stopping") if stopping else ("InProgress", "Training")
+        return describe_response(job, *status, environment=SPEC_ENV)
+
+    scripted = c.scripted = ScriptedSageMaker(c.sagemaker, script, others={"StopTrainingJob": {}})
+    info = c.backend().stop(JOB)
+    assert info.status == "Stopping"
+    assert ("StopTrainingJob", {"TrainingJobName": JOB}) in c.scripted.calls
+
+
+# --- routing ----------------------------------------------------------------------------------------
+
+
+def test_backend_for_local_first_then_sagemaker(cloud: None) -> None:
+    paths = StatePaths.default()
+    local_dir = paths.job_dir(JOB)
+    local_dir.mkdir(parents=True)
+    (local_dir / "job.json").write_text("{}")
+    assert isinstance(backend_for(JOB, paths), LocalBackend)  # same name: the local job wins
+    (paths.root / "sagemaker").mkdir(parents=True)
+    (paths.root / "sagemaker" / "other-job.json").write_text("{}")
+    assert isinstance(backend_for("other-job", paths), SageMakerBackend)  # the hint: no AWS call
+    arn = f"arn:aws:sagemaker:eu-west-1:123456789012:training-job/{JOB}"
+    assert job_name(arn) == JOB and aws.settings().region == "eu-west-1"
+
+
+def test_unknown_job_without_aws_says_how_to_look(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*AWS_VARS, "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    aws.configure()
+    with pytest.raises(UnknownJobError, match="pass --region / --profile"):
+        backend_for("nope")
+
+
+# --- relay per transport ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def _relay(backend: SageMakerBackend, node: str, port: int, tmp_path: Path) -> tuple[int, bytes]:
+    (tmp_path / "in").write_bytes(b"SSH-2.0-x\r\n")
+    with open(tmp_path / "in", "rb") as stdin, open(tmp_path / "out", "wb") as stdout:
+        code = backend.relay(JOB, node, port, stdin, stdout)
+    return code, (tmp_path / "out").read_bytes()
+
+
+@pytest.mark.parametrize("transport", ["ssm", "hybrid"])
+def test_relay_starts_the_transports_session(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             echo_port: int, transport: str) -> None:
+    install_fake_plugin(tmp_path / "bin", tmp_path / "plugin-log")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_PLUGIN_LOG", str(tmp_path / "plugin-log"))
+    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: transport}))
+    c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=echo_port, ssm_target="mi-0123456789abcdef0"), 1))
+    backend = c.backend()
+    backend.manifests(JOB)
+    target = "mi-0123456789abcdef0" if transport == "hybrid" else "sagemaker-training-job:sm-job_algo-1"
+    with Stubber(c.ssm) as stubber:
+        stubber.add_response(
+            "start_session", {"SessionId": "s-1", "TokenValue": "SECRET-TOKEN-1", "StreamUrl": "wss://x"},
+            {"Target": target, "DocumentName": "AWS-StartSSHSession", "Parameters": {"portNumber": [str(echo_port)]}},
+        )
+        assert _relay(SageMakerBackend(StatePaths.default(), clients=c.clients.__getitem__), "algo-1", echo_port,
+                      tmp_path) == (0, b"SSH-2.0-x\r\n")
+        stubber.assert_no_pending_responses()
+    assert plugin_records(tmp_path / "plugin-log")[0]["request"]["Target"] == target
+
+
+def test_relay_direct_is_ssh_w_through_the_bastion(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   echo_port: int) -> None:
+    """What ProxyJump would run: ``ssh -W <node address>:<port> <bastion>`` (a stand-in ssh here)."""
+    fake_ssh = tmp_path / "bin" / "ssh"
+    fake_ssh.parent.mkdir()
+    fake_ssh.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/ssh-argv\nexec cat\n")
+    fake_ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "direct"}),
+              tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion.example:2200"}])
+    c.log(JOB, "algo-1", _line("algo-1", _node(sshd_host="10.0.3.7", sshd_port=2222), 1))
+    c.backend().manifests(JOB)
+    assert _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path) == (0, b"SSH-2.0-x\r\n")
+    assert (tmp_path / "ssh-argv").read_text().split() == ["-W", "10.0.3.7:2222", "-p", "2200",
+                                                           "ec2-user@bastion.example"]
+    assert bastion_argv("bastion") == ["bastion"]
+
+
+def test_direct_without_bastion_says_how_to_set_one(cloud: None, tmp_path: Path) -> None:
+    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "direct"}))
+    c.log(JOB, "algo-1", _line("algo-1", _node(sshd_host="10.0.3.7"), 1))
+    c.backend().manifests(JOB)
+    with pytest.raises(UserError, match=r"remote-debug:bastion=.*REMOTE_DEBUG_BASTION"):
+        _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path)

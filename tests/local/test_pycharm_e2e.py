@@ -1,0 +1,232 @@
+"""PyCharm mode end to end with real parts: local job (torchrun ranks) -> hook (sshd) -> each rank
+connects OUT to its node port -> paramiko reverse forward over the ProxyCommand -> the pydevd
+line-protocol server standing in for PyCharm's Python Debug Server."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest, free_port
+from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.pycharm_session import PyCharmOptions
+from remote_debug.local.pydevd_server import PydevdServer
+
+# Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed"
+)
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tensor = torch.tensor([float(rank + 1)])
+    dist.all_reduce(tensor)
+    secret = 1000 + 7 * rank  # BREAK-HERE
+    total = float(tensor.item()) + secret
+    print("rank", rank, "total", total, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def break_line(path: Path) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "BREAK-HERE" in line)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    src = tmp_path / "project"
+    src.mkdir()
+    (src / "train.py").write_text(DDP_SCRIPT)
+    return src
+
+
+@pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])
+def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunnels(
+    home: Path, project: Path, nodes: int, nproc: int
+) -> None:
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(
+        LaunchRequest(
+            command=["python", "train.py"],
+            name="pyc",
+            source_dir=project,
+            nodes=nodes,
+            nproc_per_node=nproc,
+            wait_seconds=120,
+            ide="pycharm",
+        )
+    )
+    events: list[dict[str, Any]] = []
+    stamped: list[tuple[float, dict[str, Any]]] = []
+
+    def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+        stamped.append((time.monotonic(), event))
+
+    script = project / "train.py"
+    plan = HeadlessPlan(breakpoints={str(script): [break_line(script)]}, steps=1)
+    options = AttachOptions(workspace=project, headless=plan, ide="pycharm", edit_user_ssh_config=False)
+    result = Attacher(backend, "pyc", options, emit, paths).run()
+
+    assert result.job.status == "Completed", result.job.failure_reason
+    assert result.job.exit_code == 0
+    assert [r.rank for r in result.reports] == [0, 1]
+    assert [r.node for r in result.reports] == (["algo-1", "algo-1"] if nodes == 1 else ["algo-1", "algo-2"])
+    for report in result.reports:
+        assert report.error is None, report.error
+        first, after_step = report.stops[0], report.stops[1]
+        # Frames come back in the IDE's paths: the rank mapped its code dir to the workspace.
+        assert first.file == str(script) and first.line == break_line(script)
+        assert first.reason == "breakpoint"
+        assert first.variables["rank"] == str(report.rank)
+        assert first.variables["tensor"].startswith("tensor([3.")  # the all_reduce happened
+        assert after_step.line == first.line + 1
+        assert after_step.variables["secret"] == str(1000 + 7 * report.rank)  # rank-dependent
+    # One IDE port for all ranks: every rank's node port is reverse-forwarded to it.
+    assert len({f.local_port for f in result.forwards}) == 1
+    assert all(f.remote_port and f.remote_port != f.local_port for f in result.forwards)
+    assert sorted(e["rank"] for e in events if e["event"] == "rank-connected") == [0, 1]
+    assert not (project / ".vscode").exists()  # no launch.json in PyCharm mode
+    logs = "".join(p.read_text() for p in (paths.job_dir("pyc") / "logs").glob("algo-*.log"))
+    assert logs.count("PyCharm debugger attached") == 2
+
+    # Measured figures for the report: connect -> first stop, and one step.
+    for rank in (0, 1):
+        connected = next(t for t, e in stamped if e["event"] == "rank-connected" and e["rank"] == rank)
+        stops = [t for t, e in stamped if e["event"] == "stopped" and e["rank"] == rank]
+        print(f"rank {rank}: connect->hit {stops[0] - connected:.3f} s, step {stops[1] - stops[0]:.3f} s")
+
+
+def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, project: Path) -> None:
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    wait = 6.0
+    backend.launch(
+        LaunchRequest(
+            command=["python", "train.py"],
+            name="noide",
+            source_dir=project,
+            nproc_per_node=2,
+            wait_seconds=wait,
+            ide="pycharm",
+        )
+    )
+    nobody = free_port()  # nothing listens here: PyCharm's debug server was never started
+    events: list[dict[str, Any]] = []
+    options = AttachOptions(
+        workspace=project,
+        ide="pycharm",
+        edit_user_ssh_config=False,
+        pycharm=PyCharmOptions(port=nobody, build="any"),
+    )
+    started = time.monotonic()
+    result = Attacher(backend, "noide", options, events.append, paths).run()
+    elapsed = time.monotonic() - started
+
+    assert result.job.status == "Completed", result.job.failure_reason
+    assert result.job.exit_code == 0
+    assert elapsed < 120
+    # The tunnels were up (both ranks forwarded) and the ranks were told nobody listens.
+    assert sorted(e["rank"] for e in events if e["event"] == "rank-ready") == [0, 1]
+    assert sorted(e["rank"] for e in events if e["event"] == "ide-not-listening") == [0, 1]
+    log = (paths.job_dir("noide") / "logs" / "algo-1.log").read_text()
+    for rank in (0, 1):
+        line = next(x for x in log.splitlines() if x.startswith(f"[remote-debug] rank {rank}: no PyCharm debugger"))
+        assert f"within {wait:g} s" in line and f"127.0.0.1:{nobody}" in line and "runs on" in line
+    # Both ranks trained to the end, and their documents keep the reason for the attach side.
+    ranks = backend.manifests("noide")["algo-1"].ranks  # type: ignore[union-attr]
+    assert [(r.state, "nothing listens" in (r.error or "")) for r in ranks] == [("finished", True)] * 2
+    # The run configuration PyCharm would start, on the port the tunnels lead to.
+    config = project / ".idea" / "runConfigurations" / "noide.xml"
+    assert f'<option name="PORT" value="{nobody}" />' in config.read_text()
+
+
+def test_ranks_wait_for_pycharm_started_after_the_tunnels(home: Path, project: Path) -> None:
+    """The usual order: attach first (tunnels up, nobody listening), then start the debug server.
+
+    Non-headless attach, as with a real PyCharm: the stand-in server is a separate listener on the
+    port of the run configuration, started a few seconds later; waiting ranks then connect to it.
+    """
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(
+        LaunchRequest(
+            command=["python", "train.py"],
+            name="late",
+            source_dir=project,
+            nproc_per_node=2,
+            wait_seconds=120,
+            ide="pycharm",
+        )
+    )
+    script = project / "train.py"
+    ide_port = free_port()
+    server = PydevdServer(HeadlessPlan(breakpoints={str(script): [break_line(script)]}), port=ide_port)
+    events: list[dict[str, Any]] = []
+    started: list[float] = []
+
+    def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+        if event["event"] == "ide-not-listening" and not started:
+            started.append(time.monotonic())
+            server.start()  # the user pressed Debug on the run configuration
+
+    options = AttachOptions(
+        workspace=project, ide="pycharm", edit_user_ssh_config=False, pycharm=PyCharmOptions(port=ide_port, build="any")
+    )
+    try:
+        result = Attacher(backend, "late", options, emit, paths).run()
+        server.join(10)
+    finally:
+        server.close()
+    assert result.job.status == "Completed", result.job.failure_reason
+    assert started, "no rank reported the missing debug server"  # the tunnels were up before it started
+    reports = server.reports
+    assert len(reports) == 2 and all(r.error is None for r in reports), [r.error for r in reports]
+    assert sorted(r.stops[0].variables["rank"] for r in reports) == ["0", "1"]
+    assert all(r.stops[0].file == str(script) for r in reports)
+
+
+def test_demo_cli_pycharm_headless(home: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "remote_debug", "demo", "--ide", "pycharm", "--headless", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "HOME": str(home)},
+    )
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["exit_code"] == 0 and summary["status"] == "Completed"
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    for r in summary["ranks"]:
+        assert r["file"].endswith("train_ddp.py") and r["variables"]["rank"] == str(r["rank"])
+        assert r["stops"][1]["variables"]["shard_marker"] == str(r["rank"] * 100)  # after one step

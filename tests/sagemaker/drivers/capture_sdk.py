@@ -1,0 +1,361 @@
+"""Runs INSIDE an SDK venv (sagemaker 2.257.x or 3.x): build jobs with the real SDK under moto and
+capture the exact CreateTrainingJob requests that leave botocore.
+
+    python capture_sdk.py --out result.json SCENARIO...
+
+A ``before-call`` handler appended to botocore's built-in handlers (as moto does for its own hook)
+is registered by every botocore session, so it sees each request the SDK sends, after every other
+handler - ours included - has had its say: what it records is the serialized JSON body.  The
+pytest side validates those bodies against botocore's service model and asserts on them.
+
+Each scenario returns {"requests": [...], "error": ..., "info": {...}}; errors are recorded, not
+raised, so refusals can be asserted too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"  # v3 checks the role with iam:SimulatePrincipalPolicy
+os.environ["SAGEMAKER_SUPPRESS_V2_WARNING"] = "1"
+
+import botocore.handlers
+
+CAPTURED: list[dict[str, Any]] = []
+
+
+def _capture(params: dict[str, Any], model: Any, **_kwargs: Any) -> None:
+    body = params.get("body") or b"{}"
+    CAPTURED.append({"operation": model.name, "request": json.loads(body)})
+
+
+for _op in ("CreateTrainingJob", "UpdateTrainingJob"):
+    botocore.handlers.BUILTIN_HANDLERS.append((f"before-call.sagemaker.{_op}", _capture))
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+REGION = "us-east-1"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu-py311"
+LAUNCHERS = Path(__file__).resolve().parents[3] / "templates" / "launchers"
+SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {}
+
+
+def scenario(fn: Callable[[Path], dict[str, Any]]) -> Callable[[Path], dict[str, Any]]:
+    SCENARIOS[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+def _source_dir(tmp: Path) -> Path:
+    src = tmp / "src"
+    src.mkdir(exist_ok=True)
+    (src / "train.py").write_text("print('the user script, unchanged')\n")
+    return src
+
+
+def _load_launcher(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"launcher_{name}", LAUNCHERS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _s3_tar_members(uri: str) -> list[str]:
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    body = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        return sorted(tar.getnames())
+
+
+def _s3_keys(uri: str) -> list[str]:
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    s3 = boto3.client("s3", region_name=REGION)
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"][len(prefix):].lstrip("/") for o in page.get("Contents", [])]
+    return sorted(keys)
+
+
+# --- SDK v2 ------------------------------------------------------------------------------------------
+
+
+def _v2_session() -> Any:
+    import sagemaker
+
+    return sagemaker.Session(boto_session=boto3.Session(region_name=REGION))
+
+
+def _v2_pytorch(tmp: Path, **kwargs: Any) -> Any:
+    from sagemaker.pytorch import PyTorch
+
+    defaults: dict[str, Any] = {
+        "entry_point": "train.py", "source_dir": str(_source_dir(tmp)), "role": ROLE, "framework_version": "2.5.1",
+        "py_version": "py311", "instance_type": "ml.g5.xlarge", "instance_count": 1,
+        "environment": {"USER_VAR": "kept"}, "sagemaker_session": _v2_session(), "base_job_name": "rd-test",
+    }
+    return PyTorch(**{**defaults, **kwargs})
+
+
+def _v2_fit(estimator: Any, **enable_kwargs: Any) -> dict[str, Any]:
+    import remote_debug
+
+    enabled = remote_debug.enable(estimator, owner=enable_kwargs.pop("owner", None), **enable_kwargs)
+    assert enabled is estimator
+    estimator.fit(wait=False, logs=False)
+    return {
+        "job_name": estimator.latest_training_job.name,
+        "sourcedir": _s3_tar_members(estimator.uploaded_code.s3_prefix),
+        "dependencies": [os.path.basename(d) for d in estimator.dependencies],
+    }
+
+
+@scenario
+def v2_pytorch_single(tmp: Path) -> dict[str, Any]:
+    return _v2_fit(_v2_pytorch(tmp), ide="vscode", wait=30, ranks="all")
+
+
+@scenario
+def v2_pytorch_torchrun(tmp: Path) -> dict[str, Any]:
+    estimator = _v2_pytorch(tmp, instance_count=2, distribution={"torch_distributed": {"enabled": True}})
+    return _v2_fit(estimator, ranks="0,3", port_base=5678)
+
+
+@scenario
+def v2_pytorch_mpi(tmp: Path) -> dict[str, Any]:
+    estimator = _v2_pytorch(
+        tmp, instance_count=2,
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "--NCCL_DEBUG WARN"}},
+    )
+    return _v2_fit(estimator, owner="team-a")
+
+
+@scenario
+def v2_pytorch_fit_twice(tmp: Path) -> dict[str, Any]:
+    import remote_debug
+
+    estimator = remote_debug.enable(_v2_pytorch(tmp))
+    estimator.fit(wait=False, logs=False, job_name="rd-twice-1")
+    estimator.fit(wait=False, logs=False, job_name="rd-twice-2")
+    return {}
+
+
+@scenario
+def v2_generic_estimator_entrypoint(tmp: Path) -> dict[str, Any]:
+    """A BYOC image with its own entry given to the SDK: the entry gets wrapped, nothing is shipped."""
+    from sagemaker.estimator import Estimator
+
+    import remote_debug
+
+    estimator = Estimator(
+        image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest", role=ROLE,
+        instance_type="ml.m5.xlarge", instance_count=1, sagemaker_session=_v2_session(),
+        container_entry_point=["python3", "/opt/program/train.py"], container_arguments=["--epochs", "3"],
+    )
+    remote_debug.enable(estimator, owner="alice")
+    estimator.fit(wait=False, logs=False, job_name="rd-byoc")
+    return {}
+
+
+@scenario
+def v2_refusals(tmp: Path) -> dict[str, Any]:
+    from sagemaker.estimator import Estimator
+
+    import remote_debug
+    from remote_debug.local.errors import UserError
+
+    cases = {
+        "network-isolation": lambda: _v2_pytorch(tmp, enable_network_isolation=True),
+        "builtin-algorithm": lambda: Estimator(
+            image_uri="382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1", role=ROLE,
+            instance_type="ml.m5.xlarge", instance_count=1, sagemaker_session=_v2_session(),
+        ),
+        "job-name-on-sdk": lambda: _v2_pytorch(tmp),
+        "s3-source-dir": lambda: _v2_pytorch(tmp, source_dir="s3://bucket/sourcedir.tar.gz"),
+    }
+    out: dict[str, Any] = {}
+    for name, make in cases.items():
+        try:
+            kwargs = {"job_name": "x"} if name == "job-name-on-sdk" else {}
+            remote_debug.enable(make(), owner="alice", **kwargs)
+            out[name] = None
+        except UserError as exc:
+            out[name] = str(exc)
+    return out
+
+
+@scenario
+def v2_model_trainer(tmp: Path) -> dict[str, Any]:
+    """Late v2's ModelTrainer (sagemaker.modules.train): same wrapper as v3."""
+    from sagemaker.modules import Session
+    from sagemaker.modules.configs import Compute, SourceCode
+    from sagemaker.modules.train import ModelTrainer
+
+    import remote_debug
+
+    trainer = ModelTrainer(
+        training_image=IMAGE, role=ROLE, base_job_name="rd-modules",
+        source_code=SourceCode(source_dir=str(_source_dir(tmp)), entry_script="train.py"),
+        compute=Compute(instance_type="ml.g5.xlarge", instance_count=1),
+        sagemaker_session=Session(boto_session=boto3.Session(region_name=REGION)),
+    )
+    remote_debug.enable(trainer, owner="alice")
+    trainer.train(wait=False, logs=False)
+    return {}
+
+
+@scenario
+def launcher_v2(tmp: Path) -> dict[str, Any]:
+    launcher = _load_launcher("sdk_v2_pytorch")
+    info = {}
+    for name, estimator in (
+        ("single", launcher.single_node(ROLE, session=_v2_session())),
+        ("torchrun", launcher.torchrun_multi_node(ROLE, nodes=2, session=_v2_session())),
+    ):
+        estimator.fit(wait=False, logs=False)
+        info[name] = _s3_tar_members(estimator.uploaded_code.s3_prefix)
+    return info
+
+
+# --- SDK v3 ------------------------------------------------------------------------------------------
+
+
+def _v3_session() -> Any:
+    from sagemaker.core.helper.session_helper import Session
+
+    return Session(boto_session=boto3.Session(region_name=REGION))
+
+
+def _v3_trainer(tmp: Path, **kwargs: Any) -> Any:
+    from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import Compute, SourceCode
+
+    defaults: dict[str, Any] = {
+        "training_image": IMAGE, "role": ROLE, "base_job_name": "rd-test",
+        "source_code": SourceCode(source_dir=str(_source_dir(tmp)), entry_script="train.py"),
+        "compute": Compute(instance_type="ml.g5.xlarge", instance_count=1),
+        "environment": {"USER_VAR": "kept"}, "sagemaker_session": _v3_session(),
+    }
+    return ModelTrainer(**{**defaults, **kwargs})
+
+
+def _v3_train(trainer: Any, **enable_kwargs: Any) -> dict[str, Any]:
+    import remote_debug
+
+    assert remote_debug.enable(trainer, **enable_kwargs) is trainer
+    trainer.train(wait=False, logs=False)
+    request = CAPTURED[-1]["request"]
+    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote-debug")
+    return {"remote_debug_channel": _s3_keys(channel["DataSource"]["S3DataSource"]["S3Uri"])}
+
+
+@scenario
+def v3_single(tmp: Path) -> dict[str, Any]:
+    return _v3_train(_v3_trainer(tmp), ide="vscode", wait=30)
+
+
+@scenario
+def v3_torchrun(tmp: Path) -> dict[str, Any]:
+    from sagemaker.train.configs import Compute
+    from sagemaker.train.distributed import Torchrun
+
+    trainer = _v3_trainer(
+        tmp, distributed=Torchrun(process_count_per_node=2), compute=Compute(instance_type="ml.g5.12xlarge",
+                                                                             instance_count=2),
+    )
+    return _v3_train(trainer, ranks=[0, 2], owner="team-a")
+
+
+@scenario
+def v3_refusals(tmp: Path) -> dict[str, Any]:
+    from sagemaker.train.configs import Networking
+
+    import remote_debug
+    from remote_debug.local.errors import UserError
+
+    out: dict[str, Any] = {}
+    try:
+        remote_debug.enable(_v3_trainer(tmp, networking=Networking(enable_network_isolation=True)), owner="a")
+        out["network-isolation"] = None
+    except UserError as exc:
+        out["network-isolation"] = str(exc)
+    return out
+
+
+@scenario
+def launcher_v3(tmp: Path) -> dict[str, Any]:
+    launcher = _load_launcher("sdk_v3_model_trainer")
+    launcher.single_node(ROLE, REGION, session=_v3_session()).train(wait=False, logs=False)
+    launcher.torchrun_multi_node(ROLE, REGION, nodes=2, session=_v3_session()).train(wait=False, logs=False)
+    return {}
+
+
+# --- any venv ----------------------------------------------------------------------------------------
+
+
+@scenario
+def launcher_boto3(tmp: Path) -> dict[str, Any]:
+    launcher = _load_launcher("boto3_request")
+    session = boto3.Session(region_name=REGION)
+    session.client("s3").create_bucket(Bucket="rd-bucket")
+    launcher.upload(session, "rd-bucket", "rd-boto3-1")
+    sm = session.client("sagemaker")
+    sm.create_training_job(**launcher.single_node("rd-boto3-1", ROLE, IMAGE, "rd-bucket", session=session))
+    sm.create_training_job(**launcher.torchrun_multi_node("rd-boto3-2", ROLE, IMAGE, "rd-bucket", session=session))
+    return {"uploaded": _s3_keys("s3://rd-bucket/rd-boto3-1/remote-debug")[:3]}
+
+
+@scenario
+def import_launchers(tmp: Path) -> dict[str, Any]:
+    """Each launcher that fits this venv's SDK imports cleanly (and the boto3 one everywhere)."""
+    import importlib.metadata
+
+    major = importlib.metadata.version("sagemaker").split(".")[0]
+    names = ["boto3_request", "sdk_v2_pytorch" if major == "2" else "sdk_v3_model_trainer"]
+    for name in names:
+        _load_launcher(name)
+    return {"imported": names}
+
+
+def run(name: str) -> dict[str, Any]:
+    CAPTURED.clear()
+    result: dict[str, Any] = {"requests": [], "error": None, "info": {}}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, mock_aws():
+        try:
+            result["info"] = SCENARIOS[name](Path(tmp))
+        except Exception as exc:
+            result["error"] = f"{type(exc).__name__}: {exc}"
+            result["traceback"] = traceback.format_exc()
+        result["requests"] = list(CAPTURED)
+    result["seconds"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("scenarios", nargs="+")
+    args = parser.parse_args()
+    results = {name: run(name) for name in args.scenarios}
+    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Shared checks: requests against botocore's service model, spec environments, key files."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+from botocore.validate import validate_parameters
+
+from remote_debug.sagemaker.bundle import inject_dir
+from remote_debug.sagemaker.intercept import MARKER_ENV
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu-py311"
+MOTO_USER_ID = "AKIAIOSFODNN7EXAMPLE"  # what moto's GetCallerIdentity answers
+
+_MODEL = botocore.session.get_session().get_service_model("sagemaker")
+
+
+def validate(operation: str, params: dict[str, Any]) -> None:
+    """Raise ParamValidationError unless ``params`` is a valid ``operation`` request for botocore."""
+    validate_parameters(params, _MODEL.operation_model(operation).input_shape)
+
+
+def public_key(state_dir: Path, job: str) -> str:
+    """The job's public key line, after checking the private key is 0600 in a 0700 dir."""
+    key = state_dir / "keys" / job / "id_ed25519"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    return (key.parent / "id_ed25519.pub").read_text().strip()
+
+
+def spec_env(
+    job: str, key: str, *, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
+    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm",
+) -> dict[str, str]:
+    return {
+        "REMOTE_DEBUG_SPEC_VERSION": "1",
+        "REMOTE_DEBUG_JOB": job,
+        "REMOTE_DEBUG_IDE": ide,
+        "REMOTE_DEBUG_RANKS": ranks,
+        "REMOTE_DEBUG_PORT_BASE": port_base,
+        "REMOTE_DEBUG_SSHD_PORT": sshd_port,
+        "REMOTE_DEBUG_WAIT": wait,
+        "REMOTE_DEBUG_CLIENT_PUBKEY": key,
+        "REMOTE_DEBUG_TRANSPORT": transport,
+        "PYTHONPATH": inject_dir(package_root),
+    }
+
+
+def assert_debuggable(request: dict[str, Any], state_dir: Path, *, package_root: str, owner: str,
+                      user_env: dict[str, str] | None = None, **spec: str) -> None:
+    """The parts remote-debug owns, exactly; plus botocore validation of the whole request."""
+    validate("CreateTrainingJob", request)
+    job = request["TrainingJobName"]
+    key = public_key(state_dir, job)
+    assert request["Environment"] == {**(user_env or {}), **spec_env(job, key, package_root=package_root, **spec)}
+    assert MARKER_ENV not in request["Environment"]
+    assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": True}
+    ours = [t for t in request["Tags"] if t["Key"].startswith("remote-debug:")]
+    assert ours == [
+        {"Key": "remote-debug:owner", "Value": owner},
+        {"Key": "remote-debug:enabled", "Value": "spec-v1"},
+    ]

@@ -1,0 +1,223 @@
+"""``remote_debug.enable(request_dict)``: the boto3-level core, exactly, and through moto."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import NoCredentialsError
+from moto import mock_aws
+
+import remote_debug
+from remote_debug.local.errors import UserError
+from remote_debug.sagemaker.bundle import CHANNEL_ROOT
+from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, EnableError, hook_program
+from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, assert_debuggable, public_key, spec_env, validate
+
+BASE: dict[str, Any] = {
+    "TrainingJobName": "rd-raw-1",
+    "RoleArn": ROLE,
+    "AlgorithmSpecification": {
+        "TrainingImage": IMAGE, "TrainingInputMode": "File",
+        "ContainerEntrypoint": ["python3", "/opt/ml/input/data/code/train.py"], "ContainerArguments": ["--epochs", "2"],
+    },
+    "InputDataConfig": [{
+        "ChannelName": "code", "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/code"}},
+    }],
+    "OutputDataConfig": {"S3OutputPath": "s3://b/output"},
+    "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+    "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+    "Environment": {"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib"},
+    "Tags": [{"Key": "team", "Value": "ml"}],
+}
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_PROFILE", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        yield
+
+
+def test_raw_request_exactly(state: Path) -> None:
+    original = copy.deepcopy(BASE)
+    out = remote_debug.enable(
+        BASE, owner="alice", key_dir=state, ide="vscode", ranks="0,1", wait=120, sshd_port=2222, port_base=5678,
+        package_uri="s3://b/rd/remote-debug",
+    )
+    assert original == BASE  # the input is not modified
+    key = public_key(state, "rd-raw-1")
+    env = spec_env("rd-raw-1", key, package_root=CHANNEL_ROOT, ranks="0,1", wait="120", sshd_port="2222",
+                   port_base="5678")
+    env["PYTHONPATH"] += ":/opt/ml/code/lib"  # ours first, the user's kept
+    assert out == {
+        **BASE,
+        "AlgorithmSpecification": {
+            **BASE["AlgorithmSpecification"],
+            "ContainerEntrypoint": [
+                WRAP_SHELL, "-c", WRAP_SCRIPT, hook_program(CHANNEL_ROOT),
+                "python3", "/opt/ml/input/data/code/train.py",
+            ],
+        },
+        "InputDataConfig": [
+            *BASE["InputDataConfig"],
+            {
+                "ChannelName": "remote-debug",
+                "DataSource": {"S3DataSource": {
+                    "S3DataType": "S3Prefix", "S3Uri": "s3://b/rd/remote-debug",
+                    "S3DataDistributionType": "FullyReplicated",
+                }},
+                "InputMode": "File",
+            },
+        ],
+        "Environment": {"USER_VAR": "kept", **env},
+        "RemoteDebugConfig": {"EnableRemoteDebug": True},
+        "Tags": [
+            {"Key": "team", "Value": "ml"},
+            {"Key": "remote-debug:owner", "Value": "alice"},
+            {"Key": "remote-debug:enabled", "Value": "spec-v1"},
+        ],
+    }
+    validate("CreateTrainingJob", out)
+
+
+def test_raw_request_through_moto(aws: None, state: Path) -> None:
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1")
+    captured: list[dict[str, Any]] = []
+    sagemaker.meta.events.register(
+        "before-call.sagemaker.CreateTrainingJob", lambda params, **_: captured.append(json.loads(params["body"]))
+    )
+    request = {**BASE, "Environment": {"USER_VAR": "kept"}}
+    sagemaker.create_training_job(**remote_debug.enable(request, key_dir=state))  # owner: STS (moto) caller
+    [sent] = captured
+    assert_debuggable(sent, state, package_root=CHANNEL_ROOT, owner=MOTO_USER_ID, user_env={"USER_VAR": "kept"})
+    # moto keeps the entry and the tags (not the environment): what it stored is what we sent.
+    described = sagemaker.describe_training_job(TrainingJobName="rd-raw-1")
+    entry = sent["AlgorithmSpecification"]["ContainerEntrypoint"]
+    assert described["AlgorithmSpecification"]["ContainerEntrypoint"] == entry
+    assert sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"] == sent["Tags"]
+
+
+def test_enabling_twice_changes_nothing_more(state: Path) -> None:
+    once = remote_debug.enable(BASE, owner="alice", key_dir=state)
+    twice = remote_debug.enable(once, owner="alice", key_dir=state)
+    assert twice == once
+
+
+def test_other_transports(state: Path) -> None:
+    request = {k: v for k, v in BASE.items() if k != "AlgorithmSpecification"}
+    out = remote_debug.enable(request, owner="alice", key_dir=state, transport="hybrid")
+    assert "RemoteDebugConfig" not in out  # the native SSM target is not used: leave it as it was
+    assert out["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "hybrid"
+    assert "AlgorithmSpecification" not in out
+    validate("CreateTrainingJob", out)
+
+
+def test_mpi_runs_forward_the_spec(state: Path) -> None:
+    request = {**BASE, "HyperParameters": {
+        "sagemaker_mpi_enabled": "true", "sagemaker_mpi_custom_mpi_options": '"--NCCL_DEBUG WARN -x REMOTE_DEBUG_JOB"',
+    }}
+    out = remote_debug.enable(remote_debug.enable(request, owner="a", key_dir=state), owner="a", key_dir=state)
+    options = json.loads(out["HyperParameters"]["sagemaker_mpi_custom_mpi_options"])
+    names = [n for n in out["Environment"] if n.startswith("REMOTE_DEBUG_")] + ["PYTHONPATH"]
+    assert options.split() == ["--NCCL_DEBUG", "WARN", "-x", "REMOTE_DEBUG_JOB"] + [
+        t for n in names if n != "REMOTE_DEBUG_JOB" for t in ("-x", n)
+    ]
+    plain = remote_debug.enable(BASE, owner="a", key_dir=state)
+    assert "HyperParameters" not in plain
+
+
+def test_ranks_as_a_list(state: Path) -> None:
+    out = remote_debug.enable(BASE, owner="alice", key_dir=state, ranks=[2, 0, 2])
+    assert out["Environment"]["REMOTE_DEBUG_RANKS"] == "0,2"
+
+
+def test_xgboost_framework_image_is_fine_with_a_script(state: Path) -> None:
+    xgb = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+    request = {**BASE, "AlgorithmSpecification": {**BASE["AlgorithmSpecification"], "TrainingImage": xgb},
+               "HyperParameters": {"sagemaker_program": '"train.py"'}}
+    remote_debug.enable(request, owner="alice", key_dir=state)
+    del request["HyperParameters"]
+    with pytest.raises(EnableError, match="built-in algorithm"):
+        remote_debug.enable(request, owner="alice", key_dir=state)
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    request = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            request.pop(key, None)
+        else:
+            request[key] = value
+    return request
+
+
+REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    ("network-isolation", _with(EnableNetworkIsolation=True), {}, "network isolation"),
+    ("algorithm-resource", _with(AlgorithmSpecification={"AlgorithmName": "my-marketplace-algo",
+                                                         "TrainingInputMode": "File"}), {}, "algorithm resource"),
+    ("builtin-image", _with(AlgorithmSpecification={
+        "TrainingImage": "382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1", "TrainingInputMode": "File"}), {},
+     "'kmeans' is a SageMaker built-in algorithm"),
+    ("bad-job-name", _with(TrainingJobName="bad_name!"), {}, "bad job name"),
+    ("no-job-name", _with(TrainingJobName=None), {}, "no TrainingJobName"),
+    ("long-env-value", _with(Environment={"BIG": "x" * 600}), {}, "environment variable BIG would be 600"),
+    ("too-many-env", _with(Environment={f"V{i}": "1" for i in range(95)}), {}, "SageMaker allows 100"),
+    ("bad-env-name", _with(Environment={"1BAD": "x"}), {}, "environment variable name '1BAD'"),
+    ("bad-owner", BASE, {"owner": "bob; rm -rf"}, "not a valid tag value"),
+    ("local-transport", BASE, {"transport": "local"}, "remote-debug launch --local"),
+    ("bad-ide", BASE, {"ide": "emacs"}, "unknown IDE"),
+    ("bad-ranks", BASE, {"ranks": "first"}, "bad rank list"),
+    ("negative-rank", BASE, {"ranks": [-1]}, "ranks are 0 or more"),
+    ("bad-port", BASE, {"sshd_port": 22}, "port 22 is reserved"),
+    ("bad-package-uri", BASE, {"package_uri": "/tmp/bundle"}, "s3:// prefix"),
+    ("channel-taken", _with(InputDataConfig=[{"ChannelName": "remote-debug", "DataSource": {
+        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}}}]),
+     {"package_uri": "s3://b/rd"}, "already has an input channel"),
+    ("not-a-target", ["not", "a", "dict"], {}, "request dict, a SageMaker SDK v2 estimator or a ModelTrainer"),
+]
+
+
+@pytest.mark.parametrize(("request_dict", "kwargs", "needle"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_refusals_are_one_line_user_errors(state: Path, request_dict: Any, kwargs: dict[str, Any], needle: str) -> None:
+    kwargs = {"owner": "alice", **kwargs}
+    with pytest.raises(UserError) as info:
+        remote_debug.enable(request_dict, key_dir=state, **kwargs)
+    message = str(info.value)
+    assert needle in message and "\n" not in message, message
+    # Refused before anything was written: no key for a job that will not run.
+    assert not (state / "keys").exists()
+
+
+def test_owner_needs_credentials_or_an_explicit_value(state: Path) -> None:
+    class NoCredentials:
+        def client(self, _service: str) -> Any:
+            class Sts:
+                def get_caller_identity(self) -> Any:
+                    raise NoCredentialsError()
+
+            return Sts()
+
+    with pytest.raises(EnableError, match=r"cannot tell the job's owner .*no AWS credentials.*owner='...'"):
+        remote_debug.enable(BASE, key_dir=state, boto_session=NoCredentials())
+
+
+def test_a_long_package_root_is_refused() -> None:
+    from remote_debug.sagemaker.request import wrap_entrypoint
+
+    with pytest.raises(EnableError, match="SageMaker allows 256"):
+        wrap_entrypoint(["python3", "train.py"], "/opt/ml/" + "x" * 60)
