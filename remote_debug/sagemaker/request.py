@@ -16,9 +16,12 @@ decided in one place and can be checked against botocore's model:
   after the entry) and the user's script is never touched.  A job whose image lacks python or the
   shipped package runs the original entry unchanged, after one log line.
 * ``RemoteDebugConfig={"EnableRemoteDebug": true}`` for the ``ssm`` transport (SageMaker's native
-  SSM target ``sagemaker-training-job:<job>_algo-<n>`` exists only then);
+  SSM target ``sagemaker-training-job:<job>_algo-<n>`` exists only then); never for ``hybrid``,
+  which replaces it with the node's own SSM agent (see :mod:`~remote_debug.sagemaker.hybrid_activation`
+  for its activation, which ``api.enable_with_key`` adds on top of this request);
 * tags ``remote-debug:owner`` (the caller's ``aws:userid``, what IAM policies compare with
-  ``${aws:userid}``) and ``remote-debug:enabled``;
+  ``${aws:userid}``) and ``remote-debug:enabled``; ``hybrid`` adds ``remote-debug:transport=hybrid``
+  (the laptop picks the job's transport from it);
 * SDK v2 MPI jobs: ``-x NAME`` for each spec variable in the toolkit's custom mpirun options,
   because mpirun starts the ranks of other nodes through ssh, whose sessions do not inherit the
   container environment.
@@ -44,7 +47,10 @@ from remote_debug.spec import SPEC_VERSION, ContractError, DebugSpec, check_job_
 
 TAG_OWNER = "remote-debug:owner"
 TAG_ENABLED = "remote-debug:enabled"
+TAG_TRANSPORT = "remote-debug:transport"  # read by local/backends/sagemaker.py to pick the transport
+TAG_ACTIVATION = "remote-debug:ssm-activation"  # hybrid: the activation's id (not a secret; the code is)
 NATIVE_TRANSPORT = "ssm"
+HYBRID_TRANSPORT = "hybrid"
 JOB_TRANSPORTS = ("ssm", "hybrid", "direct")  # "local" is for jobs on this machine
 
 # SageMaker's limits (botocore's model of CreateTrainingJob).
@@ -100,6 +106,7 @@ class DebugOptions:
     sshd_port: int = 0
     port_base: int = 0
     transport: str = NATIVE_TRANSPORT
+    hybrid_role: str | None = None  # hybrid: the IAM role of the nodes' SSM managed instances
 
     def __post_init__(self) -> None:
         if self.transport not in JOB_TRANSPORTS:
@@ -107,6 +114,18 @@ class DebugOptions:
                 f"transport {self.transport!r} does not reach a SageMaker job: use one of {', '.join(JOB_TRANSPORTS)} "
                 "(local jobs: remote-debug launch --local)"
             )
+        if self.transport == HYBRID_TRANSPORT:
+            if not self.hybrid_role:
+                raise EnableError(
+                    "transport='hybrid' needs hybrid_role=...: the IAM role SSM gives the job's managed instances "
+                    "(trusting ssm.amazonaws.com, with AmazonSSMManagedInstanceCore; see "
+                    "templates/iam/managed-instance-role-trust.json)"
+                )
+            from remote_debug.sagemaker.hybrid_activation import role_name  # (it imports this module)
+
+            role_name(self.hybrid_role)
+        elif self.hybrid_role is not None:
+            raise EnableError(f"hybrid_role applies to transport='hybrid' only (transport is {self.transport!r})")
         self.spec("placeholder", "ssh-ed25519 AAAA placeholder")  # every other check, before any side effect
 
     def spec(self, job_name: str, public_key: str) -> DebugSpec:
@@ -163,7 +182,7 @@ def enable_request(
         }
     if options.transport == NATIVE_TRANSPORT:
         out["RemoteDebugConfig"] = {**(out.get("RemoteDebugConfig") or {}), "EnableRemoteDebug": True}
-    out["Tags"] = _tags(out.get("Tags"), owner)
+    out["Tags"] = _tags(out.get("Tags"), owner, options.transport)
     if package_uri:
         out["InputDataConfig"] = _with_package_channel(out.get("InputDataConfig"), package_uri)
     return out
@@ -270,11 +289,16 @@ def wrap_entrypoint(entry: list[str], package_root: str) -> list[str]:
     return wrapped
 
 
-def _tags(existing: Any, owner: str) -> list[dict[str, str]]:
-    tags = [dict(t) for t in (existing or []) if t.get("Key") not in (TAG_OWNER, TAG_ENABLED)]
+def _tags(existing: Any, owner: str, transport: str = NATIVE_TRANSPORT) -> list[dict[str, str]]:
+    ours = (TAG_OWNER, TAG_ENABLED, TAG_TRANSPORT, TAG_ACTIVATION)  # an earlier enable()'s are replaced
+    tags = [dict(t) for t in (existing or []) if t.get("Key") not in ours]
     tags += [{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_ENABLED, "Value": f"spec-v{SPEC_VERSION}"}]
-    if len(tags) > TAGS_MAX:
-        raise EnableError(f"the job would have {len(tags)} tags; SageMaker allows {TAGS_MAX}")
+    count = len(tags)
+    if transport == HYBRID_TRANSPORT:
+        tags.append({"Key": TAG_TRANSPORT, "Value": HYBRID_TRANSPORT})
+        count += 2  # and TAG_ACTIVATION, added once the activation exists (hybrid_activation)
+    if count > TAGS_MAX:
+        raise EnableError(f"the job would have {count} tags; SageMaker allows {TAGS_MAX}")
     return tags
 
 
@@ -296,6 +320,8 @@ def _with_package_channel(channels: Any, uri: str) -> list[dict[str, Any]]:
     out = [dict(c) for c in (channels or [])]
     for channel in out:
         if channel.get("ChannelName") == CHANNEL_NAME:
+            if (channel.get("DataSource") or {}).get("S3DataSource", {}).get("S3Uri") == uri:
+                return out  # an earlier enable() with the same package_uri
             raise EnableError(
                 f"the request already has an input channel named {CHANNEL_NAME!r}: remove it or drop package_uri"
             )

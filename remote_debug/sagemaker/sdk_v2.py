@@ -6,6 +6,9 @@ What the estimator gets, with the SDK's own means:
   into the root of ``sourcedir.tar.gz``, the toolkit extracts that to ``/opt/ml/code``, so the
   package root in the container is ``/opt/ml/code``;
 * ``enable_remote_debug`` (SageMaker's native SSM access; for the ``ssm`` transport);
+* ``hybrid`` transport instead: on CreateTrainingJob, the job's SSM activation, in a ``remote-debug``
+  input channel added next to the job's uploaded code (``sourcedir.tar.gz`` is already in S3 by
+  then; see :mod:`~remote_debug.sagemaker.hybrid_activation`);
 * ``environment`` += a one-off token, which the request hook (``intercept``) swaps for the debug
   spec once ``fit()`` has named the job.
 
@@ -18,14 +21,16 @@ sshd + manifest in the background (``container/bootstrap.py``) and a debug liste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from remote_debug.local.paths import StatePaths
+from remote_debug.sagemaker import hybrid_activation
 from remote_debug.sagemaker.api import enable_with_key
 from remote_debug.sagemaker.bundle import CODE_ROOT, bundle_dir
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.request import HYBRID_TRANSPORT, NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
 from remote_debug.sagemaker.sdk import require_sdk
 
 WHAT = "enable() of a SageMaker SDK v2 estimator"
@@ -60,14 +65,33 @@ def enable_estimator(estimator: Any, options: DebugOptions, *, owner: str | None
     # remote-debug installed (templates/byoc), and an explicit container_entry_point gets wrapped.
     if options.transport == NATIVE_TRANSPORT:
         estimator._enable_remote_debug = True
-
-    def apply(request: dict[str, Any]) -> dict[str, Any]:
-        return enable_with_key(request, options, owner=resolved_owner, paths=paths, package_root=CODE_ROOT)
-
+    apply = request_rewriter(options, owner=resolved_owner, paths=paths, boto_session=session.boto_session)
     pending = PendingEnable(apply)
     estimator.environment = marked(estimator.environment, pending)
     pending.install(boto_session=session.boto_session, clients=[session.sagemaker_client])
+    if options.transport == HYBRID_TRANSPORT:
+        hybrid_activation.watch_all(session.boto_session, [session.sagemaker_client])
     return estimator
+
+
+def request_rewriter(
+    options: DebugOptions, *, owner: str, paths: StatePaths, boto_session: Any
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What the request hook does to an SDK v2 CreateTrainingJob request (no SDK needed here)."""
+    activations = None
+    if options.transport == HYBRID_TRANSPORT:
+        assert options.hybrid_role is not None  # DebugOptions checked it
+        activations = hybrid_activation.Activations.for_session(options.hybrid_role, boto_session)
+
+    def apply(request: dict[str, Any]) -> dict[str, Any]:
+        # hybrid: the activation's channel is the job's own, next to its code (the bundle is in the code)
+        package_uri = hybrid_activation.sdk_v2_channel_uri(request) if activations is not None else None
+        return enable_with_key(
+            request, options, owner=owner, paths=paths, package_root=CODE_ROOT, package_uri=package_uri,
+            activations=activations,
+        )
+
+    return apply
 
 
 def _ship_bundle(estimator: Any, paths: StatePaths) -> None:

@@ -8,6 +8,8 @@ What the trainer gets, with the SDK's own means:
   ``remote_debug`` into it would change their tree, and ``SourceCode`` has no ``dependencies``).
   Package root in the container: ``/opt/ml/input/data/remote-debug``;
 * ``with_remote_debug_config(RemoteDebugConfig(enable_remote_debug=True))`` for the ``ssm`` transport;
+  ``hybrid`` instead: on CreateTrainingJob, the job's SSM activation is written into the per-job S3
+  prefix the SDK uploaded the ``remote-debug`` channel to (see :mod:`~remote_debug.sagemaker.hybrid_activation`);
 * ``environment`` += a one-off token that the request hook (``intercept``) swaps for the spec.
 
 How the hook starts here: ModelTrainer sets ``ContainerEntrypoint: ["/bin/bash"]`` and runs its
@@ -25,11 +27,12 @@ import sys
 from typing import Any
 
 from remote_debug.local.paths import StatePaths
+from remote_debug.sagemaker import hybrid_activation
 from remote_debug.sagemaker.api import enable_with_key
 from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, bundle_dir
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.request import HYBRID_TRANSPORT, NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
 from remote_debug.sagemaker.sdk import require_sdk
 
 # (module prefix of the class, configs module, SDK major, minimum version)
@@ -64,16 +67,25 @@ def enable_model_trainer(trainer: Any, options: DebugOptions, *, owner: str | No
     boto_session = trainer.sagemaker_session.boto_session
     resolved_owner = resolve_owner(owner, boto_session)  # may fail: before changing anything
 
+    activations = None
+    if options.transport == HYBRID_TRANSPORT:
+        assert options.hybrid_role is not None  # DebugOptions checked it
+        activations = hybrid_activation.Activations.for_session(options.hybrid_role, boto_session)
     _add_bundle_channel(trainer, configs, paths)
     if options.transport == NATIVE_TRANSPORT:
         trainer.with_remote_debug_config(configs.RemoteDebugConfig(enable_remote_debug=True))
 
     def apply(request: dict[str, Any]) -> dict[str, Any]:
-        return enable_with_key(request, options, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT)
+        return enable_with_key(
+            request, options, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT, activations=activations
+        )
 
     pending = PendingEnable(apply)
     trainer.environment = marked(trainer.environment, pending)
-    pending.install(boto_session=boto_session, clients=_training_job_clients(trainer, boto_session))
+    clients = _training_job_clients(trainer, boto_session)
+    pending.install(boto_session=boto_session, clients=clients)
+    if activations is not None:
+        hybrid_activation.watch_all(boto_session, clients)
     return trainer
 
 

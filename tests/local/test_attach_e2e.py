@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
@@ -19,36 +18,12 @@ from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import HostKeyMismatchError
 from tests.container.helpers import listen_addresses
-
-DDP_SCRIPT = textwrap.dedent(
-    """
-    import os
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    tensor = torch.tensor([float(rank + 1)])
-    dist.all_reduce(tensor)
-    secret = 1000 + 7 * rank  # BREAK-HERE
-    total = float(tensor.item()) + secret
-    print("rank", rank, "total", total, flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    """
-)
-
-
-def break_line(path: Path) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "BREAK-HERE" in line)
+from tests.ddp_job import DDP_SCRIPT, break_line, make_project
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    src = tmp_path / "project"
-    src.mkdir()
-    (src / "train.py").write_text(DDP_SCRIPT)
-    return src
+    return make_project(tmp_path)
 
 
 def wait_status(backend: LocalBackend, job: str, statuses: tuple[str, ...], timeout: float = 60) -> str:

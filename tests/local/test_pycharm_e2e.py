@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -25,40 +24,17 @@ from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pycharm_session import PyCharmOptions
 from remote_debug.local.pydevd_server import PydevdServer
+from tests.ddp_job import break_line, make_project
 
 # Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed"
 )
 
-DDP_SCRIPT = textwrap.dedent(
-    """
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    tensor = torch.tensor([float(rank + 1)])
-    dist.all_reduce(tensor)
-    secret = 1000 + 7 * rank  # BREAK-HERE
-    total = float(tensor.item()) + secret
-    print("rank", rank, "total", total, flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    """
-)
-
-
-def break_line(path: Path) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "BREAK-HERE" in line)
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    src = tmp_path / "project"
-    src.mkdir()
-    (src / "train.py").write_text(DDP_SCRIPT)
-    return src
+    return make_project(tmp_path)
 
 
 @pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])

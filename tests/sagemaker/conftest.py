@@ -24,9 +24,12 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "v2": (
         "v2-pytorch-single", "v2-pytorch-torchrun", "v2-pytorch-mpi", "v2-pytorch-fit-twice",
         "v2-generic-estimator-entrypoint", "v2-refusals", "v2-model-trainer", "launcher-v2", "launcher-boto3",
-        "import-launchers",
+        "import-launchers", "v2-hybrid", "v2-hybrid-create-fails",
     ),
-    "v3": ("v3-single", "v3-torchrun", "v3-refusals", "launcher-v3", "launcher-boto3", "import-launchers"),
+    "v3": (
+        "v3-single", "v3-torchrun", "v3-refusals", "launcher-v3", "launcher-boto3", "import-launchers",
+        "v3-hybrid", "v3-hybrid-create-fails",
+    ),
 }
 DRIVER_TIMEOUT = 600
 

@@ -119,10 +119,11 @@ def test_enabling_twice_changes_nothing_more(state: Path) -> None:
 
 
 def test_other_transports(state: Path) -> None:
+    # (hybrid, which also makes an SSM activation: test_hybrid_activation.py)
     request = {k: v for k, v in BASE.items() if k != "AlgorithmSpecification"}
-    out = remote_debug.enable(request, owner="alice", key_dir=state, transport="hybrid")
+    out = remote_debug.enable(request, owner="alice", key_dir=state, transport="direct")
     assert "RemoteDebugConfig" not in out  # the native SSM target is not used: leave it as it was
-    assert out["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "hybrid"
+    assert out["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "direct"
     assert "AlgorithmSpecification" not in out
     validate("CreateTrainingJob", out)
 

@@ -47,12 +47,40 @@ def _capture(params: dict[str, Any], model: Any, **_kwargs: Any) -> None:
 for _op in ("CreateTrainingJob", "UpdateTrainingJob"):
     botocore.handlers.BUILTIN_HANDLERS.append((f"before-call.sagemaker.{_op}", _capture))
 
+# The hybrid transport's SSM calls, which moto does not implement: answered here (after botocore
+# has validated and serialized them) and recorded apart from CAPTURED (SageMaker requests only).
+SSM_CALLS: list[dict[str, Any]] = []
+FAKE_ACTIVATION = {"ActivationId": "0a1b2c3d-1111-2222-3333-444455556666", "ActivationCode": "DriverFakeCode0123456"}
+FAIL_CREATE_TRAINING_JOB: list[bool] = []  # non-empty: CreateTrainingJob answers ResourceLimitExceeded
+
+
+def _fake_ssm(params: dict[str, Any], model: Any, **_kwargs: Any) -> Any:
+    from botocore.awsrequest import AWSResponse
+
+    SSM_CALLS.append({"operation": model.name, "request": json.loads(params.get("body") or b"{}")})
+    return AWSResponse(params["url"], 200, {}, None), (FAKE_ACTIVATION if model.name == "CreateActivation" else {})
+
+
+def _maybe_fail(params: dict[str, Any], **_kwargs: Any) -> Any:
+    if not FAIL_CREATE_TRAINING_JOB:
+        return None
+    from botocore.awsrequest import AWSResponse
+
+    error = {"Error": {"Code": "ResourceLimitExceeded", "Message": "no ml.g5.xlarge left"}}
+    return AWSResponse(params["url"], 400, {}, None), error
+
+
+for _op in ("CreateActivation", "DeleteActivation"):
+    botocore.handlers.BUILTIN_HANDLERS.append((f"before-call.ssm.{_op}", _fake_ssm))
+botocore.handlers.BUILTIN_HANDLERS.append(("before-call.sagemaker.CreateTrainingJob", _maybe_fail))  # after _capture
+
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu-py311"
+MI_ROLE = "arn:aws:iam::123456789012:role/RemoteDebugManagedInstance"
 LAUNCHERS = Path(__file__).resolve().parents[3] / "templates" / "launchers"
 SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {}
 
@@ -91,6 +119,31 @@ def _s3_keys(uri: str) -> list[str]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys += [o["Key"][len(prefix):].lstrip("/") for o in page.get("Contents", [])]
     return sorted(keys)
+
+
+def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
+    """Start a hybrid job (train() after enable()); what went to SSM and into the remote-debug channel."""
+    FAIL_CREATE_TRAINING_JOB[:] = [True] if fail else []
+    error = None
+    try:
+        train()
+    except Exception as exc:  # the SDK's own error for a failed CreateTrainingJob
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        FAIL_CREATE_TRAINING_JOB.clear()
+    request = CAPTURED[-1]["request"]
+    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote-debug")
+    uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    try:
+        body = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=f"{prefix}/ssm-activation.json")
+        activation_file = json.loads(body["Body"].read())
+    except Exception as exc:
+        activation_file = f"{type(exc).__name__}"
+    from remote_debug.sagemaker import hybrid_activation
+
+    return {"ssm_calls": list(SSM_CALLS), "activation_file": activation_file, "channel_uri": uri,
+            "error": error, "pending": hybrid_activation.pending()}
 
 
 # --- SDK v2 ------------------------------------------------------------------------------------------
@@ -171,6 +224,26 @@ def v2_generic_estimator_entrypoint(tmp: Path) -> dict[str, Any]:
     remote_debug.enable(estimator, owner="alice")
     estimator.fit(wait=False, logs=False, job_name="rd-byoc")
     return {}
+
+
+@scenario
+def v2_hybrid(tmp: Path) -> dict[str, Any]:
+    import remote_debug
+
+    estimator = _v2_pytorch(tmp, instance_count=2)
+    remote_debug.enable(estimator, owner="alice", transport="hybrid", hybrid_role=MI_ROLE)
+    out = _hybrid(lambda: estimator.fit(wait=False, logs=False))
+    out["sourcedir"] = _s3_tar_members(estimator.uploaded_code.s3_prefix)
+    out["enable_remote_debug"] = bool(estimator._enable_remote_debug)
+    return out
+
+
+@scenario
+def v2_hybrid_create_fails(tmp: Path) -> dict[str, Any]:
+    import remote_debug
+
+    estimator = remote_debug.enable(_v2_pytorch(tmp), owner="alice", transport="hybrid", hybrid_role=MI_ROLE)
+    return _hybrid(lambda: estimator.fit(wait=False, logs=False), fail=True)
 
 
 @scenario
@@ -283,6 +356,25 @@ def v3_torchrun(tmp: Path) -> dict[str, Any]:
 
 
 @scenario
+def v3_hybrid(tmp: Path) -> dict[str, Any]:
+    from sagemaker.train.configs import Compute
+
+    import remote_debug
+
+    trainer = _v3_trainer(tmp, compute=Compute(instance_type="ml.g5.xlarge", instance_count=2))
+    remote_debug.enable(trainer, owner="alice", transport="hybrid", hybrid_role=MI_ROLE)
+    return _hybrid(lambda: trainer.train(wait=False, logs=False))
+
+
+@scenario
+def v3_hybrid_create_fails(tmp: Path) -> dict[str, Any]:
+    import remote_debug
+
+    trainer = remote_debug.enable(_v3_trainer(tmp), owner="alice", transport="hybrid", hybrid_role=MI_ROLE)
+    return _hybrid(lambda: trainer.train(wait=False, logs=False), fail=True)
+
+
+@scenario
 def v3_refusals(tmp: Path) -> dict[str, Any]:
     from sagemaker.train.configs import Networking
 
@@ -335,6 +427,7 @@ def import_launchers(tmp: Path) -> dict[str, Any]:
 
 def run(name: str) -> dict[str, Any]:
     CAPTURED.clear()
+    SSM_CALLS.clear()
     result: dict[str, Any] = {"requests": [], "error": None, "info": {}}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, mock_aws():

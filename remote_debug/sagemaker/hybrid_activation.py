@@ -1,0 +1,384 @@
+"""The hybrid transport's SSM activation: created by ``enable()``, handed to the job, never leaked.
+
+``transport="hybrid"`` replaces SageMaker's native remote debugging (``RemoteDebugConfig`` stays
+off): every node runs its own amazon-ssm-agent, registered as an SSM managed instance (``mi-...``)
+with a *hybrid activation*, and publishes that id in its manifest (``container/hybrid.py``).  This
+module is the laptop half.
+
+**The activation.**  One ``ssm:CreateActivation`` per job, made when the job's final request is
+known (raw dicts: in ``enable()``; SDK objects: when ``fit()`` / ``train()`` sends
+CreateTrainingJob, see ``intercept``)::
+
+    IamRole            = enable(hybrid_role=...): the managed instances' role (trusts ssm.amazonaws.com,
+                         AmazonSSMManagedInstanceCore; templates/iam/managed-instance-role-trust.json);
+                         an ARN is reduced to the [path/]name SSM wants
+    RegistrationLimit  = the job's instance count (instance groups included)
+    ExpirationDate     = now + max(MaxRuntimeInSeconds + 1 h for provisioning, MaxWaitTimeInSeconds),
+                         capped one hour under SSM's 30 days
+    DefaultInstanceName= the job name
+    Tags               = remote-debug:owner (managed instances inherit the activation's tags: that is
+                         what templates/iam/hybrid-user-policy.json scopes sessions by) and remote-debug:job
+
+**Delivery.**  The activation code is a credential: it goes into no part of the request
+(``Environment``, ``HyperParameters``, tags and the entry are shown to anyone allowed to describe
+the job) and onto no local disk.  It is written from memory, with ``s3:PutObject``, as
+``ssm-activation.json`` = ``{"ActivationId", "ActivationCode", "Region"}`` at the root of the job's
+``remote-debug`` input channel, which SageMaker downloads to
+``/opt/ml/input/data/remote-debug/ssm-activation.json`` - the path the container reads by default
+(``container/hybrid.DEFAULT_ACTIVATION_FILE``).  The channel is, per path:
+
+* raw request dicts: ``package_uri`` (the prefix holding the bundle; it must be the job's own, as in
+  ``templates/launchers/boto3_request.py``), or a ``remote-debug`` channel the request already has;
+* SDK v3 / late v2 ``ModelTrainer``: the per-job prefix the SDK uploaded the bundle channel to
+  (``<base job name>/<job>/input/remote-debug``);
+* SDK v2 estimators: their bundle travels inside ``sourcedir.tar.gz``, which the SDK has already
+  uploaded when it sends CreateTrainingJob - the moment ``enable()`` learns the job's name and makes
+  the activation - and an estimator without ``entry_point`` ships no code at all.  So the request
+  gets a ``remote-debug`` channel of its own next to the job's code
+  (``.../<job>/source/remote-debug``; no code: ``<S3OutputPath>/<job>/remote-debug``) holding only
+  the activation file.  The package still runs from ``/opt/ml/code``, and the container finds the
+  file at its default path.
+
+The job is tagged ``remote-debug:transport=hybrid`` (the laptop picks its transport from that tag)
+and ``remote-debug:ssm-activation=<activation id>`` (not a secret: the id cannot register anything
+without the code).
+
+**No leaked activations or registrations.**
+
+* An activation whose CreateTrainingJob fails (an error response, or no response at all) is deleted
+  at once, with its ``ssm-activation.json``: handlers on ``after-call`` / ``after-call-error`` of
+  ``sagemaker.CreateTrainingJob`` (:func:`watch`).  SDK objects: always.  Raw dicts: on clients
+  created from ``enable(boto_session=...)`` after ``enable()``, and on any client given to
+  :func:`watch_client`.  :func:`discard` deletes the activation of a request that will not be
+  submitted after all; enabling a request again replaces (deletes) its earlier activation.
+* Once the job runs, each node deregisters its own managed instance when it exits
+  (``ssm:DeregisterManagedInstance``, ``container/hybrid.py``;
+  ``templates/iam/hybrid-execution-role-policy.json``); a node that could not logs the exact
+  ``aws ssm deregister-managed-instance`` command that finishes the job.
+* The activation itself expires at ``ExpirationDate`` and registers at most ``RegistrationLimit``
+  instances; expiry does not affect instances that registered before it.  Whatever escapes the
+  above (a process killed between ``enable()`` and CreateTrainingJob, a request botocore refuses
+  before sending it) expires the same way.  The ``ssm-activation.json`` of a started job stays with
+  the job's other inputs: it can register nothing once the nodes have used the registrations or
+  the activation has expired.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from remote_debug.sagemaker.bundle import CHANNEL_NAME
+from remote_debug.sagemaker.request import TAG_ACTIVATION, TAG_OWNER, TAGS_MAX, EnableError
+
+log = logging.getLogger(__name__)
+
+ACTIVATION_FILE = "ssm-activation.json"
+TAG_JOB = "remote-debug:job"
+MAX_LIFETIME = timedelta(days=30) - timedelta(hours=1)  # SSM takes up to 30 days; an hour for clock skew
+PROVISIONING = timedelta(hours=1)  # instances, image and data before the agent registers
+DEFAULT_MAX_RUNTIME = 86400  # SageMaker's default MaxRuntimeInSeconds
+REGISTRATION_LIMIT_MAX = 1000  # botocore's model of CreateActivation
+ROLE_MAX = 64
+_ROLE_RE = re.compile(r"^[\w+=,.@-]+(/[\w+=,.@-]+)*$")
+_SUBMIT_DIRECTORY = "sagemaker_submit_directory"  # SDK v2: s3://.../<job>/source/sourcedir.tar.gz
+
+EVENT_SUFFIX = "sagemaker.CreateTrainingJob"
+CONTEXT_KEY = "remote_debug_ssm_activation"  # in botocore's per-call context: our activation's id
+_IDS = ("remote-debug-hybrid-remember", "remote-debug-hybrid-after-call", "remote-debug-hybrid-after-error")
+
+
+def role_name(role: str) -> str:
+    """CreateActivation's ``IamRole`` (a role name, or ``path/name``); an IAM role ARN is reduced to it."""
+    name = str(role).strip()
+    if name.startswith("arn:"):
+        _, found, name = name.partition(":role/")
+        if not found:
+            raise EnableError(
+                f"hybrid_role {str(role)[:120]!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)"
+            )
+    if not name or len(name) > ROLE_MAX or not _ROLE_RE.match(name):
+        raise EnableError(
+            f"hybrid_role {str(role)[:120]!r} is not an IAM role name SSM accepts "
+            f"(up to {ROLE_MAX} characters: a name or path/name, or the role's ARN)"
+        )
+    return name
+
+
+def instance_count(request: Mapping[str, Any]) -> int:
+    """The job's instances, which each register once: the activation's ``RegistrationLimit``."""
+    resources = request.get("ResourceConfig") or {}
+    count = int(resources.get("InstanceCount") or 0)
+    if not count:
+        count = sum(int(g.get("InstanceCount") or 0) for g in resources.get("InstanceGroups") or [])
+    if count < 1:
+        raise EnableError("the request has no ResourceConfig.InstanceCount, which the hybrid transport needs")
+    if count > REGISTRATION_LIMIT_MAX:
+        raise EnableError(
+            f"an SSM activation registers at most {REGISTRATION_LIMIT_MAX} instances; the job has {count}"
+        )
+    return count
+
+
+def lifetime(request: Mapping[str, Any]) -> timedelta:
+    """How long the activation must stay usable: until the last node can (re)start and register."""
+    stopping = request.get("StoppingCondition") or {}
+    runtime = timedelta(seconds=int(stopping.get("MaxRuntimeInSeconds") or DEFAULT_MAX_RUNTIME))
+    wait = timedelta(seconds=int(stopping.get("MaxWaitTimeInSeconds") or 0))  # spot: waiting + running
+    return min(max(runtime + PROVISIONING, wait), MAX_LIFETIME)
+
+
+def channel_uri(request: Mapping[str, Any]) -> str:
+    """The S3 prefix of the request's ``remote-debug`` channel: where ``ssm-activation.json`` goes."""
+    default_mode = (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode", "File")
+    for channel in request.get("InputDataConfig") or []:
+        if channel.get("ChannelName") != CHANNEL_NAME:
+            continue
+        source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
+        uri = source.get("S3Uri")
+        if source.get("S3DataType", "S3Prefix") != "S3Prefix" or not isinstance(uri, str) or not uri.startswith("s3://"):
+            raise EnableError(
+                f"the {CHANNEL_NAME!r} input channel must be an S3Prefix on s3:// for the hybrid transport "
+                "(its ssm-activation.json is written there)"
+            )
+        if channel.get("InputMode", default_mode) == "Pipe":
+            raise EnableError(f"the {CHANNEL_NAME!r} input channel must not be in Pipe mode: the hook reads files")
+        return uri
+    raise EnableError(
+        f"transport='hybrid' hands the job its SSM activation as {ACTIVATION_FILE} in the {CHANNEL_NAME!r} input "
+        "channel: pass package_uri='s3://...' (the job's own prefix for the bundle)"
+    )
+
+
+def sdk_v2_channel_uri(request: Mapping[str, Any]) -> str:
+    """Where an SDK v2 job's activation goes: next to its uploaded code, else under its output path."""
+    submit: Any = (request.get("HyperParameters") or {}).get(_SUBMIT_DIRECTORY)
+    try:
+        submit = json.loads(submit) if isinstance(submit, str) else submit  # the SDK JSON-encodes them
+    except ValueError:
+        pass
+    if isinstance(submit, str) and submit.startswith("s3://") and "/" in submit[len("s3://"):]:
+        return f"{submit.rsplit('/', 1)[0]}/{CHANNEL_NAME}"
+    output = (request.get("OutputDataConfig") or {}).get("S3OutputPath")
+    if isinstance(output, str) and output.startswith("s3://"):
+        return f"{output.rstrip('/')}/{request['TrainingJobName']}/{CHANNEL_NAME}"
+    raise EnableError("the job has neither uploaded code nor an s3:// output path to put its SSM activation next to")
+
+
+def _split(uri: str) -> tuple[str, str]:
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    return bucket, "/".join(p for p in (prefix.strip("/"), ACTIVATION_FILE) if p)
+
+
+def tag_value(tags: Any, key: str) -> str | None:
+    for tag in tags or []:
+        if isinstance(tag, Mapping) and tag.get("Key") == key:
+            value = tag.get("Value")
+            return str(value) if value is not None else None
+    return None
+
+
+def with_activation_tag(request: Mapping[str, Any], activation_id: str) -> dict[str, Any]:
+    out = dict(request)
+    tags = [dict(t) for t in out.get("Tags") or [] if t.get("Key") != TAG_ACTIVATION]
+    tags.append({"Key": TAG_ACTIVATION, "Value": activation_id})
+    if len(tags) > TAGS_MAX:
+        raise EnableError(f"the job would have {len(tags)} tags; SageMaker allows {TAGS_MAX}")
+    out["Tags"] = tags
+    return out
+
+
+def _describe(exc: BaseException, what: str) -> str:
+    from remote_debug.local import aws
+
+    return aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {type(exc).__name__}: {exc}"
+
+
+# --- what this process created and has not handed to a running job yet ------------------------------
+
+
+@dataclass
+class _Created:
+    activation_id: str
+    job: str
+    bucket: str
+    key: str
+    ssm: Any = field(repr=False)
+    s3: Any = field(repr=False)
+
+
+_lock = threading.Lock()
+_pending: dict[str, _Created] = {}
+
+
+def pending() -> dict[str, str]:
+    """Activation id -> job, for the activations not (yet) owned by a created job."""
+    with _lock:
+        return {a: c.job for a, c in _pending.items()}
+
+
+def release(activation_id: str, why: str) -> bool:
+    """Delete a pending activation of ours and its ``ssm-activation.json``; never raises.
+
+    False when the activation is not pending here (another process's, or its job was created).
+    """
+    with _lock:
+        created = _pending.pop(activation_id, None)
+        # a newer activation for the same job may have replaced the file already: keep that one
+        file_reused = created is not None and any((c.bucket, c.key) == (created.bucket, created.key)
+                                                  for c in _pending.values())
+    if created is None:
+        return False
+    try:
+        created.ssm.delete_activation(ActivationId=activation_id)
+        log.info("deleted SSM activation %s of job %s (%s)", activation_id, created.job, why)
+    except Exception as exc:
+        region = getattr(getattr(created.ssm, "meta", None), "region_name", None) or "<region>"
+        log.warning(
+            "%s; it expires by itself, or run `aws ssm delete-activation --activation-id %s --region %s`",
+            _describe(exc, f"deleting SSM activation {activation_id} of job {created.job} ({why})"),
+            activation_id, region,
+        )
+    if not file_reused:
+        try:
+            created.s3.delete_object(Bucket=created.bucket, Key=created.key)
+        except Exception as exc:
+            log.warning("%s", _describe(exc, f"deleting s3://{created.bucket}/{created.key}"))
+    return True
+
+
+def discard(request: Mapping[str, Any]) -> bool:
+    """Delete the activation ``enable()`` made for ``request`` (a job that will not be started after all)."""
+    activation_id = tag_value(request.get("Tags"), TAG_ACTIVATION)
+    return bool(activation_id) and release(str(activation_id), "discarded")
+
+
+# --- CreateTrainingJob outcome -----------------------------------------------------------------------
+
+
+def _remember(params: Mapping[str, Any], context: dict[str, Any] | None = None, **_kwargs: Any) -> None:
+    activation_id = tag_value(params.get("Tags"), TAG_ACTIVATION)
+    if context is None or not activation_id:
+        return
+    with _lock:
+        ours = activation_id in _pending
+    if ours:
+        context[CONTEXT_KEY] = activation_id
+
+
+def _after_call(http_response: Any = None, context: dict[str, Any] | None = None, **_kwargs: Any) -> None:
+    activation_id = (context or {}).get(CONTEXT_KEY)
+    if not activation_id:
+        return
+    status = int(getattr(http_response, "status_code", 0) or 0)
+    if 200 <= status < 300:
+        with _lock:  # the job exists: its nodes register, and deregister when they exit
+            _pending.pop(activation_id, None)
+    else:
+        release(activation_id, f"CreateTrainingJob failed with HTTP {status}")
+
+
+def _after_call_error(exception: BaseException | None = None, context: dict[str, Any] | None = None,
+                      **_kwargs: Any) -> None:
+    activation_id = (context or {}).get(CONTEXT_KEY)
+    if activation_id:
+        release(activation_id, f"CreateTrainingJob failed: {type(exception).__name__ if exception else 'no response'}")
+
+
+def watch(events: Any) -> None:
+    """Delete our activation when the CreateTrainingJob carrying it fails.
+
+    ``events``: a boto3 session's ``events`` (clients created from it later inherit the handlers) or
+    a client's ``meta.events``.  Registration is keyed: doing it twice is harmless.  The request is
+    read last in ``before-parameter-build``, after ``intercept`` has rewritten it.
+    """
+    events.register_last(f"before-parameter-build.{EVENT_SUFFIX}", _remember, unique_id=_IDS[0])
+    events.register(f"after-call.{EVENT_SUFFIX}", _after_call, unique_id=_IDS[1])
+    events.register(f"after-call-error.{EVENT_SUFFIX}", _after_call_error, unique_id=_IDS[2])
+
+
+def watch_client(sagemaker_client: Any) -> Any:
+    """:func:`watch` on a SageMaker client (for raw requests sent through a client made elsewhere)."""
+    watch(sagemaker_client.meta.events)
+    return sagemaker_client
+
+
+def watch_all(boto_session: Any = None, clients: Iterable[Any] = ()) -> None:
+    if boto_session is not None:
+        watch(boto_session.events)
+    for client in clients:
+        watch_client(client)
+
+
+# --- creating one ------------------------------------------------------------------------------------
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Activations:
+    """Makes the activation of a job and writes its file; ``ssm`` and ``s3`` are boto3 clients."""
+
+    role: str
+    ssm: Any = field(repr=False)
+    s3: Any = field(repr=False)
+    now: Callable[[], datetime] | None = None  # None: the clock (_utcnow)
+
+    def __post_init__(self) -> None:
+        self.role = role_name(self.role)
+
+    @classmethod
+    def for_session(cls, role: str, boto_session: Any) -> Activations:
+        from botocore.config import Config
+
+        # CreateActivation is not idempotent: no retries beyond throttling and transient errors.
+        config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10, read_timeout=30)
+        return cls(role, boto_session.client("ssm", config=config), boto_session.client("s3", config=config))
+
+    @property
+    def region(self) -> str:
+        return str(self.ssm.meta.region_name)
+
+    def create(self, request: Mapping[str, Any], *, owner: str) -> str:
+        """The activation id, pending until CreateTrainingJob succeeds (see :func:`watch`)."""
+        job = str(request["TrainingJobName"])
+        bucket, key = _split(channel_uri(request))  # refusals first: no side effect
+        count = instance_count(request)
+        try:
+            made = self.ssm.create_activation(
+                Description=f"remote-debug hybrid transport of SageMaker training job {job}"[:256],
+                DefaultInstanceName=job,
+                IamRole=self.role,
+                RegistrationLimit=count,
+                ExpirationDate=(self.now or _utcnow)() + lifetime(request),
+                Tags=[{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_JOB, "Value": job}],
+            )
+        except Exception as exc:
+            if isinstance(exc, EnableError):
+                raise
+            raise EnableError(_describe(exc, f"creating the SSM activation of job {job} (hybrid transport)")) from None
+        activation_id = str(made["ActivationId"])
+        body = json.dumps(
+            {"ActivationId": activation_id, "ActivationCode": made["ActivationCode"], "Region": self.region}
+        ).encode()
+        try:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
+        except Exception as exc:
+            try:
+                self.ssm.delete_activation(ActivationId=activation_id)
+            except Exception as cleanup:
+                log.warning("%s", _describe(cleanup, f"deleting SSM activation {activation_id}"))
+            raise EnableError(
+                _describe(exc, f"writing the SSM activation of job {job} to s3://{bucket}/{key}")
+            ) from None
+        with _lock:
+            _pending[activation_id] = _Created(activation_id, job, bucket, key, self.ssm, self.s3)
+        return activation_id
