@@ -6,7 +6,8 @@ mean something even on a loaded 2-core box.  See docs/PERFORMANCE.md for the lat
 P1 hook ready: sshd + every rank listening, vs the same job without the hook (job wall time)
 P2 idle overhead: call-heavy loop CPU time with the hook (nobody attached) and with plain
    ``debugpy.listen()``, vs no hook
-P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks
+P3 torch CPU DDP step (1-rank gloo group, small MLP): plain vs attached without breakpoints (full mode)
+P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 2 nodes x 4 in full mode)
 P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
 """
 
@@ -63,6 +64,39 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 TRIVIAL = "print('ok')\n"
+
+DDP_STEPS = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", sys.argv[2])
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # steadier on a shared machine; the ratio is what counts
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(128, 1024), torch.randint(0, 10, (128,))
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(5):
+        step()
+    times = []
+    for _ in range(int(sys.argv[1])):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    print(json.dumps({"step_s": times[len(times) // 2]}))
+    dist.destroy_process_group()
+    """
+)
 
 
 def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
@@ -143,6 +177,50 @@ def p2_idle_overhead(work: Path, paths: StatePaths, iterations: int, repeats: in
         "listen_cpu_s": listen_only,
         "hook_vs_none": hook / none,
         "listen_vs_none": listen_only / none,
+    }
+
+
+def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict[str, float]:
+    """Median DDP step time: plain, and under the hook with a DAP client attached (no breakpoints)."""
+    from remote_debug.container.sshd import free_port
+
+    script = work / "ddp_steps.py"
+    script.write_text(DDP_STEPS)
+    env_plain = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+
+    def plain() -> float:
+        return float(run_json([sys.executable, str(script), str(steps), str(free_port())], env_plain)["step_s"])
+
+    def attached() -> float:
+        manifest_dir = work / f"p3-manifest-{time.monotonic_ns()}"
+        env = hook_env(paths, "bench-p3", manifest_dir, wait=120)
+        cmd = [sys.executable, "-m", "remote_debug.container", "--", sys.executable, str(script), str(steps)]
+        proc = subprocess.Popen([*cmd, str(free_port())], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            port = 0
+            while not port:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("P3: the rank did not start listening")
+                time.sleep(0.2)
+                manifest = spec.read_node_manifest(manifest_dir)
+                port = next((r.port for r in manifest.ranks if r.port), 0) if manifest else 0
+            client = attach_and_configure("127.0.0.1", port, timeout=60)  # no breakpoints: tracing only
+            try:
+                out, _ = proc.communicate(timeout=600)
+            finally:
+                client.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return float(json.loads(out.decode().strip().splitlines()[-1])["step_s"])
+
+    base, with_client = best_of(repeats, plain), best_of(repeats, attached)
+    return {
+        "plain_step_ms": base * 1000,
+        "attached_step_ms": with_client * 1000,
+        "attached_vs_plain": with_client / base,
     }
 
 
@@ -268,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         results["P2 idle overhead (call-heavy loop)"] = p2_idle_overhead(
             work, paths, 300_000 if args.short else 2_000_000, repeats
         )
+        if not args.short:
+            results["P3 torch CPU DDP step (attached, no breakpoints)"] = p3_ddp_step(work, paths, 50, repeats)
         shapes = [(1, 1), (1, 2)] if args.short else [(1, 1), (1, 2), (1, 4), (2, 4)]
         results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
         results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if args.short else 20)

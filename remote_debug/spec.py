@@ -71,6 +71,16 @@ ENV_CLAIMED_BY = "REMOTE_DEBUG_CLAIMED_BY"
 # Set by the node hook (or the node daemon) for everything it starts: a Python process that sees it
 # knows the node's sshd and manifest are taken care of and does not bootstrap a daemon of its own.
 ENV_HOOK_PID = "REMOTE_DEBUG_HOOK_PID"
+# Rank tuning knobs, read by each rank from its environment (not part of the job-wide spec):
+# "lazy" (default): a rank starts debugpy only when asked through its control channel;
+# "eager": debugpy listens from the start (as with a wait window, which always listens eagerly).
+ENV_LISTEN = "REMOTE_DEBUG_LISTEN"
+# Seconds the torch.distributed process-group timeout is raised to once a debugger is announced
+# (default 7200); 0 leaves it alone.
+ENV_PG_TIMEOUT = "REMOTE_DEBUG_PG_TIMEOUT"
+# "1": after the last debugger detaches, remove pydevd's tracer from every thread and put it back on
+# the next attach (experimental, off by default until it has run in more jobs than its tests)
+ENV_UNTRACE_ON_DETACH = "REMOTE_DEBUG_UNTRACE_ON_DETACH"
 
 NODE_MANIFEST_FILE = "node.json"
 RANK_MANIFEST_GLOB = "rank-*.json"
@@ -219,6 +229,9 @@ class RankEndpoint:
     ide: str = "vscode"
     error: str | None = None
     version: int = MANIFEST_VERSION
+    # the rank's control channel on the node's 127.0.0.1 (0: none, e.g. older hooks or PyCharm
+    # ranks): starts the debug listener on request ("idle" ranks), answers "stacks"
+    control_port: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -237,11 +250,13 @@ class RankEndpoint:
                 ide=str(d.get("ide", "vscode")),
                 error=None if d.get("error") is None else str(d["error"]),
                 version=_int(d, "version"),
+                control_port=_int(d, "control_port") if "control_port" in d else 0,
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
         _check_version(ep.version, "rank manifest")
         check_port(ep.port, "rank manifest port")
+        check_port(ep.control_port, "rank manifest control port")
         return ep
 
 

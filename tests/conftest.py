@@ -38,6 +38,11 @@ def cleanup_jobs(paths: StatePaths) -> None:
             continue
         for pid in (state.get("node_pids") or {}).values():
             _kill_group(int(pid))
+        if state.get("netns"):  # multi-node jobs as root: the nodes' network namespaces
+            from remote_debug.local.backends import netns
+
+            time.sleep(0.1)
+            netns.delete([str(name) for name in state["netns"]])
 
 
 @pytest.fixture

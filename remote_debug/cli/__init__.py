@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 # Importing the command modules registers them on ``app``.
-from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stop  # noqa: F401
+from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: F401
 from remote_debug.cli.app import app
 from remote_debug.cli.output import error_line
 from remote_debug.local.errors import UserError

@@ -44,6 +44,11 @@ def launch(
     debug_port: int = typer.Option(0, "--debug-port", help="Listener port base (rank r uses base+r); 0 = free ports."),
     sshd_port: int = typer.Option(0, "--sshd-port", help="sshd port in the job; 0 = a free port."),
     hyperparameter: list[str] = typer.Option([], "--hyperparameter", "-H", help="KEY=VALUE, repeatable."),
+    no_netns: bool = typer.Option(
+        False,
+        "--no-netns",
+        help="Multi-node: keep nodes on this machine's loopback (default as root: a network namespace per node).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
     pycharm_build: str = typer.Option(
         None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
@@ -64,6 +69,7 @@ def launch(
         port_base=debug_port,
         sshd_port=sshd_port,
         hyperparameters=parse_hyperparameters(hyperparameter),
+        netns=not no_netns,
     )
     spec.check_port(debug_port, "debug port")
     spec.check_port(sshd_port, "sshd port")
@@ -84,4 +90,6 @@ def launch(
         print_json(info.to_json())
         return
     console.print(f"launched job [bold]{info.name}[/] ({len(info.nodes)} node(s) x {info.nproc_per_node} rank(s))")
+    if info.extra.get("isolation") == "netns":
+        console.print("nodes run in their own network namespaces: reachable only through remote-debug's relay")
     console.print(f"attach with:  remote-debug attach {info.name}" + (" --ide pycharm" if ide == "pycharm" else ""))

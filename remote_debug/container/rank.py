@@ -25,12 +25,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 from remote_debug.container import node_env
+from remote_debug.container.control import ControlServer
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.spec import (
     ENV_CLAIMED_BY,
+    ENV_LISTEN,
+    ENV_UNTRACE_ON_DETACH,
     ContractError,
     DebugSpec,
     RankEndpoint,
@@ -40,6 +44,7 @@ from remote_debug.spec import (
 
 LOOPBACK = "127.0.0.1"
 POLL_SECONDS = 0.5  # how often the watcher looks at debugpy's "client connected" flag
+RETRACE_GRACE_SECONDS = 5.0  # a "listen" with no client seen within this (a session shorter than a poll): untrace
 
 # Modules and console scripts that start ranks rather than being one.  Their children carry
 # RANK/LOCAL_RANK (or OMPI_*) and get listeners; the launcher itself must not claim rank 0,
@@ -155,13 +160,19 @@ class RankReporter:
         self._write()
 
     def update(
-        self, *, state: str | None = None, error: str | None = None, unless: tuple[str, ...] = ()
+        self,
+        *,
+        state: str | None = None,
+        error: str | None = None,
+        port: int | None = None,
+        unless: tuple[str, ...] = (),
     ) -> None:
         with self._lock:
             if self.endpoint.state in unless:
                 return
             new = replace(
                 self.endpoint,
+                port=self.endpoint.port if port is None else port,
                 state=self.endpoint.state if state is None else state,
                 error=self.endpoint.error if error is None else one_line(error),
             )
@@ -191,8 +202,11 @@ def _quiet_thread(target: Callable[[], None], name: str) -> threading.Thread:
     return thread
 
 
-def _watch_connection(reporter: RankReporter, idle_state: list[str]) -> None:
-    """Keep the state in step with debugpy's client flag (attach after the wait window, detach)."""
+def _watch_connection(
+    reporter: RankReporter, idle_state: list[str], on_poll: Callable[[bool], None] | None = None
+) -> None:
+    """Keep the state in step with debugpy's client flag (attach after the wait window, detach);
+    ``on_poll(connected)`` runs at every look."""
     import debugpy
 
     final = ("finished", "failed")
@@ -202,7 +216,51 @@ def _watch_connection(reporter: RankReporter, idle_state: list[str]) -> None:
             reporter.update(state="attached", unless=final)
         else:
             reporter.update(state=idle_state[0], unless=(*final, "waiting"))
+        if on_poll is not None:
+            try:
+                on_poll(connected)
+            except Exception as exc:  # never let it take the rank down
+                log(f"debugger {'attach' if connected else 'detach'} handling failed: {describe(exc)}")
         time.sleep(POLL_SECONDS)
+
+
+def remove_tracing() -> None:
+    """Take pydevd's tracer out of every thread (the cost of an attached-then-detached rank).
+
+    Python 3.11 cannot reset another thread's tracer directly: pydevd's own helper installs, in
+    every thread, a tracer that removes itself at that thread's next trace event (a thread blocked
+    in C drops it when it returns to Python).  pydevd stays loaded and listening: ``restore_tracing``
+    puts tracing back when a debugger comes again.  ``pydevd.stoptrace()`` is not usable here: it
+    kills pydevd's threads, and debugpy cannot listen twice in a process.
+    """
+    import pydevd_tracing  # debugpy's vendored pydevd, on sys.path once debugpy.listen() ran
+
+    set_trace: Callable[[Any], None] = (
+        getattr(pydevd_tracing.TracingFunctionHolder, "_original_tracing", None) or sys.settrace
+    )
+
+    def remove_self(_frame: FrameType, _event: str, _arg: Any) -> None:
+        set_trace(None)
+
+    from _pydev_bundle import pydev_monkey
+
+    pydevd_tracing.set_trace_to_threads(remove_self)  # raises first where unsupported (sys.monitoring)
+    threading.settrace(None)
+    pydev_monkey.undo_patch_thread_modules()  # new threads start untraced too
+
+
+def restore_tracing() -> None:
+    """Tracing back in every thread, as pydevd does when it attaches to a running process."""
+    import pydevd
+
+    py_db = pydevd.get_global_debugger()
+    if py_db is None:
+        return
+    from _pydev_bundle import pydev_monkey
+
+    pydev_monkey.patch_thread_modules()
+    py_db.enable_tracing(py_db.trace_dispatch, apply_to_all_threads=True)
+    py_db.set_tracing_for_untraced_contexts()
 
 
 def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_state: list[str]) -> None:
@@ -292,6 +350,13 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         port=0, pid=os.getpid(), state="skipped", ide=spec.ide,
     )
     if not spec.selects(identity.rank):
+        if spec.ide != "pycharm":
+            # no debugger here, but the control channel still makes the rank pause-safe (its peers may
+            # be paused at breakpoints) and answers "stacks"
+            try:
+                endpoint = replace(endpoint, control_port=ControlServer(_not_selected, env).port)
+            except Exception as exc:
+                log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
         return RankReporter(directory, endpoint)
     if spec.ide == "pycharm":
         # The rank connects out to PyCharm instead of listening; imported here, not at the top, so
@@ -301,25 +366,132 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         return pycharm_rank.activate(spec, identity, directory, endpoint, env)
 
     requested = spec.port_base + identity.local_rank if spec.port_base else 0
+    # Without this, pydevd prints a frozen-modules warning into every rank's output.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    waiting = spec.wait_seconds > 0
+    # Waiting ranks need the listener at once; otherwise debugpy (and its tracer, which slows
+    # call-heavy Python several times) starts only when a debugger asks through the control channel.
+    lazy = not waiting and env.get(ENV_LISTEN, "lazy").strip().lower() != "eager"
+    listener = _Listener(identity.rank, identity.local_rank, requested)
+    listener.untrace_on_detach = env.get(ENV_UNTRACE_ON_DETACH, "").strip() == "1"
+    control: ControlServer | None = None
     try:
-        check_port(requested, f"debug port for local rank {identity.local_rank}")
-        # Without this, pydevd prints a frozen-modules warning into every rank's output.
-        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-        import debugpy
-
-        _host, port = debugpy.listen((LOOPBACK, requested))
+        control = ControlServer(listener.listen, env)
+    except Exception as exc:  # no control channel: fall back to listening at once
+        log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
+        lazy = False
+    endpoint = replace(endpoint, control_port=control.port if control is not None else 0)
+    if lazy:
+        reporter = RankReporter(directory, replace(endpoint, state="idle"))
+        listener.reporter = reporter
+        _install_exit_reporting(reporter)
+        return reporter
+    try:
+        port = listener.start_debugpy()
     except Exception as exc:  # port taken, adapter failed to start: report, run on undebugged
         error = f"debug listener failed: {describe(exc)}"
         log(f"rank {identity.rank}: {error}")
         return RankReporter(directory, replace(endpoint, error=error))
 
-    waiting = spec.wait_seconds > 0
     reporter = RankReporter(
-        directory, replace(endpoint, port=int(port), state="waiting" if waiting else "listening")
+        directory, replace(endpoint, port=port, state="waiting" if waiting else "listening")
     )
+    listener.reporter = reporter
     _install_exit_reporting(reporter)
-    idle_state = ["listening"]  # what "no client" means: "running" once a wait window has passed
     if waiting:
-        _wait_for_client(reporter, spec.wait_seconds, identity.rank, idle_state)
-    _quiet_thread(lambda: _watch_connection(reporter, idle_state), "remote-debug-watch").start()
+        _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener.idle_state)
+    listener.watch()
     return reporter
+
+
+def _not_selected() -> int:
+    raise RuntimeError("this rank is not selected for debugging (REMOTE_DEBUG_RANKS)")
+
+
+class _Listener:
+    """debugpy's listener of this rank, started once: at activation (eager) or on request (lazy)."""
+
+    def __init__(self, rank: int, local_rank: int, requested: int) -> None:
+        self.rank = rank
+        self.local_rank = local_rank
+        self.requested = requested
+        self.port = 0
+        self.reporter: RankReporter | None = None
+        self.idle_state = ["listening"]  # what "no client" means: "running" once a wait window has passed
+        self.untraced = False  # tracing removed after a detach
+        self._untrace_failed = False
+        self.untrace_on_detach = False  # experimental (REMOTE_DEBUG_UNTRACE_ON_DETACH=1)
+        self._seen_client = False  # a client was connected since tracing was (re)installed
+        self._armed_at: float | None = None  # when "listen" last asked for tracing
+        self._lock = threading.Lock()
+
+    def start_debugpy(self) -> int:
+        check_port(self.requested, f"debug port for local rank {self.local_rank}")
+        __import__("remote_debug.container.nodelay", fromlist=["enable"]).enable(debuggee=True)
+        import debugpy
+
+        _host, port = debugpy.listen((LOOPBACK, self.requested))
+        self.port = int(port)
+        return self.port
+
+    def watch(self) -> None:
+        reporter = self.reporter
+        assert reporter is not None
+        _quiet_thread(
+            lambda: _watch_connection(reporter, self.idle_state, self._client_poll), "remote-debug-watch"
+        ).start()
+
+    def _client_poll(self, connected: bool) -> None:
+        """After the last client left, tracing goes (idle cost again); it comes back on attach.
+
+        Tracing is removed once a client was seen and is gone, or when nobody came within
+        RETRACE_GRACE_SECONDS of a "listen" that put it back (a session shorter than a poll).
+        A rank nobody ever attached to keeps what debugpy.listen() installed (eager/wait ranks).
+        """
+        with self._lock:
+            if connected:
+                self._retrace_locked()
+                self._seen_client = True
+                return
+            if self.untraced:
+                return
+            grace_over = self._armed_at is not None and time.monotonic() - self._armed_at > RETRACE_GRACE_SECONDS
+            if (self._seen_client or grace_over) and self.untrace_on_detach and not self._untrace_failed:
+                try:
+                    remove_tracing()
+                except Exception as exc:  # e.g. pydevd on sys.monitoring (3.12+): keep tracing, say so once
+                    self._untrace_failed = True
+                    log(f"rank {self.rank}: cannot remove tracing after detach: {describe(exc)}")
+                    return
+                self.untraced = True
+                self._seen_client = False
+                self._armed_at = None
+                log(f"rank {self.rank}: debugger gone; tracing removed")
+
+    def _retrace_locked(self) -> None:
+        if self.untraced:
+            restore_tracing()
+            self.untraced = False
+
+    def listen(self) -> int:
+        """The control channel's "listen": start debugpy unless it runs (tracing back on, if it was
+        removed at a detach); the port it listens on."""
+        with self._lock:
+            if self.port:
+                self._retrace_locked()
+                self._armed_at = time.monotonic()
+                return self.port
+            try:
+                port = self.start_debugpy()
+            except Exception as exc:
+                error = f"debug listener failed: {describe(exc)}"
+                log(f"rank {self.rank}: {error}")
+                if self.reporter is not None:
+                    self.reporter.update(error=error)
+                raise
+            self._armed_at = time.monotonic()
+            log(f"rank {self.rank}: debug listener started on request (port {port})")
+            if self.reporter is not None:
+                self.reporter.update(port=port, state="listening", unless=("finished", "failed"))
+                self.watch()
+            return port

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 
 Emit = Callable[[dict[str, Any]], None]
 POLL_SECONDS = 0.3
+PAUSE_SAFE_RETRY = 2.0
 
 
 @dataclass
@@ -166,6 +167,9 @@ class Attacher:
         self._debuggers: list[threading.Thread] = []
         self._stop = threading.Event()
         self.pycharm: PyCharmSession | None = None
+        self._pause_safe: set[int] = set()  # ranks whose process-group timeout is raised
+        self._pause_safe_next = 0.0
+        self._manifests: dict[str, spec.NodeManifest] = {}
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -194,13 +198,17 @@ class Attacher:
         manifests = {n: m for n, m in self.backend.manifests(self.job).items() if m is not None}
         info = self.backend.describe(self.job)
         expected = self._expected_ranks(manifests, info)
+        new_debuggees: list[RankForward] = []
         for node, m in manifests.items():
             for r in m.ranks:
                 if r.rank not in expected or r.rank in self.forwards:
                     continue
                 if r.ide != self.options.ide:
                     raise UserError(f"job {self.job} was launched for {r.ide}: attach with --ide {r.ide}")
-                unusable = r.port == 0 or r.state in ("skipped", "failed", "finished")
+                # through the control channel: starts an idle rank's listener, or puts tracing back
+                # in a rank a debugger detached from; either way the rank is made pause-safe
+                via_control = r.control_port > 0
+                unusable = (r.port == 0 and not via_control) or r.state in ("skipped", "failed", "finished")
                 if self.pycharm is not None:
                     unusable = not self.pycharm.connectable(r)
                 if unusable:
@@ -210,6 +218,11 @@ class Attacher:
                     )
                     self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir)
                     continue
+                if via_control and self.pycharm is None:
+                    started = self._start_listener(node, r)
+                    if started is None:
+                        continue  # retried on the next round
+                    r = started
                 if self.pycharm is not None:  # the rank connects out: node port -> IDE port here
                     local_port = self.pycharm.forward(self.tunnels[node], node, r)
                 else:
@@ -228,8 +241,49 @@ class Attacher:
                     }
                 )
                 if self.options.headless is not None and self.pycharm is None:
-                    self._start_debugger(fwd)
+                    new_debuggees.append(fwd)
+        self._manifests = manifests
+        # before any debugger can stop a rank: its peers must not time out in their collectives
+        self._announce_pause_safe(force=bool(new_debuggees))
+        for fwd in new_debuggees:
+            self._start_debugger(fwd)
         return expected <= set(self.forwards)
+
+    def _start_listener(self, node: str, r: spec.RankEndpoint) -> spec.RankEndpoint | None:
+        """Ask a rank's control channel to start its debug listener (lazy listeners) if it has none."""
+        try:
+            reply = self.tunnels[node].request(r.control_port, {"op": "listen"})
+            port = spec.check_port(int(reply["port"]), "debug port from the control channel", allow_zero=False)
+        except (OSError, UserError, KeyError, ValueError, TypeError) as exc:
+            self.emit({"event": "warning", "message": f"rank {r.rank}: cannot start its listener: {exc}"})
+            return None
+        self._pause_safe.add(r.rank)  # "listen" made this rank's collectives pause-safe too
+        self.emit({"event": "rank-listening", "rank": r.rank, "node": node, "remote_port": port,
+                   "detail": reply.get("detail")})
+        return replace(r, port=port, state="listening")
+
+    def _announce_pause_safe(self, *, force: bool = False) -> None:
+        """A debugger is attaching: every rank of the job raises its process-group timeout, so one
+        rank paused at a breakpoint does not make its peers' collectives time out.  A rank without
+        a process group yet raises it itself at init; ranks that did not answer (or reported later)
+        are asked again (at most every PAUSE_SAFE_RETRY seconds)."""
+        if self.pycharm is not None or not any(f.local_port for f in self.forwards.values()):
+            return
+        now = time.monotonic()
+        if now < self._pause_safe_next and not force:
+            return
+        self._pause_safe_next = now + PAUSE_SAFE_RETRY
+        for node, m in self._manifests.items():
+            for r in m.ranks:
+                if r.rank in self._pause_safe or not r.control_port or r.state in ("failed", "finished"):
+                    continue
+                try:
+                    reply = self.tunnels[node].request(r.control_port, {"op": "pause-safe"})
+                except (OSError, UserError) as exc:
+                    self.emit({"event": "warning", "message": f"rank {r.rank}: pause-safe failed: {exc}"})
+                    continue
+                self._pause_safe.add(r.rank)  # also when "pending": the rank applies it at init
+                self.emit({"event": "pause-safe", "rank": r.rank, "node": node, "detail": reply.get("detail")})
 
     def _write_launch_json(self) -> None:
         targets = [
@@ -325,6 +379,8 @@ class Attacher:
                         self.emit(
                             {"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)}
                         )
+                elif self._manifests:
+                    self._announce_pause_safe()
                 self._keep_tunnels_up()
                 time.sleep(POLL_SECONDS)
             for t in self._debuggers:

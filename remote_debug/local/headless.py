@@ -22,6 +22,7 @@ class HeadlessPlan:
     max_stops: int = 1
     attach_timeout: float = 60.0
     watch: tuple[str, ...] = ()  # locals to report (empty: all)
+    pause_seconds: float = 0.0  # stay stopped this long at each stop before stepping/continuing
 
 
 @dataclass
@@ -84,6 +85,8 @@ def debug_rank(
                 continue  # no stop yet: check whether we should give up, then wait again
             hits += 1
             _record(report, hit, plan, emit, rank, node)
+            if plan.pause_seconds > 0:
+                stop.wait(plan.pause_seconds)
             for _ in range(plan.steps):
                 client.next(hit.thread_id)
                 hit = inspect_stop(client, timeout=30.0)

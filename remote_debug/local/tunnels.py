@@ -11,6 +11,7 @@ the same pinned known_hosts file that the user's OpenSSH uses, so both paths tru
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import select
@@ -188,13 +189,47 @@ class NodeTunnel:
         return transport.open_channel("direct-tcpip", ("127.0.0.1", remote_port), origin, timeout=10)
 
     def probe(self, remote_port: int) -> bool:
-        """Whether something listens on the node's 127.0.0.1:remote_port (sshd opens the channel only then)."""
+        """Whether something listens on the node's 127.0.0.1:remote_port (sshd opens the channel only then).
+
+        Not for debugpy ports: a bare connect+close there can leave its adapter deaf to the next client.
+        """
         try:
             chan = self._open_channel(remote_port, ("127.0.0.1", 0))
         except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError):
             return False
         chan.close()
         return True
+
+    def request(self, remote_port: int, payload: dict[str, Any], timeout: float = 15.0) -> dict[str, Any]:
+        """One JSON-line request to a rank's control channel on the node's 127.0.0.1:remote_port.
+
+        Raises ``OSError`` (connection or protocol trouble) or ``UserError`` (the rank said no).
+        """
+        try:
+            chan = self._open_channel(remote_port, ("127.0.0.1", 0))
+        except (paramiko.ChannelException, paramiko.SSHException, EOFError) as exc:
+            raise OSError(f"cannot reach control port {remote_port} on {self.endpoint.alias}: {exc}") from None
+        try:
+            chan.settimeout(timeout)
+            chan.sendall(json.dumps(payload).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except (TimeoutError, paramiko.SSHException, EOFError) as exc:
+            raise OSError(f"control port {remote_port} on {self.endpoint.alias}: {exc or 'timed out'}") from None
+        finally:
+            chan.close()
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            raise OSError(f"control port {remote_port} on {self.endpoint.alias} sent no answer") from None
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            error = reply.get("error") if isinstance(reply, dict) else None
+            raise UserError(f"{self.endpoint.alias}: {payload.get('op')} refused: {error or reply!r}")
+        return reply
 
     # --- forwards -------------------------------------------------------------------------------
 

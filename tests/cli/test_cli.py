@@ -222,3 +222,16 @@ def test_demo_headless_json_stops_every_rank(home: Path) -> None:
         after_step = r["stops"][1]
         assert after_step["line"] == r["line"] + 1
         assert after_step["variables"]["shard_marker"] == str(r["rank"] * 100 + int(r["variables"]["step"]))
+
+
+def test_no_netns_keeps_nodes_on_loopback_and_jobs_json_says_so(home: Path, src: Path) -> None:
+    out = cli(
+        "launch", "--local", "--name", "flat", "--nodes", "2", "--no-netns", "--source-dir", str(src), "--json",
+        "--", "python", "quick.py",
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["extra"]["isolation"] == "loopback"
+    listed = json.loads(cli("jobs", "--json").stdout)
+    assert [j["extra"]["isolation"] for j in listed if j["name"] == "flat"] == ["loopback"]
+    wait_for(lambda: job_status("flat") in ("Completed", "Failed"), 120)
+    assert job_status("flat") == "Completed"

@@ -250,6 +250,8 @@ def base_env(root: Path, public_key: str | None, job: str = "test-job", **spec_f
     env[spec.ENV_STATE_DIR] = str(root / "state")
     env["OMP_NUM_THREADS"] = "1"
     env[TOKEN_ENV] = str(root)  # inherited by everything the test starts: how cleanup finds it
+    # these tests talk to the ranks' debug ports directly; lazy listeners have tests of their own
+    env[spec.ENV_LISTEN] = "eager"
     if public_key is not None:
         env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, **spec_fields).to_env())
     return env

@@ -27,15 +27,19 @@ def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> Non
         while True:
             manifests = wait_for_manifests(backend, "flaky", 60, lambda e: None)
             ranks = manifests["algo-1"].ranks
-            if ranks and ranks[0].port:
+            if ranks and (ranks[0].port or ranks[0].control_port):
                 break
             assert time.monotonic() < deadline
             time.sleep(0.2)
         entries = write_ssh_entries("flaky", manifests, paths, edit_user_config=False, emit=lambda e: None)
         tunnel = NodeTunnel(endpoint_for(entries[0], paths))
         tunnel.connect()
-        rank_port = ranks[0].port
-        assert tunnel.probe(rank_port)
+        # an idle rank (lazy listeners) starts debugpy when asked through its control channel
+        assert ranks[0].state == "idle" and ranks[0].port == 0
+        rank_port = int(tunnel.request(ranks[0].control_port, {"op": "listen"})["port"])
+        # probe the rank's control listener: a bare connect+close on debugpy's own port can leave its
+        # adapter without an answer for the next client, so nothing of ours probes debug ports
+        assert tunnel.probe(ranks[0].control_port)
         assert not tunnel.probe(free_port())  # nothing listens there on the node: the channel is refused
         local_port = tunnel.forward(rank_port)
 

@@ -29,8 +29,10 @@ def _remote_debug_activate() -> None:
             # package: make it importable.  Appended, so it never shadows the user's modules.
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
         from remote_debug.container.bootstrap import maybe_start_node_daemon
+        from remote_debug.container.nodelay import enable as enable_nodelay
         from remote_debug.container.rank import activate
 
+        enable_nodelay()  # only acts in debugpy's adapter for one of our ranks (before rank's claim guard)
         maybe_start_node_daemon()  # only when no hook serves this node (env-only injection)
         activate()
     except Exception as exc:  # activate() never raises; this covers a broken install

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from remote_debug import spec
+from remote_debug.local.backends import netns
 from remote_debug.local.backends.base import FAILED, IN_PROGRESS, STOPPED, TERMINAL, Backend, JobInfo
 from remote_debug.local.backends.local_job import (
     NodeLayout,
@@ -63,6 +64,8 @@ class LaunchRequest:
     sshd_port: int = 0
     hyperparameters: dict[str, str] = field(default_factory=dict)
     stop_grace_seconds: float = 120.0
+    # multi-node jobs run each node in its own network namespace when root (False: --no-netns)
+    netns: bool = True
 
 
 def port_in_use(port: int) -> bool:
@@ -155,26 +158,33 @@ class LocalBackend(Backend):
         self.paths.jobs_dir.mkdir(parents=True, exist_ok=True)
         staging = self.paths.jobs_dir / f".{req.name}.staging"
         shutil.rmtree(staging, ignore_errors=True)
+        isolation, namespaces, ns_plan, isolation_note = self._isolation(req, job_dir)
         try:
             hosts = node_names(req.nodes)
             cpus = os.cpu_count() or 1
             master_port = free_port()
+            master_addr = ns_plan.address(0) if ns_plan is not None else "127.0.0.1"
             plans: dict[str, Any] = {}
             for i, node in enumerate(hosts):
                 layout = NodeLayout(staging, node)
-                prepare_node(layout, hosts, req.hyperparameters, cpus)
+                prepare_node(layout, hosts, req.hyperparameters, cpus, netns.IFNAME if ns_plan else "lo")
                 shutil.copytree(req.source_dir, layout.code_dir, ignore=COPY_IGNORE, symlinks=True)
                 final = NodeLayout(job_dir, node)  # paths as the running job will see them
                 # Only our additions are recorded; the supervisor merges them into the environment it
                 # inherits from this launch, so the user's shell secrets never land in job.json.
                 env = node_environment(final, req.name, hosts, req.hyperparameters, cpus, debug.to_env())
-                plans[node] = {
-                    "command": node_command(
-                        req.command, nodes=req.nodes, nproc=req.nproc_per_node, node_rank=i, master_port=master_port
-                    ),
-                    "cwd": str(final.code_dir),
-                    "env": env,
-                }
+                command = node_command(
+                    req.command,
+                    nodes=req.nodes,
+                    nproc=req.nproc_per_node,
+                    node_rank=i,
+                    master_port=master_port,
+                    master_addr=master_addr,
+                )
+                if ns_plan is not None:
+                    env.update({name: netns.IFNAME for name in netns.IFNAME_ENV})
+                    command = netns.exec_prefix(ns_plan.namespace(i)) + command
+                plans[node] = {"command": command, "cwd": str(final.code_dir), "env": env}
             state = {
                 "name": req.name,
                 "backend": self.name,
@@ -190,24 +200,51 @@ class LocalBackend(Backend):
                 "spec": debug.to_env(),
                 "stop_grace_seconds": req.stop_grace_seconds,
                 "node_plans": plans,
+                "isolation": isolation,
+                "isolation_note": isolation_note,
+                # node -> its namespace; "netns" lists every namespace to delete (hub included)
+                "node_netns": {n: ns_plan.namespace(i) for i, n in enumerate(hosts)} if ns_plan else {},
+                "node_addresses": {n: ns_plan.address(i) for i, n in enumerate(hosts)} if ns_plan else {},
+                "netns": namespaces,
             }
             write_job_file(staging, state)
             os.rename(staging, job_dir)  # the job appears whole or not at all
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            netns.delete(namespaces)
             raise
-        with open(job_dir / "supervisor.log", "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "remote_debug.local.backends.supervisor", str(job_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        try:
+            with open(job_dir / "supervisor.log", "ab") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "remote_debug.local.backends.supervisor", str(job_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except BaseException:
+            netns.delete(namespaces)  # the supervisor owns them from here on; without it, we do
+            raise
         # The supervisor owns job.json from here on, so its pid goes into a file of its own.
         spec.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
         _reap_in_background(proc)
         return self.describe(req.name)
+
+    def _isolation(self, req: LaunchRequest, job_dir: Path) -> tuple[str, list[str], netns.NetnsPlan | None, str]:
+        """("netns", namespaces, plan, note) when every node gets its own network namespace, else
+        ("loopback", [], None, why not): nodes are then process trees sharing this machine's loopback."""
+        if req.nodes < 2:
+            return "loopback", [], None, "single node"
+        if not req.netns:
+            return "loopback", [], None, "--no-netns"
+        if not netns.available():
+            return "loopback", [], None, "network namespaces need root and iproute2"
+        plan = netns.plan_for(job_dir)
+        try:
+            made = netns.create(plan, req.nodes)
+        except netns.NetnsError as exc:
+            return "loopback", [], None, f"network namespaces unavailable: {exc}"
+        return "netns", made, plan, ""
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -254,6 +291,9 @@ class LocalBackend(Backend):
                 "job_dir": str(job_dir),
                 "logs": {n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
                 "code_dirs": {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
+                "isolation": str(state.get("isolation", "loopback")),
+                "node_netns": dict(state.get("node_netns") or {}),
+                "node_addresses": dict(state.get("node_addresses") or {}),
             },
         )
 
@@ -292,12 +332,15 @@ class LocalBackend(Backend):
             state = read_job_file(job_dir)
             state.update(status=STOPPED, secondary_status="Stopped", ended=time.time())
             write_job_file(job_dir, state)
+            netns.delete(list(state.get("netns") or []))  # nobody else will
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             info = self.describe(job)
             if info.status in TERMINAL:
-                return info
+                break
             time.sleep(0.2)
+        if not pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
+            netns.delete(list(read_job_file(job_dir).get("netns") or []))
         return info
 
     def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -312,7 +355,11 @@ class LocalBackend(Backend):
             raise UserError(f"node {node} of job {job} has not published its manifest yet: wait, then retry")
         if not manifest.sshd_port:
             raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(manifest.errors) or 'see the job log'}")
-        sock = socket.create_connection((manifest.sshd_host, manifest.sshd_port), timeout=10)
+        namespace = (read_job_file(self.paths.job_dir(job)).get("node_netns") or {}).get(node)
+        if namespace:  # the node is reachable only from inside its network namespace, like via SSM
+            sock = netns.connect_in(str(namespace), manifest.sshd_host, manifest.sshd_port, timeout=10)
+        else:
+            sock = socket.create_connection((manifest.sshd_host, manifest.sshd_port), timeout=10)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return relay_stdio(sock, stdin, stdout)
@@ -334,8 +381,13 @@ def relay_stdio(sock: socket.socket, stdin: BinaryIO, stdout: BinaryIO) -> int:
             pass
 
     threading.Thread(target=upstream, daemon=True).start()
+    quickack = getattr(socket, "TCP_QUICKACK", None)
     try:
         while data := sock.recv(65536):
+            if quickack is not None:
+                # sshd apparently sets no TCP_NODELAY on a forwarding-only connection: ACK at once so its
+                # Nagle-held replies are not paced by our delayed ACK (Linux resets this per recv).
+                sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
             view = memoryview(data)
             while view:
                 view = view[os.write(out_fd, view) :]

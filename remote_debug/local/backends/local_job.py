@@ -82,7 +82,9 @@ def write_job_file(job_dir: Path, data: dict[str, Any]) -> None:
     spec.atomic_write_text(job_dir / "job.json", json.dumps(data, indent=2) + "\n")
 
 
-def prepare_node(layout: NodeLayout, hosts: list[str], hyperparameters: dict[str, str], cpus: int) -> None:
+def prepare_node(
+    layout: NodeLayout, hosts: list[str], hyperparameters: dict[str, str], cpus: int, interface: str = "lo"
+) -> None:
     """Create the /opt/ml mirror of one node (the code copy is made by the caller)."""
     for d in (
         layout.config_dir,
@@ -100,7 +102,7 @@ def prepare_node(layout: NodeLayout, hosts: list[str], hyperparameters: dict[str
         "current_group_name": "homogeneousCluster",
         "hosts": hosts,
         "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "local", "hosts": hosts}],
-        "network_interface_name": "lo",
+        "network_interface_name": interface,
     }
     spec.atomic_write_text(layout.config_dir / "resourceconfig.json", json.dumps(resource_config, indent=2) + "\n")
     spec.atomic_write_text(layout.config_dir / "hyperparameters.json", json.dumps(hyperparameters, indent=2) + "\n")
@@ -144,11 +146,14 @@ def node_environment(
     return env
 
 
-def node_command(command: list[str], *, nodes: int, nproc: int, node_rank: int, master_port: int) -> list[str]:
+def node_command(
+    command: list[str], *, nodes: int, nproc: int, node_rank: int, master_port: int, master_addr: str = "127.0.0.1"
+) -> list[str]:
     """The command a node runs, wrapped in the container hook (and torchrun for >1 rank).
 
     SageMaker's toolkit runs torchrun on every host with ``--nnodes N --node_rank i`` and
-    algo-1 as the rendezvous master; we do the same on loopback.
+    algo-1 as the rendezvous master; we do the same on loopback (or node 1's private address when
+    nodes have their own network namespaces).
     """
     inner = list(command)
     if nodes * nproc > 1:
@@ -163,7 +168,7 @@ def node_command(command: list[str], *, nodes: int, nproc: int, node_rank: int, 
             "--nproc_per_node",
             str(nproc),
             "--master_addr",
-            "127.0.0.1",
+            master_addr,
             "--master_port",
             str(master_port),
         ]

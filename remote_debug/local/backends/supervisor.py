@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from remote_debug import spec
+from remote_debug.local.backends import netns
 from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, STOPPED, STOPPING
 from remote_debug.local.backends.local_job import NodeLayout, read_job_file, write_job_file
 
@@ -95,6 +96,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the user's terminal closing must not stop the job
+        try:
+            return self._run()
+        finally:
+            # the nodes' network namespaces (if any) were made for this job: they go with it
+            netns.delete(list(self.state.get("netns") or []))
+
+    def _run(self) -> int:
         self.start_nodes()
         failed_node: str | None = None
         while True:

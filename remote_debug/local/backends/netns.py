@@ -1,0 +1,155 @@
+"""Network namespaces for local multi-node jobs: a node is reachable only through the relay, like SSM.
+
+When launch runs as root and ``ip netns`` works, every node of a multi-node local job gets its own
+network namespace ``rd-<hash>-<n>`` (n = 1..N) with loopback up and one veth ``eth0`` carrying a
+private address ``10.213.<x>.<n>/24``; the other ends of the veths sit on a bridge inside a hub
+namespace ``rd-<hash>-0``.  Nothing is added to the namespace the laptop side runs in, so a node's
+sshd and rank listeners (127.0.0.1 inside its namespace) cannot be reached from it: the local
+relay enters the node's namespace (``setns`` on one thread) to connect, the way the SSM agent
+connects from inside the instance.  torchrun's rendezvous uses node 1's private address.
+
+``<hash>`` comes from the job's directory, so cleanup only ever touches our own namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+IFNAME = "eth0"
+SUBNET = "10.213"
+CLONE_NEWNET = 0x40000000
+IP_TIMEOUT = 15.0
+
+# What torch.distributed's gloo/NCCL and tensorpipe use to pick their interface: in a node's
+# namespace the machine's hostname resolves to an address that does not exist there.
+IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+
+
+class NetnsError(RuntimeError):
+    """Namespaces could not be set up (message is one line)."""
+
+
+@dataclass(frozen=True)
+class NetnsPlan:
+    prefix: str  # rd-<hash>
+    third_octet: int
+
+    @property
+    def hub(self) -> str:
+        return f"{self.prefix}-0"
+
+    def namespace(self, index: int) -> str:
+        """Namespace of node ``index`` (0-based node index -> rd-<hash>-<index+1>)."""
+        return f"{self.prefix}-{index + 1}"
+
+    def address(self, index: int) -> str:
+        return f"{SUBNET}.{self.third_octet}.{index + 1}"
+
+
+def plan_for(job_dir: Path) -> NetnsPlan:
+    digest = hashlib.sha256(str(job_dir.resolve()).encode()).digest()
+    return NetnsPlan(prefix=f"rd-{digest[:4].hex()}", third_octet=digest[4] % 250 + 1)
+
+
+def available() -> bool:
+    """Root with an ``ip`` that knows netns (creation itself may still fail: callers fall back)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and Path("/proc/self/ns/net").exists()
+
+
+def _ip(*args: str) -> None:
+    try:
+        proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=IP_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NetnsError(f"ip {' '.join(args)} failed: {exc}") from None
+    if proc.returncode != 0:
+        detail = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
+        raise NetnsError(f"ip {' '.join(args)} failed: {detail}")
+
+
+def create(plan: NetnsPlan, nodes: int) -> list[str]:
+    """Create the hub and one namespace per node; all or nothing.  Returns every namespace made."""
+    # Left over from an earlier job in the same (since removed) job dir: ours, and stale.
+    delete([plan.hub, *(plan.namespace(i) for i in range(nodes))])
+    made: list[str] = []
+    try:
+        _ip("netns", "add", plan.hub)
+        made.append(plan.hub)
+        _ip("-n", plan.hub, "link", "add", "br0", "type", "bridge")
+        _ip("-n", plan.hub, "link", "set", "br0", "up")
+        for i in range(nodes):
+            ns = plan.namespace(i)
+            _ip("netns", "add", ns)
+            made.append(ns)
+            veth = f"v{i + 1}"
+            _ip("-n", plan.hub, "link", "add", veth, "type", "veth", "peer", "name", IFNAME, "netns", ns)
+            _ip("-n", plan.hub, "link", "set", veth, "master", "br0")
+            _ip("-n", plan.hub, "link", "set", veth, "up")
+            _ip("-n", ns, "addr", "add", f"{plan.address(i)}/24", "dev", IFNAME)
+            _ip("-n", ns, "link", "set", IFNAME, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+    except NetnsError:
+        delete(made)
+        raise
+    return made
+
+
+def delete(names: list[str]) -> None:
+    """Delete the given namespaces (ours: names come from job.json); never raises."""
+    for name in names:
+        if not name.startswith("rd-") or "/" in name:
+            continue
+        if (NETNS_DIR / name).exists():
+            with contextlib.suppress(NetnsError):
+                _ip("netns", "delete", name)
+
+
+def exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def exec_prefix(namespace: str) -> list[str]:
+    """Run a command in ``namespace`` (``ip netns exec`` execs it: the pid stays the command's)."""
+    return ["ip", "netns", "exec", namespace]
+
+
+def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection to host:port made from inside ``namespace``.
+
+    setns(CLONE_NEWNET) changes the namespace of the calling thread only, so a short-lived thread
+    enters it and creates the socket; the socket keeps its namespace, this process does not move.
+    """
+    result: list[socket.socket] = []
+    errors: list[BaseException] = []
+
+    def enter_and_connect() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(NETNS_DIR / namespace, os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            result.append(socket.create_connection((host, port), timeout=timeout))
+        except BaseException as exc:  # handed to the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=enter_and_connect, name="remote-debug-netns", daemon=True)
+    thread.start()
+    thread.join(timeout + 5)
+    if errors:
+        raise errors[0]
+    if not result:
+        raise TimeoutError(f"connecting to {host}:{port} in namespace {namespace} timed out")
+    return result[0]

@@ -1,0 +1,87 @@
+"""Pause-safe collectives: a rank paused at a breakpoint longer than the process-group timeout
+no longer kills a torchrun job (real ranks, gloo on CPU, attach through SSH, lazy listeners)."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.paths import StatePaths
+from tests.ddp_job import break_line
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+
+# Both ranks all_reduce in a loop until the test drops a "done" file; only rank 0 executes the
+# breakpoint line.  The process-group timeout is 10 s; rank 0 is held 20 s at the breakpoint.
+SCRIPT = textwrap.dedent(
+    """
+    import pathlib, time
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+
+    done = pathlib.Path({done!r})
+    dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+    rank = dist.get_rank()
+    step = 0
+    deadline = time.monotonic() + 150
+    while True:
+        flag = torch.tensor([1.0 if done.exists() or time.monotonic() > deadline else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            break
+        if rank == 0:
+            step += 1  # BREAK-HERE
+        time.sleep(0.1)
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    done = tmp_path / "done"
+    (project / "train.py").write_text(SCRIPT.format(done=str(done)))
+    paths = StatePaths.default()
+    backend = LocalBackend(paths)
+    backend.launch(
+        LaunchRequest(command=["python", "train.py"], name="pause", source_dir=project, nproc_per_node=2)
+    )
+    events: list[dict[str, object]] = []
+    times: dict[str, float] = {}
+
+    def emit(event: dict[str, object]) -> None:
+        events.append(event)
+        if event["event"] in ("stopped", "rank-detached"):
+            times.setdefault(str(event["event"]), time.monotonic())
+        if event["event"] == "rank-detached":
+            done.write_text("")  # let the job end
+
+    plan = HeadlessPlan(
+        breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, pause_seconds=20
+    )
+    options = AttachOptions(workspace=project, headless=plan, ranks=(0,), write_launch_json=False)
+    result = Attacher(backend, "pause", options, emit, paths).run()
+
+    assert result.job.status == "Completed", (result.job.failure_reason, events)
+    assert result.job.exit_code == 0
+    [report] = result.reports
+    assert report.error is None and report.stops and report.stops[0].variables
+    assert times["rank-detached"] - times["stopped"] >= 20
+    # rank 0 was started lazily; rank 1 (not attached, waiting in all_reduce) was told to be pause-safe
+    listening = [e for e in events if e["event"] == "rank-listening"]
+    assert [e["rank"] for e in listening] == [0]
+    safe = {e["rank"]: e["detail"] for e in events if e["event"] == "pause-safe"}
+    # raised at once, or (attached before init_process_group) by the rank itself right after init
+    assert list(safe) == [1], events
+    assert safe[1] in ("process-group timeout 7200 s", "pending: no process group yet")
