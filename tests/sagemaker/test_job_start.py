@@ -164,7 +164,8 @@ def test_environment_alone_debugs_every_python_process(job: dict[str, Any], bund
     )
     request = _request(job["dir"], str(bundle), None)
     assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
-    env = {**request["Environment"], **job["env"]}
+    # eager: start debugpy at once (listeners are lazy by default), so the bundle's own debugpy must listen
+    env = {**request["Environment"], **job["env"], "REMOTE_DEBUG_LISTEN": "eager"}
     proc = subprocess.run(
         ["python3", "train.py"], env=env, cwd=code, capture_output=True, text=True, timeout=120, check=False
     )
