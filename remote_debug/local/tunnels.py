@@ -18,7 +18,6 @@ import select
 import shlex
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,13 +327,3 @@ def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
             if not data:
                 return
             sock.sendall(data)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
-    """Poll ``predicate()`` until it is true or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
