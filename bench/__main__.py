@@ -6,7 +6,8 @@ mean something even on a loaded 2-core box.  See docs/PERFORMANCE.md for the lat
 P1 hook ready: sshd + every rank listening, vs the same job without the hook (job wall time)
 P2 idle overhead: call-heavy loop CPU time with the hook (nobody attached) and with plain
    ``debugpy.listen()``, vs no hook
-P3 torch CPU DDP step (1-rank gloo group, small MLP): plain vs attached without breakpoints (full mode)
+P3 torch CPU DDP step (1-rank gloo group, small MLP): plain vs attached without breakpoints, and vs the
+   same rank after the debugger detached
 P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 2 nodes x 4 in full mode)
 P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
 """
@@ -87,13 +88,23 @@ DDP_STEPS = textwrap.dedent(
         opt.step()
     for _ in range(5):
         step()
-    times = []
-    for _ in range(int(sys.argv[1])):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    times.sort()
-    print(json.dumps({"step_s": times[len(times) // 2]}))
+    def median_step():
+        times = []
+        for _ in range(int(sys.argv[1])):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        times.sort()
+        return times[len(times) // 2]
+    during = median_step()
+    if len(sys.argv) > 3:  # under a debugger: tell the bench, which detaches it, then wait for the tracer to go
+        import pathlib
+        marks = pathlib.Path(sys.argv[3])
+        (marks / "phase1").write_text("")
+        deadline = time.monotonic() + 30
+        while not ((marks / "detached").exists() and sys.gettrace() is None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    print(json.dumps({"step_s": during, "after_s": median_step(), "untraced": sys.gettrace() is None}))
     dist.destroy_process_group()
     """
 )
@@ -188,14 +199,18 @@ def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict
     script.write_text(DDP_STEPS)
     env_plain = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
 
-    def plain() -> float:
-        return float(run_json([sys.executable, str(script), str(steps), str(free_port())], env_plain)["step_s"])
+    def plain() -> dict[str, Any]:
+        return run_json([sys.executable, str(script), str(steps), str(free_port())], env_plain)
 
-    def attached() -> float:
+    def attached() -> dict[str, Any]:
         manifest_dir = work / f"p3-manifest-{time.monotonic_ns()}"
+        marks = work / f"p3-marks-{time.monotonic_ns()}"
+        marks.mkdir()
         env = hook_env(paths, "bench-p3", manifest_dir, wait=120)
         cmd = [sys.executable, "-m", "remote_debug.container", "--", sys.executable, str(script), str(steps)]
-        proc = subprocess.Popen([*cmd, str(free_port())], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*cmd, str(free_port()), str(marks)], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         try:
             deadline = time.monotonic() + 120
             port = 0
@@ -207,20 +222,34 @@ def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict
                 port = next((r.port for r in manifest.ranks if r.port), 0) if manifest else 0
             client = attach_and_configure("127.0.0.1", port, timeout=60)  # no breakpoints: tracing only
             try:
-                out, _ = proc.communicate(timeout=600)
+                while not (marks / "phase1").exists():  # steps measured with the client attached
+                    if proc.poll() is not None or time.monotonic() > deadline + 300:
+                        raise RuntimeError("P3: the attached phase did not finish")
+                    time.sleep(0.05)
+                client.disconnect()
             finally:
                 client.close()
+            (marks / "detached").write_text("")
+            out, _ = proc.communicate(timeout=600)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        return float(json.loads(out.decode().strip().splitlines()[-1])["step_s"])
+        result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        if not result["untraced"]:
+            raise RuntimeError("P3: the rank kept its tracer after the debugger detached")
+        return result
 
-    base, with_client = best_of(repeats, plain), best_of(repeats, attached)
+    base = [plain() for _ in range(repeats)]
+    hooked = [attached() for _ in range(repeats)]
+    plain_during, plain_after = (min(float(r[key]) for r in base) for key in ("step_s", "after_s"))
+    during, after = (min(float(r[key]) for r in hooked) for key in ("step_s", "after_s"))
     return {
-        "plain_step_ms": base * 1000,
-        "attached_step_ms": with_client * 1000,
-        "attached_vs_plain": with_client / base,
+        "plain_step_ms": plain_during * 1000,
+        "attached_step_ms": during * 1000,
+        "attached_vs_plain": during / plain_during,
+        "after_detach_step_ms": after * 1000,
+        "after_detach_vs_plain": after / plain_after,
     }
 
 
@@ -346,8 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         results["P2 idle overhead (call-heavy loop)"] = p2_idle_overhead(
             work, paths, 300_000 if args.short else 2_000_000, repeats
         )
-        if not args.short:
-            results["P3 torch CPU DDP step (attached, no breakpoints)"] = p3_ddp_step(work, paths, 50, repeats)
+        results["P3 torch CPU DDP step (attached, no breakpoints; then detached)"] = p3_ddp_step(
+            work, paths, 30 if args.short else 50, repeats
+        )
         shapes = [(1, 1), (1, 2)] if args.short else [(1, 1), (1, 2), (1, 4), (2, 4)]
         results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
         results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if args.short else 20)

@@ -15,5 +15,7 @@ def test_bench_short_mode_reports_every_row(home: Path) -> None:
     rows = json.loads(proc.stdout)
     p2 = rows["P2 idle overhead (call-heavy loop)"]
     assert p2["none_cpu_s"] > 0 and p2["hook_vs_none"] > 0
+    p3 = rows["P3 torch CPU DDP step (attached, no breakpoints; then detached)"]
+    assert p3["after_detach_step_ms"] > 0  # the bench fails outright if the rank kept its tracer after detach
     assert set(rows["P4 attach -> all ranks stopped"]) == {"1_ranks_s", "2_ranks_s"}  # every rank stopped
     assert rows["P5 DAP next latency"]["tunnel_next_ms"] > 0

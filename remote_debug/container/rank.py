@@ -373,7 +373,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     # call-heavy Python several times) starts only when a debugger asks through the control channel.
     lazy = not waiting and env.get(ENV_LISTEN, "lazy").strip().lower() != "eager"
     listener = _Listener(identity.rank, identity.local_rank, requested)
-    listener.untrace_on_detach = env.get(ENV_UNTRACE_ON_DETACH, "").strip() == "1"
+    listener.untrace_on_detach = env.get(ENV_UNTRACE_ON_DETACH, "1").strip() != "0"
     control: ControlServer | None = None
     try:
         control = ControlServer(listener.listen, env)
@@ -420,7 +420,7 @@ class _Listener:
         self.idle_state = ["listening"]  # what "no client" means: "running" once a wait window has passed
         self.untraced = False  # tracing removed after a detach
         self._untrace_failed = False
-        self.untrace_on_detach = False  # experimental (REMOTE_DEBUG_UNTRACE_ON_DETACH=1)
+        self.untrace_on_detach = True  # REMOTE_DEBUG_UNTRACE_ON_DETACH=0 keeps the tracer after a detach
         self._seen_client = False  # a client was connected since tracing was (re)installed
         self._armed_at: float | None = None  # when "listen" last asked for tracing
         self._lock = threading.Lock()

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,9 +122,44 @@ def traced(run: HookRun) -> str | None:
     return path.read_text() if path.exists() else None
 
 
+def stop_once_at_line_8(port: int, script: Path) -> None:
+    """A DAP client attaches, stops at the loop's line 8 once, clears the breakpoint, continues, leaves."""
+    dap = MiniDap(port)
+    try:
+        dap.initialize()
+        attach_seq = dap.send("attach", justMyCode=False)
+        dap.event("initialized")
+        bp = dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": 8}]))
+        assert bp["success"], bp
+        assert dap.response_to(dap.send("configurationDone"))["success"]
+        assert dap.response_to(attach_seq)["success"]
+        stopped = dap.event("stopped")
+        assert stopped["body"]["reason"] == "breakpoint"
+        dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[]))
+        dap.response_to(dap.send("continue", threadId=stopped["body"]["threadId"]))
+        dap.response_to(dap.send("disconnect"))
+    finally:
+        dap.close()
+
+
+def test_a_client_arriving_after_the_grace_still_stops(run: HookRun) -> None:
+    """attach asks for "listen", the user presses F5 much later: the tracer went after the grace period
+    (nobody came) and comes back when the client connects, so its breakpoint still stops."""
+    run.env.pop(spec.ENV_LISTEN)
+    script = run.root / "loop.py"
+    script.write_text(LOOP)
+    run.start(PYTHON, str(script), str(run.marks))
+    wait_for(lambda: traced(run), 30, "the loop to run")
+    port = control(run.rank(0)["control_port"], "listen")["port"]
+    wait_for(lambda: traced(run) == "True", 10, "tracing after listen")
+    wait_for(lambda: traced(run) == "False", 15, "tracing removed after the grace with no client")
+    stop_once_at_line_8(port, script)
+    run.release()
+    assert run.wait(30) == 0, run.stderr
+
+
 def test_detach_removes_tracing_and_a_new_attach_stops_again(run: HookRun) -> None:
     run.env.pop(spec.ENV_LISTEN)
-    run.env[spec.ENV_UNTRACE_ON_DETACH] = "1"  # experimental, off by default
     script = run.root / "loop.py"
     script.write_text(LOOP)
     run.start(PYTHON, str(script), str(run.marks))
@@ -148,22 +184,7 @@ def test_detach_removes_tracing_and_a_new_attach_stops_again(run: HookRun) -> No
 
     # attaching again puts tracing back: a breakpoint in the running loop stops
     assert control(control_port, "listen")["port"] == port
-    dap = MiniDap(port)
-    try:
-        dap.initialize()
-        attach_seq = dap.send("attach", justMyCode=False)
-        dap.event("initialized")
-        bp = dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": 8}]))
-        assert bp["success"], bp
-        assert dap.response_to(dap.send("configurationDone"))["success"]
-        assert dap.response_to(attach_seq)["success"]
-        stopped = dap.event("stopped")
-        assert stopped["body"]["reason"] == "breakpoint"
-        dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[]))
-        dap.response_to(dap.send("continue", threadId=stopped["body"]["threadId"]))
-        dap.response_to(dap.send("disconnect"))
-    finally:
-        dap.close()
+    stop_once_at_line_8(port, script)
     # (a session this short may fall between two polls of the watcher: then the grace period ends it)
     wait_for(lambda: traced(run) == "False", 20, "tracing removed after the second detach")
     run.release()

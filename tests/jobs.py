@@ -1,0 +1,55 @@
+"""Launch a local job and attach to it headless: the steps every end-to-end test repeats."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
+from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.paths import StatePaths
+
+
+@dataclass
+class LocalJob:
+    """A job launched on the local backend under the test's HOME (the ``home`` fixture stops it)."""
+
+    name: str
+    project: Path
+    paths: StatePaths = field(default_factory=StatePaths.default)
+
+    @property
+    def backend(self) -> LocalBackend:
+        return LocalBackend(self.paths)
+
+    def attach(self, options: AttachOptions, emit: Callable[[dict[str, Any]], None] | None = None) -> AttachResult:
+        events: list[dict[str, Any]] = []
+        return Attacher(self.backend, self.name, options, emit or events.append, self.paths).run()
+
+    def status(self) -> str:
+        return self.backend.describe(self.name).status
+
+    def wait_status(self, statuses: tuple[str, ...], timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status()
+            if status in statuses:
+                return status
+            time.sleep(0.2)
+        raise AssertionError(f"job {self.name} stayed {self.status()}")
+
+    def logs(self) -> str:
+        return "".join(p.read_text() for p in sorted((self.paths.job_dir(self.name) / "logs").glob("*.log")))
+
+
+def launch_job(name: str, project: Path, command: list[str] | None = None, **request: Any) -> LocalJob:
+    """``remote-debug launch --local`` in-process: ``request`` takes LaunchRequest's fields."""
+    job = LocalJob(name, project)
+    job.backend.launch(
+        LaunchRequest(command=command or ["python", "train.py"], name=name, source_dir=project, **request)
+    )
+    return job
