@@ -60,6 +60,10 @@ class Supervisor:
         inherited = dict(os.environ)
         for name in (*spec.SPEC_ENV_NAMES, spec.ENV_CLAIMED_BY):
             inherited.pop(name, None)  # never inherit a debug spec from the launching shell
+        # "python" found on PATH by the job's own launchers (mpirun, shell scripts) is the interpreter
+        # remote-debug runs in, as a container image puts its Python first on PATH
+        bin_dir = os.path.dirname(sys.executable)
+        inherited["PATH"] = os.pathsep.join([bin_dir, *(p for p in inherited.get("PATH", "").split(os.pathsep) if p)])
         for node, plan in self.state["node_plans"].items():
             layout = NodeLayout(self.job_dir, node)
             log = open(layout.log_file, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
