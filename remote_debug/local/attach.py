@@ -167,7 +167,8 @@ class Attacher:
         self._debuggers: list[threading.Thread] = []
         self._stop = threading.Event()
         self.pycharm: PyCharmSession | None = None
-        self._pause_safe: set[int] = set()  # ranks whose process-group timeout is raised
+        # (rank, pid) whose process-group timeout is raised: a rank restarted by torchrun is a new process
+        self._pause_safe: set[tuple[int, int]] = set()
         self._pause_safe_next = 0.0
         self._manifests: dict[str, spec.NodeManifest] = {}
 
@@ -257,32 +258,35 @@ class Attacher:
         except (OSError, UserError, KeyError, ValueError, TypeError) as exc:
             self.emit({"event": "warning", "message": f"rank {r.rank}: cannot start its listener: {exc}"})
             return None
-        self._pause_safe.add(r.rank)  # "listen" made this rank's collectives pause-safe too
+        self._pause_safe.add((r.rank, r.pid))  # "listen" made this rank's collectives pause-safe too
         self.emit({"event": "rank-listening", "rank": r.rank, "node": node, "remote_port": port,
                    "detail": reply.get("detail")})
         return replace(r, port=port, state="listening")
 
-    def _announce_pause_safe(self, *, force: bool = False) -> None:
+    def _announce_pause_safe(self, *, force: bool = False, refresh: bool = False) -> None:
         """A debugger is attaching: every rank of the job raises its process-group timeout, so one
         rank paused at a breakpoint does not make its peers' collectives time out.  A rank without
-        a process group yet raises it itself at init; ranks that did not answer (or reported later)
-        are asked again (at most every PAUSE_SAFE_RETRY seconds)."""
+        a process group yet raises it itself at init; ranks that did not answer, reported later or
+        were restarted are asked again (at most every PAUSE_SAFE_RETRY seconds; with ``refresh`` the
+        manifests are read again first, as discovery stops reading them once every debuggee is found)."""
         if self.pycharm is not None or not any(f.local_port for f in self.forwards.values()):
             return
         now = time.monotonic()
         if now < self._pause_safe_next and not force:
             return
         self._pause_safe_next = now + PAUSE_SAFE_RETRY
+        if refresh:
+            self._manifests.update({n: m for n, m in self.backend.manifests(self.job).items() if m is not None})
         for node, m in self._manifests.items():
             for r in m.ranks:
-                if r.rank in self._pause_safe or not r.control_port or r.state in ("failed", "finished"):
+                if (r.rank, r.pid) in self._pause_safe or not r.control_port or r.state in ("failed", "finished"):
                     continue
                 try:
                     reply = self.tunnels[node].request(r.control_port, {"op": "pause-safe"})
                 except (OSError, UserError) as exc:
                     self.emit({"event": "warning", "message": f"rank {r.rank}: pause-safe failed: {exc}"})
                     continue
-                self._pause_safe.add(r.rank)  # also when "pending": the rank applies it at init
+                self._pause_safe.add((r.rank, r.pid))  # also when "pending": the rank applies it at init
                 self.emit({"event": "pause-safe", "rank": r.rank, "node": node, "detail": reply.get("detail")})
 
     def _write_launch_json(self) -> None:
@@ -380,7 +384,7 @@ class Attacher:
                             {"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)}
                         )
                 elif self._manifests:
-                    self._announce_pause_safe()
+                    self._announce_pause_safe(refresh=True)
                 self._keep_tunnels_up()
                 time.sleep(POLL_SECONDS)
             for t in self._debuggers:
