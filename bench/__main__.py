@@ -8,7 +8,8 @@ P2 idle overhead: call-heavy loop CPU time with the hook (nobody attached) and w
    ``debugpy.listen()``, vs no hook
 P3 torch CPU DDP step (1-rank gloo group, small MLP): plain vs attached without breakpoints, and vs the
    same rank after the debugger detached
-P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 2 nodes x 4 in full mode)
+P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 2 nodes x 4 in full mode),
+   counted from when every rank of the running job waits for its debugger
 P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
 """
 
@@ -275,6 +276,16 @@ def _break_line(src: Path) -> int:
     return next(i for i, line in enumerate((src / "ranks.py").read_text().splitlines(), 1) if "BENCH-BREAK" in line)
 
 
+def _wait_until_ranks_wait(backend: LocalBackend, name: str, ranks: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = [r for m in backend.manifests(name).values() if m for r in m.ranks if r.state == "waiting"]
+        if len(waiting) == ranks:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"P4: the {ranks} ranks of {name} did not start")
+
+
 def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for nodes, nproc in shapes:
@@ -290,6 +301,8 @@ def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]])
                 stopped.append(time.perf_counter())
 
         plan = HeadlessPlan(breakpoints={str(src / "ranks.py"): [_break_line(src)]}, max_stops=1)
+        # the clock starts once every rank runs and waits for its debugger: attach time, not job start
+        _wait_until_ranks_wait(backend, name, nodes * nproc)
         start = time.perf_counter()
         try:
             Attacher(
