@@ -85,24 +85,36 @@ class AgentCli:
     def available(self) -> bool:
         return os.path.isfile(self.binary) and os.access(self.binary, os.X_OK)
 
-    def _run(self, args: list[str]) -> str:
+    def _run(self, args: list[str], secret: str = "") -> str:
+        """Run the agent; errors are one line and never contain ``secret``: they are logged and
+        published in the manifest (CloudWatch Logs on SageMaker), and both TimeoutExpired's text
+        and an agent echoing its arguments would carry the whole command line, activation code included."""
+
+        def redact(text: str) -> str:
+            return text.replace(secret, "<activation code>") if secret else text
+
         try:
             proc = subprocess.run(
                 [self.binary, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                 timeout=REGISTER_TIMEOUT,
             )
+        except subprocess.TimeoutExpired:
+            raise HybridError(f"amazon-ssm-agent {args[0]} timed out after {REGISTER_TIMEOUT:g} s") from None
         except (OSError, subprocess.SubprocessError) as exc:
-            raise HybridError(f"amazon-ssm-agent {args[0]} failed: {one_line(exc)}") from None
-        output = (proc.stdout + proc.stderr).strip()
+            raise HybridError(redact(f"amazon-ssm-agent {args[0]} failed: {one_line(exc)}")) from None
+        output = redact((proc.stdout + proc.stderr).strip())
         if proc.returncode != 0:
             last = output.splitlines()[-1] if output else "no output"
             raise HybridError(f"amazon-ssm-agent {args[0]} failed (exit {proc.returncode}): {one_line(last)}")
         return output
 
     def register(self, activation: Activation) -> None:
+        # The code goes on the command line because amazon-ssm-agent takes it nowhere else (no file or
+        # stdin input); only processes in this container can read it there, for the seconds it runs.
         self._output = self._run(
             ["-register", "-code", activation.code, "-id", activation.activation_id,
-             "-region", activation.region, "-clear", "-y"]
+             "-region", activation.region, "-clear", "-y"],
+            secret=activation.code,
         )
 
     def start(self) -> None:

@@ -19,10 +19,13 @@ def ensure_job_key(paths: StatePaths, job: str) -> tuple[Path, str]:
     """Return (private key path, public key line), creating the pair on first use."""
     key_path = paths.job_key(job)
     pub_path = key_path.with_suffix(".pub")
-    if key_path.exists() and pub_path.exists():
-        return key_path, pub_path.read_text().strip()
     private_dir(key_path.parent.parent)
     private_dir(key_path.parent)
+    if key_path.exists() and pub_path.exists():
+        # A key restored or copied under a loose umask: OpenSSH refuses it ("bad permissions"), and
+        # others could read it.  Ours, so make it private again rather than fail.
+        os.chmod(key_path, 0o600)
+        return key_path, pub_path.read_text().strip()
     key = Ed25519PrivateKey.generate()
     private_bytes = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
@@ -32,7 +35,10 @@ def ensure_job_key(paths: StatePaths, job: str) -> tuple[Path, str]:
         + f" remote-debug:{job}"
     )
     tmp = key_path.with_name(key_path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # O_CREAT's mode applies only to a new file: a stale tmp (an interrupted run) is removed first,
+    # and O_EXCL makes sure the key goes into a file created 0600 right here.
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_bytes)
     os.replace(tmp, key_path)

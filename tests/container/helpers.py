@@ -337,3 +337,139 @@ class MiniDap:
         done = self.response_to(self.send("configurationDone"))
         assert done["success"], done
         return self.response_to(attach_seq)
+
+
+# --- security scans: listeners and secrets, read from /proc -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One LISTEN socket and the process holding it."""
+
+    pid: int
+    address: str  # "127.0.0.1", "::1", "0.0.0.0", "::", ...
+    port: int
+    inode: int
+
+    @property
+    def loopback(self) -> bool:
+        import ipaddress
+
+        ip = ipaddress.ip_address(self.address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is loopback too
+        return ip.is_loopback
+
+
+def decode_proc_address(hex_address: str) -> str:
+    """``0100007F`` -> ``127.0.0.1``; the 32-digit tcp6 form -> an IPv6 address (/proc/net/tcp*
+    prints each 32-bit word in host byte order)."""
+    import ipaddress
+
+    words = [bytes.fromhex(hex_address[i:i + 8])[::-1] if sys.byteorder == "little" else
+             bytes.fromhex(hex_address[i:i + 8]) for i in range(0, len(hex_address), 8)]
+    return str(ipaddress.ip_address(b"".join(words)))
+
+
+def listen_table(pid: int | str = "self") -> dict[int, tuple[str, int]]:
+    """inode -> (address, port) of every LISTEN socket in ``pid``'s network namespace."""
+    table: dict[int, tuple[str, int]] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # 0A = LISTEN
+                continue
+            address, port_hex = fields[1].rsplit(":", 1)
+            table[int(fields[9])] = (decode_proc_address(address), int(port_hex, 16))
+    return table
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets ``pid`` holds open (its /proc/<pid>/fd links ``socket:[N]``)."""
+    inodes: set[int] = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in names:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def listeners_of(pids: list[int]) -> list[Listener]:
+    """Every LISTEN socket held by ``pids`` (each looked up in its own network namespace)."""
+    found = []
+    for pid in sorted(set(pids)):
+        table = listen_table(pid)
+        for inode in sorted(socket_inodes(pid)):
+            if inode in table:
+                found.append(Listener(pid, *table[inode], inode))
+    return found
+
+
+def argv_of(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def all_pids() -> list[int]:
+    return sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+
+
+@dataclass
+class SecretScan:
+    """What a scan of /proc/<pid>/<file> for secret strings looked at and found."""
+
+    scanned: int = 0  # processes whose file could be read
+    offenders: list[tuple[int, str]] = field(default_factory=list)  # (pid, its argv joined by spaces)
+
+
+def scan_for_secrets(secrets: list[str], what: str = "cmdline", pids: list[int] | None = None) -> SecretScan:
+    """Processes (every one in /proc unless ``pids``) whose ``what`` (cmdline or environ) contains any
+    of ``secrets``.  Secrets shorter than 8 characters are refused: they would match by chance."""
+    needles = [s.encode() for s in secrets]
+    assert needles and all(len(n) >= 8 for n in needles), "secrets to scan for must be at least 8 characters"
+    scan = SecretScan()
+    for pid in pids if pids is not None else all_pids():
+        try:
+            data = Path(f"/proc/{pid}/{what}").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        scan.scanned += 1
+        if any(n in data for n in needles):
+            scan.offenders.append((pid, " ".join(argv_of(pid))[:300]))
+    return scan
+
+
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def with_descendants(pids: list[int]) -> list[int]:
+    """``pids`` and every process below them (sshd, for one, starts from an empty environment,
+    so a token in the environment does not find it)."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        children.setdefault(parent_of(pid), []).append(pid)
+    found: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return sorted(found)
