@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
-from collections.abc import Callable, Iterable, Mapping
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +49,9 @@ ENV_SSHD_PORT = "REMOTE_DEBUG_SSHD_PORT"
 ENV_WAIT = "REMOTE_DEBUG_WAIT"
 ENV_CLIENT_KEY = "REMOTE_DEBUG_CLIENT_PUBKEY"
 ENV_TRANSPORT = "REMOTE_DEBUG_TRANSPORT"
+# Seconds a rank that dies of an uncaught exception stays alive for a post-mortem debugger (0 = off).
+# Optional: written only when set, so specs without it look exactly as before.
+ENV_HOLD_ON_FAILURE = "REMOTE_DEBUG_HOLD_ON_FAILURE"
 SPEC_ENV_NAMES = (
     ENV_VERSION,
     ENV_JOB,
@@ -60,6 +63,7 @@ SPEC_ENV_NAMES = (
     ENV_CLIENT_KEY,
     ENV_TRANSPORT,
 )
+SPEC_OPTIONAL_ENV_NAMES = (ENV_HOLD_ON_FAILURE,)
 
 # Per-node variables: not part of the job-wide spec (SageMaker gives every node the same
 # Environment), set by whoever starts a node (the local backend, or the hook itself).
@@ -78,9 +82,12 @@ ENV_LISTEN = "REMOTE_DEBUG_LISTEN"
 # Seconds the torch.distributed process-group timeout is raised to once a debugger is announced
 # (default 7200); 0 leaves it alone.
 ENV_PG_TIMEOUT = "REMOTE_DEBUG_PG_TIMEOUT"
-# "1": after the last debugger detaches, remove pydevd's tracer from every thread and put it back on
-# the next attach (experimental, off by default until it has run in more jobs than its tests)
+# After the last debugger detaches, a rank removes pydevd's tracer from every thread (idle cost again)
+# and puts it back on the next attach; "0" keeps the tracer installed (debugpy's own behaviour)
 ENV_UNTRACE_ON_DETACH = "REMOTE_DEBUG_UNTRACE_ON_DETACH"
+# Seconds the node hook gives the command after forwarding a stop signal (SIGTERM) before it SIGKILLs
+# whatever the command started (default 100: SageMaker SIGKILLs the container 120 s after its SIGTERM)
+ENV_STOP_GRACE = "REMOTE_DEBUG_STOP_GRACE"
 
 NODE_MANIFEST_FILE = "node.json"
 RANK_MANIFEST_GLOB = "rank-*.json"
@@ -140,6 +147,7 @@ class DebugSpec:
     wait_seconds: float = 0.0  # how long each rank waits for a debugger before running on
     transport: str = "local"
     version: int = SPEC_VERSION
+    hold_on_failure: float = 0.0  # seconds a rank that raised stays alive for a post-mortem attach
 
     def __post_init__(self) -> None:
         check_job_name(self.job_name)
@@ -153,11 +161,16 @@ class DebugSpec:
             raise ContractError("sshd port 22 is reserved (MPI jobs run their own sshd there): pick another or 0")
         if not (0 <= self.wait_seconds <= 7 * 24 * 3600):
             raise ContractError(f"wait {self.wait_seconds} s is out of range: use 0 (never wait) up to a week")
+        if not (0 <= self.hold_on_failure <= 7 * 24 * 3600):
+            raise ContractError(
+                f"hold on failure {self.hold_on_failure} s is out of range: use 0 (exit at once) up to a week"
+            )
         key = self.client_public_key.strip()
         if len(key.split()) < 2 or "\n" in key or not key.startswith(("ssh-", "ecdsa-", "sk-")):
             raise ContractError("client public key must be one OpenSSH public key line (e.g. 'ssh-ed25519 AAAA...')")
 
     def to_env(self) -> dict[str, str]:
+        optional = {ENV_HOLD_ON_FAILURE: f"{self.hold_on_failure:g}"} if self.hold_on_failure else {}
         return {
             ENV_VERSION: str(self.version),
             ENV_JOB: self.job_name,
@@ -168,7 +181,7 @@ class DebugSpec:
             ENV_WAIT: f"{self.wait_seconds:g}",
             ENV_CLIENT_KEY: self.client_public_key.strip(),
             ENV_TRANSPORT: self.transport,
-        }
+        } | optional
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DebugSpec | None:
@@ -200,6 +213,7 @@ class DebugSpec:
                 wait_seconds=float(env.get(ENV_WAIT, "0")),
                 transport=env.get(ENV_TRANSPORT, "local"),
                 version=version,
+                hold_on_failure=float(env.get(ENV_HOLD_ON_FAILURE) or "0"),
             )
         except ValueError as exc:  # int()/float() of a bad value; ContractError is a ValueError too
             if isinstance(exc, ContractError):
@@ -213,7 +227,8 @@ class DebugSpec:
 # --- manifest ------------------------------------------------------------------------------------
 
 NodeState = Literal["starting", "running", "completed", "failed", "stopped"]
-RankState = Literal["listening", "waiting", "attached", "running", "finished", "failed", "skipped"]
+# "held": died of an uncaught exception, kept alive for a post-mortem debugger (hold on failure)
+RankState = Literal["listening", "waiting", "attached", "running", "finished", "failed", "skipped", "held"]
 
 
 @dataclass
@@ -232,6 +247,8 @@ class RankEndpoint:
     # the rank's control channel on the node's 127.0.0.1 (0: none, e.g. older hooks or PyCharm
     # ranks): starts the debug listener on request ("idle" ranks), answers "stacks"
     control_port: int = 0
+    # the uncaught exception's traceback (bounded) of a "failed"/"held" rank, as Python printed it
+    traceback: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -251,6 +268,7 @@ class RankEndpoint:
                 error=None if d.get("error") is None else str(d["error"]),
                 version=_int(d, "version"),
                 control_port=_int(d, "control_port") if "control_port" in d else 0,
+                traceback=None if d.get("traceback") is None else str(d["traceback"]),
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
@@ -337,17 +355,17 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
     """The node document merged with its rank documents; None if the node has not written one yet."""
     path = directory / NODE_MANIFEST_FILE
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    manifest = NodeManifest.from_json(_loads(text, path))
+    manifest = NodeManifest.from_json(_loads(data, path))
     ranks = []
     for rank_path in sorted(directory.glob(RANK_MANIFEST_GLOB)):
         try:
-            rank_text = rank_path.read_text()
+            rank_data = rank_path.read_bytes()
         except FileNotFoundError:  # replaced between glob and read
             continue
-        ranks.append(RankEndpoint.from_json(_loads(rank_text, rank_path)))
+        ranks.append(RankEndpoint.from_json(_loads(rank_data, rank_path)))
     manifest.ranks = sorted(ranks, key=lambda r: r.rank)
     return manifest
 
@@ -457,28 +475,86 @@ def atomic_write_bytes(
 ) -> bool:
     """Write ``data`` so readers see the old file or the new one, never half of it.
 
+    The data goes to a temp file next to ``path`` (same filesystem: the rename is atomic), is
+    fsynced before the rename (after a crash the name holds old or new bytes, never an empty
+    file), and the directory is fsynced after it (the rename itself survives).  On any exception,
+    KeyboardInterrupt and a full disk included, the temp file is removed and ``path`` is untouched.
+
     ``unless_changed``: checked just before the final rename; when it returns False (someone else
     changed the file meanwhile) nothing is replaced and the result is False.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp_name(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+        _write_temp(tmp, data, mode)
         if unless_changed is not None and not unless_changed():
             os.unlink(tmp)
             return False
         os.replace(tmp, path)
-        return True
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _discard(tmp)
         raise
+    _fsync_dir(path.parent)
+    return True
+
+
+def atomic_write_many(files: Sequence[tuple[Path, bytes, int]]) -> None:
+    """Write several files, each atomically, with every byte on disk before the first rename.
+
+    A full disk, a read-only filesystem or an interrupt while writing leaves every file as it was;
+    only the renames (which need no space) run one after the other, so order ``files`` such that
+    each prefix is consistent (e.g. pinned keys before the Host block that points at them).
+    """
+    temps = [(_temp_name(path), path) for path, _, _ in files]
+    try:
+        for (tmp, path), (_, data, mode) in zip(temps, files, strict=True):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_temp(tmp, data, mode)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in temps:
+            _discard(tmp)
+        raise
+    for directory in dict.fromkeys(path.parent for _, path in temps):
+        _fsync_dir(directory)
+
+
+def _temp_name(path: Path) -> Path:
+    # named before it is created: an interrupt at any point still knows what to clean up
+    return path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+
+
+def _write_temp(tmp: Path, data: bytes, mode: int) -> None:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)  # private until done
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(tmp, mode)
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:  # never created, already renamed, or its directory is gone
+        pass
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a directory: the rename is still atomic
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
@@ -486,11 +562,17 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def _loads(text: str, path: Path) -> Any:
+def _loads(data: bytes, path: Path) -> Any:
+    try:
+        text = data.decode("utf-8")  # what the writers write, whatever the reader's locale says
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"malformed manifest {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ContractError(f"malformed manifest {path}: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:  # json's C decoder recurses once per nesting level
+        raise ContractError(f"malformed manifest {path}: nested too deeply") from None
 
 
 def _require_mapping(data: Any, what: str) -> Mapping[str, Any]:

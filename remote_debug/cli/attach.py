@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -14,6 +15,13 @@ from remote_debug.local.backends import backend_for, job_name
 from remote_debug.local.errors import UserError
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.pycharm_session import PyCharmOptions
+
+
+def check_seconds(value: float, option: str) -> float:
+    """A wait the user gives us: positive and finite (nan and inf would never time out)."""
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{option} {value:g} is not a number of seconds: use a positive number, e.g. {option} 60")
+    return value
 
 
 def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]:
@@ -53,6 +61,11 @@ def attach(
     if ide != "pycharm" and (pycharm_port or pycharm_build):
         raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
     spec.check_port(pycharm_port, "--pycharm-port")
+    check_seconds(timeout, "--timeout")
+    if steps < 0:
+        raise UserError(f"--steps {steps} is negative: use 0 (no stepping) or more")
+    if max_stops < 0:
+        raise UserError(f"--max-stops {max_stops} is negative: use 0 or more stops per rank")
     ws = (workspace or Path.cwd()).absolute()
     plan = None
     if headless:

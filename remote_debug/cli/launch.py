@@ -44,6 +44,13 @@ def launch(
     debug_port: int = typer.Option(0, "--debug-port", help="Listener port base (rank r uses base+r); 0 = free ports."),
     sshd_port: int = typer.Option(0, "--sshd-port", help="sshd port in the job; 0 = a free port."),
     hyperparameter: list[str] = typer.Option([], "--hyperparameter", "-H", help="KEY=VALUE, repeatable."),
+    hold_on_failure: float = typer.Option(
+        0.0,
+        "--hold-on-failure",
+        metavar="SECONDS",
+        help="A rank that dies of an uncaught exception stays up to SECONDS, stopped at the exception for a "
+        "debugger (attach to inspect it), then exits with the same failure (0 = exit at once).",
+    ),
     no_netns: bool = typer.Option(
         False,
         "--no-netns",
@@ -70,6 +77,7 @@ def launch(
         sshd_port=sshd_port,
         hyperparameters=parse_hyperparameters(hyperparameter),
         netns=not no_netns,
+        hold_on_failure=hold_on_failure,
     )
     spec.check_port(debug_port, "debug port")
     spec.check_port(sshd_port, "sshd port")

@@ -77,6 +77,16 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"rank {event['rank']} on {event['node']}: connected to PyCharm's debug server"
     if kind == "ide-not-listening":
         return f"rank {event['rank']} on {event['node']} is waiting: {event['message']}"
+    if kind == "rank-failed":
+        held = (
+            "; held for a post-mortem: a debugger attached to it stops at the exception, and it exits with "
+            "this failure when you continue or detach (or when the hold ends)"
+            if event.get("held")
+            else ""
+        )
+        tb = str(event.get("traceback") or "").rstrip()
+        body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
+        return f"rank {event['rank']} on {event['node']} failed: {event.get('error')}{held}{body}"
     if kind == "job-ended":
         reason = f" ({event['failure_reason']})" if event.get("failure_reason") else ""
         return f"job ended: {event['status']}, exit code {event.get('exit_code')}{reason}"

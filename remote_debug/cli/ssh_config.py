@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from remote_debug.cli.app import app
+from remote_debug.cli.attach import check_seconds
 from remote_debug.cli.output import console, print_json
 from remote_debug.local import ssh_config as ssh_files
 from remote_debug.local.attach import host_entries, require_running, wait_for_manifests
@@ -37,6 +38,7 @@ def ssh_config(
         return
     if not job:
         raise UserError("give a JOB (or --remove): remote-debug ssh-config JOB")
+    check_seconds(timeout, "--timeout")
     backend = backend_for(job, paths)
     require_running(backend, job)
     manifests = wait_for_manifests(backend, job, timeout, lambda _event: None)

@@ -5,6 +5,15 @@ publication, see ``node``), run the command with our sitecustomize on its PYTHON
 rank starts a listener), forward stop signals to it, and when it ends stop the services and record
 how it ended.
 
+Stopping (SageMaker's StopTrainingJob: SIGTERM to the container's PID 1, SIGKILL 120 s later): the
+hook forwards the signal to the command and, if the command has not ended within the stop grace
+(``REMOTE_DEBUG_STOP_GRACE``, default 100 s), SIGKILLs every process it started - found by the
+``REMOTE_DEBUG_HOOK_PID`` token in their environment, which also finds debugpy's adapters and other
+processes that left the command's process tree.  When the command has ended, however it ended,
+whatever still carries the token (daemonized stragglers) gets SIGTERM, then SIGKILL: the node's
+services stop last, so a paused rank or a training loop that ignores SIGTERM cannot keep the node
+past the platform's grace.
+
 The one rule above all: the hook never breaks training.  A missing or invalid spec, a missing
 sshd, an unwritable manifest dir - each is logged as one ``[remote-debug]`` line and recorded in
 the manifest's ``errors``, and the command runs anyway.  The hook's exit code is the command's
@@ -19,19 +28,79 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
 from remote_debug.container.sshd import set_parent_death_signal
-from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_MANIFEST_DIR, ContractError, DebugSpec
+from remote_debug.spec import (
+    ENV_CLAIMED_BY,
+    ENV_HOOK_PID,
+    ENV_MANIFEST_DIR,
+    ENV_STOP_GRACE,
+    ContractError,
+    DebugSpec,
+)
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 USAGE = "usage: python -m remote_debug.container [--] COMMAND [ARGS...]"
+DEFAULT_STOP_GRACE = 100.0  # SageMaker's SIGKILL comes 120 s after its SIGTERM: leave time to clean up
+SWEEP_GRACE = 2.0  # stragglers get SIGTERM, then SIGKILL after this long
+
+
+def stop_grace(env: Mapping[str, str]) -> float:
+    """Seconds between forwarding a stop and SIGKILLing what is left (``REMOTE_DEBUG_STOP_GRACE``)."""
+    raw = env.get(ENV_STOP_GRACE, "").strip()
+    if not raw:
+        return DEFAULT_STOP_GRACE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:  # NaN too
+        log(f"{ENV_STOP_GRACE}={raw[:40]!r} is not a number of seconds (0-86400); using {DEFAULT_STOP_GRACE:g}")
+        return DEFAULT_STOP_GRACE
+    return value
+
+
+def processes_with_token(token: bytes) -> list[int]:
+    """Pids (not ours) whose environment holds ``token`` (``b"NAME=value\0"``), from /proc."""
+    found = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = b"\0" + fh.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        if b"\0" + token in environ and not _zombie(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True  # gone
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def exit_code_of(returncode: int) -> int:
@@ -70,6 +139,9 @@ class Hook:
         self.stop_signal: int | None = None  # the first stop signal we received, if any
         self._forwarded = False  # whether the command got a stop signal from us
         self.node: NodeServices | None = None
+        self.token = f"{ENV_HOOK_PID}={os.getpid()}\0".encode()  # in the environment of all we start
+        self.grace = stop_grace(os.environ)
+        self._escalation: threading.Timer | None = None
 
     # --- signals -------------------------------------------------------------------------------
 
@@ -87,6 +159,35 @@ class Hook:
         self._forwarded = True
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
+        if self._escalation is None:  # the first stop starts the clock; later ones do not reset it
+            self._escalation = threading.Timer(self.grace, self._escalate)
+            self._escalation.daemon = True
+            self._escalation.start()
+
+    def _escalate(self) -> None:
+        """The command outlived the stop grace (it ignores SIGTERM, or a rank hangs): SIGKILL it and
+        everything it started, so the node's services can still stop before the platform's SIGKILL."""
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        victims = processes_with_token(self.token)
+        log(f"the command did not stop within {self.grace:g} s of signal {self.stop_signal}: "
+            f"killing it and {len(victims)} process(es) it started")
+        _signal_all([child.pid, *victims], signal.SIGKILL)
+
+    def _sweep(self) -> None:
+        """After the command ended: end whatever it started that is still running (daemonized children,
+        debugpy adapters, a rank orphaned by its launcher) - SIGTERM, then SIGKILL."""
+        victims = processes_with_token(self.token)
+        if not victims:
+            return
+        log(f"the command ended; stopping {len(victims)} process(es) it left running")
+        _signal_all(victims, signal.SIGTERM)
+        deadline = time.monotonic() + SWEEP_GRACE
+        while victims and time.monotonic() < deadline:
+            time.sleep(0.05)
+            victims = [p for p in victims if not _zombie(p)]
+        _signal_all(victims, signal.SIGKILL)
 
     def _install_signal_handlers(self) -> None:
         for sig in FORWARDED_SIGNALS:
@@ -115,7 +216,10 @@ class Hook:
             self._on_signal(self.stop_signal, None)
         if self.node is not None:
             self.node.publish(state="running")
-        return exit_code_of(self.child.wait())
+        code = exit_code_of(self.child.wait())
+        if self._escalation is not None:
+            self._escalation.cancel()
+        return code
 
     def run(self) -> int:
         self._install_signal_handlers()
@@ -145,6 +249,10 @@ class Hook:
                     env = child_env(dict(os.environ), node.manifest_dir)
             code = self._run_command(env)
         finally:
+            try:
+                self._sweep()
+            except Exception as exc:  # never let cleanup change how the job ended
+                log(f"stopping leftover processes failed: {describe(exc)}")
             if self.node is not None:
                 state = "stopped" if self.stop_signal is not None else ("completed" if code == 0 else "failed")
                 self.node.finish(state, code)

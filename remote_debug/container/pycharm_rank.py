@@ -42,6 +42,7 @@ from types import ModuleType
 from typing import Any
 
 from remote_debug.container import node_env
+from remote_debug.container.control import ControlServer
 from remote_debug.container.log import describe, log
 from remote_debug.container.rank import (
     LOOPBACK,
@@ -332,6 +333,10 @@ def _conflict() -> str | None:
     return None
 
 
+def _connects_out() -> int:
+    raise RuntimeError("a PyCharm rank connects out to the IDE; it has no listener to start")
+
+
 def activate(
     spec: DebugSpec, identity: RankIdentity, directory: Path, endpoint: RankEndpoint, env: Mapping[str, str]
 ) -> RankReporter:
@@ -347,6 +352,11 @@ def activate(
         log(f"rank {rank}: not debugging with PyCharm: {describe(exc)}")
         return RankReporter(directory, replace(endpoint, error=describe(exc)))
 
+    try:
+        # no "listen" here (the rank connects out), but attach's pause-safe and `stacks` reach it
+        endpoint = replace(endpoint, control_port=ControlServer(_connects_out, env).port)
+    except Exception as exc:
+        log(f"rank {rank}: control channel not started: {describe(exc)}")
     started = time.monotonic()
     deadline = started + spec.wait_seconds
     # Published before the first try: the laptop reads the port here to set up the reverse forward.

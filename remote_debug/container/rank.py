@@ -16,8 +16,6 @@ manifest (port, pid, state), and keeps its state current as clients come and go.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import sys
 import threading
@@ -25,11 +23,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 from remote_debug.container import node_env
 from remote_debug.container.control import ControlServer
+from remote_debug.container.hold import FailureHook, track_unhandled_stops
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.spec import (
     ENV_CLAIMED_BY,
@@ -165,6 +164,7 @@ class RankReporter:
         state: str | None = None,
         error: str | None = None,
         port: int | None = None,
+        traceback: str | None = None,
         unless: tuple[str, ...] = (),
     ) -> None:
         with self._lock:
@@ -175,6 +175,7 @@ class RankReporter:
                 port=self.endpoint.port if port is None else port,
                 state=self.endpoint.state if state is None else state,
                 error=self.endpoint.error if error is None else one_line(error),
+                traceback=self.endpoint.traceback if traceback is None else traceback,
             )
             if new == self.endpoint:
                 return
@@ -209,13 +210,15 @@ def _watch_connection(
     ``on_poll(connected)`` runs at every look."""
     import debugpy
 
+    track_unhandled_stops()  # before any client can attach: see hold.py
     final = ("finished", "failed")
     while reporter.state not in final:
         connected = debugpy.is_client_connected()
+        # a "held" rank (failed, kept for a post-mortem: see hold.py) says so whether attached or not
         if connected:
-            reporter.update(state="attached", unless=final)
+            reporter.update(state="attached", unless=(*final, "held"))
         else:
-            reporter.update(state=idle_state[0], unless=(*final, "waiting"))
+            reporter.update(state=idle_state[0], unless=(*final, "waiting", "held"))
         if on_poll is not None:
             try:
                 on_poll(connected)
@@ -301,19 +304,13 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_sta
     reporter.update(state="running")
 
 
-def _install_exit_reporting(reporter: RankReporter) -> None:
-    previous = sys.excepthook
-
-    def excepthook(
-        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
-    ) -> None:
-        with contextlib.suppress(Exception):
-            reporter.update(state="failed", error=describe(exc))
-        previous(exc_type, exc, tb)
-
-    sys.excepthook = excepthook
-    # Python runs sys.excepthook before atexit handlers, so "failed" is already set and kept.
-    atexit.register(lambda: reporter.update(state="finished", unless=("failed", "skipped")))
+def _install_exit_reporting(
+    reporter: RankReporter, *, hold_seconds: float = 0.0, start_listener: Callable[[], int] | None = None
+) -> None:
+    """An uncaught exception marks the rank failed with its traceback; with ``hold_seconds`` and a
+    listener, the rank first waits for a post-mortem debugger (see ``hold``)."""
+    rank = reporter.endpoint.rank
+    FailureHook(reporter, rank, hold_seconds=hold_seconds, start_listener=start_listener).install()
 
 
 def activate(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> RankReporter | None:
@@ -350,14 +347,15 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         port=0, pid=os.getpid(), state="skipped", ide=spec.ide,
     )
     if not spec.selects(identity.rank):
-        if spec.ide != "pycharm":
-            # no debugger here, but the control channel still makes the rank pause-safe (its peers may
-            # be paused at breakpoints) and answers "stacks"
-            try:
-                endpoint = replace(endpoint, control_port=ControlServer(_not_selected, env).port)
-            except Exception as exc:
-                log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
-        return RankReporter(directory, endpoint)
+        # no debugger here, but the control channel still makes the rank pause-safe (its peers may
+        # be paused at breakpoints) and answers "stacks"
+        try:
+            endpoint = replace(endpoint, control_port=ControlServer(_not_selected, env).port)
+        except Exception as exc:
+            log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
+        skipped = RankReporter(directory, endpoint)
+        _install_exit_reporting(skipped)  # its crash is still news for attach (with the traceback)
+        return skipped
     if spec.ide == "pycharm":
         # The rank connects out to PyCharm instead of listening; imported here, not at the top, so
         # a debugpy rank never loads pydevd-pycharm (the two cannot share a process).
@@ -384,7 +382,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     if lazy:
         reporter = RankReporter(directory, replace(endpoint, state="idle"))
         listener.reporter = reporter
-        _install_exit_reporting(reporter)
+        _install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
         return reporter
     try:
         port = listener.start_debugpy()
@@ -397,7 +395,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         directory, replace(endpoint, port=port, state="waiting" if waiting else "listening")
     )
     listener.reporter = reporter
-    _install_exit_reporting(reporter)
+    _install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
     if waiting:
         _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener.idle_state)
     listener.watch()

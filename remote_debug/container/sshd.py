@@ -115,9 +115,10 @@ def render_config(state: Path, port: int, user: str, listen_address: str = LOOPB
         "UseDNS no",
         "PrintMotd no",
         "Subsystem sftp internal-sftp",  # editors copy files over sftp; internal needs no sftp-server binary
-        # SSM sessions drop idle connections; keepalives from our side keep attach sessions up.
-        "ClientAliveInterval 30",
-        "ClientAliveCountMax 6",
+        # Keepalives keep idle SSM sessions up, and end a connection whose link hangs (no FIN/RST) within
+        # 30 s: its forwarded debug sessions close and a rank paused at a breakpoint runs on.
+        "ClientAliveInterval 10",
+        "ClientAliveCountMax 3",
     ]
     return "\n".join(lines) + "\n"
 

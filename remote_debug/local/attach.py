@@ -10,6 +10,7 @@ lines for the VS Code extension.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 Emit = Callable[[dict[str, Any]], None]
 POLL_SECONDS = 0.3
 PAUSE_SAFE_RETRY = 2.0
+FAULT_POLL_SECONDS = 1.0  # how often a running attach reads the manifests for crashed ranks
 
 
 @dataclass
@@ -171,6 +173,8 @@ class Attacher:
         self._pause_safe: set[tuple[int, int]] = set()
         self._pause_safe_next = 0.0
         self._manifests: dict[str, spec.NodeManifest] = {}
+        self._faults_reported: set[tuple[int, int]] = set()  # (rank, pid) whose crash was reported
+        self._faults_next = 0.0
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -227,7 +231,10 @@ class Attacher:
                 if self.pycharm is not None:  # the rank connects out: node port -> IDE port here
                     local_port = self.pycharm.forward(self.tunnels[node], node, r)
                 else:
-                    local_port = self.tunnels[node].forward(r.port)
+                    local_port = self.tunnels[node].forward(
+                        r.port, exclusive=f"rank {r.rank} of job {self.job}",
+                        on_refuse=functools.partial(self._debugger_refused, r.rank, node),
+                    )
                 fwd = RankForward(r.rank, node, r.port, local_port, m.code_dir)
                 self.forwards[r.rank] = fwd
                 self.emit(
@@ -269,7 +276,7 @@ class Attacher:
         a process group yet raises it itself at init; ranks that did not answer, reported later or
         were restarted are asked again (at most every PAUSE_SAFE_RETRY seconds; with ``refresh`` the
         manifests are read again first, as discovery stops reading them once every debuggee is found)."""
-        if self.pycharm is not None or not any(f.local_port for f in self.forwards.values()):
+        if not any(f.local_port for f in self.forwards.values()):
             return
         now = time.monotonic()
         if now < self._pause_safe_next and not force:
@@ -357,12 +364,27 @@ class Attacher:
                 local_job=self.backend.name == "local",
             )
             self.pycharm.prepare()
-        manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)
+        try:
+            manifests = wait_for_manifests(self.backend, self.job, self.options.ready_timeout, self.emit)
+        except JobNotRunningError:  # it ran when we started: it ended while its nodes were coming up
+            ended = self._ended()
+            if ended is None:
+                raise
+            try:
+                return self._finish(ended, [])
+            finally:
+                self._close()
         entries = write_ssh_entries(
             self.job, manifests, self.paths, edit_user_config=self.options.edit_user_ssh_config, emit=self.emit
         )
         try:
-            self._connect_nodes(entries)
+            try:
+                self._connect_nodes(entries)
+            except Exception:  # e.g. sshd already stopped: the job ending is the news, not the tunnel
+                ended = self._ended()
+                if ended is None:
+                    raise
+                return self._finish(ended, entries)
             deadline = time.monotonic() + self.options.ready_timeout
             all_ready = False
             launch_written = False
@@ -371,7 +393,14 @@ class Attacher:
                 if info.status in TERMINAL:
                     break
                 if not all_ready:
-                    all_ready = self._discover_ranks()
+                    try:
+                        all_ready = self._discover_ranks()
+                    except Exception:  # a node going away mid-discovery, because the job just ended
+                        ended = self._ended()
+                        if ended is None:
+                            raise
+                        info = ended
+                        break
                     if (all_ready or time.monotonic() > deadline) and not launch_written:
                         if not all_ready:
                             self.emit(
@@ -385,39 +414,93 @@ class Attacher:
                         )
                 elif self._manifests:
                     self._announce_pause_safe(refresh=True)
+                self._report_rank_faults()
                 self._keep_tunnels_up()
                 time.sleep(POLL_SECONDS)
-            for t in self._debuggers:
-                t.join(timeout=10)
-            if self.pycharm is not None:
-                self.reports.extend(self.pycharm.finish())
-            self.emit(
-                {
-                    "event": "job-ended",
-                    "status": info.status,
-                    "exit_code": info.exit_code,
-                    "failure_reason": info.failure_reason,
-                }
-            )
-            return AttachResult(
-                info,
-                sorted(self.forwards.values(), key=lambda f: f.rank),
-                sorted(self.reports, key=lambda r: r.rank),
-                self.launch_json,
-                [e.alias for e in entries],
-            )
+            return self._finish(info, entries)
         finally:
-            self._stop.set()
-            if self.pycharm is not None:
-                self.pycharm.close()
-            for tunnel in self.tunnels.values():
-                tunnel.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._stop.set()
+        if self.pycharm is not None:
+            self.pycharm.close()
+        for tunnel in self.tunnels.values():
+            tunnel.close()
+
+    def _ended(self) -> JobInfo | None:
+        """The job's info if it has ended (attach then ends as the job did), else None."""
+        try:
+            info = self.backend.describe(self.job)
+        except Exception:
+            return None
+        return info if info.status in TERMINAL else None
+
+    def _finish(self, info: JobInfo, entries: list[ssh_config.HostEntry]) -> AttachResult:
+        """The job ended: report what is left to say (crashes, the end itself) and the result."""
+        self._report_rank_faults(final=True)  # a crash that ended the job between two looks
+        for t in self._debuggers:
+            t.join(timeout=10)
+        if self.pycharm is not None:
+            self.reports.extend(self.pycharm.finish())
+        self.emit(
+            {
+                "event": "job-ended",
+                "status": info.status,
+                "exit_code": info.exit_code,
+                "failure_reason": info.failure_reason,
+            }
+        )
+        return AttachResult(
+            info,
+            sorted(self.forwards.values(), key=lambda f: f.rank),
+            sorted(self.reports, key=lambda r: r.rank),
+            self.launch_json,
+            [e.alias for e in entries],
+        )
+
+    def _report_rank_faults(self, *, final: bool = False) -> None:
+        """Report each rank that died of an uncaught exception, once, with its traceback (from its rank
+        document); a rank held for a post-mortem (hold on failure) is said to be, and gets a headless
+        debugger when ``--headless`` has none on it.  Reads the manifests at most every
+        FAULT_POLL_SECONDS (on SageMaker each read is a CloudWatch Logs query)."""
+        now = time.monotonic()
+        if now < self._faults_next and not final:
+            return
+        self._faults_next = now + FAULT_POLL_SECONDS
+        try:
+            manifests = self.backend.manifests(self.job)
+        except (UserError, spec.ContractError, OSError):
+            return  # a transient read error: the next look reports it
+        for node, m in manifests.items():
+            for r in m.ranks if m is not None else ():
+                if r.state not in ("failed", "held") or (r.rank, r.pid) in self._faults_reported:
+                    continue
+                if r.state == "failed" and r.error is None:
+                    continue  # not an uncaught exception (e.g. a listener that failed to start)
+                self._faults_reported.add((r.rank, r.pid))
+                self.emit({"event": "rank-failed", "rank": r.rank, "node": node, "pid": r.pid, "error": r.error,
+                           "traceback": r.traceback, "held": r.state == "held"})
+                if r.state == "held" and not final:
+                    self._debug_held_rank(r.rank)
+
+    def _debug_held_rank(self, rank: int) -> None:
+        """--headless: a held rank already forwarded whose debugger has finished gets a new one, which
+        sees it stopped at the exception (a rank not forwarded yet gets one from discovery)."""
+        fwd = self.forwards.get(rank)
+        if self.options.headless is None or self.pycharm is not None or fwd is None or not fwd.local_port:
+            return
+        if any(t.name == f"dap-rank-{rank}" and t.is_alive() for t in self._debuggers):
+            return  # its session is still attached: the stop arrives there
+        self._start_debugger(fwd)
+
+    def _debugger_refused(self, rank: int, node: str, message: str) -> None:
+        # a warning: the CLI and the extension already show those to the user
+        self.emit({"event": "warning", "code": "debugger-refused", "rank": rank, "node": node, "message": message})
 
     def _keep_tunnels_up(self) -> None:
         for node, tunnel in self.tunnels.items():
-            if tunnel.alive:
-                continue
-            try:
+            try:  # also when alive: an IDE connection may have reconnected it since the last round
                 if tunnel.ensure_connected():
                     self.emit({"event": "reconnected", "node": node})
             except Exception as exc:  # the path may come back: keep trying while the job runs

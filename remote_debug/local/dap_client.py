@@ -45,6 +45,10 @@ class DapError(RuntimeError):
     """Any DAP failure: a request answered ``success: false``, a timeout, a lost connection."""
 
 
+class DapRequestFailedError(DapError):
+    """The peer answered a request with ``success: false``: an answer, not a transient failure."""
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -77,7 +81,7 @@ class PendingResponse:
             message = self._response.get("message") or ""
             error = (self._response.get("body") or {}).get("error") or {}
             detail = message or error.get("format") or "success: false"
-            raise DapError(f"{self.command!r} failed: {_one_line(str(detail))}")
+            raise DapRequestFailedError(f"{self.command!r} failed: {_one_line(str(detail))}")
         body = self._response.get("body")
         return body if isinstance(body, dict) else {}
 
@@ -118,7 +122,8 @@ class DapClient:
         """Connect and complete ``initialize``, retrying until ``timeout`` seconds have passed.
 
         Retries cover "connection refused" (debuggee not listening yet) and "accepted then closed" (an SSH
-        forward whose remote end is not listening yet).
+        forward whose remote end is not listening yet); an ``initialize`` answered with ``success: false``
+        is final (DapRequestFailedError with the peer's message).
         """
         deadline = time.monotonic() + timeout
         last_error = "no attempt made"
@@ -145,6 +150,11 @@ class DapClient:
             try:
                 client.initialize(timeout=min(deadline - time.monotonic(), attempt_cap))
                 return client
+            except DapRequestFailedError:
+                # An adapter (or our forward, when the rank already has a debugger) said no: asking
+                # again until the deadline would only hide its message behind a timeout.
+                client.close()
+                raise
             except DapError as exc:
                 last_error = str(exc)
                 client.close()

@@ -6,7 +6,9 @@ The user's HOME is sacred: besides this dir we only ever touch one ``Include`` l
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,12 @@ class StatePaths:
         """What we inserted into ~/.ssh/config, so that removal restores it byte for byte."""
         return self.ssh_dir / "include-state.json"
 
+    def launch_record(self, launch_json: Path) -> Path:
+        """What we added to a workspace's launch.json beyond our entries (a key, the file itself),
+        so that removing the last of our entries restores the user's bytes exactly."""
+        digest = hashlib.sha256(os.fsencode(launch_json.absolute())).hexdigest()[:32]
+        return self.root / "vscode" / f"{digest}.json"
+
     @property
     def ssh_lock(self) -> Path:
         """Held around every read-modify-write of ~/.ssh/config and of the files above."""
@@ -69,5 +77,6 @@ def user_ssh_config() -> Path:
 def private_dir(path: Path) -> Path:
     """Create ``path`` (and parents) and make the leaf 0700."""
     path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:  # no needless write: HOME may be read-only
+        os.chmod(path, 0o700)
     return path

@@ -19,18 +19,17 @@ from remote_debug.spec import NODE_NAME_RE
 
 
 def proxy_command(paths: StatePaths) -> str:
-    """The ProxyCommand line: absolute interpreter and state dir, so it works from any shell/PATH."""
+    """The ProxyCommand line: absolute interpreter and state dir, so it works from any shell/PATH.
+
+    Two parsers read it: ssh first expands ``%`` tokens (so a literal ``%`` is written ``%%``), then
+    the user's shell runs it (so every path is shell-quoted).
+    """
+
+    def word(path: str) -> str:
+        return shlex.quote(path).replace("%", "%%")
+
     return " ".join(
-        [
-            shlex.quote(sys.executable),
-            "-m",
-            "remote_debug",
-            "proxy",
-            "--state-dir",
-            shlex.quote(str(paths.root)),
-            "%h",
-            "%p",
-        ]
+        [word(sys.executable), "-m", "remote_debug", "proxy", "--state-dir", word(str(paths.root)), "%h", "%p"]
     )
 
 

@@ -259,7 +259,11 @@ def run_config_xml(job: str, port: int, module: str) -> bytes:
 
 def write_run_config(workspace: Path, job: str, port: int) -> Path:
     path = run_config_path(workspace, job)
-    spec.atomic_write_text(path, run_config_xml(job, port, workspace.name or "project").decode("utf-8"))
+    xml = run_config_xml(job, port, workspace.name or "project").decode("utf-8")
+    try:
+        spec.atomic_write_text(path, xml)  # atomic: a Ctrl-C or a full disk leaves the old file whole
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write it ({exc.strerror}); free space or fix permissions and retry") from None
     return path
 
 

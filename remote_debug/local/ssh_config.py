@@ -189,30 +189,51 @@ def _read_exact(path: Path) -> str | None:
         return None
 
 
-def _write_if_changed(path: Path, text: str) -> bool:
-    """Atomically write ``text`` (0600) unless the file already holds it; True if written."""
-    if _read_exact(path) == text:
-        if stat.S_IMODE(path.stat().st_mode) != 0o600:
-            os.chmod(path, 0o600)
-        return False
-    private_dir(path.parent)
-    spec.atomic_write_text(path, text, mode=0o600)
-    return True
+def _changed(texts: Sequence[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """The files that do not hold their text yet (the others only get their mode fixed)."""
+    out = []
+    for path, text in texts:
+        if _read_exact(path) == text:
+            if stat.S_IMODE(path.stat().st_mode) != 0o600:
+                os.chmod(path, 0o600)
+        else:
+            out.append((path, text))
+    return out
+
+
+@contextlib.contextmanager
+def _os_errors(what: str) -> Iterator[None]:
+    """A failed write (disk full, read-only HOME, permissions) as one line naming the file.
+
+    Our writes are atomic, so by the time this is raised the files are as they were before.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or what
+        raise SshConfigError(
+            f"cannot write {where}: {exc.strerror or exc}; {what} left as it was (free space or fix permissions)"
+        ) from None
 
 
 @contextlib.contextmanager
 def _locked(paths: StatePaths) -> Iterator[None]:
-    private_dir(paths.root)
-    private_dir(paths.ssh_dir)
+    with _os_errors(str(paths.ssh_dir)):
+        private_dir(paths.root)
+        private_dir(paths.ssh_dir)
     lock = FileLock(str(paths.ssh_lock), timeout=LOCK_TIMEOUT_S)
     try:
-        with lock:
-            yield
+        with _os_errors(str(paths.ssh_lock)):  # a read-only state dir fails here already
+            lock.acquire()
     except Timeout:
         raise SshConfigError(
             f"another remote-debug is editing ssh config (lock {paths.ssh_lock} held for "
             f"{LOCK_TIMEOUT_S:g} s): try again when it finishes"
         ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def write_job_entries(paths: StatePaths, job: str, entries: Sequence[HostEntry]) -> list[Path]:
@@ -231,19 +252,20 @@ def write_job_entries(paths: StatePaths, job: str, entries: Sequence[HostEntry])
         (paths.job_ssh_config(job), render_job_config(ordered, paths)),
         (paths.ssh_config, render_main_config(paths)),
     ]
-    written: list[Path] = []
-    with _locked(paths):
-        for path, text in texts:
-            if _write_if_changed(path, text):
-                written.append(path)
-    return written
+    with _locked(paths), _os_errors(f"the ssh entries of job {job}"):
+        changed = _changed(texts)
+        for path, _ in changed:
+            private_dir(path.parent)
+        # every byte on disk before the first rename: a full disk leaves all three as they were
+        spec.atomic_write_many([(path, text.encode("utf-8"), 0o600) for path, text in changed])
+    return [path for path, _ in changed]
 
 
 def remove_job_entries(paths: StatePaths, job: str) -> list[Path]:
     """Delete the job's Host blocks and pinned keys; returns the files removed."""
     spec.check_job_name(job)
     removed: list[Path] = []
-    with _locked(paths):
+    with _locked(paths), _os_errors(f"the ssh entries of job {job}"):
         for path in (paths.job_ssh_config(job), paths.job_known_hosts(job)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -352,6 +374,14 @@ def _save_state(paths: StatePaths, files: dict[str, dict[str, Any]]) -> None:
     spec.atomic_write_text(paths.include_state, text, mode=0o600)
 
 
+def _restore_state(paths: StatePaths, data: bytes | None) -> None:
+    with contextlib.suppress(OSError):  # best effort: a stale record only costs "delete the file we made"
+        if data is None:
+            paths.include_state.unlink()
+        else:
+            spec.atomic_write_bytes(paths.include_state, data, 0o600)
+
+
 def _resolve_user_config(user_config: Path | None) -> Path:
     return (paths_mod.user_ssh_config() if user_config is None else user_config).absolute()
 
@@ -365,12 +395,13 @@ def ensure_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
         old = _read_bytes(_target(path))
         new = _with_include(old, ours)
         return IncludeChange(new != old, _diff(path, old, new) if new != old else "", path)
-    with _locked(paths):
+    with _locked(paths), _os_errors(str(path)):
         target = _target(path)
         old = _read_bytes(target)
         new = _with_include(old, ours)
         if new == old:
             return IncludeChange(False, "", path)
+        saved_state = _read_bytes(paths.include_state)
         files = _load_state(paths)
         record = files.get(str(path), {})
         created_dir = not target.parent.exists()
@@ -380,11 +411,15 @@ def ensure_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
             "created_dir": bool(record.get("created_dir")) or created_dir,
         }
         _save_state(paths, files)  # before the edit: a crash in between leaves a record, not a stray line
-        if created_dir:
-            target.parent.mkdir(mode=0o700, parents=True)
-            os.chmod(target.parent, 0o700)  # mkdir's mode is masked by the umask
-        mode = 0o600 if old is None else stat.S_IMODE(target.stat().st_mode)
-        spec.atomic_write_bytes(target, new, mode)
+        try:
+            if created_dir:
+                target.parent.mkdir(mode=0o700, parents=True)
+                os.chmod(target.parent, 0o700)  # mkdir's mode is masked by the umask
+            mode = 0o600 if old is None else stat.S_IMODE(target.stat().st_mode)
+            spec.atomic_write_bytes(target, new, mode)
+        except OSError:
+            _restore_state(paths, saved_state)  # the edit did not happen: neither did its record
+            raise
         return IncludeChange(True, _diff(path, old, new), path)
 
 
@@ -398,7 +433,7 @@ def remove_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
         record = _load_state(paths).get(str(path), {})
         new = _removed(old, line, record)
         return IncludeChange(new != old, _diff(path, old, new) if new != old else "", path)
-    with _locked(paths):
+    with _locked(paths), _os_errors(str(path)):
         target = _target(path)
         old = _read_bytes(target)
         files = _load_state(paths)

@@ -30,8 +30,6 @@ def collect_stacks(
     paths = paths or StatePaths.default()
     require_running(backend, job)
     manifests = wait_for_manifests(backend, job, timeout, lambda _event: None)
-    entries = write_ssh_entries(job, manifests, paths, edit_user_config=False, emit=lambda _event: None)
-    tunnels = {e.node: NodeTunnel(endpoint_for(e, paths)) for e in entries}
     selected = [
         (node, r)
         for node, m in manifests.items()
@@ -42,6 +40,9 @@ def collect_stacks(
         unknown = sorted(set(ranks) - {r.rank for _node, r in selected})
         if unknown:
             raise UserError(f"ranks {unknown} of job {job} have not reported (or are not debugged)")
+    # only now: bad input (unknown ranks) must not leave ssh entries behind
+    entries = write_ssh_entries(job, manifests, paths, edit_user_config=False, emit=lambda _event: None)
+    tunnels = {e.node: NodeTunnel(endpoint_for(e, paths)) for e in entries}
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(selected)))) as pool:
             results = list(pool.map(lambda item: _rank_stacks(tunnels[item[0]], *item), selected))

@@ -14,10 +14,13 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import shlex
 import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,24 @@ import paramiko
 from remote_debug.local.errors import UserError
 
 log = logging.getLogger(__name__)
+# paramiko logs every failed connection attempt as an ERROR with a traceback; with no logging set up
+# (the CLI) Python's last-resort handler would print those on the user's terminal each time a
+# dropped link is retried.  attach reports "tunnel-down" itself; a configured root logger still
+# receives paramiko's records.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# A link can die without EOF or RST (laptop Wi-Fi gone, an SSM session that hangs): only a missing
+# answer tells.  Every KEEPALIVE_INTERVAL s the tunnel sends sshd a global request that wants a reply
+# (OpenSSH answers with REQUEST_FAILURE, any answer will do); none within KEEPALIVE_TIMEOUT s and the
+# transport is dropped, so that the forwards reconnect.  A slow link still answers (tested with
+# 2 x 0.3 s of added latency).  Read at run time so tests can shorten them.
+KEEPALIVE_INTERVAL = 5.0
+KEEPALIVE_TIMEOUT = 15.0
+# While a node is unreachable, reconnect attempts are spaced 0.5, 1, 2, 2, ... s apart: each one
+# starts a ProxyCommand (an SSM StartSession call on SageMaker), and 2 s keeps the time from "the path
+# is back" to "the forward works again" well under 5 s.
+RETRY_FIRST = 0.5
+RETRY_MAX = 2.0
 
 # Serves one connection that arrived on a reverse-forwarded node port: (channel, origin on the node).
 ReverseHandler = Callable[[paramiko.Channel, tuple[str, int]], None]
@@ -61,6 +82,8 @@ class _ProxyCommand(paramiko.ProxyCommand):
     def recv(self, size: int) -> bytes:
         stdout = self.process.stdout
         assert stdout is not None
+        if stdout.closed:  # closed by close() while the transport thread was still reading
+            return b""
         try:
             readable, _, _ = select.select([stdout], [], [], self.timeout)
             if not readable:
@@ -71,11 +94,36 @@ class _ProxyCommand(paramiko.ProxyCommand):
         except OSError as exc:
             raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror or str(exc)) from exc
 
+    def close(self) -> None:
+        """Stop the relay AND reap it and its pipes.
+
+        paramiko's own close only sends SIGTERM: every dropped or failed connection then left a zombie
+        and three pipe descriptors behind until garbage collection got to them (measured: 20 cut/restore
+        flaps of a live attach).
+        """
+        process = self.process
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.terminate()
+            try:
+                process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    process.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=2)
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
 
 def _expand_proxy_command(template: str, host: str, port: int) -> list[str]:
-    # ssh expands %h/%p and runs the result with /bin/sh -c; the words we generate are shell-quoted,
-    # so splitting with shell rules yields the same argv without a shell in between.
-    return shlex.split(template.replace("%h", host).replace("%p", str(port)).replace("%%", "%"))
+    # ssh expands %h/%p/%% in one left-to-right pass (so "%%h" is a literal "%h") and runs the result
+    # with the shell; the words we generate are shell-quoted, so splitting with shell rules yields
+    # the same argv without a shell in between.
+    tokens = {"%h": host, "%p": str(port), "%%": "%"}
+    return shlex.split("".join(tokens.get(part, part) for part in re.split(r"(%[hp%])", template)))
 
 
 class NodeTunnel:
@@ -94,7 +142,20 @@ class NodeTunnel:
         self._reverse: dict[int, ReverseHandler] = {}
         self._reverse_pending: set[int] = set()  # forwards to re-request on the current transport
         self._closed = threading.Event()
-        self.reconnects = 0
+        # Global requests share ONE completion event per transport in paramiko: a keepalive probe
+        # and a request_port_forward in flight together would lose one's answer.
+        self._global_lock = threading.Lock()
+        self._ever_connected = False
+        self.reconnects = 0  # new transports after the first, whoever triggered them
+        self._reported_reconnects = 0
+        self.dead_links = 0  # transports dropped because sshd stopped answering keepalives
+        self._failures = 0  # failed reconnect attempts in a row
+        self._retry_at = 0.0
+        self._watchdog: threading.Thread | None = None
+        # remote port -> (what the forward carries, called with the message when a 2nd debugger is refused)
+        self._exclusive: dict[int, tuple[str, Callable[[str], None] | None]] = {}
+        self._sessions: dict[int, int] = {}  # remote port -> connections the forward carries now
+        self._session_lock = threading.Lock()  # not self._lock: a reconnect holds that one for long
 
     # --- connection -----------------------------------------------------------------------------
 
@@ -128,14 +189,21 @@ class NodeTunnel:
                 )
             pkey = paramiko.Ed25519Key.from_private_key_file(str(self.endpoint.identity_file))
             transport.auth_publickey(self.endpoint.user, pkey)
-            transport.set_keepalive(15)
-            # Nagle on the ssh stream delays small DAP messages; the proxy pipe is not a socket, so
-            # this matters only for the relay, which sets TCP_NODELAY itself.
+            # No paramiko keepalive: the watchdog's probes (every KEEPALIVE_INTERVAL s) keep idle
+            # SSM sessions alive too, and unlike paramiko's they want an answer.
         except BaseException:
             transport.close()
             proxy.close()
             raise
         self._transport, self._proxy = transport, proxy
+        if self._ever_connected:
+            self.reconnects += 1
+        self._ever_connected = True
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=self._watch, daemon=True, name=f"keepalive-{self.endpoint.alias}"
+            )
+            self._watchdog.start()
         # A new transport has no reverse forwards: sshd dropped them with the old session.
         self._reverse_pending = set(self._reverse)
         self._restore_reverse_locked()
@@ -146,7 +214,8 @@ class NodeTunnel:
             return
         for port in sorted(self._reverse_pending):
             try:
-                transport.request_port_forward("127.0.0.1", port, handler=self._dispatch_reverse)
+                with self._global_lock:
+                    transport.request_port_forward("127.0.0.1", port, handler=self._dispatch_reverse)
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 # sshd may still hold the port for the session that just died: retried later.
                 log.debug("re-requesting reverse forward %s:%s failed: %s", self.endpoint.alias, port, exc)
@@ -167,18 +236,59 @@ class NodeTunnel:
         return t is not None and t.is_active() and proxy is not None and proxy.process.poll() is None
 
     def ensure_connected(self) -> bool:
-        """Reconnect a dropped transport (the local listeners, and so the IDE's ports, stay)."""
-        if self.alive:
-            if self._reverse_pending:
-                with self._lock:
-                    self._restore_reverse_locked()
+        """Reconnect a dropped transport (the local listeners, and so the IDE's ports, stay).
+
+        True when the tunnel reconnected since the last call, here or because an IDE connection
+        needed it; False when nothing changed, or while waiting to retry after a failed attempt
+        (attempts are spaced RETRY_FIRST..RETRY_MAX s apart).  Raises what the attempt raised.
+        """
+        if not self.alive:
+            with self._lock:
+                if not self.alive and time.monotonic() >= self._retry_at:
+                    try:
+                        self._connect_locked()
+                    except BaseException:
+                        self._failures += 1
+                        self._retry_at = time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1))
+                        raise
+        if not self.alive:
             return False
-        with self._lock:
-            if self.alive:
-                return False
-            self._connect_locked()
-            self.reconnects += 1
-            return True
+        self._failures, self._retry_at = 0, 0.0
+        if self._reverse_pending:
+            with self._lock:
+                self._restore_reverse_locked()
+        news = self.reconnects > self._reported_reconnects
+        self._reported_reconnects = self.reconnects
+        return news
+
+    # --- liveness -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._closed.wait(KEEPALIVE_INTERVAL):
+            transport = self._transport
+            if transport is None or not transport.is_active() or self._answers(transport, KEEPALIVE_TIMEOUT):
+                continue
+            if transport is self._transport and not self._closed.is_set():
+                log.warning("%s: no answer from sshd for %.0f s: dropping the connection", self.endpoint.alias,
+                            KEEPALIVE_TIMEOUT)
+                self.dead_links += 1
+                # Closing kills the relay; alive turns False and the next use or ensure_connected
+                # reconnects.  Not under self._lock: a reconnect attempt may hold it for long.
+                transport.close()
+
+    def _answers(self, transport: paramiko.Transport, timeout: float) -> bool:
+        """Whether sshd answers a global request within ``timeout`` s (or the transport ended anyway)."""
+        answered = threading.Event()
+
+        def ask() -> None:
+            # paramiko's global_request has no timeout: it waits until an answer or the transport's
+            # end, which the watchdog brings about when the answer does not come.
+            with self._global_lock, contextlib.suppress(Exception):
+                transport.global_request("keepalive@openssh.com", wait=True)
+            answered.set()
+
+        threading.Thread(target=ask, daemon=True, name=f"keepalive-probe-{self.endpoint.alias}").start()
+        return answered.wait(timeout) or not transport.is_active()
 
     def _open_channel(self, remote_port: int, origin: tuple[str, int]) -> paramiko.Channel:
         with self._lock:
@@ -232,8 +342,24 @@ class NodeTunnel:
 
     # --- forwards -------------------------------------------------------------------------------
 
-    def forward(self, remote_port: int, local_port: int = 0) -> int:
-        """Listen on 127.0.0.1:local_port (0 = any) and forward each connection to the rank's port."""
+    def forward(
+        self,
+        remote_port: int,
+        local_port: int = 0,
+        *,
+        exclusive: str | None = None,
+        on_refuse: Callable[[str], None] | None = None,
+    ) -> int:
+        """Listen on 127.0.0.1:local_port (0 = any) and forward each connection to the rank's port.
+
+        ``exclusive`` (e.g. "rank 1 of job my-job") makes it a one-debugger forward: while one
+        connection is open, another one is answered in DAP with a clear refusal and closed, and
+        ``on_refuse`` gets the message.  debugpy itself would accept the second client's
+        ``initialize`` and fail only its ``attach`` with "Server[pid=N] is already being debugged."
+        (debugpy 1.8), which names neither the rank nor what to do.
+        """
+        if exclusive is not None:
+            self._exclusive[remote_port] = (exclusive, on_refuse)
         existing = self._listeners.get(remote_port)
         if existing is not None:
             return int(existing.getsockname()[1])
@@ -260,7 +386,8 @@ class NodeTunnel:
             if remote_port in self._reverse:
                 self._reverse[remote_port] = handler
                 return remote_port
-            port = self._transport.request_port_forward("127.0.0.1", remote_port, handler=self._dispatch_reverse)
+            with self._global_lock:
+                port = self._transport.request_port_forward("127.0.0.1", remote_port, handler=self._dispatch_reverse)
             self._reverse[port] = handler
             return port
 
@@ -286,17 +413,36 @@ class NodeTunnel:
             threading.Thread(target=self._serve, args=(client, origin, remote_port), daemon=True).start()
 
     def _serve(self, client: socket.socket, origin: tuple[str, int], remote_port: int) -> None:
+        exclusive = self._exclusive.get(remote_port)
+        if exclusive is not None:
+            with self._session_lock:
+                busy = self._sessions.get(remote_port, 0) > 0
+                if not busy:
+                    self._sessions[remote_port] = 1
+            if busy:
+                what, on_refuse = exclusive
+                message = f"{what} already has a debugger attached; detach it first"
+                if on_refuse is not None:  # first: the log line is there by the time the IDE shows it
+                    with contextlib.suppress(Exception):  # a callback's bug must not kill the forward
+                        on_refuse(message)
+                _refuse_dap(client, message)
+                return
         try:
-            chan = self._open_channel(remote_port, origin)
-        except Exception as exc:  # listener not up yet, or the node is unreachable: the client retries
-            log.debug("forward to %s:%s failed: %s", self.endpoint.alias, remote_port, exc)
-            client.close()
-            return
-        try:
-            _pump(client, chan)
+            try:
+                chan = self._open_channel(remote_port, origin)
+            except Exception as exc:  # listener not up yet, or the node is unreachable: the client retries
+                log.debug("forward to %s:%s failed: %s", self.endpoint.alias, remote_port, exc)
+                client.close()
+                return
+            try:
+                _pump(client, chan)
+            finally:
+                chan.close()
+                client.close()
         finally:
-            chan.close()
-            client.close()
+            if exclusive is not None:
+                with self._session_lock:
+                    self._sessions[remote_port] = 0
 
     def close(self) -> None:
         self._closed.set()
@@ -307,6 +453,48 @@ class NodeTunnel:
         self._listeners.clear()
         with self._lock:
             self._drop_transport_locked()
+
+
+def _refuse_dap(client: socket.socket, message: str, timeout: float = 5.0) -> None:
+    """Answer a DAP client's first request with ``success: false`` and ``message``, then close.
+
+    An IDE shows a failed ``initialize`` as an error dialog with the message (VS Code does).
+    """
+    reader = None
+    try:
+        client.settimeout(timeout)
+        reader = client.makefile("rb")
+        length = 0
+        while True:  # headers up to the blank line
+            line = reader.readline(1024)
+            if not line:
+                return
+            if not line.strip():
+                break
+            key, _, value = line.decode("ascii", "replace").partition(":")
+            if key.strip().lower() == "content-length":
+                length = int(value.strip())
+        request = json.loads(reader.read(min(length, 1 << 20)) or b"{}")
+        response = {
+            "seq": 1,
+            "type": "response",
+            "request_seq": int(request.get("seq", 0)),
+            "success": False,
+            "command": str(request.get("command", "")),
+            "message": message,
+            "body": {"error": {"id": 1, "format": message, "showUser": True}},
+        }
+        payload = json.dumps(response).encode()
+        client.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    except (OSError, ValueError, AttributeError):
+        pass  # the client went away or spoke no DAP: closing is all that is left
+    finally:
+        if reader is not None:
+            with contextlib.suppress(OSError):
+                reader.close()
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+        client.close()
 
 
 def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:

@@ -11,11 +11,20 @@ a comma belong to the next item (``wsc_before``; the first item's live in the co
 ``leading_wsc``), those before a comma to the previous one (``wsc_after``), and those after a
 trailing comma to that comma.  :class:`_Items` hides this so that removing or appending an item
 moves the gaps, and keeps any comment in them, the way a person editing the file would.
+
+Removing the last of our entries gives the user their bytes back: what we added besides entries
+(the file itself, a ``"compounds"`` key, the blanks of an empty array we appended to) is noted in a
+record under the state dir (:meth:`StatePaths.launch_record`) and undone then.  Every
+read-modify-write holds a flock on the ``.vscode`` directory, so concurrent attaches for
+different jobs cannot drop each other's entries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,12 +42,16 @@ from json5.model import (
     JSONObject,
     JSONText,
     Key,
+    LineComment,
+    Node,
     String,
     Value,
 )
 
 from remote_debug import spec
 from remote_debug.local.errors import UserError
+from remote_debug.local.filelock import locked
+from remote_debug.local.paths import StatePaths, private_dir
 
 Gap = list[str | Comment]  # whitespace and comments between two tokens, as json-five keeps them
 DEFAULT_UNIT = "    "  # what VS Code writes when it creates launch.json
@@ -52,6 +65,8 @@ NEW_FILE = (
     "}}{nl}"
 )
 WRITE_ATTEMPTS = 3
+RECORD_VERSION = 1
+Notes = dict[str, Any]  # see _Record
 
 
 class LaunchJsonError(UserError):
@@ -124,6 +139,54 @@ def _indent_of(gap: Gap) -> str | None:
         if tail.strip(" \t") == "":
             return tail
     return None
+
+
+_GAP_ATTRS = ("wsc_before", "wsc_after", "leading_wsc")
+
+
+def _detach_carriage_returns(node: Any) -> None:
+    """Move the ``\\r`` of a CRLF-ended ``//`` comment out of the comment, into the whitespace.
+
+    json-five ends a line comment at ``\\n``, so in a CRLF file the comment keeps the ``\\r``; a
+    line break we add after it would then read ``\\r\\r\\n``.  With the ``\\r`` in the whitespace
+    the output is the same bytes, and our edits see whole line breaks.
+    """
+    for name, value in vars(node).items():
+        if isinstance(value, Node):
+            _detach_carriage_returns(value)
+        elif isinstance(value, list):
+            if name in _GAP_ATTRS:
+                value[:] = _split_cr(value)
+            for item in value:
+                if isinstance(item, Node):
+                    _detach_carriage_returns(item)
+
+
+def _split_cr(gap: Gap) -> Gap:
+    out: Gap = []
+    for item in gap:
+        if out and isinstance(item, str) and isinstance(out[-1], str):
+            out[-1] += item
+        else:
+            out.append(item)
+        if isinstance(item, LineComment) and item.value.endswith("\r"):
+            item.value = item.value[:-1]
+            out.append("\r")
+    return out
+
+
+def _gap_text(gap: Gap) -> str:
+    return "".join(x if isinstance(x, str) else x.value for x in gap)
+
+
+def _gap_from_text(text: str) -> Gap:
+    model = json5.loads("[" + text + "]", loader=ModelLoader())
+    assert isinstance(model.value, JSONArray)
+    return _split_cr(list(model.value.leading_wsc))
+
+
+def _comments(gap: Gap) -> list[str]:
+    return [x.value for x in gap if isinstance(x, Comment)]
 
 
 class _Items:
@@ -271,6 +334,7 @@ class _Document:
             raise LaunchJsonError(
                 f"{self.path}: json-five cannot reproduce this file exactly; remote-debug did not change it"
             )
+        _detach_carriage_returns(model)
         return model
 
     @staticmethod
@@ -281,14 +345,33 @@ class _Document:
         dumper.env.outfile.seek(0)
         return dumper.env.outfile.read()
 
-    def array(self, key: str) -> JSONArray:
-        """The top-level array ``key``, appended (empty) when the file has none."""
-        items = _Items(self.root)
+    def index(self, key: str) -> int | None:
         index = None
         for i, k in enumerate(self.root.keys):
             if _key_name(k) == key:
                 index = i  # like JSON.parse, the last duplicate wins
+        return index
+
+    def has_our_entries(self) -> bool:
+        for key in ("configurations", "compounds"):
+            index = self.index(key)
+            value = self.root.values[index] if index is not None else None
+            if isinstance(value, JSONArray) and any(
+                (_entry_name(v) or "").startswith("remote-debug: ") for v in value.values
+            ):
+                return True
+        return False
+
+    def array(self, key: str, notes: Notes) -> JSONArray:
+        """The top-level array ``key``, appended (empty) when the file has none."""
+        items = _Items(self.root)
+        index = self.index(key)
         if index is None:
+            if not len(items):  # "{ }": keep its blanks, as for an empty array below
+                notes.setdefault("root_gap", _gap_text(list(self.root.leading_wsc)))
+            added = notes.setdefault("added_keys", [])
+            if key not in added:
+                added.append(key)
             array = JSONArray()
             array.wsc_before = [" "]
             indent = (_indent_of(items.before(len(items) - 1)) if len(items) else None) or self.unit
@@ -306,18 +389,37 @@ class _Document:
                 return _indent_of(_Items(self.root).before(i)) or ""
         return ""
 
-    def node(self, obj: dict[str, Any], indent: str) -> Value:
-        text = json.dumps(obj, indent=self.unit, ensure_ascii=False).replace("\n", self.nl + indent)
-        value = json5.loads(text, loader=ModelLoader()).value
-        assert isinstance(value, Value)
-        return value
+    def nodes(self, objs: Sequence[dict[str, Any]], indent: str) -> list[Value]:
+        """Models of ``objs`` laid out at ``indent``; one parse for all (json-five parses slowly)."""
+        texts = [json.dumps(o, indent=self.unit, ensure_ascii=False).replace("\n", self.nl + indent) for o in objs]
+        array = json5.loads("[" + ",".join(texts) + "]", loader=ModelLoader()).value
+        assert isinstance(array, JSONArray)
+        values = list(array.values)
+        for v in values:
+            v.wsc_before, v.wsc_after = [], []
+        return values
 
-    def sync(self, key: str, prefix: str, wanted: Sequence[dict[str, Any]]) -> None:
+    def node(self, obj: dict[str, Any], indent: str, cache: dict[str, list[Value]] | None = None) -> Value:
+        """The model of ``obj`` at ``indent``; ``cache`` holds the rest of a batch (see :meth:`sync`)."""
+        if cache is None or indent not in cache:
+            return self.nodes([obj], indent)[0]
+        for i, v in enumerate(cache[indent]):
+            if _entry_name(v) == obj["name"]:
+                return cache[indent].pop(i)
+        return self.nodes([obj], indent)[0]
+
+    def sync(self, key: str, prefix: str, wanted: Sequence[dict[str, Any]], notes: Notes) -> None:
         """Make the ``prefix`` entries of array ``key`` exactly ``wanted``, leaving the rest alone."""
-        array = self.array(key)
+        array = self.array(key, notes)
         items = _Items(array)
+        if wanted and not len(items) and key not in notes.get("added_keys", []):
+            # appending drops the blanks inside "[ ]": keep them to put back when we leave
+            notes.setdefault("empty_gaps", {}).setdefault(key, _gap_text(list(array.leading_wsc)))
         by_name = {str(w["name"]): w for w in wanted}
         key_indent = self._indent_for(key)
+        # the indent every entry gets in the usual layout: their models are parsed in one go
+        usual = (_indent_of(items.before(len(items) - 1)) if len(items) else None) or key_indent + self.unit
+        cache = {usual: self.nodes(wanted, usual)} if wanted else {}
         seen: set[str] = set()
         stale: list[int] = []
         for i, value in enumerate(array.values):
@@ -327,7 +429,7 @@ class _Document:
             if name in by_name and name not in seen:
                 seen.add(name)
                 indent = _indent_of(items.before(i)) or key_indent + self.unit
-                items.replace(i, self.node(by_name[name], indent))
+                items.replace(i, self.node(by_name[name], indent, cache))
             else:
                 stale.append(i)
         for i in reversed(stale):
@@ -336,7 +438,41 @@ class _Document:
             if str(w["name"]) not in seen:
                 last = _indent_of(items.before(len(items) - 1)) if len(items) else None
                 indent = last or key_indent + self.unit
-                items.append(None, self.node(w, indent), indent, key_indent, self.nl)
+                items.append(None, self.node(w, indent, cache), indent, key_indent, self.nl)
+
+    def restore(self, notes: Notes) -> None:
+        """Undo what ``notes`` says we added, where our entries are gone and the user changed nothing."""
+        gaps: dict[str, str] = notes.get("empty_gaps", {})
+        for key, text in list(gaps.items()):
+            index = self.index(key)
+            value = self.root.values[index] if index is not None else None
+            if isinstance(value, JSONArray) and value.values:
+                continue  # another job's entries (or the user's) are still in it
+            if isinstance(value, JSONArray) and _comments(list(value.leading_wsc)) == _comments(_gap_from_text(text)):
+                value.leading_wsc = _gap_from_text(text)
+            del gaps[key]
+        added: list[str] = notes.get("added_keys", [])
+        drop: list[int] = []
+        for key in list(added):
+            index = self.index(key)
+            value = self.root.values[index] if index is not None else None
+            if isinstance(value, JSONArray) and value.values:
+                continue
+            if isinstance(value, JSONArray) and not _has_comment(list(value.leading_wsc)):
+                assert index is not None
+                drop.append(index)
+            added.remove(key)
+        for index in sorted(drop, reverse=True):
+            _Items(self.root).delete(index)
+        root_gap = notes.pop("root_gap", None)
+        if isinstance(root_gap, str) and not self.root.keys and not added:
+            if _comments(list(self.root.leading_wsc)) == _comments(_gap_from_text(root_gap)):
+                self.root.leading_wsc = _gap_from_text(root_gap)
+        elif root_gap is not None and added:
+            notes["root_gap"] = root_gap  # not yet: a key we added is still in use
+        for name in ("empty_gaps", "added_keys"):
+            if not notes.get(name):
+                notes.pop(name, None)
 
     def render(self) -> str:
         return self.dump(self.model)
@@ -399,53 +535,195 @@ def _read(path: Path) -> tuple[bytes | None, str | None]:
 
 
 def _replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
-    """Atomically write ``data`` unless someone (an editor, another attach) changed the file meanwhile."""
+    """Atomically write ``data`` unless someone (an editor) changed the file meanwhile."""
     mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
-    return spec.atomic_write_bytes(path, data, mode, unless_changed=lambda: _read(path)[0] == expected)
+    try:
+        return spec.atomic_write_bytes(path, data, mode, unless_changed=lambda: _read(path)[0] == expected)
+    except OSError as exc:
+        raise LaunchJsonError(f"{path}: cannot write it ({exc.strerror}); remote-debug did not change it") from None
 
 
-def _edit(path: Path, change: Callable[[_Document], None], *, create: bool) -> bool:
-    """Read, apply ``change(doc)``, write if the text differs; retried if the file moves under us."""
-    for _ in range(WRITE_ATTEMPTS):
-        data, text = _read(path)
-        if text is None or not text.strip(" \t\r\n\ufeff"):
-            if not create:
-                return False
-            nl = "\r\n" if text and "\r\n" in text else "\n"
-            text_in = NEW_FILE.format(nl=nl, u=DEFAULT_UNIT)  # an absent or blank file starts afresh
-        else:
-            text_in = text
-        doc = _Document(path, text_in)
-        change(doc)
-        out = doc.render()
-        if out == text:
+class _Record:
+    """What we added to one launch.json besides our entries, kept under the state dir.
+
+    ``created``: the file was missing (``text`` None) or blank (its text) and ``dir`` whether we made
+    ``.vscode`` too; ``added_keys``: top-level arrays we added; ``empty_gaps``: the text inside an
+    empty array before we appended to it.  Reset whenever the file holds none of our entries.
+    """
+
+    def __init__(self, paths: StatePaths, target: Path) -> None:
+        self.file = paths.launch_record(target)
+        self.target = target
+        self.notes = self._load()
+
+    def _load(self) -> Notes:
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}  # no record: removal still takes our entries out, it only keeps a key we added
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or data.get("path") != str(self.target):
+            return {}
+        notes = data.get("notes")
+        return notes if isinstance(notes, dict) else {}
+
+    def save(self, notes: Notes) -> None:
+        if notes == self.notes:
+            return
+        try:
+            if not notes:
+                with contextlib.suppress(FileNotFoundError):
+                    self.file.unlink()
+                with contextlib.suppress(OSError):  # the last note gone: so is its folder
+                    self.file.parent.rmdir()
+            else:
+                text = json.dumps({"version": RECORD_VERSION, "path": str(self.target), "notes": notes}, indent=2)
+                made = not self.file.parent.exists()
+                try:
+                    private_dir(self.file.parent)
+                    spec.atomic_write_text(self.file, text + "\n", mode=0o600)
+                except OSError:
+                    if made:  # a full disk: leave no empty folder behind either
+                        with contextlib.suppress(OSError):
+                            self.file.parent.rmdir()
+                    raise
+        except OSError as exc:
+            raise LaunchJsonError(
+                f"{self.target}: cannot record the edit in {self.file} ({exc.strerror}); remote-debug did not change it"
+            ) from None
+        self.notes = copy.deepcopy(notes)
+
+
+def _skeleton(nl: str) -> str:
+    return NEW_FILE.format(nl=nl, u=DEFAULT_UNIT)
+
+
+def _make_dir(path: Path) -> bool:
+    """Create ``path`` if missing; True if this call created it."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise LaunchJsonError(f"{path}: cannot create it ({exc.strerror})") from None
+    return True
+
+
+def _edit(path: Path, change: Callable[[_Document, Notes], None], *, remove: bool, paths: StatePaths | None) -> bool:
+    """Read, apply ``change(doc, notes)``, write if the text differs; under the directory's lock.
+
+    The lock keeps other remote-debug runs out; the unless-changed check at the rename still
+    catches an editor that saved meanwhile (retried).
+    """
+    paths = paths or StatePaths.default()
+    created_dir = False
+    if not path.parent.is_dir():
+        if remove:
             return False
-        if _replace_if_unchanged(path, data, out.encode("utf-8")):
-            return True
+        created_dir = _make_dir(path.parent)
+    try:
+        return _edit_locked(path, change, remove=remove, paths=paths, created_dir=created_dir)
+    except BaseException:
+        if created_dir:  # nothing was written (or Ctrl-C): the folder we made goes too
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+        raise
+
+
+def _edit_locked(
+    path: Path, change: Callable[[_Document, Notes], None], *, remove: bool, paths: StatePaths, created_dir: bool
+) -> bool:
+    with locked(path.parent, what=str(path)):
+        record = _Record(paths, path)
+        for _ in range(WRITE_ATTEMPTS):
+            data, text = _read(path)
+            notes = copy.deepcopy(record.notes)
+            if text is not None and text.strip(" \t\r\n\ufeff"):
+                fresh, text_in = False, text
+            else:
+                if remove:
+                    record.save({})
+                    return False
+                nl = "\r\n" if text and "\r\n" in text else "\n"
+                fresh, text_in = True, _skeleton(nl)  # an absent or blank file starts afresh
+                notes = {"created": {"text": text, "dir": created_dir}}
+            doc = _Document(path, text_in)
+            if not fresh and not doc.has_our_entries():
+                notes = {}  # whatever we noted before, the user has taken it over since
+            change(doc, notes)
+            out = doc.render()
+            created = notes.get("created")
+            if remove and isinstance(created, dict) and out == _skeleton(doc.nl):
+                _give_back(path, data, created)
+                record.save({})
+                return True
+            if out == text:
+                record.save(notes)
+                return False
+            before = copy.deepcopy(record.notes)
+            if not remove:
+                record.save(notes)  # first: a crash after it leaves a note, never an unnoted change
+            try:
+                replaced = _replace_if_unchanged(path, data, out.encode("utf-8"))
+            except LaunchJsonError:
+                with contextlib.suppress(LaunchJsonError):  # the edit did not happen: neither did its note
+                    record.save(before)
+                raise
+            if replaced:
+                if remove:
+                    record.save(notes)
+                return True
     raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
 
 
-def update_launch_json(workspace: Path, job: str, targets: list[RankTarget], *, debug_type: str = "debugpy") -> Path:
+def _give_back(path: Path, data: bytes | None, created: dict[str, Any]) -> None:
+    """Our last entry is gone from a file we created (or that was blank): back to how it was."""
+    original = created.get("text")
+    if isinstance(original, str):
+        _replace_if_unchanged(path, data, original.encode("utf-8"))
+        return
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise LaunchJsonError(f"{path}: cannot remove it ({exc.strerror})") from None
+    if created.get("dir"):
+        with contextlib.suppress(OSError):  # not empty: something else lives there now
+            path.parent.rmdir()
+
+
+def update_launch_json(
+    workspace: Path,
+    job: str,
+    targets: list[RankTarget],
+    *,
+    debug_type: str = "debugpy",
+    paths: StatePaths | None = None,
+) -> Path:
     """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``."""
     configs, compound = _configurations(workspace, job, targets, debug_type)
     path = launch_json_path(workspace)
 
-    def change(doc: _Document) -> None:
-        doc.sync("configurations", _prefix(job), configs)
-        doc.sync("compounds", _prefix(job), [compound])
+    def change(doc: _Document, notes: Notes) -> None:
+        doc.sync("configurations", _prefix(job), configs, notes)
+        doc.sync("compounds", _prefix(job), [compound], notes)
 
-    _edit(path, change, create=True)
+    _edit(path, change, remove=False, paths=paths)
     return path
 
 
-def remove_job_configs(workspace: Path, job: str) -> bool:
-    """Remove the job's configurations and compound; True if the file changed."""
+def remove_job_configs(workspace: Path, job: str, *, paths: StatePaths | None = None) -> bool:
+    """Remove the job's configurations and compound; True if the file changed.
+
+    When they were the last of ours, what we added with them goes too (see :class:`_Record`).
+    """
     spec.check_job_name(job)
     path = launch_json_path(workspace)
 
-    def change(doc: _Document) -> None:
+    def change(doc: _Document, notes: Notes) -> None:
         for key in ("configurations", "compounds"):
-            if any(_key_name(k) == key for k in doc.root.keys):
-                doc.sync(key, _prefix(job), [])
+            if doc.index(key) is not None:
+                doc.sync(key, _prefix(job), [], notes)
+        doc.restore(notes)
 
-    return _edit(path, change, create=False)
+    return _edit(path, change, remove=True, paths=paths)

@@ -51,6 +51,7 @@ def enable(
     port_base: int = 0,
     transport: str = NATIVE_TRANSPORT,
     hybrid_role: str | None = None,
+    hold_on_failure: float = 0,
     job_name: str | None = None,
     owner: str | None = None,
     key_dir: str | Path | None = None,
@@ -62,7 +63,9 @@ def enable(
     ide, ranks ("all" or "0,2" or [0, 2]), wait (seconds each rank waits for a debugger),
     sshd_port / port_base (0: any free port), transport ("ssm" = SageMaker's native SSM target;
     "hybrid", "direct"): the debug spec.  hybrid_role (required for "hybrid", refused otherwise): the
-    IAM role, name or ARN, of the nodes' SSM managed instances.  owner: the owner tag's value (default:
+    IAM role, name or ARN, of the nodes' SSM managed instances.  hold_on_failure: seconds a rank that
+    dies of an uncaught exception stays alive, stopped at the exception for a post-mortem attach, before
+    it exits with the same failure (0: exit at once).  owner: the owner tag's value (default:
     your ``aws:userid`` from STS).  key_dir: the remote-debug state dir holding per-job keys (default
     ``~/.remote-debug``, or ``$REMOTE_DEBUG_HOME``).  Request dicts only: job_name (else the
     request's ``TrainingJobName``), package_uri (an S3 prefix holding :func:`bundle_dir`, added as
@@ -74,7 +77,7 @@ def enable(
     """
     options = DebugOptions(
         ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, transport=transport,
-        hybrid_role=hybrid_role,
+        hybrid_role=hybrid_role, hold_on_failure=hold_on_failure,
     )
     paths = StatePaths(Path(key_dir).expanduser().absolute()) if key_dir is not None else StatePaths.default()
     if isinstance(target, Mapping):

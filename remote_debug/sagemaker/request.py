@@ -107,6 +107,7 @@ class DebugOptions:
     port_base: int = 0
     transport: str = NATIVE_TRANSPORT
     hybrid_role: str | None = None  # hybrid: the IAM role of the nodes' SSM managed instances
+    hold_on_failure: float = 0.0  # seconds a failed rank waits for a post-mortem debugger
 
     def __post_init__(self) -> None:
         if self.transport not in JOB_TRANSPORTS:
@@ -138,7 +139,7 @@ class DebugOptions:
             return DebugSpec(
                 job_name=job_name, client_public_key=public_key, ide=self.ide, ranks=ranks,
                 port_base=int(self.port_base), sshd_port=int(self.sshd_port), wait_seconds=float(self.wait),
-                transport=self.transport,
+                transport=self.transport, hold_on_failure=float(self.hold_on_failure),
             )
         except (ContractError, TypeError, ValueError) as exc:
             raise EnableError(str(exc)) from None

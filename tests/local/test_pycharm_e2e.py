@@ -84,6 +84,8 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
     assert len({f.local_port for f in result.forwards}) == 1
     assert all(f.remote_port and f.remote_port != f.local_port for f in result.forwards)
     assert sorted(e["rank"] for e in events if e["event"] == "rank-connected") == [0, 1]
+    # PyCharm ranks have a control channel too: attach made every rank's collectives pause-safe
+    assert sorted(e["rank"] for e in events if e["event"] == "pause-safe") == [0, 1], events
     assert not (project / ".vscode").exists()  # no launch.json in PyCharm mode
     logs = "".join(p.read_text() for p in (paths.job_dir("pyc") / "logs").glob("algo-*.log"))
     assert logs.count("PyCharm debugger attached") == 2

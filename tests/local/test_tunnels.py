@@ -47,14 +47,19 @@ def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> Non
             assert client.capabilities.get("supportsConfigurationDoneRequest")
 
         # Cut the transport under the tunnel (the relay process dies, as when an SSM session drops).
-        assert tunnel._proxy is not None
-        tunnel._proxy.process.kill()
+        old = tunnel._proxy
+        assert old is not None
+        old.process.kill()
         deadline = time.monotonic() + 10
         while tunnel.alive:
             assert time.monotonic() < deadline, "transport did not notice the cut"
             time.sleep(0.1)
         assert tunnel.ensure_connected() is True
         assert tunnel.reconnects == 1
+        assert tunnel.ensure_connected() is False  # reported once
+        # the dead relay was reaped and its pipes closed (paramiko's close left a zombie and 3 fds)
+        assert old.process.returncode is not None
+        assert old.process.stdout is not None and old.process.stdout.closed
         assert tunnel.forward(rank_port) == local_port  # the IDE's port did not change
         with DapClient.connect("127.0.0.1", local_port, timeout=20) as client:
             assert client.capabilities.get("supportsConfigurationDoneRequest")

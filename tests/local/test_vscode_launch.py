@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import json5
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from remote_debug import spec
 from remote_debug.local import vscode_launch as vl
@@ -34,6 +38,12 @@ USER_SEGMENTS = [
     "}\n",
 ]
 USER_TEXT = "".join(USER_SEGMENTS)
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our notes about launch.json edits go to the state dir: a throwaway one, never the real HOME's."""
+    monkeypatch.setenv("REMOTE_DEBUG_HOME", str(tmp_path_factory.mktemp("state")))
 
 
 def target(rank: int, job: str = "myjob", node: str = "algo-1", *, root: str = "/ws", port: int = 0) -> RankTarget:
@@ -289,3 +299,112 @@ def test_json5_only_syntax_and_bom_are_preserved(tmp_path: Path) -> None:
     data = parsed(path)
     assert names(data) == ["remote-debug: myjob rank 0 (algo-1)"]
     assert names(data, "compounds") == ["remote-debug: myjob all ranks"]  # added: there was none
+
+
+# --- property: update then remove is the identity on the user's bytes ---------------------------
+#
+# Generated JSONC documents: comments (// and /* */) in every gap, trailing commas, CRLF or LF,
+# tabs, unicode, user configurations and compounds (including another job's remote-debug entries),
+# other top-level fields, absent keys, empty arrays with blanks inside, a missing or blank file.
+
+_WORDS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=12)
+
+
+_COMMENTS = ["// c", "//", "// ünï €", '// 😀 "quoted", {brace}', "/* c */", "/**/", "/* a\n  b */", "/* , ] */"]
+
+
+@st.composite
+def _gap(draw: st.DrawFn, nl: str, indent: str) -> str:
+    """Whitespace and comments between two tokens; a // comment always ends with its line break."""
+    out = ""
+    for piece in draw(st.lists(st.sampled_from([" ", "\t", "  ", nl, nl + indent, *_COMMENTS]), max_size=3)):
+        out += piece + (nl + indent if piece.startswith("//") else "")
+    return out
+
+
+@st.composite
+def _launch_documents(draw: st.DrawFn) -> str | None:
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
+        return None  # no launch.json yet
+    nl = draw(st.sampled_from(["\n", "\r\n"]))
+    if kind == 1:
+        return draw(st.sampled_from(["", nl, " " + nl + nl, "\t"]))  # blank: starts afresh
+    unit = draw(st.sampled_from(["    ", "  ", "\t", ""]))
+
+    def gap(indent: str) -> str:
+        return draw(_gap(nl, indent))
+
+    def array(items: list[str], indent: str) -> str:
+        if not items:
+            return "[" + draw(st.sampled_from(["", " ", nl + indent, gap(indent)])) + "]"
+        inner = indent + unit
+        body = ",".join(gap(inner) + nl + inner + item + gap(inner) for item in items)
+        trailing = "," if draw(st.booleans()) else ""
+        return "[" + body + trailing + gap(inner) + nl + indent + "]"
+
+    def user_config(i: int) -> str:
+        name = draw(
+            st.sampled_from(
+                [f"Python: file {i}", "remote-debug: other rank 0 (algo-1)", "remote-debug: myjob-2 rank 1 (algo-1)"]
+            )
+            | _WORDS
+        )
+        fields = [f'"name": {json.dumps(name, ensure_ascii=draw(st.booleans()))}', '"type": "debugpy"']
+        if draw(st.booleans()):
+            fields.append('"request": "launch", "program": "${file}"')
+        if draw(st.booleans()):
+            fields.append('"env": {"A": "1", /* keep */ "B": [1, 2.5e3, true, null]}')
+        return "{" + ("," + gap("")).join(fields) + (", " if draw(st.booleans()) else "") + "}"
+
+    members: list[tuple[str, str]] = []
+    if draw(st.booleans()):
+        members.append(("version", '"0.2.0"'))
+    if draw(st.integers(0, 4)):
+        n = draw(st.integers(0, 3))
+        members.append(("configurations", array([user_config(i) for i in range(n)], unit)))
+    if draw(st.integers(0, 2)):
+        n = draw(st.integers(0, 2))
+        members.append(("compounds", array(['{"name": "mine", "configurations": ["x"]}'] * n, unit)))
+    if draw(st.booleans()):
+        members.append(("inputs", array([], unit)))
+    if draw(st.booleans()):
+        members.append(("ünïcode", json.dumps(draw(_WORDS), ensure_ascii=False)))
+    members = draw(st.permutations(members))
+    if not members:
+        return "{" + gap(unit) + "}" + draw(st.sampled_from(["", nl]))
+    body = ",".join(
+        gap(unit) + nl + unit + json.dumps(k, ensure_ascii=False) + ":" + " " + v + gap(unit) for k, v in members
+    )
+    trailing = "," if draw(st.booleans()) else ""
+    head = draw(st.sampled_from(["", "\ufeff", "// my file" + nl]))
+    return head + "{" + body + trailing + gap(unit) + nl + "}" + draw(st.sampled_from(["", nl, nl + nl]))
+
+
+_FAST_TMP = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # fsync costs nothing on tmpfs
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(original=_launch_documents(), ranks=st.integers(1, 2), twice=st.integers(0, 3).map(lambda i: i == 0))
+def test_property_update_then_remove_is_identity(original: str | None, ranks: int, twice: bool) -> None:
+    with tempfile.TemporaryDirectory(dir=_FAST_TMP) as tmp:
+        workspace = Path(tmp)
+        path = launch(workspace)
+        if original is not None:
+            write_user(workspace, original)
+        try:
+            vl.update_launch_json(workspace, "myjob", targets(workspace, range(ranks)))
+        except LaunchJsonError as exc:  # a file we cannot edit exactly is refused, untouched
+            assert "cannot reproduce" in str(exc), exc
+            assert original is not None and path.read_bytes() == original.encode()
+            return
+        # (remove_job_configs below parses what we wrote: it refuses anything but valid JSONC)
+        assert path.read_text(encoding="utf-8").count('"name": "remote-debug: myjob rank ') == ranks
+        if twice:  # a re-attach with fewer ranks rewrites our entries in place
+            vl.update_launch_json(workspace, "myjob", targets(workspace, range(3 - ranks)))
+        vl.remove_job_configs(workspace, "myjob")
+        if original is None:
+            assert not path.exists() and not path.parent.exists()
+        else:
+            assert path.read_bytes() == original.encode()
+        assert sorted(p.name for p in workspace.iterdir()) == ([".vscode"] if original is not None else [])

@@ -7,6 +7,7 @@ behaves the same for local and SageMaker jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -64,6 +65,7 @@ class LaunchRequest:
     sshd_port: int = 0
     hyperparameters: dict[str, str] = field(default_factory=dict)
     stop_grace_seconds: float = 120.0
+    hold_on_failure: float = 0.0  # seconds a rank that raised waits for a post-mortem debugger
     # multi-node jobs run each node in its own network namespace when root (False: --no-netns)
     netns: bool = True
 
@@ -119,6 +121,8 @@ class LocalBackend(Backend):
             raise UserError(f"--nodes {req.nodes} is out of range: use 1-64")
         if not (1 <= req.nproc_per_node <= 64):
             raise UserError(f"--nproc-per-node {req.nproc_per_node} is out of range: use 1-64")
+        if not (0 <= req.hold_on_failure <= 7 * 24 * 3600):  # NaN fails too
+            raise UserError(f"--hold-on-failure {req.hold_on_failure:g} is out of range: use 0 to 604800 seconds")
         if not req.source_dir.is_dir():
             raise UserError(f"source dir {req.source_dir} does not exist: pass --source-dir DIR")
         if self.paths.job_dir(req.name).exists():
@@ -142,17 +146,20 @@ class LocalBackend(Backend):
 
     def launch(self, req: LaunchRequest) -> JobInfo:
         self.validate(req)
-        _, public_key = ensure_job_key(self.paths, req.name)
+        # every option is checked (DebugSpec) before the first file, the job's key pair, is written
         debug = spec.DebugSpec(
             job_name=req.name,
-            client_public_key=public_key,
+            client_public_key="ssh-ed25519 key-not-made-yet",
             ide=req.ide,
             ranks=req.ranks,
             port_base=req.port_base,
             sshd_port=req.sshd_port,
             wait_seconds=req.wait_seconds,
             transport="local",
+            hold_on_failure=req.hold_on_failure,
         )
+        _, public_key = ensure_job_key(self.paths, req.name)
+        debug = dataclasses.replace(debug, client_public_key=public_key)
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
         self.paths.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +188,9 @@ class LocalBackend(Backend):
                     master_port=master_port,
                     master_addr=master_addr,
                 )
+                # the hook SIGKILLs a command that outlives a stop by 5/6 of the grace (100 of SageMaker's
+                # 120 s), so it can still stop sshd and record the end before the supervisor's SIGKILL
+                env[spec.ENV_STOP_GRACE] = f"{req.stop_grace_seconds * 5 / 6:g}"
                 if ns_plan is not None:
                     env.update({name: netns.IFNAME for name in netns.IFNAME_ENV})
                     command = netns.exec_prefix(ns_plan.namespace(i)) + command

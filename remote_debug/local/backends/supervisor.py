@@ -52,13 +52,16 @@ class Supervisor:
         for proc in self.procs.values():
             if proc.poll() is None:
                 try:
-                    os.kill(proc.pid, sig)
-                except ProcessLookupError:
+                    if sig == signal.SIGKILL:  # the end of the grace: the node's whole session, as a
+                        os.killpg(proc.pid, sig)  # container's processes die with it (nodes are session leaders)
+                    else:
+                        os.kill(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
                     pass
 
     def start_nodes(self) -> None:
         inherited = dict(os.environ)
-        for name in (*spec.SPEC_ENV_NAMES, spec.ENV_CLAIMED_BY):
+        for name in (*spec.SPEC_ENV_NAMES, *spec.SPEC_OPTIONAL_ENV_NAMES, spec.ENV_CLAIMED_BY):
             inherited.pop(name, None)  # never inherit a debug spec from the launching shell
         # "python" found on PATH by the job's own launchers (mpirun, shell scripts) is the interpreter
         # remote-debug runs in, as a container image puts its Python first on PATH

@@ -1,0 +1,186 @@
+"""How a rank ends by an uncaught exception: recorded with its traceback, optionally held for a post-mortem.
+
+Every claimed rank installs :class:`FailureHook` as ``sys.excepthook``.  On an uncaught exception it
+writes the rank document's ``state`` ("failed"), ``error`` (one line) and ``traceback`` (bounded), so
+``attach`` can report the crash with its traceback, then lets Python's own hook print it as before.
+
+With a hold (``REMOTE_DEBUG_HOLD_ON_FAILURE=SECONDS``, ``launch --hold-on-failure``) a debugged rank
+does not exit at once: it reports ``state="held"``, makes sure its debug listener runs (a lazy rank
+starts debugpy now), and waits up to SECONDS for a debugger.  When one is attached, debugpy stops the
+main thread *at the exception* - the frames of the traceback, their locals readable - exactly as a
+stop on an uncaught exception looks in the IDE.  When the debugger continues or detaches (or nobody
+came within SECONDS) the rank exits as it would have without the hold: the traceback was printed
+before the hold, and returning from the excepthook gives Python's exit code 1.
+
+Why in the excepthook: it runs after the exception has left the main module but before the
+interpreter starts shutting down, with the traceback (and so every frame) still alive; the launcher
+(torchrun) sees a live process, so the job stays InProgress and the other ranks stay debuggable.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Protocol
+
+from remote_debug.container.log import describe, log
+
+TRACEBACK_LIMIT = 8000  # characters of a traceback kept in the rank document (its end: the raising frames)
+POLL_SECONDS = 0.1
+
+
+class Reporter(Protocol):
+    def update(
+        self,
+        *,
+        state: str | None = ...,
+        error: str | None = ...,
+        traceback: str | None = ...,
+        unless: tuple[str, ...] = ...,
+    ) -> None: ...
+
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def format_traceback(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> str:
+    """The traceback as Python prints it, its last TRACEBACK_LIMIT characters (the raising end)."""
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return text if len(text) <= TRACEBACK_LIMIT else "...\n" + text[-TRACEBACK_LIMIT:]
+
+
+class FailureHook:
+    """``sys.excepthook`` of a rank: report, print as before, hold for a post-mortem when asked."""
+
+    def __init__(
+        self,
+        reporter: Reporter,
+        rank: int,
+        *,
+        hold_seconds: float = 0.0,
+        start_listener: Callable[[], int] | None = None,
+    ) -> None:
+        self.reporter = reporter
+        self.rank = rank
+        self.hold_seconds = hold_seconds
+        self.start_listener = start_listener  # None: no debugger in this rank, nothing to hold for
+        self.previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any] = sys.excepthook
+
+    def install(self) -> None:
+        self.previous = sys.excepthook
+        sys.excepthook = self
+        # Python runs sys.excepthook before atexit handlers, so "failed" is already set and kept.
+        atexit.register(lambda: self.reporter.update(state="finished", unless=("failed", "skipped", "held")))
+
+    def __call__(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        hold = (
+            self.hold_seconds > 0
+            and self.start_listener is not None
+            and not issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C: the user wants it gone
+        )
+        seen = hold and reported_by_pydevd(exc)
+        with contextlib.suppress(Exception):
+            self.reporter.update(
+                state="held" if hold else "failed", error=describe(exc), traceback=format_traceback(exc_type, exc, tb)
+            )
+        # Printed first: the log says why the rank is held, and it is the traceback a run without the
+        # hold prints.
+        self.previous(exc_type, exc, tb)
+        if not hold:
+            return
+        try:
+            if seen:
+                log(f"rank {self.rank} failed; the attached debugger stopped at the exception, exiting as it resumed")
+            else:
+                self._hold((exc_type, exc, tb))
+        except Exception as error:  # the hold is a courtesy: never turn the user's failure into ours
+            log(f"rank {self.rank}: post-mortem hold failed: {describe(error)}")
+        finally:
+            with contextlib.suppress(Exception):
+                self.reporter.update(state="failed")
+
+    def _hold(self, excinfo: ExcInfo) -> None:
+        deadline = time.monotonic() + self.hold_seconds
+        assert self.start_listener is not None
+        port = self.start_listener()
+        self.reporter.update(state="held")  # starting a lazy listener reported it "listening"
+        log(
+            f"rank {self.rank} failed with {describe(excinfo[1])}: held up to {self.hold_seconds:g} s for a "
+            f"post-mortem debugger (port {port}); it exits when the debugger continues or detaches"
+        )
+        import debugpy
+
+        while not debugpy.is_client_connected():
+            if time.monotonic() > deadline:
+                log(f"rank {self.rank}: no debugger within {self.hold_seconds:g} s; exiting with the failure")
+                return
+            time.sleep(POLL_SECONDS)
+        log(f"rank {self.rank}: debugger attached; stopped at the exception")
+        stop_at_exception(excinfo)
+        log(f"rank {self.rank}: debugger resumed the failed rank; exiting with the failure")
+
+
+# The exception pydevd last stopped at as "unhandled" (see track_unhandled_stops); a strong reference,
+# so the identity check below cannot be fooled by a recycled id.
+_last_unhandled_stop: list[BaseException] = []
+
+
+def track_unhandled_stops() -> None:
+    """Remember each exception pydevd stops at as unhandled, from now on (idempotent; called by the
+    rank's connection watcher as soon as debugpy runs).  An IDE attached with the "uncaught" exception
+    filter (VS Code's default) is stopped by pydevd itself while the exception leaves the main module,
+    before the excepthook; the hold must then not stop a second time, even if the user detached there."""
+    pydevd = sys.modules.get("pydevd")
+    py_db = pydevd.get_global_debugger() if pydevd is not None else None
+    if py_db is None or getattr(py_db, "_remote_debug_tracked", False):
+        return
+    original = py_db.do_stop_on_unhandled_exception
+
+    def do_stop_on_unhandled_exception(thread: Any, frame: Any, frames_byid: Any, arg: Any) -> Any:
+        with contextlib.suppress(Exception):
+            _last_unhandled_stop[:] = [arg[1]]
+        return original(thread, frame, frames_byid, arg)
+
+    # an instance attribute: pydevd's tracers (Python and Cython) call it through the instance
+    py_db.do_stop_on_unhandled_exception = do_stop_on_unhandled_exception
+    py_db._remote_debug_tracked = True
+
+
+def reported_by_pydevd(exc: BaseException) -> bool:
+    """True when pydevd already stopped at ``exc`` as unhandled (the user has seen it and resumed)."""
+    return any(seen is exc for seen in _last_unhandled_stop)
+
+
+def stop_at_exception(excinfo: ExcInfo) -> None:
+    """Stop the calling thread at ``excinfo``'s innermost user frame, reported to the attached client as
+    an exception stop; returns when the client resumes (continue, detach).  Stepping is not possible:
+    the frames have already been unwound (as with ``pdb.post_mortem``)."""
+    import debugpy
+
+    trigger = getattr(debugpy, "trigger_exception_handler", None)
+    if trigger is not None:  # debugpy >= 1.8.2x: the public way, stops regardless of the client's filters
+        trigger(excinfo, as_uncaught=False)
+        return
+    # Older debugpy: what that function does, through pydevd (vendored by debugpy).
+    import pydevd
+
+    py_db = pydevd.get_global_debugger()
+    tb = excinfo[2]
+    if py_db is None or tb is None:
+        return
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    thread = __import__("threading").current_thread()
+    info = py_db.set_additional_thread_info(thread)
+    info.is_tracing += 1
+    try:
+        py_db.do_stop_on_unhandled_exception(thread, frames[-1], {id(f): f for f in frames}, excinfo)
+    finally:
+        info.is_tracing -= 1
