@@ -27,7 +27,6 @@ the standard library (it runs as a plain script under the same interpreter).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import shlex
@@ -348,6 +347,18 @@ class BeatJob:
         assert manifest is not None and manifest.ranks
         return int(self.attacher.tunnels["algo-1"].forward(manifest.ranks[0].control_port))
 
+    def ide(self, port: int) -> Any:
+        """Our DAP client as the IDE on local forward ``port``: attached, a breakpoint on the heartbeat line."""
+        from remote_debug.local.dap_client import attach_and_configure
+
+        return attach_and_configure(
+            "127.0.0.1",
+            port,
+            path_mappings=[(str(self.project), self.attacher.forwards[0].code_dir)],
+            breakpoints={str(self.script): [BEAT_LINE]},
+            timeout=30,
+        )
+
     def events_named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in list(self.events) if e["event"] == name]
 
@@ -360,23 +371,17 @@ def tunnel_usable(port: int, timeout: float) -> float:
     the test then wants to debug.  The control forward goes the same way: local listener -> SSH
     channel -> the node's loopback port.
     """
+    from tests.container.helpers import control_request  # not at the top: the wrapper process runs this file
+
     start = time.monotonic()
     deadline = start + timeout
     last = "no attempt"
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-                sock.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-                sock.sendall(b'{"op": "stacks"}\n')
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            if json.loads(data or b"{}").get("ok"):
+            reply = control_request(port, "stacks", timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            if reply.get("ok"):
                 return time.monotonic() - start
-            last = f"answer {data[:80]!r}"
+            last = f"answer {str(reply)[:80]}"
         except (OSError, ValueError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(0.05)

@@ -473,3 +473,17 @@ def with_descendants(pids: list[int]) -> list[int]:
             found.add(pid)
             todo.extend(children.get(pid, []))
     return sorted(found)
+
+
+def control_request(port: int, op: str, timeout: float = 20) -> dict[str, Any]:
+    """One request to a rank's control channel on 127.0.0.1:``port`` (a JSON line each way)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(json.dumps({"op": op}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    reply: dict[str, Any] = json.loads(data or b"{}")
+    return reply

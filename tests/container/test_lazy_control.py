@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +10,15 @@ from typing import Any
 import pytest
 
 from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, MiniDap, free_port, listen_addresses, wait_for
+from tests.container.helpers import (
+    PYTHON,
+    HookRun,
+    MiniDap,
+    control_request,
+    free_port,
+    listen_addresses,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -39,16 +45,7 @@ dist.destroy_process_group()
 
 
 def control(port: int, op: str) -> dict[str, Any]:
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
-        sock.sendall(json.dumps({"op": op}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    reply: dict[str, Any] = json.loads(data)
-    return reply
+    return control_request(port, op)
 
 
 def test_idle_ranks_start_debugpy_on_request_and_report_stacks_while_blocked(run: HookRun) -> None:

@@ -15,11 +15,8 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +27,9 @@ from remote_debug.local import ssh_config
 from remote_debug.local.keys import ensure_job_key
 from remote_debug.local.paths import StatePaths
 from tests.local.test_local_faults import make_fake_job
+from tests.sshd import SSHD, private_sshd
 
 SSH = shutil.which("ssh")
-SSHD = "/usr/sbin/sshd"
 JOB = "quoting"
 # every character a shell or ssh_config could trip over, but a line break (refused, see below)
 HOSTILE = "dir with space 'single' \"double\" $HOME `id` $(id) %h %% \\back ;&|<>*?[x] ünï"
@@ -45,35 +42,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[tuple[int, Path, str]]:
     """A private sshd on 127.0.0.1; yields (port, authorized_keys file, host public key)."""
-    d = Path(tempfile.mkdtemp(prefix="sshd-", dir=tmp_path))
-    os.chmod(d, 0o700)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host")], check=True)
-    (d / "authorized_keys").write_text("")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'pid'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nUsePAM no\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nAuthenticationMethods publickey\nStrictModes no\n"
-        "PermitRootLogin prohibit-password\n"
-    )
-    os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("private sshd did not start")
-                time.sleep(0.05)
-        yield port, d / "authorized_keys", " ".join((d / "host.pub").read_text().split()[:2])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with private_sshd(tmp_path) as server:
+        yield server.port, server.authorized_keys, server.host_key_line
 
 
 def hostile_python(root: Path) -> Path:

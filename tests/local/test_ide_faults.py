@@ -10,25 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.dap_client import DapClient, DapRequestFailedError, attach_and_configure
-from tests.faults import BEAT_LINE, BeatJob
-
-
-def _ide(job: BeatJob, port: int) -> DapClient:
-    code_dir = job.attacher.forwards[0].code_dir
-    return attach_and_configure(
-        "127.0.0.1",
-        port,
-        path_mappings=[(str(job.project), code_dir)],
-        breakpoints={str(job.script): [BEAT_LINE]},
-        timeout=30,
-    )
+from remote_debug.local.dap_client import DapClient, DapRequestFailedError
+from tests.faults import BeatJob
 
 
 def test_ide_vanishing_at_a_breakpoint_lets_the_rank_run_on(home: Path, tmp_path: Path) -> None:
     job = BeatJob("ide-gone", tmp_path)
     port = job.start_attach()
-    ide = _ide(job, port)
+    ide = job.ide(port)
     assert ide.wait_stopped(20)["reason"] == "breakpoint"
     ide.close()  # the socket just goes: no "disconnect" request (IDE crashed, laptop lid closed)
     job.wait_beats_advance(10)  # debugpy resumes the paused rank once its client is gone
@@ -66,7 +55,7 @@ def _raw_initialize(port: int) -> tuple[dict[str, object] | None, bool]:
 def test_second_ide_on_a_rank_is_refused_clearly(home: Path, tmp_path: Path) -> None:
     job = BeatJob("two-ides", tmp_path)
     port = job.start_attach()
-    first = _ide(job, port)
+    first = job.ide(port)
     assert first.wait_stopped(20)["reason"] == "breakpoint"
 
     answer, closed = _raw_initialize(port)
@@ -87,7 +76,7 @@ def test_second_ide_on_a_rank_is_refused_clearly(home: Path, tmp_path: Path) -> 
     first.disconnect()
     first.close()
     job.wait_beats_advance(10)
-    second = _ide(job, port)
+    second = job.ide(port)
     assert second.wait_stopped(20)["reason"] == "breakpoint"
     second.disconnect()
     second.close()

@@ -73,7 +73,8 @@ def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_pa
     options = AttachOptions(workspace=project, headless=plan, ranks=(0,), write_launch_json=False)
     result = Attacher(backend, "pause", options, emit, paths).run()
 
-    assert result.job.status == "Completed", (result.job.failure_reason, events)
+    logs = "".join(f.read_text() for f in sorted((paths.job_dir("pause") / "logs").glob("*.log")))
+    assert result.job.status == "Completed", (result.job.failure_reason, events, logs[-6000:])
     assert result.job.exit_code == 0
     [report] = result.reports
     assert report.error is None and report.stops and report.stops[0].variables

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -25,12 +24,12 @@ from remote_debug import spec
 from remote_debug.local import ssh_config
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.ssh_config import HostEntry
+from tests.sshd import private_sshd
 
 JOB = "myjob"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7dnjpCsVN6hQ7kBQQ2XyvqtWFm8qv4U3s0DgV2c9m1 root@node"
 PROXY = '"/usr/bin/python3" -m remote_debug proxy --state-dir "/x y" %h %p'
 SSH = shutil.which("ssh")
-SSHD = "/usr/sbin/sshd"
 needs_ssh = pytest.mark.skipif(SSH is None, reason="OpenSSH client not installed")
 
 
@@ -389,38 +388,12 @@ while data := s.recv(65536):
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[tuple[int, Path, str]]:
     """A private sshd on 127.0.0.1; yields (port, client private key, host public key)."""
-    if SSH is None or not os.path.exists(SSHD):
-        pytest.skip("OpenSSH server not installed")
-    d = Path(tempfile.mkdtemp(prefix="sshd-", dir=tmp_path))
-    os.chmod(d, 0o700)
-    for name in ("host", "client"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
-    (d / "authorized_keys").write_text((d / "client.pub").read_text())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'pid'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nUsePAM no\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nAuthenticationMethods publickey\nStrictModes no\n"
-        "PermitRootLogin prohibit-password\n"
-    )
-    os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("private sshd did not start")
-                time.sleep(0.05)
-        yield port, d / "client", (d / "host.pub").read_text().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    if SSH is None:
+        pytest.skip("OpenSSH client not installed")
+    client = tmp_path / "client"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(client)], check=True)
+    with private_sshd(tmp_path, (tmp_path / "client.pub").read_text()) as server:
+        yield server.port, client, (server.directory / "host.pub").read_text().strip()
 
 
 @needs_ssh

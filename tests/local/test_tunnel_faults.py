@@ -14,10 +14,9 @@ import pytest
 
 from remote_debug.local import attach as attach_mod
 from remote_debug.local import tunnels
-from remote_debug.local.dap_client import DapClient, attach_and_configure
 from remote_debug.local.proxy import proxy_command as real_proxy_command
 from tests.container.helpers import wait_for
-from tests.faults import BEAT_LINE, BeatJob, FaultRelay, Snapshot, tunnel_usable
+from tests.faults import BeatJob, FaultRelay, Snapshot, tunnel_usable
 
 RECONNECT_BUDGET = 5.0  # issue 7: attach reconnects within 5 s once the path is back
 
@@ -36,24 +35,12 @@ def relay(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultRelay]:
         hub.close()
 
 
-def _ide(job: BeatJob, port: int) -> DapClient:
-    """Our DAP client as the IDE: attach with a breakpoint on the heartbeat line."""
-    code_dir = job.attacher.forwards[0].code_dir
-    return attach_and_configure(
-        "127.0.0.1",
-        port,
-        path_mappings=[(str(job.project), code_dir)],
-        breakpoints={str(job.script): [BEAT_LINE]},
-        timeout=30,
-    )
-
-
 def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(home: Path, tmp_path: Path,
                                                                    relay: FaultRelay) -> None:
     job = BeatJob("cut-paused", tmp_path)
     port = job.start_attach()
     control = job.control_forward()
-    ide = _ide(job, port)
+    ide = job.ide(port)
     assert ide.wait_stopped(20)["reason"] == "breakpoint"
     frozen = job.beats()
     time.sleep(0.5)
@@ -75,7 +62,7 @@ def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(home: Path, 
     # attach says so on its next round, also when the IDE's connection did the reconnecting
     wait_for(lambda: job.events_named("reconnected"), 5, "attach to report the reconnect")
 
-    again = _ide(job, port)  # the IDE re-attaches and stops at the breakpoint again
+    again = job.ide(port)  # the IDE re-attaches and stops at the breakpoint again
     stop = again.wait_stopped(20)
     assert stop["reason"] == "breakpoint"
     again.disconnect()
@@ -185,7 +172,7 @@ def test_flapping_link_leaks_nothing(home: Path, tmp_path: Path, relay: FaultRel
         f"proxies {before.proxies}->{after.proxies} listening {before.listening}->{after.listening}"
     )
     assert max(times) <= RECONNECT_BUDGET, times
-    ide = _ide(job, port)  # after all that, the IDE still attaches and stops
+    ide = job.ide(port)  # after all that, the IDE still attaches and stops
     assert ide.wait_stopped(20)["reason"] == "breakpoint"
     ide.disconnect()
     ide.close()
