@@ -21,6 +21,16 @@ from tests.faults import BeatJob, FaultRelay, Snapshot, tunnel_usable
 RECONNECT_BUDGET = 5.0  # issue 7: attach reconnects within 5 s once the path is back
 
 
+def restore_and_reconnect(relay: FaultRelay, control: int) -> float:
+    """Restore the link; seconds until a request through attach's forward is answered again."""
+    relay.restore()
+    restored = time.monotonic()
+    tunnel_usable(control, RECONNECT_BUDGET + 5)
+    reconnect = time.monotonic() - restored
+    assert reconnect <= RECONNECT_BUDGET, f"forward usable {reconnect:.2f} s after the link came back"
+    return reconnect
+
+
 @pytest.fixture
 def relay(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultRelay]:
     """Every ssh entry attach writes runs its real ProxyCommand behind the fault relay."""
@@ -54,11 +64,7 @@ def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(home: Path, 
     ide.close()
 
     time.sleep(1.0)  # attach tries (and is refused) meanwhile
-    relay.restore()
-    restored = time.monotonic()
-    tunnel_usable(control, RECONNECT_BUDGET + 5)
-    reconnect = time.monotonic() - restored
-    assert reconnect <= RECONNECT_BUDGET, f"forward usable {reconnect:.2f} s after the link came back"
+    reconnect = restore_and_reconnect(relay, control)
     # attach says so on its next round, also when the IDE's connection did the reconnecting
     wait_for(lambda: job.events_named("reconnected"), 5, "attach to report the reconnect")
 
@@ -89,11 +95,7 @@ def test_cut_while_running_does_not_touch_training_and_recovers(home: Path, tmp_
     # per 0.3 s poll -- each attempt is a StartSession call on SageMaker
     assert 1 <= attempts <= 4, f"{attempts} reconnect attempts in 3 s of outage"
     assert job.events_named("tunnel-down"), "attach should say the tunnel is down"
-    relay.restore()
-    restored = time.monotonic()
-    tunnel_usable(control, RECONNECT_BUDGET + 5)
-    reconnect = time.monotonic() - restored
-    assert reconnect <= RECONNECT_BUDGET
+    reconnect = restore_and_reconnect(relay, control)
     assert job.finish().job.status == "Completed"
     print(f"\n[faults] cut-while-running: cuts=1 refused={relay.counts.refused} reconnect={reconnect:.2f}s")
 
@@ -121,11 +123,7 @@ def test_delay_then_blackhole_is_detected_and_recovers(home: Path, tmp_path: Pat
     # keepalive interval + its answer timeout (0.5 + 2 s here; 5 + 15 s by default), plus slack
     assert detected <= 4.0, f"blackhole noticed only after {detected:.1f} s"
     job.wait_beats_advance(5)
-    relay.restore()
-    restored = time.monotonic()
-    tunnel_usable(control, RECONNECT_BUDGET + 5)
-    reconnect = time.monotonic() - restored
-    assert reconnect <= RECONNECT_BUDGET
+    reconnect = restore_and_reconnect(relay, control)
     assert job.finish().job.status == "Completed"
     print(f"\n[faults] delay+blackhole: delays=1 blackholes=1 detected={detected:.2f}s reconnect={reconnect:.2f}s")
 
@@ -146,10 +144,7 @@ def test_flapping_link_leaks_nothing(home: Path, tmp_path: Path, relay: FaultRel
         relay.cut()
         wait_for(lambda: not relay.live, 10, "the cut connection to go")
         time.sleep(0.3)
-        relay.restore()
-        restored = time.monotonic()
-        tunnel_usable(control, RECONNECT_BUDGET + 5)
-        times.append(time.monotonic() - restored)
+        times.append(restore_and_reconnect(relay, control))
     job.wait_beats_advance(5)
 
     def settled() -> Snapshot | None:
