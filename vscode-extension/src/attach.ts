@@ -258,6 +258,12 @@ export class AttachManager implements vscode.Disposable {
       case 'warning':
         void vscode.window.showWarningMessage(`Remote Debug (${job}): ${event.message}`);
         break;
+      case 'rank-failed':
+        void vscode.window.showErrorMessage(
+          `Remote Debug (${job}): rank ${event.rank} on ${event.node} failed: ${event.error ?? 'uncaught exception'}` +
+            (event.held ? ' — held for a post-mortem: start its debug session to see the exception' : ''),
+        );
+        break;
       case 'ready':
         proc.markReady();
         break;

@@ -147,6 +147,15 @@ export interface StoppedEvent { event: 'stopped'; rank: number; node: string; fi
 export interface ReconnectedEvent { event: 'reconnected'; node: string }
 export interface TunnelDownEvent { event: 'tunnel-down'; node: string; error: string }
 export interface WarningEvent { event: 'warning'; message: string }
+/** A rank died of an uncaught exception; `held`: it waits (--hold-on-failure) for a post-mortem debugger. */
+export interface RankFailedEvent {
+  event: 'rank-failed';
+  rank: number;
+  node: string;
+  error: string | null;
+  traceback?: string | null;
+  held?: boolean;
+}
 export interface JobEndedEvent {
   event: 'job-ended';
   status: string;
@@ -171,6 +180,7 @@ export type AttachEvent =
   | ReconnectedEvent
   | TunnelDownEvent
   | WarningEvent
+  | RankFailedEvent
   | JobEndedEvent
   | LaunchedEvent;
 
@@ -189,6 +199,7 @@ const REQUIRED: Record<string, Record<string, 'string' | 'number' | 'array'>> = 
   reconnected: { node: 'string' },
   'tunnel-down': { node: 'string' },
   warning: { message: 'string' },
+  'rank-failed': { rank: 'number', node: 'string' },
   'job-ended': { status: 'string' },
   launched: { job: 'string' },
 };
@@ -268,6 +279,12 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `tunnel to ${e.node} is down, retrying: ${e.error}`;
     case 'warning':
       return `warning: ${e.message}`;
+    case 'rank-failed':
+      return (
+        `rank ${e.rank} on ${e.node} failed: ${e.error ?? 'uncaught exception'}` +
+        (e.held ? ' (held for a post-mortem: attach to see it stopped at the exception)' : '') +
+        (e.traceback ? `\n${e.traceback.trimEnd()}` : '')
+      );
     case 'job-ended':
       return `job ended: ${e.status}, exit code ${e.exit_code}${e.failure_reason ? ` (${e.failure_reason})` : ''}`;
     case 'launched':

@@ -17,6 +17,7 @@ export type RankState =
   | 'attached' // a debug session is attached and the rank runs
   | 'paused' // a debug session shows it stopped (breakpoint, step, pause, exception)
   | 'unavailable' // the rank has no debugger (skipped, failed)
+  | 'failed' // the rank died of an uncaught exception (held: alive for a post-mortem debugger)
   | 'finished'; // the rank or the whole job has ended
 
 export const RANK_STATE_LABEL: Record<RankState, string> = {
@@ -28,6 +29,7 @@ export const RANK_STATE_LABEL: Record<RankState, string> = {
   attached: 'attached',
   paused: 'paused',
   unavailable: 'no debugger',
+  failed: 'failed',
   finished: 'finished',
 };
 
@@ -201,7 +203,7 @@ export class JobsModel {
     for (const node of entry.nodes.values()) {
       for (const r of node.ranks.values()) {
         if (base === 'finished') {
-          r.state = 'finished';
+          r.state = r.state === 'failed' ? 'failed' : 'finished'; // a crash stays visible after the job
           r.localPort = undefined;
         } else if (r.state === 'starting' || r.state === 'not-attached') {
           r.state = base;
@@ -239,7 +241,7 @@ export class JobsModel {
       node.connected = false;
       for (const r of node.ranks.values()) {
         r.localPort = undefined;
-        if (r.state !== 'finished' && r.state !== 'unavailable') {
+        if (r.state !== 'finished' && r.state !== 'unavailable' && r.state !== 'failed') {
           r.state = this.baseState(entry);
         }
       }
@@ -305,6 +307,12 @@ export class JobsModel {
       case 'warning':
         entry.warning = e.message;
         break;
+      case 'rank-failed': {
+        const r = this.rank(entry, e.rank, e.node);
+        r.state = 'failed';
+        r.detail = `${e.held ? 'held after ' : ''}${e.error ?? 'uncaught exception'}`;
+        break;
+      }
       case 'tunnel-down':
         this.node(entry, e.node).connected = false;
         break;
@@ -336,7 +344,9 @@ export class JobsModel {
     }
     const r = this.rank(entry, rank);
     if (state === 'detached') {
-      if (!isRunning(entry.info)) {
+      if (r.state === 'failed') {
+        // a held rank's post-mortem session ended: it still failed
+      } else if (!isRunning(entry.info)) {
         r.state = 'finished';
       } else if (r.state !== 'unavailable' && r.state !== 'finished') {
         r.state = entry.forwarded.has(rank) ? 'listening' : this.baseState(entry);

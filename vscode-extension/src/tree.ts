@@ -20,6 +20,7 @@ const RANK_ICON: Record<RankState, [string, string?]> = {
   attached: ['debug-start', 'charts.green'],
   paused: ['debug-pause', 'charts.orange'],
   unavailable: ['warning', 'problemsWarningIcon.foreground'],
+  failed: ['error', 'errorForeground'],
   finished: ['pass', 'disabledForeground'],
 };
 
@@ -188,7 +189,9 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode> {
         item.description = rankDescription(r);
         item.tooltip = `rank ${r.rank} on ${r.node}: ${rankDescription(r)}${r.localPort ? `\ndebugger forwarded to 127.0.0.1:${r.localPort}` : ''}`;
         const attachedish = r.state === 'attached' || r.state === 'paused' || r.state === 'attaching';
-        item.contextValue = attachedish ? 'rank-attached' : r.state === 'finished' || r.state === 'unavailable' ? 'rank-done' : 'rank-detached';
+        // a held failed rank can still be debugged (post-mortem); any other failed rank is done
+        const done = r.state === 'finished' || r.state === 'unavailable' || (r.state === 'failed' && !r.detail?.startsWith('held'));
+        item.contextValue = attachedish ? 'rank-attached' : done ? 'rank-done' : 'rank-detached';
         const [id, color] = RANK_ICON[r.state];
         item.iconPath = icon(id, color);
         return item;

@@ -64,6 +64,7 @@ describe('attach --json events', () => {
       { event: 'reconnected', node: 'algo-1' },
       { event: 'tunnel-down', node: 'algo-1', error: 'EOF' },
       { event: 'warning', message: 'slow' },
+      { event: 'rank-failed', rank: 1, node: 'algo-1', pid: 7, error: 'ValueError: bad batch', traceback: 'Traceback...', held: true },
       { event: 'job-ended', status: 'Completed', exit_code: 0, failure_reason: null },
       { event: 'launched', job: 'j', workspace: '/ws', nodes: 1, nproc_per_node: 2 },
     ];
@@ -74,6 +75,9 @@ describe('attach --json events', () => {
       assert.ok(describeEvent(e).length > 0);
     }
     assert.equal(describeEvent(parseEventLine(JSON.stringify(lines[4]))!), 'rank 0 on algo-1: debugger at 127.0.0.1:4000 (waiting)');
+    const failed = describeEvent(parseEventLine(JSON.stringify(lines[14]))!);
+    assert.match(failed, /^rank 1 on algo-1 failed: ValueError: bad batch \(held for a post-mortem/);
+    assert.match(failed, /\nTraceback\.\.\.$/);
   });
 
   test('ignores lines that are not events, and events missing what we rely on', () => {

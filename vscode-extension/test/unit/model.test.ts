@@ -125,6 +125,22 @@ describe('attach events and debug sessions', () => {
     assert.equal(m.rankEntry('local-1', 0)?.state, 'not-attached');
   });
 
+  test('a crashed rank shows failed, held or not, and stays failed after the job ends', () => {
+    const m = new JobsModel();
+    m.setJobs([jobJson()]);
+    m.attachStarted('local-1');
+    m.applyEvent('local-1', { event: 'rank-failed', rank: 1, node: 'algo-1', error: 'ValueError: bad batch', traceback: 'Traceback (most recent call last):\n', held: true });
+    assert.equal(m.rankEntry('local-1', 1)?.state, 'failed');
+    assert.equal(m.rankEntry('local-1', 1)?.detail, 'held after ValueError: bad batch');
+    m.setRankSession('local-1', 1, 'attached');
+    m.setRankSession('local-1', 1, 'detached');
+    m.applyEvent('local-1', { event: 'rank-failed', rank: 1, node: 'algo-1', error: 'ValueError: bad batch', held: false });
+    m.applyEvent('local-1', { event: 'job-ended', status: 'Failed', exit_code: 1, failure_reason: 'rank 1 failed' });
+    assert.equal(m.rankEntry('local-1', 1)?.state, 'failed');
+    assert.equal(m.rankEntry('local-1', 1)?.detail, 'ValueError: bad batch');
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'finished');
+  });
+
   test('an event can place a rank on another node than the numbering guessed', () => {
     const m = new JobsModel();
     m.setJobs([jobJson({ nodes: ['algo-1', 'algo-2'], nproc_per_node: 1 })]);
