@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -324,25 +325,20 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
     name = "bench-p5"
     backend, src = _launch_rank_job(paths, work, name, 1, 1)
     result: dict[str, float] = {}
+    ready = threading.Event()
+    attacher = Attacher(
+        backend,
+        name,
+        AttachOptions(workspace=src, write_launch_json=False, edit_user_ssh_config=False, ready_timeout=60),
+        lambda e: ready.set() if e["event"] == "ready" else None,
+        paths,
+    )
+    # attach as the user runs it (tunnels + forwards, no IDE); we play the IDE through its forward
+    attaching = threading.Thread(target=attacher.run, name="bench-attach", daemon=True)
+    attaching.start()
     try:
-        attacher = Attacher(
-            backend,
-            name,
-            AttachOptions(workspace=src, write_launch_json=False, edit_user_ssh_config=False, ready_timeout=60),
-            lambda e: None,
-            paths,
-        )
-        # Use the attach machinery up to the forwards, then drive DAP ourselves.
-        from remote_debug.local.attach import wait_for_manifests, write_ssh_entries
-
-        manifests = wait_for_manifests(backend, name, 60, lambda e: None)
-        entries = write_ssh_entries(name, manifests, paths, edit_user_config=False, emit=lambda e: None)
-        attacher._connect_nodes(entries)
-        deadline = time.monotonic() + 60
-        while not attacher._discover_ranks():
-            if time.monotonic() > deadline:
-                raise RuntimeError("rank did not start listening")
-            time.sleep(0.2)
+        if not ready.wait(90) or not attacher.forwards:
+            raise RuntimeError("P5: attach did not forward the rank")
         fwd = attacher.forwards[0]
         line = _break_line(src)
         mapping = [(str(src), fwd.code_dir)]
@@ -365,10 +361,9 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
             finally:
                 client.close()
         result["tunnel_vs_direct"] = result["tunnel_next_ms"] / result["direct_next_ms"]
-        for tunnel in attacher.tunnels.values():
-            tunnel.close()
     finally:
         backend.stop(name, wait_seconds=30)
+        attaching.join(60)  # attach ends with the job
     return result
 
 

@@ -562,6 +562,26 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: it only waits for its parent to reap it).
+
+    Not contract, but needed on both sides (the node daemon's lock holder, local job processes), which
+    may share only this module -- like the atomic writes above."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _loads(data: bytes, path: Path) -> Any:
     try:
         text = data.decode("utf-8")  # what the writers write, whatever the reader's locale says

@@ -249,3 +249,19 @@ def test_atomic_write_mode(tmp_path: Path) -> None:
     assert target.read_text() == "one" and target.stat().st_mode & 0o777 == 0o600
     spec.atomic_write_text(target, "two")
     assert target.read_text() == "two" and target.stat().st_mode & 0o777 == 0o644
+
+
+def test_pid_alive_sees_running_zombie_and_gone_processes() -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    assert spec.pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while spec.pid_alive(child.pid) and time.monotonic() < deadline:  # exited, not reaped yet: a zombie
+        time.sleep(0.02)
+    assert not spec.pid_alive(child.pid)
+    child.wait()
+    assert not spec.pid_alive(child.pid) and not spec.pid_alive(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -24,73 +25,89 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def describe_event(event: dict[str, Any]) -> str | None:
-    """A human line for an attach/demo event (None: not worth a line)."""
-    kind = event.get("event")
-    if kind == "launched":
-        shape = f"{event['nodes']} x {event['nproc_per_node']} ranks"
-        return f"launched job {event['job']} ({shape}); workspace {event['workspace']}"
-    if kind == "rank-attached":
-        return f"rank {event['rank']}: debugger attached"
-    if kind == "job-status":
-        detail = f": {event['message']}" if event.get("message") else ""
-        return f"job {event['job']}: {event['status']} / {event['secondary_status']}{detail}"
-    if kind == "waiting":
-        return f"waiting for {event['what']} to start: {', '.join(event.get('nodes', []))}"
-    if kind == "ssh-config":
-        return f"ssh entries written ({', '.join(event['aliases'])}): try `ssh {event['aliases'][0]}`"
-    if kind == "node-connected":
-        return f"connected to {event['alias']}"
-    if kind == "rank-ready" and event.get("ide") == "pycharm":
+Event = dict[str, Any]
+
+
+def _launched(e: Event) -> str:
+    return f"launched job {e['job']} ({e['nodes']} x {e['nproc_per_node']} ranks); workspace {e['workspace']}"
+
+
+def _job_status(e: Event) -> str:
+    detail = f": {e['message']}" if e.get("message") else ""
+    return f"job {e['job']}: {e['status']} / {e['secondary_status']}{detail}"
+
+
+def _rank_ready(e: Event) -> str:
+    if e.get("ide") == "pycharm":
         return (
-            f"rank {event['rank']} on {event['node']}: its localhost:{event['remote_port']} leads to "
-            f"PyCharm's debug server at 127.0.0.1:{event['local_port']}"
+            f"rank {e['rank']} on {e['node']}: its localhost:{e['remote_port']} leads to "
+            f"PyCharm's debug server at 127.0.0.1:{e['local_port']}"
         )
-    if kind == "rank-ready":
-        return f"rank {event['rank']} on {event['node']}: debugger at 127.0.0.1:{event['local_port']}"
-    if kind == "rank-unavailable":
-        why = f"{event.get('state')}: {event.get('error') or ''}"
-        return f"rank {event['rank']} on {event['node']} has no debugger ({why})"
-    if kind == "launch-json":
-        return f"VS Code: {event['path']} has '{event['compound']}'"
-    if kind == "ready":
-        return f"ready: ranks {event['ranks']}"
-    if kind == "stopped":
-        where = f"{event.get('file')}:{event.get('line')}"
-        return f"rank {event['rank']} stopped at {where} ({event.get('reason')}): {event.get('variables')}"
-    if kind == "rank-detached":
-        return f"rank {event['rank']} detached" + (f": {event['error']}" if event.get("error") else "")
-    if kind == "reconnected":
-        return f"reconnected to {event['node']}"
-    if kind == "tunnel-down":
-        return f"tunnel to {event['node']} is down, retrying: {event.get('error')}"
-    if kind == "warning":
-        return f"warning: {event['message']}"
-    if kind == "pycharm-build":
-        others = f"; also found: {', '.join(event['others'])}" if event.get("others") else ""
-        have = f", pydevd-pycharm {event['installed']} installed" if event.get("installed") else ""
-        return f"PyCharm build {event['build']} from {event['source']}{have}{others}"
-    if kind == "pycharm-config":
-        steps = "".join(f"\n  {i}. {step}" for i, step in enumerate(event.get("steps", []), start=1))
-        return f"PyCharm run configuration '{event['name']}' (port {event['port']}) written to {event['path']}{steps}"
-    if kind == "rank-connected":
-        return f"rank {event['rank']} on {event['node']}: connected to PyCharm's debug server"
-    if kind == "ide-not-listening":
-        return f"rank {event['rank']} on {event['node']} is waiting: {event['message']}"
-    if kind == "rank-failed":
-        held = (
-            "; held for a post-mortem: a debugger attached to it stops at the exception, and it exits with "
-            "this failure when you continue or detach (or when the hold ends)"
-            if event.get("held")
-            else ""
-        )
-        tb = str(event.get("traceback") or "").rstrip()
-        body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
-        return f"rank {event['rank']} on {event['node']} failed: {event.get('error')}{held}{body}"
-    if kind == "job-ended":
-        reason = f" ({event['failure_reason']})" if event.get("failure_reason") else ""
-        return f"job ended: {event['status']}, exit code {event.get('exit_code')}{reason}"
-    return None
+    return f"rank {e['rank']} on {e['node']}: debugger at 127.0.0.1:{e['local_port']}"
+
+
+def _pycharm_build(e: Event) -> str:
+    others = f"; also found: {', '.join(e['others'])}" if e.get("others") else ""
+    have = f", pydevd-pycharm {e['installed']} installed" if e.get("installed") else ""
+    return f"PyCharm build {e['build']} from {e['source']}{have}{others}"
+
+
+def _pycharm_config(e: Event) -> str:
+    steps = "".join(f"\n  {i}. {step}" for i, step in enumerate(e.get("steps", []), start=1))
+    return f"PyCharm run configuration '{e['name']}' (port {e['port']}) written to {e['path']}{steps}"
+
+
+def _rank_failed(e: Event) -> str:
+    held = (
+        "; held for a post-mortem: a debugger attached to it stops at the exception, and it exits with "
+        "this failure when you continue or detach (or when the hold ends)"
+        if e.get("held")
+        else ""
+    )
+    tb = str(e.get("traceback") or "").rstrip()
+    body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
+    return f"rank {e['rank']} on {e['node']} failed: {e.get('error')}{held}{body}"
+
+
+def _job_ended(e: Event) -> str:
+    reason = f" ({e['failure_reason']})" if e.get("failure_reason") else ""
+    return f"job ended: {e['status']}, exit code {e.get('exit_code')}{reason}"
+
+
+# event name -> its human line; events not listed are not worth a line
+_DESCRIBE: dict[str, Callable[[Event], str]] = {
+    "launched": _launched,
+    "rank-attached": lambda e: f"rank {e['rank']}: debugger attached",
+    "job-status": _job_status,
+    "waiting": lambda e: f"waiting for {e['what']} to start: {', '.join(e.get('nodes', []))}",
+    "ssh-config": lambda e: f"ssh entries written ({', '.join(e['aliases'])}): try `ssh {e['aliases'][0]}`",
+    "node-connected": lambda e: f"connected to {e['alias']}",
+    "rank-ready": _rank_ready,
+    "rank-unavailable": lambda e: (
+        f"rank {e['rank']} on {e['node']} has no debugger ({e.get('state')}: {e.get('error') or ''})"
+    ),
+    "launch-json": lambda e: f"VS Code: {e['path']} has '{e['compound']}'",
+    "ready": lambda e: f"ready: ranks {e['ranks']}",
+    "stopped": lambda e: (
+        f"rank {e['rank']} stopped at {e.get('file')}:{e.get('line')} ({e.get('reason')}): {e.get('variables')}"
+    ),
+    "rank-detached": lambda e: f"rank {e['rank']} detached" + (f": {e['error']}" if e.get("error") else ""),
+    "reconnected": lambda e: f"reconnected to {e['node']}",
+    "tunnel-down": lambda e: f"tunnel to {e['node']} is down, retrying: {e.get('error')}",
+    "warning": lambda e: f"warning: {e['message']}",
+    "pycharm-build": _pycharm_build,
+    "pycharm-config": _pycharm_config,
+    "rank-connected": lambda e: f"rank {e['rank']} on {e['node']}: connected to PyCharm's debug server",
+    "ide-not-listening": lambda e: f"rank {e['rank']} on {e['node']} is waiting: {e['message']}",
+    "rank-failed": _rank_failed,
+    "job-ended": _job_ended,
+}
+
+
+def describe_event(event: Event) -> str | None:
+    """A human line for an attach/demo event (None: not worth a line)."""
+    describe = _DESCRIBE.get(str(event.get("event")))
+    return describe(event) if describe is not None else None
 
 
 def event_printer(as_json: bool) -> Any:

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION
+from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, pid_alive
 
 DAEMON_FLAG = "--node-daemon"
 LOCK_NAME = "node-daemon.lock"
@@ -73,22 +73,6 @@ def _comm(pid: int) -> str:
 def watched_pid(pid: int, ppid: int) -> int:
     """The process whose life the daemon follows (see the module docstring)."""
     return ppid if ppid > 0 and _comm(ppid) in SHELLS else pid
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited; it only waits for its parent to reap it
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def running_daemon(lock: Path) -> int | None:

@@ -85,23 +85,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited child of a process that has not reaped it yet) is not running.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 class LocalBackend(Backend):
     name = "local"
 
@@ -278,7 +261,7 @@ class LocalBackend(Backend):
         if status not in TERMINAL:
             pid = self._supervisor_pid(job_dir)
             # give a just-launched supervisor a moment to write its pid file
-            if not pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
+            if not spec.pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
                 state = read_job_file(job_dir)  # it may have finished between the two reads
                 status = str(state.get("status", IN_PROGRESS))
                 if status not in TERMINAL:
@@ -336,7 +319,7 @@ class LocalBackend(Backend):
             return info
         job_dir = self.paths.job_dir(job)
         pid = self._supervisor_pid(job_dir)
-        if pid_alive(pid):
+        if spec.pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
         else:
             state = read_job_file(job_dir)
@@ -349,7 +332,7 @@ class LocalBackend(Backend):
             if info.status in TERMINAL:
                 break
             time.sleep(0.2)
-        if not pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
+        if not spec.pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
             netns.delete(list(read_job_file(job_dir).get("netns") or []))
         return info
 
