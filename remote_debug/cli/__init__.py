@@ -6,18 +6,23 @@ exit code 2 (see :func:`main`).
 
 from __future__ import annotations
 
+import errno
 import sys
 
-import paramiko
-from typer import Abort, Exit
-from typer.exceptions import TyperException
+from remote_debug.local import interrupts
+
+interrupts.install()  # before the heavy imports below: a Ctrl-C from here on is never lost
+
+import paramiko  # noqa: E402
+from typer import Abort, Exit  # noqa: E402
+from typer.exceptions import TyperException  # noqa: E402
 
 # Importing the command modules registers them on ``app``.
-from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: F401
-from remote_debug.cli.app import app
-from remote_debug.cli.output import error_line
-from remote_debug.local.errors import UserError
-from remote_debug.spec import ContractError
+from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: E402, F401
+from remote_debug.cli.app import app  # noqa: E402
+from remote_debug.cli.output import error_line  # noqa: E402
+from remote_debug.local.errors import UserError  # noqa: E402
+from remote_debug.spec import ContractError  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -39,6 +44,17 @@ def _usage_error(exc: TyperException) -> int:
     return code if isinstance(code, int) else 2
 
 
+# what to do about the OSErrors a user can fix on their machine; others (a refused connection, a
+# broken pipe) get a plain hint
+_FILE_ERROR_HINTS = {
+    errno.ENOSPC: "free some space, then retry",
+    errno.EDQUOT: "free some space (disk quota), then retry",
+    errno.EROFS: "the file system is read-only: use a writable HOME or workspace",
+    errno.EACCES: "fix the permissions, then retry",
+    errno.EPERM: "fix the permissions, then retry",
+}
+
+
 def main() -> None:
     try:
         result = app(standalone_mode=False)
@@ -51,7 +67,8 @@ def main() -> None:
         # disk full, read-only HOME, permissions: what failed and on which file, nothing else.  A
         # write that fails this way has left the old file in place (atomic writes).
         where = f" ({exc.filename})" if exc.filename else ""
-        error_line(f"{exc.strerror or exc}{where}: free space or fix permissions, then retry")
+        hint = _FILE_ERROR_HINTS.get(exc.errno or 0, "retry; 'remote-debug doctor' checks the set-up")
+        error_line(f"{exc.strerror or exc}{where}: {hint}")
         sys.exit(2)
     except paramiko.SSHException as exc:
         error_line(f"ssh connection to the job failed: {exc}; check the job with 'remote-debug doctor JOB'")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -142,8 +143,11 @@ def track_unhandled_stops() -> None:
     original = py_db.do_stop_on_unhandled_exception
 
     def do_stop_on_unhandled_exception(thread: Any, frame: Any, frames_byid: Any, arg: Any) -> Any:
-        with contextlib.suppress(Exception):
-            _last_unhandled_stop[:] = [arg[1]]
+        # only the main thread's exceptions reach sys.excepthook (the hold); keeping another thread's
+        # would pin its frames and their locals (tensors) for the rest of the run
+        if thread is threading.main_thread():
+            with contextlib.suppress(Exception):
+                _last_unhandled_stop[:] = [arg[1]]
         return original(thread, frame, frames_byid, arg)
 
     # an instance attribute: pydevd's tracers (Python and Cython) call it through the instance
@@ -177,7 +181,7 @@ def stop_at_exception(excinfo: ExcInfo) -> None:
     while tb is not None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
-    thread = __import__("threading").current_thread()
+    thread = threading.current_thread()
     info = py_db.set_additional_thread_info(thread)
     info.is_tracing += 1
     try:

@@ -170,10 +170,15 @@ class Hook:
         child = self.child
         if child is None or child.poll() is not None:
             return
+        # By the token, not child.pid: poll() says "running" while the main thread's wait() holds the
+        # lock, even just after it reaped the child, whose pid may then be reused.  The command (it
+        # carries the token too, unless it cleared its environment) and all it started.
         victims = processes_with_token(self.token)
+        if not victims and child.returncode is None:
+            victims = [child.pid]  # a command that dropped our environment
         log(f"the command did not stop within {self.grace:g} s of signal {self.stop_signal}: "
-            f"killing it and {len(victims)} process(es) it started")
-        _signal_all([child.pid, *victims], signal.SIGKILL)
+            f"killing {len(victims)} process(es)")
+        _signal_all(victims, signal.SIGKILL)
 
     def _sweep(self) -> None:
         """After the command ended: end whatever it started that is still running (daemonized children,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug import spec
-from remote_debug.local import ssh_config, vscode_launch
+from remote_debug.local import interrupts, ssh_config, vscode_launch
 from remote_debug.local.backends.base import COMPLETED, TERMINAL, Backend, JobInfo
 from remote_debug.local.errors import JobNotRunningError, UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
@@ -136,6 +136,7 @@ def wait_for_manifests(backend: Backend, job: str, timeout: float, emit: Emit) -
         if time.monotonic() > deadline:
             missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
             raise UserError(f"nodes {', '.join(missing)} of job {job} did not publish an sshd within {timeout:g} s")
+        interrupts.check()
         time.sleep(POLL_SECONDS)
 
 
@@ -283,7 +284,10 @@ class Attacher:
             return
         self._pause_safe_next = now + PAUSE_SAFE_RETRY
         if refresh:
-            self._manifests.update({n: m for n, m in self.backend.manifests(self.job).items() if m is not None})
+            try:
+                self._manifests.update({n: m for n, m in self.backend.manifests(self.job).items() if m is not None})
+            except (UserError, spec.ContractError, OSError):
+                pass  # a transient read error (on SageMaker a CloudWatch query): the known manifests serve
         for node, m in self._manifests.items():
             for r in m.ranks:
                 if (r.rank, r.pid) in self._pause_safe or not r.control_port or r.state in ("failed", "finished"):
@@ -416,6 +420,7 @@ class Attacher:
                     self._announce_pause_safe(refresh=True)
                 self._report_rank_faults()
                 self._keep_tunnels_up()
+                interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed (see interrupts.py)
                 time.sleep(POLL_SECONDS)
             return self._finish(info, entries)
         finally:

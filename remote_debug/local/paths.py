@@ -64,11 +64,6 @@ class StatePaths:
         digest = hashlib.sha256(os.fsencode(launch_json.absolute())).hexdigest()[:32]
         return self.root / "vscode" / f"{digest}.json"
 
-    @property
-    def ssh_lock(self) -> Path:
-        """Held around every read-modify-write of ~/.ssh/config and of the files above."""
-        return self.ssh_dir / ".lock"
-
 
 def user_ssh_config() -> Path:
     return Path.home() / ".ssh" / "config"

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from remote_debug import spec
 from remote_debug.local import paths as paths_mod
+from remote_debug.local.dir_lock import locked
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths, private_dir
 
@@ -50,7 +49,7 @@ _BASE64_RE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
 
 
 class SshConfigError(UserError):
-    """The ssh config could not be written (busy lock, unreadable file); the message is one line."""
+    """The ssh config could not be written (full disk, read-only HOME); the message is one line."""
 
 
 # --- quoting -------------------------------------------------------------------------------------
@@ -218,22 +217,13 @@ def _os_errors(what: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _locked(paths: StatePaths) -> Iterator[None]:
+    """The ssh-config lock: the same directory flock as launch.json's (see :mod:`dir_lock`), on
+    ``<state>/ssh``.  Taken outside :func:`_os_errors`: a busy lock is "try again", not "free space"."""
     with _os_errors(str(paths.ssh_dir)):
         private_dir(paths.root)
         private_dir(paths.ssh_dir)
-    lock = FileLock(str(paths.ssh_lock), timeout=LOCK_TIMEOUT_S)
-    try:
-        with _os_errors(str(paths.ssh_lock)):  # a read-only state dir fails here already
-            lock.acquire()
-    except Timeout:
-        raise SshConfigError(
-            f"another remote-debug is editing ssh config (lock {paths.ssh_lock} held for "
-            f"{LOCK_TIMEOUT_S:g} s): try again when it finishes"
-        ) from None
-    try:
+    with locked(paths.ssh_dir, what="the ssh config", timeout=LOCK_TIMEOUT_S):
         yield
-    finally:
-        lock.release()
 
 
 def write_job_entries(paths: StatePaths, job: str, entries: Sequence[HostEntry]) -> list[Path]:
@@ -391,7 +381,7 @@ def ensure_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
     path = _resolve_user_config(user_config)
     line = include_line(paths)
     ours = os.fsencode(line)
-    if dry_run:  # no lock either: the lock file would be a write
+    if dry_run:  # no lock either: taking it creates the state dir
         old = _read_bytes(_target(path))
         new = _with_include(old, ours)
         return IncludeChange(new != old, _diff(path, old, new) if new != old else "", path)

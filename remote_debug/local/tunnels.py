@@ -91,6 +91,8 @@ class _ProxyCommand(paramiko.ProxyCommand):
             return os.read(stdout.fileno(), size)  # b"" at EOF: the relay is gone
         except TimeoutError:
             raise
+        except ValueError:  # the pipe was closed by close() between the check above and select()
+            return b""
         except OSError as exc:
             raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror or str(exc)) from exc
 
@@ -245,12 +247,7 @@ class NodeTunnel:
         if not self.alive:
             with self._lock:
                 if not self.alive and time.monotonic() >= self._retry_at:
-                    try:
-                        self._connect_locked()
-                    except BaseException:
-                        self._failures += 1
-                        self._retry_at = time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1))
-                        raise
+                    self._attempt_locked()
         if not self.alive:
             return False
         self._failures, self._retry_at = 0, 0.0
@@ -290,9 +287,22 @@ class NodeTunnel:
         threading.Thread(target=ask, daemon=True, name=f"keepalive-probe-{self.endpoint.alias}").start()
         return answered.wait(timeout) or not transport.is_active()
 
+    def _attempt_locked(self) -> None:
+        """One connection attempt; a failed one delays the next (RETRY_FIRST..RETRY_MAX s): on
+        SageMaker each attempt is a StartSession call."""
+        try:
+            self._connect_locked()
+        except BaseException:
+            self._failures += 1
+            self._retry_at = time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1))
+            raise
+
     def _open_channel(self, remote_port: int, origin: tuple[str, int]) -> paramiko.Channel:
         with self._lock:
-            self._connect_locked()
+            wait = self._retry_at - time.monotonic()
+            if not self.alive and wait > 0:  # an IDE, `stacks` or pause-safe during an outage: no extra attempt
+                raise paramiko.SSHException(f"{self.endpoint.alias}: the link is down; next attempt in {wait:.1f} s")
+            self._attempt_locked()
             assert self._transport is not None
             transport = self._transport
         return transport.open_channel("direct-tcpip", ("127.0.0.1", remote_port), origin, timeout=10)

@@ -14,18 +14,13 @@ moves the gaps, and keeps any comment in them, the way a person editing the file
 
 Removing the last of our entries gives the user their bytes back: what we added besides entries
 (the file itself, a ``"compounds"`` key, the blanks of an empty array we appended to) is noted in a
-record under the state dir (:meth:`StatePaths.launch_record`) and undone then.  Every
-read-modify-write holds a flock on the ``.vscode`` directory, so concurrent attaches for
-different jobs cannot drop each other's entries.
+record under the state dir (:mod:`launch_record`, which also does the locked, atomic
+read-modify-write of the file) and undone then.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import os
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +44,9 @@ from json5.model import (
 )
 
 from remote_debug import spec
-from remote_debug.local.errors import UserError
-from remote_debug.local.filelock import locked
-from remote_debug.local.paths import StatePaths, private_dir
+from remote_debug.local.launch_record import LaunchJsonError as LaunchJsonError
+from remote_debug.local.launch_record import Notes, edit_launch_json
+from remote_debug.local.paths import StatePaths
 
 Gap = list[str | Comment]  # whitespace and comments between two tokens, as json-five keeps them
 DEFAULT_UNIT = "    "  # what VS Code writes when it creates launch.json
@@ -64,13 +59,6 @@ NEW_FILE = (
     '{u}"compounds": []{nl}'
     "}}{nl}"
 )
-WRITE_ATTEMPTS = 3
-RECORD_VERSION = 1
-Notes = dict[str, Any]  # see _Record
-
-
-class LaunchJsonError(UserError):
-    """launch.json exists but cannot be edited safely (message: path and what is wrong, one line)."""
 
 
 @dataclass(frozen=True)
@@ -521,175 +509,12 @@ def _configurations(
     return configs, compound
 
 
-def _read(path: Path) -> tuple[bytes | None, str | None]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot read it ({exc.strerror})") from None
-    try:
-        return data, data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LaunchJsonError(f"{path}: not UTF-8 text; remote-debug did not change it") from None
-
-
-def _replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
-    """Atomically write ``data`` unless someone (an editor) changed the file meanwhile."""
-    mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
-    try:
-        return spec.atomic_write_bytes(path, data, mode, unless_changed=lambda: _read(path)[0] == expected)
-    except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot write it ({exc.strerror}); remote-debug did not change it") from None
-
-
-class _Record:
-    """What we added to one launch.json besides our entries, kept under the state dir.
-
-    ``created``: the file was missing (``text`` None) or blank (its text) and ``dir`` whether we made
-    ``.vscode`` too; ``added_keys``: top-level arrays we added; ``empty_gaps``: the text inside an
-    empty array before we appended to it.  Reset whenever the file holds none of our entries.
-    """
-
-    def __init__(self, paths: StatePaths, target: Path) -> None:
-        self.file = paths.launch_record(target)
-        self.target = target
-        self.notes = self._load()
-
-    def _load(self) -> Notes:
-        try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}  # no record: removal still takes our entries out, it only keeps a key we added
-        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or data.get("path") != str(self.target):
-            return {}
-        notes = data.get("notes")
-        return notes if isinstance(notes, dict) else {}
-
-    def save(self, notes: Notes) -> None:
-        if notes == self.notes:
-            return
-        try:
-            if not notes:
-                with contextlib.suppress(FileNotFoundError):
-                    self.file.unlink()
-                with contextlib.suppress(OSError):  # the last note gone: so is its folder
-                    self.file.parent.rmdir()
-            else:
-                text = json.dumps({"version": RECORD_VERSION, "path": str(self.target), "notes": notes}, indent=2)
-                made = not self.file.parent.exists()
-                try:
-                    private_dir(self.file.parent)
-                    spec.atomic_write_text(self.file, text + "\n", mode=0o600)
-                except OSError:
-                    if made:  # a full disk: leave no empty folder behind either
-                        with contextlib.suppress(OSError):
-                            self.file.parent.rmdir()
-                    raise
-        except OSError as exc:
-            raise LaunchJsonError(
-                f"{self.target}: cannot record the edit in {self.file} ({exc.strerror}); remote-debug did not change it"
-            ) from None
-        self.notes = copy.deepcopy(notes)
-
-
 def _skeleton(nl: str) -> str:
     return NEW_FILE.format(nl=nl, u=DEFAULT_UNIT)
 
 
-def _make_dir(path: Path) -> bool:
-    """Create ``path`` if missing; True if this call created it."""
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        return False
-    except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot create it ({exc.strerror})") from None
-    return True
-
-
 def _edit(path: Path, change: Callable[[_Document, Notes], None], *, remove: bool, paths: StatePaths | None) -> bool:
-    """Read, apply ``change(doc, notes)``, write if the text differs; under the directory's lock.
-
-    The lock keeps other remote-debug runs out; the unless-changed check at the rename still
-    catches an editor that saved meanwhile (retried).
-    """
-    paths = paths or StatePaths.default()
-    created_dir = False
-    if not path.parent.is_dir():
-        if remove:
-            return False
-        created_dir = _make_dir(path.parent)
-    try:
-        return _edit_locked(path, change, remove=remove, paths=paths, created_dir=created_dir)
-    except BaseException:
-        if created_dir:  # nothing was written (or Ctrl-C): the folder we made goes too
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()
-        raise
-
-
-def _edit_locked(
-    path: Path, change: Callable[[_Document, Notes], None], *, remove: bool, paths: StatePaths, created_dir: bool
-) -> bool:
-    with locked(path.parent, what=str(path)):
-        record = _Record(paths, path)
-        for _ in range(WRITE_ATTEMPTS):
-            data, text = _read(path)
-            notes = copy.deepcopy(record.notes)
-            if text is not None and text.strip(" \t\r\n\ufeff"):
-                fresh, text_in = False, text
-            else:
-                if remove:
-                    record.save({})
-                    return False
-                nl = "\r\n" if text and "\r\n" in text else "\n"
-                fresh, text_in = True, _skeleton(nl)  # an absent or blank file starts afresh
-                notes = {"created": {"text": text, "dir": created_dir}}
-            doc = _Document(path, text_in)
-            if not fresh and not doc.has_our_entries():
-                notes = {}  # whatever we noted before, the user has taken it over since
-            change(doc, notes)
-            out = doc.render()
-            created = notes.get("created")
-            if remove and isinstance(created, dict) and out == _skeleton(doc.nl):
-                _give_back(path, data, created)
-                record.save({})
-                return True
-            if out == text:
-                record.save(notes)
-                return False
-            before = copy.deepcopy(record.notes)
-            if not remove:
-                record.save(notes)  # first: a crash after it leaves a note, never an unnoted change
-            try:
-                replaced = _replace_if_unchanged(path, data, out.encode("utf-8"))
-            except LaunchJsonError:
-                with contextlib.suppress(LaunchJsonError):  # the edit did not happen: neither did its note
-                    record.save(before)
-                raise
-            if replaced:
-                if remove:
-                    record.save(notes)
-                return True
-    raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
-
-
-def _give_back(path: Path, data: bytes | None, created: dict[str, Any]) -> None:
-    """Our last entry is gone from a file we created (or that was blank): back to how it was."""
-    original = created.get("text")
-    if isinstance(original, str):
-        _replace_if_unchanged(path, data, original.encode("utf-8"))
-        return
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot remove it ({exc.strerror})") from None
-    if created.get("dir"):
-        with contextlib.suppress(OSError):  # not empty: something else lives there now
-            path.parent.rmdir()
+    return edit_launch_json(path, change, remove=remove, paths=paths, parse=_Document, skeleton=_skeleton)
 
 
 def update_launch_json(
@@ -715,7 +540,7 @@ def update_launch_json(
 def remove_job_configs(workspace: Path, job: str, *, paths: StatePaths | None = None) -> bool:
     """Remove the job's configurations and compound; True if the file changed.
 
-    When they were the last of ours, what we added with them goes too (see :class:`_Record`).
+    When they were the last of ours, what we added with them goes too (see :class:`launch_record.LaunchRecord`).
     """
     spec.check_job_name(job)
     path = launch_json_path(workspace)

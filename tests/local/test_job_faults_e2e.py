@@ -272,13 +272,14 @@ IGNORES_SIGTERM = textwrap.dedent(
 
 
 def test_stop_of_a_job_that_ignores_sigterm_ends_within_the_grace(home: Path, tmp_path: Path) -> None:
-    """StopTrainingJob's shape (SIGTERM, SIGKILL after the grace; 6 s here instead of 120 s): the hook
-    escalates at 5/6 of it, so it still stops sshd and records the end, and nothing is left running."""
+    """StopTrainingJob's shape (SIGTERM, SIGKILL after the grace; 12 s here instead of 120 s): the hook
+    escalates at 5/6 of it (10 s), so it still stops sshd and records the end before the supervisor's
+    SIGKILL (2 s of margin on a loaded machine), and nothing is left running."""
     project, marks = tmp_path / "project", tmp_path / "marks"
     project.mkdir()
     marks.mkdir()
     (project / "train.py").write_text(IGNORES_SIGTERM)
-    job = launch_job("stubborn", project, ["python", "train.py", str(marks)], stop_grace_seconds=6)
+    job = launch_job("stubborn", project, ["python", "train.py", str(marks)], stop_grace_seconds=12)
     wait_for(lambda: (marks / "started").exists(), 30, "the job to start")
     manifest_dir = job.paths.job_dir(job.name) / "nodes" / "algo-1" / "remote-debug" / "manifest"
     token = f"REMOTE_DEBUG_MANIFEST_DIR={manifest_dir}\0"
@@ -286,16 +287,16 @@ def test_stop_of_a_job_that_ignores_sigterm_ends_within_the_grace(home: Path, tm
         assert len(pids_with_env(token)) >= 3  # hook, sshd, training, its helper
         started = time.monotonic()
         info = job.backend.stop(job.name, wait_seconds=30)
-        wait_for(lambda: not pids_with_env(token), 10, "every process of the job to exit")
+        wait_for(lambda: not pids_with_env(token), 20, "every process of the job to exit")
         took = time.monotonic() - started
     finally:  # the helper ignores SIGTERM in a session of its own: the home fixture would not find it
         kill_all(token)
-    print(f"local stop of a job ignoring SIGTERM (grace 6 s): everything gone {took:.2f} s after stop")
+    print(f"local stop of a job ignoring SIGTERM (grace 12 s): everything gone {took:.2f} s after stop")
     assert info.status == "Stopped"
-    assert took < 6 + 3, took
+    assert took < 12 + 5, took
     node = json.loads((manifest_dir / "node.json").read_text())
     assert node["state"] == "stopped"  # the hook ended on its own terms, before the supervisor's SIGKILL
-    assert "did not stop within 5 s" in job.logs()
+    assert "did not stop within 10 s" in job.logs()
 
 
 def test_cli_refuses_a_bad_hold_on_failure(home: Path, tmp_path: Path) -> None:

@@ -3,7 +3,11 @@ a read-only HOME.  Every check compares the real bytes on disk before and after.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -17,7 +21,7 @@ from pathlib import Path
 import json5
 import pytest
 
-from remote_debug.local import ssh_config, vscode_launch
+from remote_debug.local import dir_lock, ssh_config, vscode_launch
 from remote_debug.local.paths import StatePaths
 from tests.jobs import launch_job
 
@@ -141,6 +145,71 @@ def test_concurrent_attaches_for_different_jobs_lose_nothing(home: Path, tmp_pat
     assert user.endswith(b"Host *\r\n    User me\r\n") and user.count(b"Include") == 1
     leftovers = [p for p in [*workspace.rglob("*"), *home.rglob("*")] if p.name.endswith(".tmp")]
     assert not leftovers
+
+
+# --- the lock around read-modify-writes ------------------------------------------------------------
+
+
+def test_no_flock_on_nfs_warns_once_and_still_writes(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On NFS, flock on a read-only directory fd fails with ENOLCK/EBADF: attach must still write
+    its files (the unless-changed check before each rename still guards the user's file), with one
+    warning per folder, not a misleading "cannot write" error or a 30 s wait."""
+    workspace = tmp_path / "ws"
+    (workspace / ".vscode").mkdir(parents=True)
+    (home / ".ssh").mkdir(mode=0o700)
+    paths, job = StatePaths.default(), "nfs"
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    monkeypatch.setattr(ssh_config, "LOCK_TIMEOUT_S", 0.3)  # the old code waited for the lock, then failed
+    entry = ssh_config.HostEntry(job, "algo-1", "root", 2222, KEY, paths.job_key(job), "proxy %h %p")
+    target = vscode_launch.RankTarget(job, 0, "algo-1", "127.0.0.1", 40000, str(workspace), "/opt/ml/code")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            ssh_config.write_job_entries(paths, job, [entry])
+            ssh_config.ensure_include(paths)
+            vscode_launch.update_launch_json(workspace, job, [target])
+    assert f"Host algo-1.{job}" in paths.job_ssh_config(job).read_text()
+    assert (home / ".ssh" / "config").read_text().startswith(ssh_config.include_line(paths))
+    assert "remote-debug: nfs rank 0" in (workspace / ".vscode" / "launch.json").read_text()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # one per folder, not one per edit
+    assert all("No locks available" in w and "without a lock" in w for w in warnings), warnings
+
+
+def test_ctrl_c_right_after_the_lock_is_closed_closes_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.close releases the descriptor even when a Ctrl-C is raised right after it: closing "again"
+    would close whatever file another thread (paramiko's socket) got under that number meanwhile."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    real_close = os.close
+    reused: list[int] = []
+
+    def close(fd: int) -> None:
+        if not reused and os.path.samestat(os.fstat(fd), os.stat(folder)):
+            real_close(fd)
+            reused.append(os.open(os.devnull, os.O_RDONLY))  # another thread's new file, same number
+            raise KeyboardInterrupt
+        real_close(fd)
+
+    monkeypatch.setattr(os, "close", close)
+    with pytest.raises(KeyboardInterrupt), dir_lock.locked(folder, what="a file"):
+        pass
+    monkeypatch.undo()
+    assert reused, "the lock was not closed through os.close"
+    try:
+        os.fstat(reused[0])  # EBADF if the lock closed it a second time
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(reused[0])
+    with dir_lock.locked(folder, what="a file", timeout=0.2):  # and the lock is free again
+        pass
 
 
 # --- disk full / read-only HOME ------------------------------------------------------------------
@@ -346,18 +415,21 @@ def test_ctrl_c_at_any_moment_of_attach_leaves_old_or_complete_files(home: Path,
     job.wait_status(("InProgress",))
     argv = [sys.executable, "-m", "remote_debug", "attach", job.name, "--json", "--workspace", str(workspace)]
 
-    def attach_until(stop_at: float | None) -> tuple[int, dict[str, float]]:
-        """Run attach; SIGINT it ``stop_at`` s after start (None: once ready). Returns (rc, event times)."""
+    def attach_until(stop_at: float | str) -> tuple[int, dict[str, float]]:
+        """Run attach; SIGINT it ``stop_at`` s after start, or once it printed event ``stop_at``
+        (an event is printed after the write it reports, whatever the machine's load).
+        Returns (rc, event times)."""
         seen: dict[str, float] = {}
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(home), text=True)
         try:
-            if stop_at is None:
+            if isinstance(stop_at, str):
                 assert proc.stdout is not None
                 for line in proc.stdout:
                     seen[json.loads(line)["event"]] = time.monotonic() - start
-                    if "ready" in seen:
+                    if stop_at in seen:
                         break
+                assert stop_at in seen, (seen, proc.stderr.read() if proc.stderr else "")
             else:
                 time.sleep(stop_at)
             proc.send_signal(signal.SIGINT)
@@ -371,7 +443,7 @@ def test_ctrl_c_at_any_moment_of_attach_leaves_old_or_complete_files(home: Path,
         return proc.returncode, seen
 
     _reset(home, workspace, paths)
-    _, seen = attach_until(None)  # a full run: when the writes happen on this machine, now
+    _, seen = attach_until("ready")  # a full run: when the writes happen on this machine, now
     assert _check_user_files(home, workspace, paths, job.name) == [
         "~/.ssh/config",
         "job ssh config",
@@ -379,9 +451,10 @@ def test_ctrl_c_at_any_moment_of_attach_leaves_old_or_complete_files(home: Path,
         "launch.json",
     ]
     first, last = seen["ssh-config"], seen["launch-json"]
-    # ten moments: three before the first write, five among the writes, two after the last
+    # ten moments: three before the first write, five among the writes, one just after the last;
+    # the last moment is not a time but the launch-json event, printed once every write is done
     among = [first + (last - first) * i / 4 for i in range(5)]
-    moments = [0.7 * first, 0.85 * first, 0.95 * first, *among, last + 0.05, last + 0.2]
+    moments: list[float | str] = [0.7 * first, 0.85 * first, 0.95 * first, *among, last + 0.05, "launch-json"]
     outcomes = []
     for moment in moments:
         _reset(home, workspace, paths)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from remote_debug import spec
 from remote_debug.local import ssh_config
+from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.ssh_config import HostEntry
 from tests.sshd import private_sshd
@@ -192,6 +193,47 @@ def test_remove_job_entries(paths: StatePaths) -> None:
     assert not paths.job_ssh_config(JOB).exists()
     assert paths.job_ssh_config("other").exists() and paths.ssh_config.exists()
     assert ssh_config.remove_job_entries(paths, JOB) == []
+
+
+def test_busy_lock_says_another_remote_debug_is_editing(
+    home: Path, paths: StatePaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another remote-debug in the middle of an edit: the error says so (not "free space or fix
+    permissions"), on one line, and nothing was written."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from remote_debug.local import ssh_config\n"
+            "from pathlib import Path\n"
+            "from remote_debug.local.paths import StatePaths\n"
+            "with ssh_config._locked(StatePaths(Path(sys.argv[1]))):\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(paths.root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        monkeypatch.setattr(ssh_config, "LOCK_TIMEOUT_S", 0.3)
+        for edit in (
+            lambda: ssh_config.write_job_entries(paths, JOB, [entry()]),
+            lambda: ssh_config.ensure_include(paths),
+            lambda: ssh_config.remove_job_entries(paths, JOB),
+        ):
+            with pytest.raises(UserError) as info:
+                edit()
+            message = str(info.value)
+            assert "another remote-debug has been editing" in message and "try again" in message, message
+            assert "\n" not in message and "free space" not in message
+        assert not paths.job_ssh_config(JOB).exists() and not user_file(home).exists()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # --- the Include line ----------------------------------------------------------------------------

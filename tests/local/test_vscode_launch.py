@@ -408,3 +408,54 @@ def test_property_update_then_remove_is_identity(original: str | None, ranks: in
         else:
             assert path.read_bytes() == original.encode()
         assert sorted(p.name for p in workspace.iterdir()) == ([".vscode"] if original is not None else [])
+
+
+# --- an editor saving while we write ---------------------------------------------------------------
+
+
+def race_editor(monkeypatch: pytest.MonkeyPatch, path: Path, saves: list[bytes]) -> None:
+    """Each of the next ``len(saves)`` writes of ``path`` finds that "the editor" saved ``saves[i]``
+    just before the rename: the unless-changed check must see it and the write must not happen."""
+    real = spec.atomic_write_bytes
+
+    def write(target: Path, data: bytes, *args: Any, **kwargs: Any) -> bool:
+        if target == path and saves:
+            inner = kwargs.get("unless_changed")
+            text = saves.pop(0)
+
+            def editor_saved() -> bool:
+                path.write_bytes(text)
+                return inner() if inner else True
+
+            kwargs["unless_changed"] = editor_saved
+        return real(target, data, *args, **kwargs)
+
+    monkeypatch.setattr(spec, "atomic_write_bytes", write)
+
+
+def test_a_key_the_user_saves_during_our_write_is_never_removed_by_us(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an entry of ours from an earlier attach, no "compounds": our first attempt adds that key (and
+    # notes that we did); meanwhile the user saves their own empty "compounds".  The retry uses
+    # theirs, so removing our entries must leave it there.
+    ours = '{"name": "remote-debug: myjob rank 0 (algo-1)", "type": "debugpy", "request": "attach"}'
+    path = write_user(tmp_path, '{\n    "version": "0.2.0",\n    "configurations": [\n        ' + ours + "\n    ]\n}\n")
+    theirs = path.read_bytes().replace(b"    ]\n}", b'    ],\n    "compounds": []\n}')
+    race_editor(monkeypatch, path, [theirs])
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)))
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob all ranks"]
+    assert vl.remove_job_configs(tmp_path, "myjob")
+    assert parsed(path) == {"version": "0.2.0", "configurations": [], "compounds": []}
+
+
+def test_give_back_that_meets_an_editor_save_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the file was blank, so the last remove gives the blank text back; the editor saves (our entry,
+    # touched) just then: the retry must still give the blank file back, and not lose the note about it
+    path = write_user(tmp_path, "\n")
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(1)))
+    touched = path.read_bytes().replace(b'"justMyCode": false', b'"justMyCode": true')
+    assert touched != path.read_bytes()
+    race_editor(monkeypatch, path, [touched])
+    assert vl.remove_job_configs(tmp_path, "myjob")
+    assert path.read_bytes() == b"\n"
