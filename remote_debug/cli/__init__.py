@@ -9,20 +9,16 @@ from __future__ import annotations
 import errno
 import sys
 
-from remote_debug.local import interrupts
-
-interrupts.install()  # before the heavy imports below: a Ctrl-C from here on is never lost
-
-import paramiko  # noqa: E402
-from typer import Abort, Exit  # noqa: E402
-from typer.exceptions import TyperException  # noqa: E402
+import paramiko
+from typer import Abort, Exit
+from typer.exceptions import TyperException
 
 # Importing the command modules registers them on ``app``.
-from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: E402, F401
-from remote_debug.cli.app import app  # noqa: E402
-from remote_debug.cli.output import error_line  # noqa: E402
-from remote_debug.local.errors import UserError  # noqa: E402
-from remote_debug.spec import ContractError  # noqa: E402
+from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: F401
+from remote_debug.cli.app import app
+from remote_debug.cli.output import error_line
+from remote_debug.local.errors import UserError
+from remote_debug.spec import ContractError
 
 __all__ = ["app", "main"]
 

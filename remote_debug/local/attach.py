@@ -378,6 +378,7 @@ class Attacher:
                 return self._finish(ended, [])
             finally:
                 self._close()
+        interrupts.check()  # a Ctrl-C swallowed so far (see interrupts.py): before we write anything
         entries = write_ssh_entries(
             self.job, manifests, self.paths, edit_user_config=self.options.edit_user_ssh_config, emit=self.emit
         )
@@ -411,6 +412,7 @@ class Attacher:
                                 {"event": "warning", "message": "not every selected rank published a listener in time"}
                             )
                         if self.options.write_launch_json and self.pycharm is None:
+                            interrupts.check()
                             self._write_launch_json()
                         launch_written = True
                         self.emit(

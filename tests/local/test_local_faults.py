@@ -451,17 +451,19 @@ def test_ctrl_c_at_any_moment_of_attach_leaves_old_or_complete_files(home: Path,
         "launch.json",
     ]
     first, last = seen["ssh-config"], seen["launch-json"]
-    # ten moments: three before the first write, five among the writes, one just after the last;
-    # the last moment is not a time but the launch-json event, printed once every write is done
+    # ten moments: three before the first write (one while Python still imports), five among the writes,
+    # one just after the last; the last moment is not a time but the launch-json event, printed once every
+    # write is done
     among = [first + (last - first) * i / 4 for i in range(5)]
-    moments: list[float | str] = [0.7 * first, 0.85 * first, 0.95 * first, *among, last + 0.05, "launch-json"]
+    moments: list[float | str] = [0.3, 0.7 * first, 0.95 * first, *among, last + 0.05, "launch-json"]
     outcomes = []
     for moment in moments:
         _reset(home, workspace, paths)
         rc, _ = attach_until(moment)
         assert rc in (130, -signal.SIGINT), rc  # interrupted, not crashed (-2: before Python's handler)
         outcomes.append(len(_check_user_files(home, workspace, paths, job.name)))
-    assert outcomes[0] < 4 and outcomes[-1] == 4, outcomes  # the moments did span the writes
+    # the moments did span the writes (timed moments shift with the machine's load; 0.3 s is still importing)
+    assert min(outcomes[:3]) < 4 and outcomes[-1] == 4, outcomes
 
 
 def test_interrupt_before_every_system_call_of_the_writes(

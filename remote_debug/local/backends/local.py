@@ -332,6 +332,10 @@ class LocalBackend(Backend):
             if info.status in TERMINAL:
                 break
             time.sleep(0.2)
+        # the supervisor records the end first, then cleans up (the nodes' namespaces): stop returns
+        # when the job is really gone
+        while spec.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if not spec.pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
             netns.delete(list(read_job_file(job_dir).get("netns") or []))
         return info

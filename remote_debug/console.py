@@ -1,0 +1,25 @@
+"""The ``remote-debug`` console script and ``python -m remote_debug``.
+
+Not ``remote_debug.cli:main`` directly: importing ``remote_debug.cli`` loads every command (~0.3 s), and
+a Ctrl-C in that window must be recorded too (see ``remote_debug.local.interrupts``), while callers that
+import the CLI in-process (tests, the SageMaker integration) keep their own SIGINT handling.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["proxy"]:
+        # The ProxyCommand of every ssh connection: a fast path that skips the CLI's imports (and
+        # handles SIGINT itself while the session-manager-plugin runs).
+        from remote_debug.local.proxy import main as proxy_main
+
+        raise SystemExit(proxy_main(sys.argv[2:]))
+    from remote_debug.local import interrupts
+
+    interrupts.install()
+    from remote_debug.cli import main as cli_main
+
+    cli_main()
