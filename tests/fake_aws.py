@@ -15,17 +15,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import botocore.session
+import pytest
 from botocore.validate import validate_parameters
 
 SSM_MODEL = botocore.session.get_session().get_service_model("ssm")
@@ -249,3 +252,46 @@ class ScriptedSageMaker:
         if model.output_shape is not None:  # what Stubber checks for its responses
             validate_parameters(answer, model.output_shape)
         return AWSResponse("https://sagemaker.local", 200, {}, None), answer
+
+
+AWS_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+
+
+@contextlib.contextmanager
+def moto_cloud(monkeypatch: pytest.MonkeyPatch, region: str) -> Iterator[None]:
+    """moto's AWS with test credentials in ``region``; none of the user's AWS settings leak in."""
+    from moto import mock_aws
+
+    from remote_debug.local import aws
+
+    for name in AWS_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+    aws.configure()
+    with mock_aws():
+        yield
+    aws.configure()
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[int]:
+    """A TCP echo server on 127.0.0.1 (what a node's sshd is to a relay, for these tests); its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()

@@ -15,14 +15,12 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from moto import mock_aws
 from typer.testing import CliRunner
 
 from remote_debug import spec
-from remote_debug.local import aws
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.doctor import RECOMMENDED_ACTIONS, REQUIRED_ACTIONS, Doctor, passed
-from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin
+from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin, moto_cloud
 
 REGION = "us-west-2"
 JOB = "doc-job"
@@ -32,15 +30,8 @@ ALL_ACTIONS = sorted({**REQUIRED_ACTIONS, **RECOMMENDED_ACTIONS})
 
 @pytest.fixture
 def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    aws.configure()
-    with mock_aws():
+    with moto_cloud(monkeypatch, REGION):
         yield
-    aws.configure()
 
 
 def _simulation(denied: set[str]) -> dict[str, Any]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,7 +15,7 @@ from botocore.stub import Stubber
 
 from remote_debug.local import ssm
 from remote_debug.local.errors import UserError
-from tests.fake_aws import TOKEN_PREFIX, install_fake_plugin, plugin_records
+from tests.fake_aws import TOKEN_PREFIX, echo_server, install_fake_plugin, plugin_records
 
 REGION = "us-west-2"
 TARGET = "sagemaker-training-job:my-job_algo-1"
@@ -47,20 +45,8 @@ def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def echo_port() -> Iterator[int]:
     """A TCP echo server: what the node's sshd is to the plugin, for these tests."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        try:
-            conn, _ = server.accept()
-        except OSError:
-            return
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    with echo_server() as port:
+        yield port
 
 
 def _pipes(tmp_path: Path, data: bytes) -> tuple[BinaryIO, BinaryIO, Path]:

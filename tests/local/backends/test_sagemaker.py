@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import threading
 import time
@@ -17,7 +16,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from remote_debug import spec
 from remote_debug.local import aws
@@ -28,26 +26,26 @@ from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
 from remote_debug.local.backends.sagemaker_logs import FILTER_PATTERN, LOG_GROUP
 from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
 from remote_debug.local.paths import StatePaths
-from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin, plugin_records
+from tests.fake_aws import (
+    AWS_VARS,
+    ScriptedSageMaker,
+    describe_response,
+    echo_server,
+    install_fake_plugin,
+    moto_cloud,
+    plugin_records,
+)
 
 REGION = "us-west-2"
 JOB = "sm-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
 SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="ssm").to_env()
-AWS_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
 
 
 @pytest.fixture
 def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in AWS_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    aws.configure()
-    with mock_aws():
+    with moto_cloud(monkeypatch, REGION):
         yield
-    aws.configure()
 
 
 class Cloud:
@@ -338,21 +336,8 @@ def test_unknown_job_without_aws_says_how_to_look(home: Path, monkeypatch: pytes
 
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    with echo_server() as port:
+        yield port
 
 
 def _relay(backend: SageMakerBackend, node: str, port: int, tmp_path: Path) -> tuple[int, bytes]:
