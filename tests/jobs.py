@@ -10,6 +10,7 @@ from typing import Any
 
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends.base import JobInfo
 from remote_debug.local.backends.local import LaunchRequest
 from remote_debug.local.paths import StatePaths
 
@@ -21,6 +22,7 @@ class LocalJob:
     name: str
     project: Path
     paths: StatePaths = field(default_factory=StatePaths.default)
+    info: JobInfo | None = None  # what launch returned
 
     @property
     def backend(self) -> LocalBackend:
@@ -49,7 +51,7 @@ class LocalJob:
 def launch_job(name: str, project: Path, command: list[str] | None = None, **request: Any) -> LocalJob:
     """``remote-debug launch --local`` in-process: ``request`` takes LaunchRequest's fields."""
     job = LocalJob(name, project)
-    job.backend.launch(
+    job.info = job.backend.launch(
         LaunchRequest(command=command or ["python", "train.py"], name=name, source_dir=project, **request)
     )
     return job

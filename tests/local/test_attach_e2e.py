@@ -5,17 +5,14 @@ DAP client stopped in every rank."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line, make_project
+from tests.jobs import launch_job
 
 
 @pytest.fixture
@@ -23,35 +20,14 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path)
 
 
-def wait_status(backend: LocalBackend, job: str, statuses: tuple[str, ...], timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = backend.describe(job)
-        if info.status in statuses:
-            return info.status
-        time.sleep(0.2)
-    raise AssertionError(f"job {job} stayed {backend.describe(job).status}")
-
-
 @pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])
 def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
     home: Path, project: Path, nodes: int, nproc: int
 ) -> None:
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    backend.launch(
-        LaunchRequest(
-            command=["python", "train.py"],
-            name="spine",
-            source_dir=project,
-            nodes=nodes,
-            nproc_per_node=nproc,
-            wait_seconds=90,
-        )
-    )
+    job = launch_job("spine", project, nodes=nodes, nproc_per_node=nproc, wait_seconds=90)
     events: list[dict[str, object]] = []
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
-    result = Attacher(backend, "spine", AttachOptions(workspace=project, headless=plan), events.append, paths).run()
+    result = job.attach(AttachOptions(workspace=project, headless=plan), events.append)
 
     assert result.job.status == "Completed", result.job.failure_reason
     assert result.job.exit_code == 0
@@ -91,18 +67,11 @@ def test_job_env_and_layout_mirror_sagemaker(home: Path, tmp_path: Path) -> None
         "out['resourceconfig'] = json.loads(cfg.read_text())\n"
         "pathlib.Path(os.environ['SM_MODEL_DIR'], 'env.json').write_text(json.dumps(out))\n"
     )
-    backend = LocalBackend(StatePaths.default())
-    info = backend.launch(
-        LaunchRequest(
-            command=["python", "dump.py"], name="shape", source_dir=src, nodes=2, hyperparameters={"lr": "0.1"}
-        )
-    )
-    assert info.nodes == ["algo-1", "algo-2"]
+    job = launch_job("shape", src, ["python", "dump.py"], nodes=2, hyperparameters={"lr": "0.1"})
+    assert job.info is not None and job.info.nodes == ["algo-1", "algo-2"]
     # Two nodes x 1 rank runs under torchrun; both nodes write their env.
-    assert wait_status(backend, "shape", ("Completed", "Failed")) == "Completed", backend.describe(
-        "shape"
-    ).failure_reason
-    job_dir = StatePaths.default().job_dir("shape")
+    assert job.wait_status(("Completed", "Failed")) == "Completed", job.backend.describe("shape").failure_reason
+    job_dir = job.paths.job_dir("shape")
     for node in ("algo-1", "algo-2"):
         env = json.loads((job_dir / "nodes" / node / "model" / "env.json").read_text())
         assert env["TRAINING_JOB_NAME"] == "shape"

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import LocalBackend, netns
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.attach import AttachOptions
+from remote_debug.local.backends import netns
 from remote_debug.local.backends.local_job import read_job_file
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line, make_project
+from tests.jobs import launch_job
 
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
 
@@ -83,21 +83,11 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
     home: Path, tmp_path: Path, job_namespaces: list[str]
 ) -> None:
     project = make_project(tmp_path)
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    info = backend.launch(
-        LaunchRequest(
-            command=["python", "train.py"],
-            name="isolated",
-            source_dir=project,
-            nodes=2,
-            nproc_per_node=2,
-            wait_seconds=240,
-        )
-    )
-    state = read_job_file(paths.job_dir("isolated"))
+    job = launch_job("isolated", project, nodes=2, nproc_per_node=2, wait_seconds=240)
+    backend = job.backend
+    state = read_job_file(job.paths.job_dir("isolated"))
     job_namespaces.extend(state["netns"])
-    assert info.extra["isolation"] == "netns" and state["isolation"] == "netns"
+    assert job.info is not None and job.info.extra["isolation"] == "netns" and state["isolation"] == "netns"
     prefix = state["node_netns"]["algo-1"].rsplit("-", 1)[0]
     assert sorted(_our_namespaces(prefix)) == sorted(state["netns"]) and len(state["netns"]) == 3
     listed = subprocess.run(
@@ -127,9 +117,7 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
 
     events: list[dict[str, object]] = []
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
-    result = Attacher(
-        backend, "isolated", AttachOptions(workspace=project, headless=plan, ready_timeout=240), events.append, paths
-    ).run()
+    result = job.attach(AttachOptions(workspace=project, headless=plan, ready_timeout=240), events.append)
 
     assert result.job.status == "Completed", result.job.failure_reason
     assert sorted((r.node, r.rank) for r in result.reports) == [
@@ -155,11 +143,8 @@ def test_stop_removes_namespaces_and_no_netns_keeps_loopback(
     home: Path, tmp_path: Path, job_namespaces: list[str]
 ) -> None:
     project = make_project(tmp_path)
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    backend.launch(
-        LaunchRequest(command=["python", "train.py"], name="ns-stop", source_dir=project, nodes=2, wait_seconds=120)
-    )
+    job = launch_job("ns-stop", project, nodes=2, wait_seconds=120)
+    backend, paths = job.backend, job.paths
     state = read_job_file(paths.job_dir("ns-stop"))
     job_namespaces.extend(state["netns"])
     prefix = state["node_netns"]["algo-1"].rsplit("-", 1)[0]
@@ -171,9 +156,7 @@ def test_stop_removes_namespaces_and_no_netns_keeps_loopback(
     assert backend.stop("ns-stop", wait_seconds=60).status == "Stopped"
     assert _our_namespaces(prefix) == []
 
-    info = backend.launch(
-        LaunchRequest(command=["python", "train.py"], name="ns-off", source_dir=project, nodes=2, netns=False)
-    )
-    assert info.extra["isolation"] == "loopback"
+    info = launch_job("ns-off", project, nodes=2, netns=False).info
+    assert info is not None and info.extra["isolation"] == "loopback"
     assert read_job_file(paths.job_dir("ns-off"))["netns"] == []
     backend.stop("ns-off", wait_seconds=60)

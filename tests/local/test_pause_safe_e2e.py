@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line
+from tests.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -52,11 +50,7 @@ def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_pa
     project.mkdir()
     done = tmp_path / "done"
     (project / "train.py").write_text(SCRIPT.format(done=str(done)))
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    backend.launch(
-        LaunchRequest(command=["python", "train.py"], name="pause", source_dir=project, nproc_per_node=2)
-    )
+    job = launch_job("pause", project, nproc_per_node=2)
     events: list[dict[str, object]] = []
     times: dict[str, float] = {}
 
@@ -71,10 +65,9 @@ def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_pa
         breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, pause_seconds=20
     )
     options = AttachOptions(workspace=project, headless=plan, ranks=(0,), write_launch_json=False)
-    result = Attacher(backend, "pause", options, emit, paths).run()
+    result = job.attach(options, emit)
 
-    logs = "".join(f.read_text() for f in sorted((paths.job_dir("pause") / "logs").glob("*.log")))
-    assert result.job.status == "Completed", (result.job.failure_reason, events, logs[-6000:])
+    assert result.job.status == "Completed", (result.job.failure_reason, events, job.logs()[-6000:])
     assert result.job.exit_code == 0
     [report] = result.reports
     assert report.error is None and report.stops and report.stops[0].variables

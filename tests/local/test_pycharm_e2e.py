@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest, free_port
+from remote_debug.local.attach import AttachOptions
+from remote_debug.local.backends.local import free_port
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
 from remote_debug.local.pycharm_session import PyCharmOptions
 from remote_debug.local.pydevd_server import PydevdServer
 from tests.ddp_job import break_line, make_project
+from tests.jobs import launch_job
 
 # Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
 pytestmark = pytest.mark.skipif(
@@ -41,19 +40,7 @@ def project(tmp_path: Path) -> Path:
 def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunnels(
     home: Path, project: Path, nodes: int, nproc: int
 ) -> None:
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    backend.launch(
-        LaunchRequest(
-            command=["python", "train.py"],
-            name="pyc",
-            source_dir=project,
-            nodes=nodes,
-            nproc_per_node=nproc,
-            wait_seconds=120,
-            ide="pycharm",
-        )
-    )
+    job = launch_job("pyc", project, nodes=nodes, nproc_per_node=nproc, wait_seconds=120, ide="pycharm")
     events: list[dict[str, Any]] = []
     stamped: list[tuple[float, dict[str, Any]]] = []
 
@@ -64,7 +51,7 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
     script = project / "train.py"
     plan = HeadlessPlan(breakpoints={str(script): [break_line(script)]}, steps=1)
     options = AttachOptions(workspace=project, headless=plan, ide="pycharm", edit_user_ssh_config=False)
-    result = Attacher(backend, "pyc", options, emit, paths).run()
+    result = job.attach(options, emit)
 
     assert result.job.status == "Completed", result.job.failure_reason
     assert result.job.exit_code == 0
@@ -87,7 +74,7 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
     # PyCharm ranks have a control channel too: attach made every rank's collectives pause-safe
     assert sorted(e["rank"] for e in events if e["event"] == "pause-safe") == [0, 1], events
     assert not (project / ".vscode").exists()  # no launch.json in PyCharm mode
-    logs = "".join(p.read_text() for p in (paths.job_dir("pyc") / "logs").glob("algo-*.log"))
+    logs = "".join(p.read_text() for p in (job.paths.job_dir("pyc") / "logs").glob("algo-*.log"))
     assert logs.count("PyCharm debugger attached") == 2
 
     # Measured figures for the report: connect -> first stop, and one step.
@@ -98,19 +85,8 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
 
 
 def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, project: Path) -> None:
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
     wait = 6.0
-    backend.launch(
-        LaunchRequest(
-            command=["python", "train.py"],
-            name="noide",
-            source_dir=project,
-            nproc_per_node=2,
-            wait_seconds=wait,
-            ide="pycharm",
-        )
-    )
+    job = launch_job("noide", project, nproc_per_node=2, wait_seconds=wait, ide="pycharm")
     nobody = free_port()  # nothing listens here: PyCharm's debug server was never started
     events: list[dict[str, Any]] = []
     options = AttachOptions(
@@ -120,7 +96,7 @@ def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, p
         pycharm=PyCharmOptions(port=nobody, build="any"),
     )
     started = time.monotonic()
-    result = Attacher(backend, "noide", options, events.append, paths).run()
+    result = job.attach(options, events.append)
     elapsed = time.monotonic() - started
 
     assert result.job.status == "Completed", result.job.failure_reason
@@ -129,12 +105,12 @@ def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, p
     # The tunnels were up (both ranks forwarded) and the ranks were told nobody listens.
     assert sorted(e["rank"] for e in events if e["event"] == "rank-ready") == [0, 1]
     assert sorted(e["rank"] for e in events if e["event"] == "ide-not-listening") == [0, 1]
-    log = (paths.job_dir("noide") / "logs" / "algo-1.log").read_text()
+    log = (job.paths.job_dir("noide") / "logs" / "algo-1.log").read_text()
     for rank in (0, 1):
         line = next(x for x in log.splitlines() if x.startswith(f"[remote-debug] rank {rank}: no PyCharm debugger"))
         assert f"within {wait:g} s" in line and f"127.0.0.1:{nobody}" in line and "runs on" in line
     # Both ranks trained to the end, and their documents keep the reason for the attach side.
-    ranks = backend.manifests("noide")["algo-1"].ranks  # type: ignore[union-attr]
+    ranks = job.backend.manifests("noide")["algo-1"].ranks  # type: ignore[union-attr]
     assert [(r.state, "nothing listens" in (r.error or "")) for r in ranks] == [("finished", True)] * 2
     # The run configuration PyCharm would start, on the port the tunnels lead to.
     config = project / ".idea" / "runConfigurations" / "noide.xml"
@@ -147,18 +123,7 @@ def test_ranks_wait_for_pycharm_started_after_the_tunnels(home: Path, project: P
     Non-headless attach, as with a real PyCharm: the stand-in server is a separate listener on the
     port of the run configuration, started a few seconds later; waiting ranks then connect to it.
     """
-    paths = StatePaths.default()
-    backend = LocalBackend(paths)
-    backend.launch(
-        LaunchRequest(
-            command=["python", "train.py"],
-            name="late",
-            source_dir=project,
-            nproc_per_node=2,
-            wait_seconds=120,
-            ide="pycharm",
-        )
-    )
+    job = launch_job("late", project, nproc_per_node=2, wait_seconds=120, ide="pycharm")
     script = project / "train.py"
     ide_port = free_port()
     server = PydevdServer(HeadlessPlan(breakpoints={str(script): [break_line(script)]}), port=ide_port)
@@ -175,7 +140,7 @@ def test_ranks_wait_for_pycharm_started_after_the_tunnels(home: Path, project: P
         workspace=project, ide="pycharm", edit_user_ssh_config=False, pycharm=PyCharmOptions(port=ide_port, build="any")
     )
     try:
-        result = Attacher(backend, "late", options, emit, paths).run()
+        result = job.attach(options, emit)
         server.join(10)
     finally:
         server.close()

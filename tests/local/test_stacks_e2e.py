@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
-from remote_debug.local.paths import StatePaths
+from tests.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -57,8 +55,7 @@ def test_stacks_show_each_rank_blocked_frame_and_leave_no_tracer(home: Path, tmp
     project.mkdir()
     marks.mkdir()
     (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
-    backend = LocalBackend(StatePaths.default())
-    backend.launch(LaunchRequest(command=["python", "train.py"], name="hung", source_dir=project, nproc_per_node=2))
+    job = launch_job("hung", project, nproc_per_node=2)
     try:
         deadline = time.monotonic() + 90
         while not all((marks / f"ready-{r}").exists() for r in (0, 1)):
@@ -86,9 +83,5 @@ def test_stacks_show_each_rank_blocked_frame_and_leave_no_tracer(home: Path, tmp
         assert "rank 0" not in human.stdout
     finally:
         (marks / "release").write_text("")
-    deadline = time.monotonic() + 60
-    while backend.describe("hung").status not in ("Completed", "Failed", "Stopped"):
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
-    assert backend.describe("hung").status == "Completed"
+    assert job.wait_status(("Completed", "Failed", "Stopped")) == "Completed"
     assert [(marks / f"trace-{r}").read_text() for r in (0, 1)] == ["None", "None"]
