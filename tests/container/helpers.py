@@ -185,6 +185,19 @@ class HookRun:
         )
         return self
 
+    def start_torchrun(self, script: Path, nproc: int = 2) -> HookRun:
+        """The hook wrapping ``torchrun`` with ``nproc`` ranks of ``script`` (given the marks dir)."""
+        return self.start(
+            PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(self.marks),
+        )
+
+    def wait_ranks_ready(self, what: str, ranks: tuple[int, ...] = (0, 1), timeout: float = 90) -> None:
+        """Until every rank wrote its ``ready-<rank>`` mark; fails at once if the job ended first."""
+        wait_for(lambda: all((self.marks / f"ready-{r}").exists() for r in ranks) or self.proc.poll() is not None,  # type: ignore[union-attr]
+                 timeout, what)
+        assert self.proc is not None and self.proc.poll() is None, self.stderr
+
     def wait(self, timeout: float = 60) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)

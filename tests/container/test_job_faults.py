@@ -13,7 +13,7 @@ import pytest
 
 from remote_debug import spec
 from remote_debug.container.hook import stop_grace
-from tests.container.helpers import PYTHON, TOKEN_ENV, HookRun, MiniDap, alive, free_port, pids_with_env, wait_for
+from tests.container.helpers import PYTHON, TOKEN_ENV, HookRun, MiniDap, alive, pids_with_env, wait_for
 
 CRASH_SCRIPT = """\
 def load(path):
@@ -68,10 +68,7 @@ while True:
 def test_stop_with_a_rank_paused_at_a_breakpoint_leaves_nothing_running(run: HookRun) -> None:
     script = run.root / "paused.py"
     script.write_text(PAUSED_SCRIPT)
-    run.start(
-        PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(run.marks),
-    )
+    run.start_torchrun(script)
     doc = wait_for(lambda: (d := run.rank_if_any(0)) is not None and d["port"] and d, 60, "rank 0's listener")
     wait_for(lambda: (run.marks / "started-1").exists(), 60, "rank 1")
     sshd_pid = int((run.state_dir / "sshd.pid").read_text())

@@ -15,7 +15,6 @@ from tests.container.helpers import (
     HookRun,
     MiniDap,
     control_request,
-    free_port,
     listen_addresses,
     wait_for,
 )
@@ -52,13 +51,8 @@ def test_idle_ranks_start_debugpy_on_request_and_report_stacks_while_blocked(run
     run.env.pop(spec.ENV_LISTEN)  # the default: lazy
     script = run.root / "job.py"
     script.write_text(SCRIPT)
-    run.start(
-        PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(run.marks),
-    )
-    wait_for(lambda: all((run.marks / f"ready-{r}").exists() for r in (0, 1)) or run.proc.poll() is not None,  # type: ignore[union-attr]
-             90, "both ranks to initialise")
-    assert run.proc is not None and run.proc.poll() is None, run.stderr
+    run.start_torchrun(script)
+    run.wait_ranks_ready("both ranks to initialise")
     # nobody asked: debugpy was never even imported
     assert [(run.marks / f"ready-{r}").read_text() for r in (0, 1)] == ["False", "False"]
     ranks = {r: run.rank(r) for r in (0, 1)}

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, free_port, free_port_pair, listen_addresses, wait_for
+from tests.container.helpers import HookRun, free_port_pair, listen_addresses
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -35,13 +35,8 @@ def test_two_ranks_get_two_listeners(run: HookRun) -> None:
     run.env[spec.ENV_PORT_BASE] = str(base)
     script = run.root / "ddp.py"
     script.write_text(DDP_SCRIPT)
-    run.start(
-        PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(run.marks),
-    )
-    wait_for(lambda: all((run.marks / f"ready-{r}").exists() for r in (0, 1)) or run.proc.poll() is not None,  # type: ignore[union-attr]
-             90, "both ranks to all_reduce")
-    assert run.proc is not None and run.proc.poll() is None, run.stderr
+    run.start_torchrun(script)
+    run.wait_ranks_ready("both ranks to all_reduce")
     assert [(run.marks / f"ready-{r}").read_text() for r in (0, 1)] == ["3.0", "3.0"]
 
     manifest = spec.read_node_manifest(run.manifest_dir)
@@ -68,10 +63,7 @@ def test_two_ranks_ephemeral_ports_and_rank_selection(run: HookRun) -> None:
     run.env[spec.ENV_RANKS] = "1"
     script = run.root / "ddp.py"
     script.write_text(DDP_SCRIPT)
-    run.start(
-        PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(run.marks),
-    )
+    run.start_torchrun(script)
     run.release()  # nothing to look at while it runs: let it finish straight away
     assert run.wait(90) == 0, run.stderr
     assert run.rank_files() == ["rank-0.json", "rank-1.json"]
