@@ -19,7 +19,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
-from moto import mock_aws
 
 import remote_debug
 from remote_debug.container.hybrid import DEFAULT_ACTIVATION_FILE
@@ -32,6 +31,7 @@ from remote_debug.sagemaker.api import enable_with_key
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.request import TAG_TRANSPORT, DebugOptions
+from tests.fake_aws import moto_cloud
 from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, validate
 
 REGION = "us-east-1"
@@ -111,12 +111,7 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def session(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubbedSession]:
-    for name in ("AWS_PROFILE", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    with mock_aws():
+    with moto_cloud(monkeypatch, REGION):
         made = StubbedSession()
         made.real.client("s3").create_bucket(Bucket=BUCKET)
         yield made

@@ -11,12 +11,12 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import NoCredentialsError
-from moto import mock_aws
 
 import remote_debug
 from remote_debug.local.errors import UserError
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT
 from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, EnableError, hook_program
+from tests.fake_aws import moto_cloud
 from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, assert_debuggable, public_key, spec_env, validate
 
 BASE: dict[str, Any] = {
@@ -44,12 +44,7 @@ def state(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_PROFILE", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
+    with moto_cloud(monkeypatch, "us-east-1"):
         yield
 
 
