@@ -32,7 +32,9 @@ from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 Emit = Callable[[dict[str, Any]], None]
 POLL_SECONDS = 0.3
 PAUSE_SAFE_RETRY = 2.0
-FAULT_POLL_SECONDS = 1.0  # how often a running attach reads the manifests for crashed ranks
+# how often a running attach reads the manifests again (crashed, late, restarted ranks); on SageMaker
+# each read is a CloudWatch Logs query
+MANIFEST_POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -175,7 +177,7 @@ class Attacher:
         self._pause_safe_next = 0.0
         self._manifests: dict[str, spec.NodeManifest] = {}
         self._faults_reported: set[tuple[int, int]] = set()  # (rank, pid) whose crash was reported
-        self._faults_next = 0.0
+        self._manifests_next = 0.0
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -271,23 +273,30 @@ class Attacher:
                    "detail": reply.get("detail")})
         return replace(r, port=port, state="listening")
 
-    def _announce_pause_safe(self, *, force: bool = False, refresh: bool = False) -> None:
+    def _refresh_manifests(self, *, force: bool = False) -> None:
+        """Read the job's manifests again, at most every MANIFEST_POLL_SECONDS unless ``force``:
+        discovery stops reading them once every debuggee is found, yet ranks still crash, report late
+        or are restarted."""
+        now = time.monotonic()
+        if now < self._manifests_next and not force:
+            return
+        self._manifests_next = now + MANIFEST_POLL_SECONDS
+        try:
+            self._manifests.update({n: m for n, m in self.backend.manifests(self.job).items() if m is not None})
+        except (UserError, spec.ContractError, OSError):
+            pass  # a transient read error: the known manifests serve until the next look
+
+    def _announce_pause_safe(self, *, force: bool = False) -> None:
         """A debugger is attaching: every rank of the job raises its process-group timeout, so one
         rank paused at a breakpoint does not make its peers' collectives time out.  A rank without
         a process group yet raises it itself at init; ranks that did not answer, reported later or
-        were restarted are asked again (at most every PAUSE_SAFE_RETRY seconds; with ``refresh`` the
-        manifests are read again first, as discovery stops reading them once every debuggee is found)."""
+        were restarted are asked again (at most every PAUSE_SAFE_RETRY seconds)."""
         if not any(f.local_port for f in self.forwards.values()):
             return
         now = time.monotonic()
         if now < self._pause_safe_next and not force:
             return
         self._pause_safe_next = now + PAUSE_SAFE_RETRY
-        if refresh:
-            try:
-                self._manifests.update({n: m for n, m in self.backend.manifests(self.job).items() if m is not None})
-            except (UserError, spec.ContractError, OSError):
-                pass  # a transient read error (on SageMaker a CloudWatch query): the known manifests serve
         for node, m in self._manifests.items():
             for r in m.ranks:
                 if (r.rank, r.pid) in self._pause_safe or not r.control_port or r.state in ("failed", "finished"):
@@ -418,8 +427,9 @@ class Attacher:
                         self.emit(
                             {"event": "ready", "ranks": sorted(f.rank for f in self.forwards.values() if f.local_port)}
                         )
-                elif self._manifests:
-                    self._announce_pause_safe(refresh=True)
+                else:  # discovery done: it no longer reads the manifests
+                    self._refresh_manifests()
+                    self._announce_pause_safe()
                 self._report_rank_faults()
                 self._keep_tunnels_up()
                 interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed (see interrupts.py)
@@ -445,7 +455,8 @@ class Attacher:
 
     def _finish(self, info: JobInfo, entries: list[ssh_config.HostEntry]) -> AttachResult:
         """The job ended: report what is left to say (crashes, the end itself) and the result."""
-        self._report_rank_faults(final=True)  # a crash that ended the job between two looks
+        self._refresh_manifests(force=True)  # a crash that ended the job between two looks
+        self._report_rank_faults(final=True)
         for t in self._debuggers:
             t.join(timeout=10)
         if self.pycharm is not None:
@@ -469,18 +480,10 @@ class Attacher:
     def _report_rank_faults(self, *, final: bool = False) -> None:
         """Report each rank that died of an uncaught exception, once, with its traceback (from its rank
         document); a rank held for a post-mortem (hold on failure) is said to be, and gets a headless
-        debugger when ``--headless`` has none on it.  Reads the manifests at most every
-        FAULT_POLL_SECONDS (on SageMaker each read is a CloudWatch Logs query)."""
-        now = time.monotonic()
-        if now < self._faults_next and not final:
-            return
-        self._faults_next = now + FAULT_POLL_SECONDS
-        try:
-            manifests = self.backend.manifests(self.job)
-        except (UserError, spec.ContractError, OSError):
-            return  # a transient read error: the next look reports it
-        for node, m in manifests.items():
-            for r in m.ranks if m is not None else ():
+        debugger when ``--headless`` has none on it.  From the manifests discovery or
+        :meth:`_refresh_manifests` read last."""
+        for node, m in self._manifests.items():
+            for r in m.ranks:
                 if r.state not in ("failed", "held") or (r.rank, r.pid) in self._faults_reported:
                     continue
                 if r.state == "failed" and r.error is None:

@@ -60,11 +60,13 @@ def test_late_and_restarted_ranks_are_made_pause_safe(tmp_path: Path) -> None:
     # rank 2 reports only now, and torchrun restarted rank 1 (new pid, new control port)
     backend.ranks = [rank(0, 100, 7000), rank(1, 201, 7101), rank(2, 102, 7002)]
     attacher._pause_safe_next = 0.0  # the retry interval has passed
-    attacher._announce_pause_safe(refresh=True)
+    attacher._refresh_manifests(force=True)
+    attacher._announce_pause_safe()
     assert sorted(tunnel.requests[1:]) == [(7002, "pause-safe"), (7101, "pause-safe")]
     assert sorted(e["rank"] for e in events if e["event"] == "pause-safe") == [1, 1, 2]
 
     # nothing new: nobody is asked twice
     attacher._pause_safe_next = 0.0
-    attacher._announce_pause_safe(refresh=True)
+    attacher._refresh_manifests(force=True)
+    attacher._announce_pause_safe()
     assert len(tunnel.requests) == 3
