@@ -31,8 +31,8 @@ from typing import Any
 
 from remote_debug import spec
 from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.backends import MachineBackend
+from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.dap_client import attach_and_configure, inspect_stop
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.keys import ensure_job_key
@@ -255,11 +255,11 @@ def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict
     }
 
 
-def _launch_rank_job(paths: StatePaths, work: Path, name: str, nodes: int, nproc: int) -> tuple[LocalBackend, Path]:
+def _launch_rank_job(paths: StatePaths, work: Path, name: str, nodes: int, nproc: int) -> tuple[MachineBackend, Path]:
     src = work / name
     src.mkdir(exist_ok=True)
     (src / "ranks.py").write_text(RANK_SCRIPT)
-    backend = LocalBackend(paths)
+    backend = MachineBackend(paths)
     backend.launch(
         LaunchRequest(
             command=["python", "ranks.py"],
@@ -277,7 +277,7 @@ def _break_line(src: Path) -> int:
     return next(i for i, line in enumerate((src / "ranks.py").read_text().splitlines(), 1) if "BENCH-BREAK" in line)
 
 
-def _wait_until_ranks_wait(backend: LocalBackend, name: str, ranks: int, timeout: float = 300) -> None:
+def _wait_until_ranks_wait(backend: MachineBackend, name: str, ranks: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         waiting = [r for m in backend.manifests(name).values() if m for r in m.ranks if r.state == "waiting"]

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
-from remote_debug.local.backends import LocalBackend
+from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.base import JobInfo
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.paths import StatePaths
 
 
@@ -25,8 +25,8 @@ class LocalJob:
     info: JobInfo | None = None  # what launch returned
 
     @property
-    def backend(self) -> LocalBackend:
-        return LocalBackend(self.paths)
+    def backend(self) -> MachineBackend:
+        return MachineBackend(self.paths)
 
     def attach(self, options: AttachOptions, emit: Callable[[dict[str, Any]], None] | None = None) -> AttachResult:
         events: list[dict[str, Any]] = []

@@ -10,8 +10,8 @@ import typer
 from remote_debug import spec
 from remote_debug.cli.app import app
 from remote_debug.cli.output import console, print_json
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.backends import MachineBackend
+from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.errors import UserError
 from remote_debug.local.pycharm import check_local_pydevd, choose_build
 
@@ -93,7 +93,7 @@ def launch(
                 "note: with --ide pycharm ranks connect to PyCharm only during --wait; with 0 they try once at start",
                 markup=False,
             )
-    info = LocalBackend().launch(request)
+    info = MachineBackend().launch(request)
     if as_json:
         print_json(info.to_json())
         return

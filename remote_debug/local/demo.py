@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.backends import MachineBackend
+from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pycharm import check_local_pydevd, choose_build
@@ -86,7 +86,7 @@ def run_demo(
     workspace = prepare_workspace(paths)
     script = workspace / EXAMPLE
     job = time.strftime("demo-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    backend = LocalBackend(paths)
+    backend = MachineBackend(paths)
     backend.launch(
         LaunchRequest(
             command=["python", EXAMPLE],

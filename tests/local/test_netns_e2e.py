@@ -17,7 +17,7 @@ import pytest
 
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.backends import netns
-from remote_debug.local.backends.local_job import read_job_file
+from remote_debug.local.backends.machine_job import read_job_file
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line, make_project

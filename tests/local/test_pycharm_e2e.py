@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from remote_debug.local.attach import AttachOptions
-from remote_debug.local.backends.local import free_port
+from remote_debug.local.backends.machine import free_port
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.pycharm_session import PyCharmOptions
 from remote_debug.local.pydevd_server import PydevdServer

@@ -10,8 +10,8 @@ from pathlib import Path
 import paramiko
 
 from remote_debug.local.attach import endpoint_for, wait_for_manifests, write_ssh_entries
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest
+from remote_debug.local.backends import MachineBackend
+from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import NodeTunnel, ReverseHandler
 
@@ -47,7 +47,7 @@ def test_reverse_forwards_dispatch_by_port_and_survive_a_reconnect(home: Path, t
     src = tmp_path / "src"
     src.mkdir()
     paths = StatePaths.default()
-    backend = LocalBackend(paths)
+    backend = MachineBackend(paths)
     backend.launch(LaunchRequest(command=["sleep", "120"], name="rev", source_dir=src))
     tunnel: NodeTunnel | None = None
     try:

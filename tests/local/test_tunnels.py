@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from remote_debug.local.attach import endpoint_for, wait_for_manifests, write_ssh_entries
-from remote_debug.local.backends import LocalBackend
-from remote_debug.local.backends.local import LaunchRequest, free_port
+from remote_debug.local.backends import MachineBackend
+from remote_debug.local.backends.machine import LaunchRequest, free_port
 from remote_debug.local.dap_client import DapClient
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import NodeTunnel
@@ -19,7 +19,7 @@ def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> Non
     src.mkdir()
     (src / "sleeper.py").write_text("import time\nfor i in range(600):\n    time.sleep(0.1)\n")
     paths = StatePaths.default()
-    backend = LocalBackend(paths)
+    backend = MachineBackend(paths)
     backend.launch(LaunchRequest(command=["python", "sleeper.py"], name="flaky", source_dir=src))
     tunnel: NodeTunnel | None = None
     try:

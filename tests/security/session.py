@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
-from remote_debug.local.backends.local_job import NodeLayout
+from remote_debug.local.backends.machine_job import NodeLayout
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pycharm_session import PyCharmOptions

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from remote_debug.local import aws
 from remote_debug.local.backends.base import Backend, JobInfo
-from remote_debug.local.backends.local import LocalBackend
+from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import SageMakerBackend, parse_job
 from remote_debug.local.errors import UnknownJobError
 from remote_debug.local.paths import StatePaths
 from remote_debug.spec import check_job_name
 
-__all__ = ["Backend", "JobInfo", "LocalBackend", "SageMakerBackend", "all_backends", "backend_for", "job_name"]
+__all__ = ["Backend", "JobInfo", "MachineBackend", "SageMakerBackend", "all_backends", "backend_for", "job_name"]
 
 
 def all_backends(paths: StatePaths | None = None) -> list[Backend]:
     # Local jobs come first and win on a name clash: they are the ones the user just started on this
     # machine, and asking them costs a file lookup.  SageMaker joins only when AWS is configured at
     # all (checked without boto3 or network), so local-only use never waits for AWS.
-    backends: list[Backend] = [LocalBackend(paths)]
+    backends: list[Backend] = [MachineBackend(paths)]
     sagemaker = SageMakerBackend(paths)
     if sagemaker.available():
         backends.append(sagemaker)
@@ -35,7 +35,7 @@ def job_name(job_or_arn: str) -> str:
 
 def backend_for(job: str, paths: StatePaths | None = None) -> Backend:
     job = job_name(job)
-    local = LocalBackend(paths)
+    local = MachineBackend(paths)
     if local.has_job(job):
         return local
     # has_job looks at the hint attach left first (no AWS call: the ProxyCommand's case, possibly in

@@ -21,7 +21,7 @@ from typing import Any
 from remote_debug import spec
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, STOPPED, STOPPING
-from remote_debug.local.backends.local_job import NodeLayout, read_job_file, write_job_file
+from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
 
 POLL_SECONDS = 0.2
 

@@ -21,7 +21,7 @@ from remote_debug import spec
 from remote_debug.local import aws
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import SageMakerBackend, backend_for, job_name
-from remote_debug.local.backends.local import LocalBackend
+from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
 from remote_debug.local.backends.sagemaker_logs import FILTER_PATTERN, LOG_GROUP
 from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
@@ -315,7 +315,7 @@ def test_backend_for_local_first_then_sagemaker(cloud: None) -> None:
     local_dir = paths.job_dir(JOB)
     local_dir.mkdir(parents=True)
     (local_dir / "job.json").write_text("{}")
-    assert isinstance(backend_for(JOB, paths), LocalBackend)  # same name: the local job wins
+    assert isinstance(backend_for(JOB, paths), MachineBackend)  # same name: the local job wins
     (paths.root / "sagemaker").mkdir(parents=True)
     (paths.root / "sagemaker" / "other-job.json").write_text("{}")
     assert isinstance(backend_for("other-job", paths), SageMakerBackend)  # the hint: no AWS call

@@ -1,4 +1,7 @@
-"""LocalBackend: SageMaker-shaped training jobs on this machine ("debug locally first").
+"""MachineBackend: SageMaker-shaped training jobs on this machine ("debug locally first").
+
+Not to be confused with ``remote_debug/local/``, the laptop side as a whole: this is one of its job
+backends, the one behind ``launch --local`` (its jobs say ``"backend": "local"``), beside SageMaker.
 
 A job is a real process tree (supervisor -> per-node hook -> torchrun -> ranks), not a mock; its
 state mirrors SageMaker's TrainingJobStatus / SecondaryStatus so everything above the backend seam
@@ -23,7 +26,7 @@ from typing import Any, BinaryIO
 from remote_debug import spec
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.base import FAILED, IN_PROGRESS, STOPPED, TERMINAL, Backend, JobInfo
-from remote_debug.local.backends.local_job import (
+from remote_debug.local.backends.machine_job import (
     NodeLayout,
     node_command,
     node_environment,
@@ -85,7 +88,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class LocalBackend(Backend):
+class MachineBackend(Backend):
     name = "local"
 
     def __init__(self, paths: StatePaths | None = None) -> None:
