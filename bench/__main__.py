@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug import spec
+from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
@@ -121,7 +122,8 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None
 def hook_env(paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0) -> dict[str, str]:
     _, public_key = ensure_job_key(paths, job)
     env = dict(os.environ)
-    env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, wait_seconds=wait).to_env())
+    options = spec.DebugOptions(wait_seconds=wait)
+    env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, options=options).to_env())
     env[spec.ENV_MANIFEST_DIR] = str(manifest_dir)
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
@@ -267,7 +269,7 @@ def _launch_rank_job(paths: StatePaths, work: Path, name: str, nodes: int, nproc
             source_dir=src,
             nodes=nodes,
             nproc_per_node=nproc,
-            wait_seconds=120,
+            options=spec.DebugOptions(wait_seconds=120),
         )
     )
     return backend, src
@@ -295,10 +297,10 @@ def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]])
         stamps: dict[str, float] = {}
         stopped: list[float] = []
 
-        def emit(event: dict[str, Any], stamps: dict[str, float] = stamps, stopped: list[float] = stopped) -> None:
-            if event["event"] == "ready":
+        def emit(event: events.Event, stamps: dict[str, float] = stamps, stopped: list[float] = stopped) -> None:
+            if isinstance(event, events.Ready):
                 stamps["ready"] = time.perf_counter()
-            if event["event"] == "stopped":
+            if isinstance(event, events.Stopped):
                 stopped.append(time.perf_counter())
 
         plan = HeadlessPlan(breakpoints={str(src / "ranks.py"): [_break_line(src)]}, max_stops=1)
@@ -330,7 +332,7 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
         backend,
         name,
         AttachOptions(workspace=src, write_launch_json=False, edit_user_ssh_config=False, ready_timeout=60),
-        lambda e: ready.set() if e["event"] == "ready" else None,
+        lambda e: ready.set() if isinstance(e, events.Ready) else None,
         paths,
     )
     # attach as the user runs it (tunnels + forwards, no IDE); we play the IDE through its forward

@@ -9,6 +9,13 @@ Two documents cross the boundary, and both are versioned:
   document per debuggable rank process (written by that rank).  The laptop reads them through a
   channel the user's identity can read (a file for local jobs).
 
+The spec is what the user chose (:class:`DebugOptions`: IDE, ranks, ports, wait window, hold on
+failure - the one options type of ``launch``, ``remote_debug.enable()`` and the SDK wrappers) plus
+the job's wiring (its name, the per-job client key, the transport).  Every closed set of values is
+an enum (:class:`IDE`, :class:`Transport`, :class:`NodeState`, :class:`RankState`) whose values are
+the strings on the wire, so the environment and the JSON documents read exactly as they always did
+(and a member still equals its string).
+
 This module is stdlib-only because the container side imports it inside the training image.
 Everything here validates its input: a malformed spec or manifest raises :class:`ContractError`
 with a one-line message, never a KeyError from deep inside.
@@ -16,22 +23,25 @@ with a one-line message, never a KeyError from deep inside.
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import os
 import re
 import secrets
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 SPEC_VERSION = 1
 MANIFEST_VERSION = 1
 
-IDE = Literal["vscode", "pycharm"]
-Transport = Literal["local", "ssm", "hybrid", "direct"]
-IDES: tuple[str, ...] = ("vscode", "pycharm")
-TRANSPORTS: tuple[str, ...] = ("local", "ssm", "hybrid", "direct")
+# Debug listeners, control channels and (except with the direct transport) sshd bind the node's IPv4
+# loopback only: whoever connects to debugpy can run arbitrary code, so the only way in is SSH.
+LOOPBACK = "127.0.0.1"
+MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest wait window / hold on failure: a week
 
 # SageMaker's TrainingJobName pattern; we use it for local jobs too, which keeps job names safe
 # inside ssh Host patterns, file names and shell command lines.
@@ -97,6 +107,77 @@ class ContractError(ValueError):
     """A spec or manifest that does not follow this contract (message is one line, actionable)."""
 
 
+# --- the choices (values as they travel: environment variables and JSON) -------------------------
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+
+    class StrEnum(str, enum.Enum):
+        """``enum.StrEnum`` of Python 3.11: a member is its value wherever a str is expected."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, format_spec: str) -> str:
+            return str(self.value).__format__(format_spec)
+
+
+class IDE(StrEnum):
+    """The IDE a job is debugged from; it decides the direction of the debug connection."""
+
+    VSCODE = "vscode"  # debugpy: each rank listens, the IDE connects in through the tunnel
+    PYCHARM = "pycharm"  # pydevd-pycharm: each rank connects out to PyCharm's debug server
+
+
+class Transport(StrEnum):
+    """How the laptop's ssh reaches a node's sshd."""
+
+    LOCAL = "local"  # a job on this machine: a relay to the node's loopback (or into its network namespace)
+    SSM = "ssm"  # SageMaker's native remote debugging: SSM target sagemaker-training-job:<job>_algo-<n>
+    HYBRID = "hybrid"  # the node's own amazon-ssm-agent, registered as a managed instance ("mi-...")
+    DIRECT = "direct"  # the node's VPC address: sshd listens there instead of on loopback
+
+
+class NodeState(StrEnum):
+    """A node document's ``state``: its hook's (or node daemon's) life."""
+
+    STARTING = "starting"
+    RUNNING = "running"  # the training command runs
+    COMPLETED = "completed"  # it exited 0
+    FAILED = "failed"  # it exited otherwise
+    STOPPED = "stopped"  # a stop signal (StopTrainingJob, Ctrl-C) ended it
+
+
+class RankState(StrEnum):
+    """A rank document's ``state``."""
+
+    IDLE = "idle"  # lazy: no debugpy loaded yet; it listens when asked through its control channel
+    LISTENING = "listening"  # debugpy listens, no client
+    WAITING = "waiting"  # in the wait window (PyCharm: trying to reach the IDE)
+    ATTACHED = "attached"  # a debugger is connected
+    RUNNING = "running"  # the wait window passed (or the PyCharm session ended): training runs on
+    FINISHED = "finished"  # the process exited
+    FAILED = "failed"  # it died of an uncaught exception (see ``traceback``)
+    SKIPPED = "skipped"  # not selected (REMOTE_DEBUG_RANKS): no debugger, control channel only
+    HELD = "held"  # died of an uncaught exception, kept alive for a post-mortem debugger (hold on failure)
+
+
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def parse_choice(kind: type[Choice], value: object, what: str) -> Choice:
+    """``value`` as a member of ``kind``, or a one-line ContractError that names the choices."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        choices = ", ".join(member.value for member in kind)
+        raise ContractError(f"unknown {what} {str(value)[:80]!r}: use one of {choices}") from None
+
+
+IDES: tuple[str, ...] = tuple(ide.value for ide in IDE)  # the CLI's --ide choices
+
+
 RankSelection = tuple[int, ...] | None  # None means every rank
 
 
@@ -134,54 +215,106 @@ def check_port(port: int, what: str, *, allow_zero: bool = True) -> int:
     return port
 
 
-@dataclass(frozen=True)
-class DebugSpec:
-    """What a job must do for debugging.  Serialised as environment variables."""
+def env_seconds(
+    env: Mapping[str, str], name: str, default: float, *, low: float = -math.inf, high: float = math.inf
+) -> tuple[float, str]:
+    """Seconds from ``env[name]``, and what was wrong with it ("" when nothing was).
 
-    job_name: str
-    client_public_key: str  # an OpenSSH public key line; public, so fine in the job environment
-    ide: str = "vscode"
-    ranks: RankSelection = None
+    Unset or blank: ``default``.  Not a number, or outside ``[low, high]`` (NaN included): ``default``
+    and one line naming the bad value.  One parser, and the caller decides what a bad value means:
+    the spec refuses it (ContractError), a container tuning knob logs it and goes on with the default.
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default, ""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if low <= value <= high:  # False for NaN
+        return value, ""
+    bounds = f" ({low:g}-{high:g})" if math.isfinite(low) and math.isfinite(high) else ""
+    return default, f"{name}={raw[:40]!r} is not a number of seconds{bounds}"
+
+
+@dataclass(frozen=True)
+class DebugOptions:
+    """What the user chose for a job's debugging: the same for ``launch``, ``remote_debug.enable()``
+    and the SageMaker SDK wrappers.  Validated on construction (one-line ContractError); a str
+    ``ide`` becomes an :class:`IDE`."""
+
+    ide: IDE = IDE.VSCODE
+    ranks: RankSelection = None  # global ranks that get a debugger; None: every rank
     port_base: int = 0  # listener of local rank r binds 127.0.0.1:(port_base + r); 0 = ephemeral
     sshd_port: int = 0  # 0 = any free port; 22 is refused (MPI jobs run their own sshd there)
     wait_seconds: float = 0.0  # how long each rank waits for a debugger before running on
-    transport: str = "local"
-    version: int = SPEC_VERSION
     hold_on_failure: float = 0.0  # seconds a rank that raised stays alive for a post-mortem attach
 
     def __post_init__(self) -> None:
-        check_job_name(self.job_name)
-        if self.ide not in IDES:
-            raise ContractError(f"unknown IDE {self.ide!r}: use one of {', '.join(IDES)}")
-        if self.transport not in TRANSPORTS:
-            raise ContractError(f"unknown transport {self.transport!r}: use one of {', '.join(TRANSPORTS)}")
+        object.__setattr__(self, "ide", parse_choice(IDE, self.ide, "IDE"))
+        if self.ranks is not None and any(r < 0 for r in self.ranks):
+            raise ContractError(f"bad rank list {list(self.ranks)!r}: ranks are 0 or more")
         check_port(self.port_base, "debug port base")
         check_port(self.sshd_port, "sshd port")
         if self.sshd_port == 22:
             raise ContractError("sshd port 22 is reserved (MPI jobs run their own sshd there): pick another or 0")
-        if not (0 <= self.wait_seconds <= 7 * 24 * 3600):
+        if not (0 <= self.wait_seconds <= MAX_WAIT_SECONDS):  # NaN fails too
             raise ContractError(f"wait {self.wait_seconds} s is out of range: use 0 (never wait) up to a week")
-        if not (0 <= self.hold_on_failure <= 7 * 24 * 3600):
+        if not (0 <= self.hold_on_failure <= MAX_WAIT_SECONDS):
             raise ContractError(
                 f"hold on failure {self.hold_on_failure} s is out of range: use 0 (exit at once) up to a week"
             )
-        key = self.client_public_key.strip()
-        if len(key.split()) < 2 or "\n" in key or not key.startswith(("ssh-", "ecdsa-", "sk-")):
-            raise ContractError("client public key must be one OpenSSH public key line (e.g. 'ssh-ed25519 AAAA...')")
+
+    def selects(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks
+
+
+@dataclass(frozen=True)
+class DebugSpec:
+    """What a job must do for debugging: the user's :class:`DebugOptions` plus the job's wiring (its
+    name, the per-job client key, the transport).  Serialised as environment variables."""
+
+    job_name: str
+    client_public_key: str  # an OpenSSH public key line; public, so fine in the job environment
+    transport: Transport = Transport.LOCAL
+    options: DebugOptions = field(default_factory=DebugOptions)
+    version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        check_job_name(self.job_name)
+        object.__setattr__(self, "transport", parse_choice(Transport, self.transport, "transport"))
+        check_client_key(self.client_public_key)
+
+    # The options, read where the job uses them (``spec.ide``, ``spec.wait_seconds``...).
+    @property
+    def ide(self) -> IDE:
+        return self.options.ide
+
+    @property
+    def ranks(self) -> RankSelection:
+        return self.options.ranks
+
+    @property
+    def port_base(self) -> int:
+        return self.options.port_base
+
+    @property
+    def sshd_port(self) -> int:
+        return self.options.sshd_port
+
+    @property
+    def wait_seconds(self) -> float:
+        return self.options.wait_seconds
+
+    @property
+    def hold_on_failure(self) -> float:
+        return self.options.hold_on_failure
+
+    def selects(self, rank: int) -> bool:
+        return self.options.selects(rank)
 
     def to_env(self) -> dict[str, str]:
-        optional = {ENV_HOLD_ON_FAILURE: f"{self.hold_on_failure:g}"} if self.hold_on_failure else {}
-        return {
-            ENV_VERSION: str(self.version),
-            ENV_JOB: self.job_name,
-            ENV_IDE: self.ide,
-            ENV_RANKS: format_ranks(self.ranks),
-            ENV_PORT_BASE: str(self.port_base),
-            ENV_SSHD_PORT: str(self.sshd_port),
-            ENV_WAIT: f"{self.wait_seconds:g}",
-            ENV_CLIENT_KEY: self.client_public_key.strip(),
-            ENV_TRANSPORT: self.transport,
-        } | optional
+        return spec_env(self.job_name, self.transport, self.options, self.client_public_key, version=self.version)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DebugSpec | None:
@@ -203,32 +336,68 @@ class DebugSpec:
         if missing:
             raise ContractError(f"debug spec is missing {', '.join(missing)}")
         try:
-            return cls(
-                job_name=env[ENV_JOB],
-                client_public_key=env[ENV_CLIENT_KEY],
-                ide=env.get(ENV_IDE, "vscode"),
-                ranks=parse_ranks(env.get(ENV_RANKS, "all")),
-                port_base=int(env.get(ENV_PORT_BASE, "0")),
-                sshd_port=int(env.get(ENV_SSHD_PORT, "0")),
-                wait_seconds=float(env.get(ENV_WAIT, "0")),
-                transport=env.get(ENV_TRANSPORT, "local"),
-                version=version,
-                hold_on_failure=float(env.get(ENV_HOLD_ON_FAILURE) or "0"),
-            )
-        except ValueError as exc:  # int()/float() of a bad value; ContractError is a ValueError too
-            if isinstance(exc, ContractError):
-                raise
+            port_base, sshd_port = int(env.get(ENV_PORT_BASE, "0")), int(env.get(ENV_SSHD_PORT, "0"))
+        except ValueError as exc:
             raise ContractError(f"debug spec has a bad number: {exc}") from None
+        options = DebugOptions(
+            ide=parse_choice(IDE, env.get(ENV_IDE, IDE.VSCODE), "IDE"),
+            ranks=parse_ranks(env.get(ENV_RANKS, "all")),
+            port_base=port_base,
+            sshd_port=sshd_port,
+            wait_seconds=_spec_seconds(env, ENV_WAIT),
+            hold_on_failure=_spec_seconds(env, ENV_HOLD_ON_FAILURE),
+        )
+        return cls(
+            job_name=env[ENV_JOB],
+            client_public_key=env[ENV_CLIENT_KEY],
+            transport=parse_choice(Transport, env.get(ENV_TRANSPORT, Transport.LOCAL), "transport"),
+            options=options,
+            version=version,
+        )
 
-    def selects(self, rank: int) -> bool:
-        return self.ranks is None or rank in self.ranks
+
+def spec_env(
+    job_name: str,
+    transport: Transport,
+    options: DebugOptions,
+    client_public_key: str | None = None,
+    *,
+    version: int = SPEC_VERSION,
+) -> dict[str, str]:
+    """The spec's environment variables (``DebugSpec.to_env``).  Without ``client_public_key`` the
+    key's variable is left out: a job's environment as far as it is known before its key pair is made
+    (``enable()`` refuses a request it cannot take before it makes a key)."""
+    key = {} if client_public_key is None else {ENV_CLIENT_KEY: client_public_key.strip()}
+    hold = {ENV_HOLD_ON_FAILURE: f"{options.hold_on_failure:g}"} if options.hold_on_failure else {}
+    return {
+        ENV_VERSION: str(version),
+        ENV_JOB: job_name,
+        ENV_IDE: options.ide.value,
+        ENV_RANKS: format_ranks(options.ranks),
+        ENV_PORT_BASE: str(options.port_base),
+        ENV_SSHD_PORT: str(options.sshd_port),
+        ENV_WAIT: f"{options.wait_seconds:g}",
+        **key,
+        ENV_TRANSPORT: transport.value,
+        **hold,  # optional: specs without a hold look exactly as before it existed
+    }
+
+
+def check_client_key(key: str) -> str:
+    line = key.strip()
+    if len(line.split()) < 2 or "\n" in line or not line.startswith(("ssh-", "ecdsa-", "sk-")):
+        raise ContractError("client public key must be one OpenSSH public key line (e.g. 'ssh-ed25519 AAAA...')")
+    return key
+
+
+def _spec_seconds(env: Mapping[str, str], name: str) -> float:
+    value, problem = env_seconds(env, name, 0.0)  # the range is DebugOptions' to check
+    if problem:
+        raise ContractError(f"debug spec has a bad number: {problem}")
+    return value
 
 
 # --- manifest ------------------------------------------------------------------------------------
-
-NodeState = Literal["starting", "running", "completed", "failed", "stopped"]
-# "held": died of an uncaught exception, kept alive for a post-mortem debugger (hold on failure)
-RankState = Literal["listening", "waiting", "attached", "running", "finished", "failed", "skipped", "held"]
 
 
 @dataclass
@@ -240,8 +409,8 @@ class RankEndpoint:
     world_size: int
     port: int  # debug listener on the node's 127.0.0.1 (0 when no listener)
     pid: int
-    state: str = "listening"
-    ide: str = "vscode"
+    state: RankState = RankState.LISTENING
+    ide: IDE = IDE.VSCODE
     error: str | None = None
     version: int = MANIFEST_VERSION
     # the rank's control channel on the node's 127.0.0.1 (0: none, e.g. older hooks or PyCharm
@@ -250,8 +419,15 @@ class RankEndpoint:
     # the uncaught exception's traceback (bounded) of a "failed"/"held" rank, as Python printed it
     traceback: str | None = None
 
+    def __post_init__(self) -> None:
+        # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
+        self.state = parse_choice(RankState, self.state, "rank state")
+        self.ide = parse_choice(IDE, self.ide, "IDE")
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # plain JSON values, and never one a reader would refuse (the fields are assignable)
+        state, ide = parse_choice(RankState, self.state, "rank state"), parse_choice(IDE, self.ide, "IDE")
+        return asdict(self) | {"state": state.value, "ide": ide.value}
 
     @classmethod
     def from_json(cls, data: Any) -> RankEndpoint:
@@ -263,8 +439,8 @@ class RankEndpoint:
                 world_size=_int(d, "world_size"),
                 port=_int(d, "port"),
                 pid=_int(d, "pid"),
-                state=str(d.get("state", "listening")),
-                ide=str(d.get("ide", "vscode")),
+                state=parse_choice(RankState, d.get("state", RankState.LISTENING), "rank state"),
+                ide=parse_choice(IDE, d.get("ide", IDE.VSCODE), "IDE"),
                 error=None if d.get("error") is None else str(d["error"]),
                 version=_int(d, "version"),
                 control_port=_int(d, "control_port") if "control_port" in d else 0,
@@ -285,12 +461,12 @@ class NodeManifest:
     job_name: str
     node: str  # "algo-1"
     hosts: list[str]
-    sshd_host: str  # address the transport relays to, as seen from the node ("127.0.0.1")
+    sshd_host: str  # address the transport relays to, as seen from the node (LOOPBACK, or its VPC address)
     sshd_port: int  # 0 when sshd failed to start (see errors)
     ssh_user: str
     host_public_key: str  # "ssh-ed25519 AAAA..." (no comment)
     code_dir: str
-    state: str = "starting"
+    state: NodeState = NodeState.STARTING
     hook_pid: int = 0
     exit_code: int | None = None
     errors: list[str] = field(default_factory=list)
@@ -298,8 +474,11 @@ class NodeManifest:
     ssm_target: str = ""  # hybrid transport: the node's managed instance id ("mi-..."), else ""
     version: int = MANIFEST_VERSION
 
+    def __post_init__(self) -> None:
+        self.state = parse_choice(NodeState, self.state, "node state")
+
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(self) | {"state": parse_choice(NodeState, self.state, "node state").value}
         d.pop("ranks")  # ranks are separate documents, written by the ranks themselves
         return d
 
@@ -318,7 +497,7 @@ class NodeManifest:
                 ssh_user=str(d["ssh_user"]),
                 host_public_key=str(d["host_public_key"]),
                 code_dir=str(d["code_dir"]),
-                state=str(d.get("state", "starting")),
+                state=parse_choice(NodeState, d.get("state", NodeState.STARTING), "node state"),
                 hook_pid=_int(d, "hook_pid"),
                 exit_code=None if d.get("exit_code") is None else _int(d, "exit_code"),
                 errors=[str(e) for e in d.get("errors", [])],
@@ -562,6 +741,20 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of Linux's ``/proc/<pid>/stat`` after the command name - state ("R", "S", "Z"...)
+    first, then the parent's pid - or None when there is no such process (or no /proc).
+
+    The command name is in parentheses and may itself hold spaces and ")": split after the last one.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields or None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not: it only waits for its parent to reap it).
 
@@ -575,11 +768,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = proc_stat(pid)
+    return fields is None or fields[0] != "Z"  # unreadable: kill() said it exists
 
 
 def _loads(data: bytes, path: Path) -> Any:

@@ -274,6 +274,7 @@ class BeatJob:
     """A one-rank local job running BEAT_SCRIPT, and ``attach`` for it in a background thread."""
 
     def __init__(self, name: str, root: Path) -> None:
+        from tests.event_log import EventLog
         from tests.jobs import launch_job
 
         self.project = root / "project"
@@ -283,7 +284,7 @@ class BeatJob:
         self.stop_file, self.beat_file = root / "stop", root / "beat"
         self.job = launch_job(name, self.project, ["python", "train.py", str(self.stop_file), str(self.beat_file)])
         self.name = name
-        self.events: list[dict[str, Any]] = []
+        self.events = EventLog()
         self.result: Any = None
         self.error: BaseException | None = None
         self.attacher: Any = None

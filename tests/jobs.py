@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.base import JobInfo
 from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.paths import StatePaths
+from remote_debug.spec import DebugOptions
 
 
 @dataclass
@@ -28,9 +29,8 @@ class LocalJob:
     def backend(self) -> MachineBackend:
         return MachineBackend(self.paths)
 
-    def attach(self, options: AttachOptions, emit: Callable[[dict[str, Any]], None] | None = None) -> AttachResult:
-        events: list[dict[str, Any]] = []
-        return Attacher(self.backend, self.name, options, emit or events.append, self.paths).run()
+    def attach(self, options: AttachOptions, emit: events.Emit | None = None) -> AttachResult:
+        return Attacher(self.backend, self.name, options, emit or events.ignore, self.paths).run()
 
     def status(self) -> str:
         return self.backend.describe(self.name).status
@@ -49,9 +49,14 @@ class LocalJob:
 
 
 def launch_job(name: str, project: Path, command: list[str] | None = None, **request: Any) -> LocalJob:
-    """``remote-debug launch --local`` in-process: ``request`` takes LaunchRequest's fields."""
+    """``remote-debug launch --local`` in-process: ``request`` takes LaunchRequest's fields and
+    DebugOptions' (``wait_seconds=``, ``ide=``...), which go into the request's ``options``."""
+    chosen = {f.name: request.pop(f.name) for f in fields(DebugOptions) if f.name in request}
     job = LocalJob(name, project)
     job.info = job.backend.launch(
-        LaunchRequest(command=command or ["python", "train.py"], name=name, source_dir=project, **request)
+        LaunchRequest(
+            command=command or ["python", "train.py"], name=name, source_dir=project,
+            options=DebugOptions(**chosen), **request,
+        )
     )
     return job

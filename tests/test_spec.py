@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remote_debug import spec
-from remote_debug.spec import ContractError, DebugSpec, NodeManifest, RankEndpoint
+from remote_debug.spec import (
+    IDE,
+    ContractError,
+    DebugOptions,
+    DebugSpec,
+    NodeManifest,
+    NodeState,
+    RankEndpoint,
+    RankState,
+    Transport,
+)
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX laptop"
 
 
 def _spec(**fields: Any) -> DebugSpec:
-    return DebugSpec(**{"job_name": "my-job-1", "client_public_key": KEY, **fields})
+    """A spec; DebugOptions' fields (ide=, ranks=...) go into its options."""
+    chosen = {f.name: fields.pop(f.name) for f in dataclasses.fields(DebugOptions) if f.name in fields}
+    return DebugSpec(**{"job_name": "my-job-1", "client_public_key": KEY, "options": DebugOptions(**chosen), **fields})
 
 
 def _node(**fields: Any) -> NodeManifest:
@@ -154,7 +168,7 @@ def test_rank_rewrite_replaces_document(tmp_path: Path) -> None:
     spec.write_node_manifest(tmp_path, _node())
     ep = RankEndpoint(rank=0, local_rank=0, world_size=1, port=5700, pid=10)
     spec.write_rank_manifest(tmp_path, ep)
-    ep.state = "finished"
+    ep.state = RankState.FINISHED
     spec.write_rank_manifest(tmp_path, ep)
     merged = spec.read_node_manifest(tmp_path)
     assert merged is not None and [r.state for r in merged.ranks] == ["finished"]
@@ -265,3 +279,117 @@ def test_pid_alive_sees_running_zombie_and_gone_processes() -> None:
     assert not spec.pid_alive(child.pid)
     child.wait()
     assert not spec.pid_alive(child.pid) and not spec.pid_alive(0)
+
+
+# --- the choices are enums; the wire format is the same strings --------------------------------------
+
+
+def test_env_format_is_unchanged_byte_for_byte() -> None:
+    env = _spec(ide="pycharm", ranks=(0, 2), port_base=5700, sshd_port=2222, wait_seconds=1.5, transport="hybrid",
+                hold_on_failure=90).to_env()
+    assert list(env.items()) == [
+        (spec.ENV_VERSION, "1"), (spec.ENV_JOB, "my-job-1"), (spec.ENV_IDE, "pycharm"), (spec.ENV_RANKS, "0,2"),
+        (spec.ENV_PORT_BASE, "5700"), (spec.ENV_SSHD_PORT, "2222"), (spec.ENV_WAIT, "1.5"),
+        (spec.ENV_CLIENT_KEY, KEY), (spec.ENV_TRANSPORT, "hybrid"), (spec.ENV_HOLD_ON_FAILURE, "90"),
+    ]
+    assert all(type(v) is str for v in env.values())  # plain str, not enum members
+
+
+def test_enums_are_their_values() -> None:
+    assert spec.IDES == ("vscode", "pycharm")
+    assert [t.value for t in Transport] == ["local", "ssm", "hybrid", "direct"]
+    assert [s.value for s in NodeState] == ["starting", "running", "completed", "failed", "stopped"]
+    assert "idle" in [s.value for s in RankState]  # lazy ranks write it
+    assert IDE.PYCHARM == "pycharm" and str(IDE.PYCHARM) == "pycharm" and f"{RankState.HELD}" == "held"
+    assert json.dumps({"state": RankState.FAILED}) == '{"state": "failed"}'
+    parsed = _spec(ide="pycharm", transport="ssm")
+    assert parsed.ide is IDE.PYCHARM and parsed.transport is Transport.SSM
+
+
+def test_manifest_json_is_unchanged_and_plain() -> None:
+    ep = RankEndpoint(rank=1, local_rank=1, world_size=2, port=5701, pid=11, state=RankState.IDLE, ide=IDE.PYCHARM)
+    text = json.dumps(ep.to_json())
+    assert text == (
+        '{"rank": 1, "local_rank": 1, "world_size": 2, "port": 5701, "pid": 11, "state": "idle", "ide": "pycharm", '
+        '"error": null, "version": 1, "control_port": 0, "traceback": null}'
+    )
+    assert type(ep.to_json()["state"]) is str and RankEndpoint.from_json(json.loads(text)) == ep
+    node = _node().to_json()
+    assert node["state"] == "running" and type(node["state"]) is str
+    assert NodeManifest.from_json(node).state is NodeState.RUNNING
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({spec.ENV_IDE: "emacs"}, "unknown IDE 'emacs': use one of vscode, pycharm"),
+    ({spec.ENV_TRANSPORT: "pigeon"}, "unknown transport 'pigeon': use one of local, ssm, hybrid, direct"),
+    ({spec.ENV_HOLD_ON_FAILURE: "soon"}, "bad number"),
+    ({spec.ENV_WAIT: "-1"}, "wait -1.0 s is out of range"),
+])
+def test_from_env_refuses_unknown_choices_in_one_line(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(ContractError, match=message) as info:
+        DebugSpec.from_env(_env(**changes))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: RankEndpoint.from_json(_rank_json(state="sleeping")), "unknown rank state 'sleeping'"),
+    (lambda: RankEndpoint.from_json(_rank_json(ide="emacs")), "unknown IDE 'emacs'"),
+    (lambda: NodeManifest.from_json(_node_json(state="exploded")), "unknown node state 'exploded'"),
+    (lambda: RankEndpoint(rank=0, local_rank=0, world_size=1, port=0, pid=1, state="nope"), "unknown rank state"),
+])
+def test_manifests_refuse_unknown_states(make: Any, message: str) -> None:
+    with pytest.raises(ContractError, match=message):
+        make()
+
+
+# --- options and wiring ------------------------------------------------------------------------------
+
+
+def test_options_validate_themselves() -> None:
+    assert DebugOptions().ide is IDE.VSCODE and DebugOptions(ide="pycharm").ide is IDE.PYCHARM
+    for fields, message in [
+        ({"ide": "emacs"}, "unknown IDE"), ({"port_base": 70000}, "debug port base 70000 is out of range"),
+        ({"sshd_port": 22}, "port 22 is reserved"), ({"wait_seconds": math.nan}, "wait nan s is out of range"),
+        ({"hold_on_failure": -5.0}, "hold on failure -5.0 s is out of range"), ({"ranks": (-1, 0)}, "bad rank list"),
+    ]:
+        with pytest.raises(ContractError, match=message):
+            DebugOptions(**fields)
+
+
+def test_spec_is_options_plus_wiring() -> None:
+    options = DebugOptions(ide=IDE.PYCHARM, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3,
+                           hold_on_failure=4)
+    debug = DebugSpec(job_name="j", client_public_key=KEY, transport=Transport.SSM, options=options)
+    assert (debug.ide, debug.ranks, debug.port_base, debug.sshd_port, debug.wait_seconds, debug.hold_on_failure) == (
+        IDE.PYCHARM, (1,), 5700, 2222, 3, 4
+    )
+    assert debug.selects(1) and not debug.selects(0)
+    assert DebugSpec.from_env(debug.to_env()) == debug
+    # what a job's environment holds before its key pair exists (enable() drafts with it)
+    without_key = spec.spec_env("j", Transport.SSM, options)
+    assert without_key == {k: v for k, v in debug.to_env().items() if k != spec.ENV_CLIENT_KEY}
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (None, (7.0, "")), ("", (7.0, "")), ("  ", (7.0, "")), ("2.5", (2.5, "")), ("0", (0.0, "")),
+    ("soon", (7.0, "X='soon' is not a number of seconds (0-10)")),
+    ("-1", (7.0, "X='-1' is not a number of seconds (0-10)")),
+    ("nan", (7.0, "X='nan' is not a number of seconds (0-10)")),
+    ("11", (7.0, "X='11' is not a number of seconds (0-10)")),
+])
+def test_env_seconds(raw: str | None, expected: tuple[float, str]) -> None:
+    env = {} if raw is None else {"X": raw}
+    assert spec.env_seconds(env, "X", 7.0, low=0, high=10) == expected
+
+
+def test_env_seconds_unbounded_names_no_range() -> None:
+    assert spec.env_seconds({"X": "-3"}, "X", 0.0) == (-3.0, "")
+    assert spec.env_seconds({"X": "x"}, "X", 0.0) == (0.0, "X='x' is not a number of seconds")
+
+
+def test_proc_stat_reads_state_and_parent() -> None:
+    import os
+
+    fields = spec.proc_stat(os.getpid())
+    assert fields is not None and fields[0] in "RS" and fields[1] == str(os.getppid())
+    assert spec.proc_stat(0) is None and spec.proc_stat(2**22 + 12345) is None

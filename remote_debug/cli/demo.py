@@ -2,41 +2,54 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from remote_debug.cli.app import app
+from remote_debug import spec
+from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, app, flag
 from remote_debug.cli.output import console, event_printer, print_json
 from remote_debug.local.demo import run_demo
-from remote_debug.local.errors import UserError
-from remote_debug.local.pycharm_session import PyCharmOptions
+from remote_debug.local.events import ignore
+from remote_debug.local.ide.pycharm import PyCharmOptions
 
 
 @app.command()
 def demo(
-    headless: bool = typer.Option(False, "--headless", help="Use the built-in DAP client instead of VS Code."),
-    nodes: int = typer.Option(1, "--nodes", help="Nodes (algo-1..N)."),
-    nproc_per_node: int = typer.Option(2, "--nproc-per-node", help="Ranks per node."),
-    wait: float = typer.Option(
-        None, "--wait", help="Seconds ranks wait for a debugger (default 120 headless, 600 IDE)."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (events are not printed)."),
-    ide: str = typer.Option(
-        "vscode", "--ide", help="vscode or pycharm (headless: the built-in DAP client or pydevd server)."
-    ),
-    pycharm_port: int = typer.Option(0, "--pycharm-port", help="--ide pycharm: port of PyCharm's debug server."),
-    pycharm_build: str = typer.Option(
-        None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
-    ),
+    headless: Annotated[bool, flag("--headless", help="Use the built-in DAP client instead of VS Code.")] = False,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=MAX_NODES, help="Nodes (algo-1..N).")] = 1,
+    nproc_per_node: Annotated[
+        int, typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Ranks per node.")
+    ] = 2,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            min=0,
+            max=spec.MAX_WAIT_SECONDS,
+            help="Seconds ranks wait for a debugger (default 120 headless, 600 IDE).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, flag("--json", help="Print the result as JSON (events are not printed).")] = False,
+    ide: Annotated[
+        spec.IDE,
+        typer.Option("--ide", help="The IDE you debug from (headless: the built-in DAP client or pydevd server)."),
+    ] = spec.IDE.VSCODE,
+    pycharm_port: Annotated[
+        int, typer.Option("--pycharm-port", min=0, max=MAX_PORT, help="--ide pycharm: port of PyCharm's debug server.")
+    ] = 0,
+    pycharm_build: Annotated[
+        str | None,
+        typer.Option(
+            "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+        ),
+    ] = None,
 ) -> None:
     """Run the example DDP job locally and stop in every rank."""
-    if nodes < 1 or nproc_per_node < 1:
-        raise UserError("--nodes and --nproc-per-node must be at least 1")
-    if ide not in ("vscode", "pycharm"):
-        raise UserError(f"unknown IDE {ide!r}: use vscode or pycharm")
     wait_seconds = wait if wait is not None else (120.0 if headless else 600.0)
     quiet = as_json
-    emit = (lambda _e: None) if quiet else event_printer(False)
-    if not headless and not as_json and ide == "vscode":
+    emit = ignore if quiet else event_printer(False)
+    if not headless and not as_json and ide == spec.IDE.VSCODE:
         console.print(
             "Launching the demo job; when 'ready' appears, attach from VS Code:\n"
             "  1. open the workspace printed below (File > Open Folder),\n"

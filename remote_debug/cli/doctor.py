@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from remote_debug.cli.app import app
+from remote_debug.cli.app import app, flag
 from remote_debug.cli.output import console, print_json
-from remote_debug.local.backends import job_name
+from remote_debug.local.backends import job_ref
 from remote_debug.local.doctor import FAIL, Doctor, passed
 
 STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
@@ -16,11 +18,12 @@ STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 @app.command()
 def doctor(
-    job: str = typer.Argument(None, help="Also check this SageMaker job (name or ARN)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    job: Annotated[str | None, typer.Argument(help="Also check this SageMaker job (name or ARN).")] = None,
+    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check credentials, region, session-manager-plugin, OpenSSH, IAM permissions (and a job)."""
-    checks = Doctor().run(job_name(job) if job else None)
+    ref = job_ref(job) if job else None
+    checks = Doctor(region=ref.region if ref else None).run(ref.name if ref else None)
     ok = passed(checks)
     if as_json:
         print_json({"ok": ok, "checks": [c.to_json() for c in checks]})

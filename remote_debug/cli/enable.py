@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from remote_debug.cli.app import app
+from remote_debug.cli.app import app, flag
 from remote_debug.cli.output import console, err_console, print_json
 from remote_debug.local import aws
 from remote_debug.local.errors import UserError
@@ -20,8 +20,8 @@ def open_client(region: str) -> Any:
 
 @app.command(name="enable")
 def enable_command(
-    job: str = typer.Argument(..., help="Training job name or ARN."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    job: Annotated[str, typer.Argument(help="Training job name or ARN.")],
+    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
 ) -> None:
     """Turn on remote debugging for a running SageMaker job (UpdateTrainingJob; Downloading or Training only).
 

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-import typer
 from rich.table import Table
 
-from remote_debug.cli.app import app
+from remote_debug.cli.app import app, flag
 from remote_debug.cli.output import console, error_line, print_json
 from remote_debug.local.backends import all_backends
 from remote_debug.local.errors import UserError
 
 
 @app.command()
-def jobs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -> None:
     """List debuggable jobs, local and (when AWS is configured) SageMaker, with their status."""
     found = []
     for backend in all_backends():
         try:
             found += backend.list_jobs()
         except UserError as exc:  # AWS unreachable or not allowed: still list the local jobs
-            if backend.name == "local":
+            if not backend.capabilities.remote:  # this machine's own jobs: a real error
                 raise
             error_line(f"{backend.name} jobs not listed: {exc}")
     if as_json:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import app
+from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
@@ -20,9 +22,9 @@ def default_job_name() -> str:
     return time.strftime("local-%Y%m%d-%H%M%S")
 
 
-def parse_hyperparameters(items: list[str]) -> dict[str, str]:
+def parse_hyperparameters(items: Iterable[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in items:
+    for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UserError(f"bad hyperparameter {item!r}: use KEY=VALUE")
@@ -32,34 +34,67 @@ def parse_hyperparameters(items: list[str]) -> dict[str, str]:
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def launch(
-    command: list[str] = typer.Argument(None, help="The training command, after '--'."),
-    local: bool = typer.Option(False, "--local", help="Run the job on this machine (SageMaker jobs: a later release)."),
-    name: str = typer.Option(None, "--name", help="Job name (default: local-<timestamp>)."),
-    nodes: int = typer.Option(1, "--nodes", help="Number of nodes (algo-1..N)."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks per node (torchrun when > 1)."),
-    wait: float = typer.Option(0.0, "--wait", help="Seconds each rank waits for a debugger at start (0 = never)."),
-    ide: str = typer.Option("vscode", "--ide", help="vscode or pycharm."),
-    ranks: str = typer.Option("all", "--ranks", help="Ranks that get a debugger: all, or e.g. 0,2."),
-    source_dir: Path = typer.Option(None, "--source-dir", help="Code to copy into the job (default: current dir)."),
-    debug_port: int = typer.Option(0, "--debug-port", help="Listener port base (rank r uses base+r); 0 = free ports."),
-    sshd_port: int = typer.Option(0, "--sshd-port", help="sshd port in the job; 0 = a free port."),
-    hyperparameter: list[str] = typer.Option([], "--hyperparameter", "-H", help="KEY=VALUE, repeatable."),
-    hold_on_failure: float = typer.Option(
-        0.0,
-        "--hold-on-failure",
-        metavar="SECONDS",
-        help="A rank that dies of an uncaught exception stays up to SECONDS, stopped at the exception for a "
-        "debugger (attach to inspect it), then exits with the same failure (0 = exit at once).",
-    ),
-    no_netns: bool = typer.Option(
-        False,
-        "--no-netns",
-        help="Multi-node: keep nodes on this machine's loopback (default as root: a network namespace per node).",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
-    pycharm_build: str = typer.Option(
-        None, "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
-    ),
+    command: Annotated[list[str] | None, typer.Argument(help="The training command, after '--'.")] = None,
+    local: Annotated[
+        bool, flag("--local", help="Run the job on this machine (SageMaker jobs: a later release).")
+    ] = False,
+    name: Annotated[str | None, typer.Option("--name", help="Job name (default: local-<timestamp>).")] = None,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=MAX_NODES, help="Number of nodes (algo-1..N).")] = 1,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Ranks per node (torchrun when > 1)."),
+    ] = 1,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            max=spec.MAX_WAIT_SECONDS,
+            help="Seconds each rank waits for a debugger at start (0 = never).",
+        ),
+    ] = 0.0,
+    ide: Annotated[spec.IDE, typer.Option("--ide", help="The IDE you debug from.")] = spec.IDE.VSCODE,
+    ranks: Annotated[str, typer.Option("--ranks", help="Ranks that get a debugger: all, or e.g. 0,2.")] = "all",
+    source_dir: Annotated[
+        Path | None, typer.Option("--source-dir", help="Code to copy into the job (default: current dir).")
+    ] = None,
+    debug_port: Annotated[
+        int,
+        typer.Option(
+            "--debug-port", min=0, max=MAX_PORT, help="Listener port base (rank r uses base+r); 0 = free ports."
+        ),
+    ] = 0,
+    sshd_port: Annotated[
+        int, typer.Option("--sshd-port", min=0, max=MAX_PORT, help="sshd port in the job; 0 = a free port.")
+    ] = 0,
+    hyperparameter: Annotated[
+        list[str] | None, typer.Option("--hyperparameter", "-H", help="KEY=VALUE, repeatable.")
+    ] = None,
+    hold_on_failure: Annotated[
+        float,
+        typer.Option(
+            "--hold-on-failure",
+            min=0,
+            max=spec.MAX_WAIT_SECONDS,
+            metavar="SECONDS",
+            help="A rank that dies of an uncaught exception stays up to SECONDS, stopped at the exception for a "
+            "debugger (attach to inspect it), then exits with the same failure (0 = exit at once).",
+        ),
+    ] = 0.0,
+    no_netns: Annotated[
+        bool,
+        flag(
+            "--no-netns",
+            help="Multi-node: keep nodes on this machine's loopback (default as root: a network namespace per node).",
+        ),
+    ] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the job as JSON.")] = False,
+    pycharm_build: Annotated[
+        str | None,
+        typer.Option(
+            "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+        ),
+    ] = None,
 ) -> None:
     """Start a training job with debugging enabled, in the background."""
     if not local:
@@ -70,22 +105,20 @@ def launch(
         source_dir=(source_dir or Path.cwd()).absolute(),
         nodes=nodes,
         nproc_per_node=nproc_per_node,
-        wait_seconds=wait,
-        ide=ide,
-        ranks=spec.parse_ranks(ranks),
-        port_base=debug_port,
-        sshd_port=sshd_port,
+        options=spec.DebugOptions(
+            ide=ide,
+            ranks=spec.parse_ranks(ranks),
+            port_base=debug_port,
+            sshd_port=sshd_port,
+            wait_seconds=wait,
+            hold_on_failure=hold_on_failure,
+        ),
         hyperparameters=parse_hyperparameters(hyperparameter),
         netns=not no_netns,
-        hold_on_failure=hold_on_failure,
     )
-    spec.check_port(debug_port, "debug port")
-    spec.check_port(sshd_port, "sshd port")
-    if ide not in spec.IDES:
-        raise UserError(f"unknown IDE {ide!r}: use one of {', '.join(spec.IDES)}")
-    if pycharm_build and ide != "pycharm":
+    if pycharm_build and ide != spec.IDE.PYCHARM:
         raise UserError("--pycharm-build needs --ide pycharm")
-    if ide == "pycharm":
+    if ide == spec.IDE.PYCHARM:
         # A local job runs in this interpreter: its pydevd-pycharm must match the user's PyCharm.
         check_local_pydevd(choose_build(pycharm_build))
         if wait <= 0 and not as_json:
@@ -98,6 +131,6 @@ def launch(
         print_json(info.to_json())
         return
     console.print(f"launched job [bold]{info.name}[/] ({len(info.nodes)} node(s) x {info.nproc_per_node} rank(s))")
-    if info.extra.get("isolation") == "netns":
+    if info.machine is not None and info.machine.isolation == "netns":
         console.print("nodes run in their own network namespaces: reachable only through remote-debug's relay")
     console.print(f"attach with:  remote-debug attach {info.name}" + (" --ide pycharm" if ide == "pycharm" else ""))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
+
+from remote_debug.local import events as ev
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -25,95 +27,156 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-Event = dict[str, Any]
+# --- attach/demo events: one human line per kind (the JSON line is the event itself) -------------------
+
+_E = TypeVar("_E", bound=ev.Event)
+# event class -> its human line; events not listed are not worth a line
+_DESCRIBE: dict[type[ev.Event], Callable[[Any], str]] = {}
 
 
-def _launched(e: Event) -> str:
-    return f"launched job {e['job']} ({e['nodes']} x {e['nproc_per_node']} ranks); workspace {e['workspace']}"
+def _line(cls: type[_E]) -> Callable[[Callable[[_E], str]], Callable[[_E], str]]:
+    def register(describe: Callable[[_E], str]) -> Callable[[_E], str]:
+        _DESCRIBE[cls] = describe
+        return describe
+
+    return register
 
 
-def _job_status(e: Event) -> str:
-    detail = f": {e['message']}" if e.get("message") else ""
-    return f"job {e['job']}: {e['status']} / {e['secondary_status']}{detail}"
+@_line(ev.Launched)
+def _launched(e: ev.Launched) -> str:
+    return f"launched job {e.job} ({e.nodes} x {e.nproc_per_node} ranks); workspace {e.workspace}"
 
 
-def _rank_ready(e: Event) -> str:
-    if e.get("ide") == "pycharm":
+@_line(ev.RankAttached)
+def _rank_attached(e: ev.RankAttached) -> str:
+    return f"rank {e.rank}: debugger attached"
+
+
+@_line(ev.JobStatus)
+def _job_status(e: ev.JobStatus) -> str:
+    detail = f": {e.message}" if e.message else ""
+    return f"job {e.job}: {e.status} / {e.secondary_status}{detail}"
+
+
+@_line(ev.Waiting)
+def _waiting(e: ev.Waiting) -> str:
+    return f"waiting for {e.what} to start: {', '.join(e.nodes)}"
+
+
+@_line(ev.SshConfig)
+def _ssh_config(e: ev.SshConfig) -> str:
+    return f"ssh entries written ({', '.join(e.aliases)}): try `ssh {e.aliases[0]}`"
+
+
+@_line(ev.NodeConnected)
+def _node_connected(e: ev.NodeConnected) -> str:
+    return f"connected to {e.alias}"
+
+
+@_line(ev.RankReady)
+def _rank_ready(e: ev.RankReady) -> str:
+    if e.ide == "pycharm":
         return (
-            f"rank {e['rank']} on {e['node']}: its localhost:{e['remote_port']} leads to "
-            f"PyCharm's debug server at 127.0.0.1:{e['local_port']}"
+            f"rank {e.rank} on {e.node}: its localhost:{e.remote_port} leads to "
+            f"PyCharm's debug server at 127.0.0.1:{e.local_port}"
         )
-    return f"rank {e['rank']} on {e['node']}: debugger at 127.0.0.1:{e['local_port']}"
+    return f"rank {e.rank} on {e.node}: debugger at 127.0.0.1:{e.local_port}"
 
 
-def _pycharm_build(e: Event) -> str:
-    others = f"; also found: {', '.join(e['others'])}" if e.get("others") else ""
-    have = f", pydevd-pycharm {e['installed']} installed" if e.get("installed") else ""
-    return f"PyCharm build {e['build']} from {e['source']}{have}{others}"
+@_line(ev.RankUnavailable)
+def _rank_unavailable(e: ev.RankUnavailable) -> str:
+    return f"rank {e.rank} on {e.node} has no debugger ({e.state}: {e.error or ''})"
 
 
-def _pycharm_config(e: Event) -> str:
-    steps = "".join(f"\n  {i}. {step}" for i, step in enumerate(e.get("steps", []), start=1))
-    return f"PyCharm run configuration '{e['name']}' (port {e['port']}) written to {e['path']}{steps}"
+@_line(ev.LaunchJson)
+def _launch_json(e: ev.LaunchJson) -> str:
+    return f"VS Code: {e.path} has '{e.compound}'"
 
 
-def _rank_failed(e: Event) -> str:
+@_line(ev.Ready)
+def _ready(e: ev.Ready) -> str:
+    return f"ready: ranks {e.ranks}"
+
+
+@_line(ev.Stopped)
+def _stopped(e: ev.Stopped) -> str:
+    return f"rank {e.rank} stopped at {e.file}:{e.line} ({e.reason}): {e.variables}"
+
+
+@_line(ev.RankDetached)
+def _rank_detached(e: ev.RankDetached) -> str:
+    return f"rank {e.rank} detached" + (f": {e.error}" if e.error else "")
+
+
+@_line(ev.Reconnected)
+def _reconnected(e: ev.Reconnected) -> str:
+    return f"reconnected to {e.node}"
+
+
+@_line(ev.TunnelDown)
+def _tunnel_down(e: ev.TunnelDown) -> str:
+    return f"tunnel to {e.node} is down, retrying: {e.error}"
+
+
+@_line(ev.WarningEvent)
+def _warning(e: ev.WarningEvent) -> str:
+    return f"warning: {e.message}"
+
+
+@_line(ev.PycharmBuild)
+def _pycharm_build(e: ev.PycharmBuild) -> str:
+    others = f"; also found: {', '.join(e.others)}" if e.others else ""
+    have = f", pydevd-pycharm {e.installed} installed" if e.installed else ""
+    return f"PyCharm build {e.build} from {e.source}{have}{others}"
+
+
+@_line(ev.PycharmConfig)
+def _pycharm_config(e: ev.PycharmConfig) -> str:
+    steps = "".join(f"\n  {i}. {step}" for i, step in enumerate(e.steps, start=1))
+    return f"PyCharm run configuration '{e.config_name}' (port {e.port}) written to {e.path}{steps}"
+
+
+@_line(ev.RankConnected)
+def _rank_connected(e: ev.RankConnected) -> str:
+    return f"rank {e.rank} on {e.node}: connected to PyCharm's debug server"
+
+
+@_line(ev.IdeNotListening)
+def _ide_not_listening(e: ev.IdeNotListening) -> str:
+    return f"rank {e.rank} on {e.node} is waiting: {e.message}"
+
+
+@_line(ev.RankFailed)
+def _rank_failed(e: ev.RankFailed) -> str:
     held = (
         "; held for a post-mortem: a debugger attached to it stops at the exception, and it exits with "
         "this failure when you continue or detach (or when the hold ends)"
-        if e.get("held")
+        if e.held
         else ""
     )
-    tb = str(e.get("traceback") or "").rstrip()
+    tb = str(e.traceback or "").rstrip()
     body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
-    return f"rank {e['rank']} on {e['node']} failed: {e.get('error')}{held}{body}"
+    return f"rank {e.rank} on {e.node} failed: {e.error}{held}{body}"
 
 
-def _job_ended(e: Event) -> str:
-    reason = f" ({e['failure_reason']})" if e.get("failure_reason") else ""
-    return f"job ended: {e['status']}, exit code {e.get('exit_code')}{reason}"
+@_line(ev.JobEnded)
+def _job_ended(e: ev.JobEnded) -> str:
+    reason = f" ({e.failure_reason})" if e.failure_reason else ""
+    return f"job ended: {e.status}, exit code {e.exit_code}{reason}"
 
 
-# event name -> its human line; events not listed are not worth a line
-_DESCRIBE: dict[str, Callable[[Event], str]] = {
-    "launched": _launched,
-    "rank-attached": lambda e: f"rank {e['rank']}: debugger attached",
-    "job-status": _job_status,
-    "waiting": lambda e: f"waiting for {e['what']} to start: {', '.join(e.get('nodes', []))}",
-    "ssh-config": lambda e: f"ssh entries written ({', '.join(e['aliases'])}): try `ssh {e['aliases'][0]}`",
-    "node-connected": lambda e: f"connected to {e['alias']}",
-    "rank-ready": _rank_ready,
-    "rank-unavailable": lambda e: (
-        f"rank {e['rank']} on {e['node']} has no debugger ({e.get('state')}: {e.get('error') or ''})"
-    ),
-    "launch-json": lambda e: f"VS Code: {e['path']} has '{e['compound']}'",
-    "ready": lambda e: f"ready: ranks {e['ranks']}",
-    "stopped": lambda e: (
-        f"rank {e['rank']} stopped at {e.get('file')}:{e.get('line')} ({e.get('reason')}): {e.get('variables')}"
-    ),
-    "rank-detached": lambda e: f"rank {e['rank']} detached" + (f": {e['error']}" if e.get("error") else ""),
-    "reconnected": lambda e: f"reconnected to {e['node']}",
-    "tunnel-down": lambda e: f"tunnel to {e['node']} is down, retrying: {e.get('error')}",
-    "warning": lambda e: f"warning: {e['message']}",
-    "pycharm-build": _pycharm_build,
-    "pycharm-config": _pycharm_config,
-    "rank-connected": lambda e: f"rank {e['rank']} on {e['node']}: connected to PyCharm's debug server",
-    "ide-not-listening": lambda e: f"rank {e['rank']} on {e['node']} is waiting: {e['message']}",
-    "rank-failed": _rank_failed,
-    "job-ended": _job_ended,
-}
-
-
-def describe_event(event: Event) -> str | None:
+def describe_event(event: ev.Event) -> str | None:
     """A human line for an attach/demo event (None: not worth a line)."""
-    describe = _DESCRIBE.get(str(event.get("event")))
+    describe = _DESCRIBE.get(type(event))
     return describe(event) if describe is not None else None
 
 
-def event_printer(as_json: bool) -> Any:
-    def emit(event: dict[str, Any]) -> None:
+def event_printer(as_json: bool) -> ev.Emit:
+    """An emit for attach/demo: the event's JSON line on stdout (``--json``), else its human line on stderr."""
+
+    def emit(event: ev.Event) -> None:
         if as_json:
-            print_json(event)
+            print_json(event.to_json())
             return
         line = describe_event(event)
         if line:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -14,9 +15,11 @@ from remote_debug.local.proxy import run_proxy
 
 @app.command()
 def proxy(
-    host: str = typer.Argument(..., help="The Host alias, <node>.<job> (ssh's %h)."),
-    port: int = typer.Argument(..., help="ssh's %p."),
-    state_dir: Path = typer.Option(None, "--state-dir", help="remote-debug's state dir (default ~/.remote-debug)."),
+    host: Annotated[str, typer.Argument(help="The Host alias, <node>.<job> (ssh's %h).")],
+    port: Annotated[int, typer.Argument(help="ssh's %p.")],
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="remote-debug's state dir (default ~/.remote-debug).")
+    ] = None,
 ) -> None:
     """Relay ssh's stdin/stdout to a job node's sshd (used by ssh, not by people)."""
     paths = StatePaths(state_dir.absolute()) if state_dir else StatePaths.default()

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from remote_debug.cli.app import app
-from remote_debug.cli.attach import check_seconds
+from remote_debug.cli.app import app, flag, positive_seconds
 from remote_debug.cli.output import console, print_json
 from remote_debug.local import ssh_config as ssh_files
-from remote_debug.local.attach import host_entries, require_running, wait_for_manifests
-from remote_debug.local.backends import backend_for
+from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 
 
 @app.command("ssh-config")
 def ssh_config(
-    job: str = typer.Argument(None, help="Job name (omit with --remove to undo everything)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change in ~/.ssh/config; write nothing."),
-    remove: bool = typer.Option(False, "--remove", help="Remove our entries; without JOB also restore ~/.ssh/config."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the job's nodes to publish sshd."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (the aliases)."),
+    job: Annotated[str | None, typer.Argument(help="Job name (omit with --remove to undo everything).")] = None,
+    dry_run: Annotated[bool, flag("--dry-run", help="Show what would change in ~/.ssh/config; write nothing.")] = False,
+    remove: Annotated[
+        bool, flag("--remove", help="Remove our entries; without JOB also restore ~/.ssh/config.")
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", help="Seconds to wait for the job's nodes to publish sshd.", callback=positive_seconds
+        ),
+    ] = 60.0,
+    as_json: Annotated[bool, flag("--json", help="Print JSON (the aliases).")] = False,
 ) -> None:
     """Write (or remove) ssh Host entries <node>.<job> with pinned host keys and the proxy."""
     paths = StatePaths.default()
@@ -38,12 +45,11 @@ def ssh_config(
         return
     if not job:
         raise UserError("give a JOB (or --remove): remote-debug ssh-config JOB")
-    check_seconds(timeout, "--timeout")
-    backend = backend_for(job, paths)
-    require_running(backend, job)
-    manifests = wait_for_manifests(backend, job, timeout, lambda _event: None)
-    entries = host_entries(job, manifests, paths)
+    connection = JobConnection.open(job, paths)
+    connection.require_running()
+    manifests = connection.wait_for_manifests(timeout)
     if dry_run:
+        entries = connection.host_entries(manifests)
         change = ssh_files.ensure_include(paths, dry_run=True)
         rendered = ssh_files.render_job_config(entries)
         if as_json:
@@ -59,7 +65,7 @@ def ssh_config(
             console.print(change.diff or f"{change.path}: already includes {paths.ssh_config}", markup=False)
             console.print(rendered, markup=False)
         return
-    ssh_files.write_job_entries(paths, job, entries)
+    entries = connection.write_ssh_entries(manifests, edit_user_config=False)
     change = ssh_files.ensure_include(paths)
     if as_json:
         print_json(

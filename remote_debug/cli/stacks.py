@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import app
+from remote_debug.cli.app import app, flag, positive_seconds
 from remote_debug.cli.output import print_json
-from remote_debug.local.backends import backend_for, job_name
+from remote_debug.local.connection import JobConnection
 from remote_debug.local.stacks import collect_stacks, format_stacks
 
 
 @app.command()
 def stacks(
-    job: str = typer.Argument(..., help="Job name (or SageMaker training-job ARN)."),
-    ranks: str = typer.Option("all", "--ranks", help="all, or e.g. 0,2."),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for the nodes to be reachable."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    job: Annotated[str, typer.Argument(help="Job name (or SageMaker training-job ARN).")],
+    ranks: Annotated[str, typer.Option("--ranks", help="all, or e.g. 0,2.")] = "all",
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds to wait for the nodes to be reachable.", callback=positive_seconds),
+    ] = 30.0,
+    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
 ) -> None:
     """Where is it hung? Every rank's Python stacks, without ptrace and without tracing."""
-    job = job_name(job)
-    report = collect_stacks(backend_for(job), job, spec.parse_ranks(ranks), timeout=timeout)
+    report = collect_stacks(JobConnection.open(job), spec.parse_ranks(ranks), timeout=timeout)
     if as_json:
         print_json(report)
     else:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from remote_debug.cli.app import app
+from remote_debug.cli.app import app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import backend_for
 
 
 @app.command()
 def stop(
-    job: str = typer.Argument(..., help="Job name."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
 ) -> None:
     """Stop a running job and wait until it has stopped."""
     info = backend_for(job).stop(job)

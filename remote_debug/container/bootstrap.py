@@ -35,7 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, pid_alive
+from remote_debug.container.common import quiet_thread
+from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, NodeState, pid_alive
 
 DAEMON_FLAG = "--node-daemon"
 LOCK_NAME = "node-daemon.lock"
@@ -86,10 +87,7 @@ def running_daemon(lock: Path) -> int | None:
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
-    thread = threading.Thread(target=proc.wait, name="remote-debug-reap", daemon=True)
-    thread.pydev_do_not_trace = True  # type: ignore[attr-defined]  # ours, not the user's
-    thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    thread.start()
+    quiet_thread(proc.wait, "remote-debug-reap").start()
 
 
 def maybe_start_node_daemon(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> int | None:
@@ -207,7 +205,7 @@ def run_daemon(parent_pid: int) -> int:
     try:
         try:
             node.start()
-            node.publish(state="running")
+            node.publish(state=NodeState.RUNNING)
             if node.sshd is not None and node.manifest is not None:
                 log(
                     f"node daemon for pid {parent_pid} on {node.manifest.node}: sshd on "
@@ -218,7 +216,7 @@ def run_daemon(parent_pid: int) -> int:
         while pid_alive(parent_pid) and not stop.wait(POLL_SECONDS):
             pass
     finally:
-        node.finish("stopped" if stop.is_set() else "completed", None)
+        node.finish(NodeState.STOPPED if stop.is_set() else NodeState.COMPLETED, None)
         lock.release()
     return 0
 

@@ -28,32 +28,19 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from remote_debug.container.common import quiet_thread, seconds_knob
 from remote_debug.container.log import describe, log
-from remote_debug.spec import ENV_PG_TIMEOUT
+from remote_debug.spec import ENV_PG_TIMEOUT, LOOPBACK
 
-LOOPBACK = "127.0.0.1"
 MAX_REQUEST = 4096
 DEFAULT_PG_TIMEOUT_SECONDS = 7200.0  # long enough for a debugging session
+MAX_PG_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # anything beyond is a typo (and timedelta has a limit)
 PENDING_POLL_SECONDS = 0.05  # raise the timeout this soon after a late init_process_group
 
 
-def quiet_thread(target: Callable[[], None], name: str) -> threading.Thread:
-    """A daemon thread that debugpy neither traces nor lists (it is ours, not the user's)."""
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    return thread
-
-
 def pg_timeout_seconds(env: Mapping[str, str]) -> float:
-    raw = env.get(ENV_PG_TIMEOUT, "").strip()
-    if not raw:
-        return DEFAULT_PG_TIMEOUT_SECONDS
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        log(f"{ENV_PG_TIMEOUT}={raw[:40]!r} is not a number; using {DEFAULT_PG_TIMEOUT_SECONDS:g} s")
-        return DEFAULT_PG_TIMEOUT_SECONDS
+    """``REMOTE_DEBUG_PG_TIMEOUT``: 0 leaves the process-group timeout alone."""
+    return seconds_knob(env, ENV_PG_TIMEOUT, DEFAULT_PG_TIMEOUT_SECONDS, high=MAX_PG_TIMEOUT_SECONDS)
 
 
 def pause_safe(seconds: float) -> str:

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from remote_debug.container.log import describe, log
+from remote_debug.spec import RankState
 
 TRACEBACK_LIMIT = 8000  # characters of a traceback kept in the rank document (its end: the raising frames)
 POLL_SECONDS = 0.1
@@ -39,10 +40,10 @@ class Reporter(Protocol):
     def update(
         self,
         *,
-        state: str | None = ...,
+        state: RankState | None = ...,
         error: str | None = ...,
         traceback: str | None = ...,
-        unless: tuple[str, ...] = ...,
+        unless: tuple[RankState, ...] = ...,
     ) -> None: ...
 
 
@@ -76,7 +77,11 @@ class FailureHook:
         self.previous = sys.excepthook
         sys.excepthook = self
         # Python runs sys.excepthook before atexit handlers, so "failed" is already set and kept.
-        atexit.register(lambda: self.reporter.update(state="finished", unless=("failed", "skipped", "held")))
+        atexit.register(
+            lambda: self.reporter.update(
+                state=RankState.FINISHED, unless=(RankState.FAILED, RankState.SKIPPED, RankState.HELD)
+            )
+        )
 
     def __call__(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         hold = (
@@ -87,7 +92,9 @@ class FailureHook:
         seen = hold and reported_by_pydevd(exc)
         with contextlib.suppress(Exception):
             self.reporter.update(
-                state="held" if hold else "failed", error=describe(exc), traceback=format_traceback(exc_type, exc, tb)
+                state=RankState.HELD if hold else RankState.FAILED,
+                error=describe(exc),
+                traceback=format_traceback(exc_type, exc, tb),
             )
         # Printed first: the log says why the rank is held, and it is the traceback a run without the
         # hold prints.
@@ -103,13 +110,13 @@ class FailureHook:
             log(f"rank {self.rank}: post-mortem hold failed: {describe(error)}")
         finally:
             with contextlib.suppress(Exception):
-                self.reporter.update(state="failed")
+                self.reporter.update(state=RankState.FAILED)
 
     def _hold(self, excinfo: ExcInfo) -> None:
         deadline = time.monotonic() + self.hold_seconds
         assert self.start_listener is not None
         port = self.start_listener()
-        self.reporter.update(state="held")  # starting a lazy listener reported it "listening"
+        self.reporter.update(state=RankState.HELD)  # starting a lazy listener reported it "listening"
         log(
             f"rank {self.rank} failed with {describe(excinfo[1])}: held up to {self.hold_seconds:g} s for a "
             f"post-mortem debugger (port {port}); it exits when the debugger continues or detaches"

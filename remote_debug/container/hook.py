@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from remote_debug.container.common import seconds_knob
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
 from remote_debug.container.sshd import set_parent_death_signal
@@ -44,28 +45,22 @@ from remote_debug.spec import (
     ENV_STOP_GRACE,
     ContractError,
     DebugSpec,
+    NodeState,
+    proc_stat,
 )
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 USAGE = "usage: python -m remote_debug.container [--] COMMAND [ARGS...]"
 DEFAULT_STOP_GRACE = 100.0  # SageMaker's SIGKILL comes 120 s after its SIGTERM: leave time to clean up
+MAX_STOP_GRACE = 86400.0
 SWEEP_GRACE = 2.0  # stragglers get SIGTERM, then SIGKILL after this long
 
 
 def stop_grace(env: Mapping[str, str]) -> float:
-    """Seconds between forwarding a stop and SIGKILLing what is left (``REMOTE_DEBUG_STOP_GRACE``)."""
-    raw = env.get(ENV_STOP_GRACE, "").strip()
-    if not raw:
-        return DEFAULT_STOP_GRACE
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86400:  # NaN too
-        log(f"{ENV_STOP_GRACE}={raw[:40]!r} is not a number of seconds (0-86400); using {DEFAULT_STOP_GRACE:g}")
-        return DEFAULT_STOP_GRACE
-    return value
+    """Seconds between forwarding a stop and SIGKILLing what is left (``REMOTE_DEBUG_STOP_GRACE``); a bad
+    value never disables the escalation."""
+    return seconds_knob(env, ENV_STOP_GRACE, DEFAULT_STOP_GRACE, high=MAX_STOP_GRACE)
 
 
 def processes_with_token(token: bytes) -> list[int]:
@@ -90,11 +85,8 @@ def processes_with_token(token: bytes) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True  # gone
+    fields = proc_stat(pid)
+    return fields is None or fields[0] == "Z"  # None: gone
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -220,7 +212,7 @@ class Hook:
         if self.stop_signal is not None and not self._forwarded:
             self._on_signal(self.stop_signal, None)
         if self.node is not None:
-            self.node.publish(state="running")
+            self.node.publish(state=NodeState.RUNNING)
         code = exit_code_of(self.child.wait())
         if self._escalation is not None:
             self._escalation.cancel()
@@ -259,7 +251,10 @@ class Hook:
             except Exception as exc:  # never let cleanup change how the job ended
                 log(f"stopping leftover processes failed: {describe(exc)}")
             if self.node is not None:
-                state = "stopped" if self.stop_signal is not None else ("completed" if code == 0 else "failed")
+                if self.stop_signal is not None:
+                    state = NodeState.STOPPED
+                else:
+                    state = NodeState.COMPLETED if code == 0 else NodeState.FAILED
                 self.node.finish(state, code)
         return code
 

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from remote_debug.container.common import seconds_knob
 from remote_debug.container.log import log, one_line
 
 ENV_INSTALL = "REMOTE_DEBUG_INSTALL_SSHD"
 ENV_INSTALL_TIMEOUT = "REMOTE_DEBUG_INSTALL_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0
+MAX_TIMEOUT = 86400.0
 FIX = "add openssh-server to the image (see templates/byoc)"
 
 Which = Callable[[str], "str | None"]
@@ -55,11 +57,8 @@ def should_install(env: Mapping[str, str]) -> bool:
 
 
 def install_timeout(env: Mapping[str, str]) -> float:
-    try:
-        value = float(env.get(ENV_INSTALL_TIMEOUT, "") or DEFAULT_TIMEOUT)
-    except ValueError:
-        return DEFAULT_TIMEOUT
-    return value if value > 0 else DEFAULT_TIMEOUT
+    # at least a second: 0 would fail every step at once, and the default is what a bad value means
+    return seconds_knob(env, ENV_INSTALL_TIMEOUT, DEFAULT_TIMEOUT, low=1.0, high=MAX_TIMEOUT)
 
 
 def plan_install(which: Which = shutil.which, euid: int | None = None) -> InstallPlan | str:

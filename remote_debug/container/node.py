@@ -27,8 +27,16 @@ from remote_debug.container import install, node_env
 from remote_debug.container.hybrid import HybridError, HybridRegistration
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.container.publish import ManifestPublisher, lines_enabled
-from remote_debug.container.sshd import ENV_SSHD, LOOPBACK, Sshd, SshdError, current_user, find_sshd, start_sshd
-from remote_debug.spec import ENV_STATE_DIR, DebugSpec, NodeManifest, write_node_manifest
+from remote_debug.container.sshd import ENV_SSHD, Sshd, SshdError, current_user, find_sshd, start_sshd
+from remote_debug.spec import (
+    ENV_STATE_DIR,
+    LOOPBACK,
+    DebugSpec,
+    NodeManifest,
+    NodeState,
+    Transport,
+    write_node_manifest,
+)
 
 REGISTER_WAIT = 150.0  # amazon-ssm-agent -register is bounded by 120 s (hybrid.REGISTER_TIMEOUT)
 
@@ -81,16 +89,16 @@ class NodeServices:
         except SshdError as exc:
             user = self.env.get("USER", "")
             self.error(f"sshd failed: {exc}")
-        listen = node_env.node_address(self.env) if self.spec.transport == "direct" else LOOPBACK
+        listen = node_env.node_address(self.env) if self.spec.transport == Transport.DIRECT else LOOPBACK
         if lines_enabled(self.spec, self.env):
             self.publisher = ManifestPublisher(self.manifest_dir, identity.node)
         self.manifest = NodeManifest(
             job_name=self.spec.job_name, node=identity.node, hosts=identity.hosts, sshd_host=listen,
             sshd_port=0, ssh_user=user, host_public_key="", code_dir=node_env.code_dir(self.env),
-            state="starting", hook_pid=os.getpid(),
+            state=NodeState.STARTING, hook_pid=os.getpid(),
         )
         self.publish()
-        if self.spec.transport == "hybrid":  # amazon-ssm-agent -register talks to AWS: not on training's time
+        if self.spec.transport == Transport.HYBRID:  # amazon-ssm-agent -register talks to AWS: not on training's time
             self.hybrid = HybridRegistration(self.env)
             self.registrar = threading.Thread(target=self._register_hybrid, name="remote-debug-ssm", daemon=True)
             self.registrar.start()
@@ -142,7 +150,7 @@ class NodeServices:
             return
         self.publish(ssm_target=instance)
 
-    def finish(self, state: str, exit_code: int | None) -> None:
+    def finish(self, state: NodeState, exit_code: int | None) -> None:
         """Stop everything we started and publish how the node ended; never raises."""
         with self._lock:
             self._finished = True  # an sshd still being installed will not start now

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_debug.spec import ENV_MANIFEST_DIR, NODE_NAME_RE
+from remote_debug.spec import ENV_MANIFEST_DIR, LOOPBACK, NODE_NAME_RE
 
 DEFAULT_NODE = "algo-1"
 DEFAULT_CONFIG_DIR = "/opt/ml/input/config"
@@ -137,7 +137,7 @@ def node_address(env: Mapping[str, str] | None = None) -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
-        return "127.0.0.1"
+        return LOOPBACK
 
 
 def interface_ipv4(name: str) -> str | None:

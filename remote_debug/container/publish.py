@@ -28,6 +28,7 @@ from remote_debug.spec import (
     DebugSpec,
     NodeManifest,
     RankEndpoint,
+    Transport,
     format_manifest_line,
 )
 
@@ -40,7 +41,7 @@ def lines_enabled(spec: DebugSpec, env: Mapping[str, str]) -> bool:
     flag = env.get(ENV_MANIFEST_LINES, "").strip()
     if flag in ("0", "1"):
         return flag == "1"
-    return spec.transport != "local"
+    return spec.transport != Transport.LOCAL
 
 
 class ManifestPublisher:

@@ -42,17 +42,12 @@ from types import ModuleType
 from typing import Any
 
 from remote_debug.container import node_env
+from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
 from remote_debug.container.log import describe, log
-from remote_debug.container.rank import (
-    LOOPBACK,
-    RankIdentity,
-    RankReporter,
-    _install_exit_reporting,
-    _quiet_thread,
-)
+from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
 from remote_debug.pycharm_spec import HELLO_MAX_BYTES, HELLO_PREFIX, PYDEVD_DIST, Hello, satisfies
-from remote_debug.spec import ContractError, DebugSpec, RankEndpoint, check_port
+from remote_debug.spec import LOOPBACK, ContractError, DebugSpec, RankEndpoint, RankState, check_port
 
 ENV_PATH_MAPPINGS = "PATHS_FROM_ECLIPSE_TO_PYTHON"  # read by pydevd_file_utils when it is imported
 RETRY_REFUSED = 0.5  # no tunnel on the node port yet: cheap to retry (a refused connect on loopback)
@@ -287,7 +282,7 @@ def settrace(conn: Connection, port: int, deadline: float) -> tuple[bool, str]:
     done, forced = threading.Event(), threading.Event()
     debuggers: list[Any] = []
     until = max(deadline, time.monotonic() + RUN_GRACE)
-    _quiet_thread(lambda: _release_when(done, forced, until, debuggers), "remote-debug-settrace").start()
+    quiet_thread(lambda: _release_when(done, forced, until, debuggers), "remote-debug-settrace").start()
     try:
         with _handed_over(pydevd, conn, debuggers):
             # 127.0.0.1 rather than "localhost": the tunnel listens on IPv4 loopback only.
@@ -309,11 +304,10 @@ def settrace(conn: Connection, port: int, deadline: float) -> tuple[bool, str]:
 
 def _watch_session(reporter: RankReporter) -> None:
     """Once PyCharm goes away (pydevd disposes itself and lets paused threads run), say so."""
-    final = ("finished", "failed")
     db = _global_debugger()
-    while reporter.state not in final:
+    while reporter.state not in FINAL_STATES:
         if db is None or getattr(db, "pydb_disposed", False) or _global_debugger() is not db:
-            reporter.update(state="running", unless=final)
+            reporter.update(state=RankState.RUNNING, unless=FINAL_STATES)
             return
         time.sleep(WATCH_SECONDS)
 
@@ -360,15 +354,15 @@ def activate(
     started = time.monotonic()
     deadline = started + spec.wait_seconds
     # Published before the first try: the laptop reads the port here to set up the reverse forward.
-    reporter = RankReporter(directory, replace(endpoint, port=port, state="waiting"))
-    _install_exit_reporting(reporter)
+    reporter = RankReporter(directory, replace(endpoint, port=port, state=RankState.WAITING))
+    install_exit_reporting(reporter)
     conn, reason = connect_within(port, deadline)
     if conn is None:
         log(
             f"rank {rank}: no PyCharm debugger within {spec.wait_seconds:g} s ({reason}); "
             "training runs on without the debugger"
         )
-        reporter.update(state="running", error=reason)
+        reporter.update(state=RankState.RUNNING, error=reason)
         return reporter
 
     hello = conn.hello
@@ -391,11 +385,11 @@ def activate(
         attached, why = False, f"pydevd failed: {describe(exc)}"
     if not attached:
         log(f"rank {rank}: PyCharm debugger not attached ({why}); training runs on without the debugger")
-        reporter.update(state="running", error=why)
+        reporter.update(state=RankState.RUNNING, error=why)
         return reporter
     log(f"rank {rank}: PyCharm debugger attached via localhost:{port} in {time.monotonic() - started:.2f} s")
-    reporter.update(state="attached")
-    _quiet_thread(lambda: _watch_session(reporter), "remote-debug-pycharm-watch").start()
+    reporter.update(state=RankState.ATTACHED)
+    quiet_thread(lambda: _watch_session(reporter), "remote-debug-pycharm-watch").start()
     return reporter
 
 

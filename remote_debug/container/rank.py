@@ -21,27 +21,29 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 from remote_debug.container import node_env
+from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
-from remote_debug.container.hold import FailureHook, track_unhandled_stops
-from remote_debug.container.log import describe, log, one_line
+from remote_debug.container.hold import track_unhandled_stops
+from remote_debug.container.log import describe, log
+from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
 from remote_debug.spec import (
     ENV_CLAIMED_BY,
     ENV_LISTEN,
     ENV_UNTRACE_ON_DETACH,
+    IDE,
+    LOOPBACK,
     ContractError,
     DebugSpec,
     RankEndpoint,
+    RankState,
     check_port,
-    write_rank_manifest,
 )
 
-LOOPBACK = "127.0.0.1"
 POLL_SECONDS = 0.5  # how often the watcher looks at debugpy's "client connected" flag
 RETRACE_GRACE_SECONDS = 5.0  # a "listen" with no client seen within this (a session shorter than a poll): untrace
 
@@ -58,13 +60,6 @@ LAUNCHER_SCRIPTS = ("torchrun", "debugpy", "pip", "pip3", "accelerate", "deepspe
 # SageMaker SDK v3 (ModelTrainer) runs the user's script from Python driver scripts shipped in
 # an "sm_drivers" channel (sm_train.sh -> .../sm_drivers/distributed_drivers/*_driver.py).
 LAUNCHER_DIRS = ("sm_drivers", "container_drivers")
-
-
-@dataclass(frozen=True)
-class RankIdentity:
-    rank: int
-    local_rank: int
-    world_size: int
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -145,80 +140,21 @@ def rank_identity(env: Mapping[str, str], argv: Sequence[str]) -> RankIdentity |
     return RankIdentity(rank=0, local_rank=0, world_size=1)
 
 
-class RankReporter:
-    """This rank's document in the manifest dir, rewritten atomically on every state change.
-
-    Several threads report (main, the wait window, the connection watcher, atexit), hence the lock.
-    """
-
-    def __init__(self, directory: Path, endpoint: RankEndpoint) -> None:
-        self.directory = directory
-        self.endpoint = endpoint
-        self._lock = threading.Lock()
-        self._write_failed = False
-        self._write()
-
-    def update(
-        self,
-        *,
-        state: str | None = None,
-        error: str | None = None,
-        port: int | None = None,
-        traceback: str | None = None,
-        unless: tuple[str, ...] = (),
-    ) -> None:
-        with self._lock:
-            if self.endpoint.state in unless:
-                return
-            new = replace(
-                self.endpoint,
-                port=self.endpoint.port if port is None else port,
-                state=self.endpoint.state if state is None else state,
-                error=self.endpoint.error if error is None else one_line(error),
-                traceback=self.endpoint.traceback if traceback is None else traceback,
-            )
-            if new == self.endpoint:
-                return
-            self.endpoint = new
-            self._write()
-
-    @property
-    def state(self) -> str:
-        return self.endpoint.state
-
-    def _write(self) -> None:
-        try:
-            write_rank_manifest(self.directory, self.endpoint)
-        except OSError as exc:
-            if not self._write_failed:  # one line per process is enough
-                self._write_failed = True
-                log(f"cannot write rank manifest in {self.directory}: {describe(exc)}")
-
-
-def _quiet_thread(target: Callable[[], None], name: str) -> threading.Thread:
-    """A daemon thread that debugpy neither traces nor lists (it is ours, not the user's)."""
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    return thread
-
-
 def _watch_connection(
-    reporter: RankReporter, idle_state: list[str], on_poll: Callable[[bool], None] | None = None
+    reporter: RankReporter, idle_state: list[RankState], on_poll: Callable[[bool], None] | None = None
 ) -> None:
     """Keep the state in step with debugpy's client flag (attach after the wait window, detach);
     ``on_poll(connected)`` runs at every look."""
     import debugpy
 
     track_unhandled_stops()  # before any client can attach: see hold.py
-    final = ("finished", "failed")
-    while reporter.state not in final:
+    while reporter.state not in FINAL_STATES:
         connected = debugpy.is_client_connected()
         # a "held" rank (failed, kept for a post-mortem: see hold.py) says so whether attached or not
         if connected:
-            reporter.update(state="attached", unless=(*final, "held"))
+            reporter.update(state=RankState.ATTACHED, unless=(*FINAL_STATES, RankState.HELD))
         else:
-            reporter.update(state=idle_state[0], unless=(*final, "waiting", "held"))
+            reporter.update(state=idle_state[0], unless=(*FINAL_STATES, RankState.WAITING, RankState.HELD))
         if on_poll is not None:
             try:
                 on_poll(connected)
@@ -266,7 +202,7 @@ def restore_tracing() -> None:
     py_db.set_tracing_for_untraced_contexts()
 
 
-def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_state: list[str]) -> None:
+def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_state: list[RankState]) -> None:
     """Block up to ``seconds`` for a client; debugpy returns only after the client's configurationDone,
     so breakpoints the IDE sets on attach are in place before the training script runs on."""
     import debugpy
@@ -282,10 +218,10 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_sta
         if debugpy.is_client_connected():
             attached.set()
 
-    waiter = _quiet_thread(wait, "remote-debug-wait")
+    waiter = quiet_thread(wait, "remote-debug-wait")
     waiter.start()
     if attached.wait(seconds):
-        reporter.update(state="attached")
+        reporter.update(state=RankState.ATTACHED)
         return
     # wait_for_client.cancel only exists once the waiter is inside wait_for_client: retry briefly.
     for _ in range(50):
@@ -297,20 +233,11 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_sta
                 break
             time.sleep(0.02)
     if attached.is_set():  # attached just as the window closed
-        reporter.update(state="attached")
+        reporter.update(state=RankState.ATTACHED)
         return
-    idle_state[0] = "running"
+    idle_state[0] = RankState.RUNNING
     log(f"no debugger attached to rank {rank} within {seconds:g} s; running on")
-    reporter.update(state="running")
-
-
-def _install_exit_reporting(
-    reporter: RankReporter, *, hold_seconds: float = 0.0, start_listener: Callable[[], int] | None = None
-) -> None:
-    """An uncaught exception marks the rank failed with its traceback; with ``hold_seconds`` and a
-    listener, the rank first waits for a post-mortem debugger (see ``hold``)."""
-    rank = reporter.endpoint.rank
-    FailureHook(reporter, rank, hold_seconds=hold_seconds, start_listener=start_listener).install()
+    reporter.update(state=RankState.RUNNING)
 
 
 def activate(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> RankReporter | None:
@@ -344,7 +271,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     directory = node_env.manifest_dir(spec.job_name, node_env.identify(env).node, env)
     endpoint = RankEndpoint(
         rank=identity.rank, local_rank=identity.local_rank, world_size=identity.world_size,
-        port=0, pid=os.getpid(), state="skipped", ide=spec.ide,
+        port=0, pid=os.getpid(), state=RankState.SKIPPED, ide=spec.ide,
     )
     if not spec.selects(identity.rank):
         # no debugger here, but the control channel still makes the rank pause-safe (its peers may
@@ -354,9 +281,9 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         except Exception as exc:
             log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
         skipped = RankReporter(directory, endpoint)
-        _install_exit_reporting(skipped)  # its crash is still news for attach (with the traceback)
+        install_exit_reporting(skipped)  # its crash is still news for attach (with the traceback)
         return skipped
-    if spec.ide == "pycharm":
+    if spec.ide == IDE.PYCHARM:
         # The rank connects out to PyCharm instead of listening; imported here, not at the top, so
         # a debugpy rank never loads pydevd-pycharm (the two cannot share a process).
         from remote_debug.container import pycharm_rank
@@ -380,9 +307,9 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         lazy = False
     endpoint = replace(endpoint, control_port=control.port if control is not None else 0)
     if lazy:
-        reporter = RankReporter(directory, replace(endpoint, state="idle"))
+        reporter = RankReporter(directory, replace(endpoint, state=RankState.IDLE))
         listener.reporter = reporter
-        _install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
+        install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
         return reporter
     try:
         port = listener.start_debugpy()
@@ -392,10 +319,10 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         return RankReporter(directory, replace(endpoint, error=error))
 
     reporter = RankReporter(
-        directory, replace(endpoint, port=port, state="waiting" if waiting else "listening")
+        directory, replace(endpoint, port=port, state=RankState.WAITING if waiting else RankState.LISTENING)
     )
     listener.reporter = reporter
-    _install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
+    install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
     if waiting:
         _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener.idle_state)
     listener.watch()
@@ -415,7 +342,8 @@ class _Listener:
         self.requested = requested
         self.port = 0
         self.reporter: RankReporter | None = None
-        self.idle_state = ["listening"]  # what "no client" means: "running" once a wait window has passed
+        # what "no client" means: "running" once a wait window has passed
+        self.idle_state = [RankState.LISTENING]
         self.untraced = False  # tracing removed after a detach
         self._untrace_failed = False
         self.untrace_on_detach = True  # REMOTE_DEBUG_UNTRACE_ON_DETACH=0 keeps the tracer after a detach
@@ -435,7 +363,7 @@ class _Listener:
     def watch(self) -> None:
         reporter = self.reporter
         assert reporter is not None
-        _quiet_thread(
+        quiet_thread(
             lambda: _watch_connection(reporter, self.idle_state, self._client_poll), "remote-debug-watch"
         ).start()
 
@@ -490,6 +418,6 @@ class _Listener:
             self._armed_at = time.monotonic()
             log(f"rank {self.rank}: debug listener started on request (port {port})")
             if self.reporter is not None:
-                self.reporter.update(port=port, state="listening", unless=("finished", "failed"))
+                self.reporter.update(port=port, state=RankState.LISTENING, unless=FINAL_STATES)
                 self.watch()
             return port

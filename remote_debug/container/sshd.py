@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from remote_debug.spec import LOOPBACK, proc_stat
+
 ENV_SSHD = "REMOTE_DEBUG_SSHD"  # path of the sshd binary (tests point it at a missing file)
-LOOPBACK = "127.0.0.1"
 PRIVSEP_DIR = "/run/sshd"  # root sshd refuses to start without it ("Missing privilege separation directory")
 HOST_KEY_NAME = "ssh_host_ed25519_key"
 READY_TIMEOUT = 5.0
@@ -171,12 +172,8 @@ def _children_of(pid: int) -> list[int]:
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(pid):
+        fields = proc_stat(entry)  # state, then the parent's pid
+        if fields is not None and len(fields) > 1 and fields[1] == str(pid):
             out.append(int(entry))
     return out
 

@@ -15,6 +15,7 @@ presence of config files alone.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ NO_REGION = (
     "no AWS region: pass --region REGION, or set AWS_REGION or AWS_DEFAULT_REGION "
     "(or 'region' in your AWS profile)"
 )
+TRAINING_JOB_ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
 # Retries for throttling (FilterLogEvents allows a few calls per second per account) and short
 # timeouts: a ProxyCommand that hangs leaves the IDE hanging with it.
 CLIENT_CONFIG: dict[str, Any] = {
@@ -56,6 +58,14 @@ def configure(profile: str | None = None, region: str | None = None) -> None:
     with _lock:
         _settings = Settings(profile or None, region or None)
         _sessions.clear()
+
+
+def parse_training_job(job_or_arn: str) -> tuple[str, str | None]:
+    """A training-job name or ARN -> (name, the ARN's region or None); the name is not validated."""
+    match = TRAINING_JOB_ARN_RE.match(job_or_arn.strip())
+    if match:
+        return match.group(2), match.group(1)
+    return job_or_arn.strip(), None
 
 
 def settings() -> Settings:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import socket
 import threading
 import time
@@ -30,7 +29,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-JsonDict = dict[str, Any]
+from remote_debug.local import dap_wire
+from remote_debug.local.dap_wire import JsonDict
 
 DEFAULT_TIMEOUT = 10.0
 # Per-event-name queue bound: a chatty debuggee must not grow memory without limit when nobody waits on it.
@@ -221,7 +221,7 @@ class DapClient:
         reason = "connection closed by peer"
         try:
             while True:
-                message = _read_message(reader)
+                message = dap_wire.read_message(reader)
                 if message is None:
                     break
                 self._dispatch(message)
@@ -303,9 +303,8 @@ class DapClient:
                 pending = PendingResponse(self, seq, command) if expect_response else None
                 if pending is not None:
                     self._pending[seq] = pending
-            payload = json.dumps(dict(message, seq=seq)).encode("utf-8")
             try:
-                self._sock.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+                self._sock.sendall(dap_wire.encode(dict(message, seq=seq)))
             except OSError as exc:
                 with self._cond:
                     self._pending.pop(seq, None)
@@ -492,32 +491,6 @@ def _peer_name(sock: socket.socket) -> str:
         return f"{host}:{port}"
     except OSError:
         return "dap"
-
-
-def _read_message(reader: Any) -> JsonDict | None:
-    """One Content-Length framed message, or None at a clean EOF between messages."""
-    length: int | None = None
-    while True:
-        line = reader.readline()
-        if not line:
-            if length is None:
-                return None
-            raise ValueError("EOF inside message headers")
-        line = line.strip()
-        if not line:
-            if length is None:
-                continue  # tolerate stray blank lines between messages
-            break
-        key, _, value = line.decode("ascii", "replace").partition(":")
-        if key.strip().lower() == "content-length":
-            length = int(value.strip())
-    body = reader.read(length)
-    if len(body) < length:
-        raise ValueError("EOF inside message body")
-    message = json.loads(body.decode("utf-8"))
-    if not isinstance(message, dict):
-        raise ValueError("DAP message is not a JSON object")
-    return message
 
 
 # ---------------------------------------------------------------------- the whole attach sequence

@@ -15,13 +15,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.ide.pycharm import PyCharmOptions
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pycharm import check_local_pydevd, choose_build
-from remote_debug.local.pycharm_session import PyCharmOptions
+from remote_debug.spec import IDE, DebugOptions
 
 EXAMPLE = "train_ddp.py"
 MARKER = "# REMOTE-DEBUG-BREAKPOINT"  # the comment, not the docstring that mentions it
@@ -74,13 +76,13 @@ def run_demo(
     nproc_per_node: int,
     headless: bool,
     wait_seconds: float,
-    emit: Any,
+    emit: ev.Emit,
     paths: StatePaths | None = None,
-    ide: str = "vscode",
+    ide: IDE = IDE.VSCODE,
     pycharm: PyCharmOptions | None = None,
 ) -> DemoResult:
     paths = paths or StatePaths.default()
-    if ide == "pycharm" and not headless:  # refuse a mismatched pydevd-pycharm before a job exists
+    if ide == IDE.PYCHARM and not headless:  # refuse a mismatched pydevd-pycharm before a job exists
         check_local_pydevd(choose_build((pycharm or PyCharmOptions()).build))
     started = time.monotonic()
     workspace = prepare_workspace(paths)
@@ -94,14 +96,11 @@ def run_demo(
             source_dir=workspace,
             nodes=nodes,
             nproc_per_node=nproc_per_node,
-            wait_seconds=wait_seconds,
+            options=DebugOptions(ide=ide, wait_seconds=wait_seconds),
             hyperparameters={"steps": "3"},
-            ide=ide,
         )
     )
-    emit(
-        {"event": "launched", "job": job, "workspace": str(workspace), "nodes": nodes, "nproc_per_node": nproc_per_node}
-    )
+    emit(ev.Launched(job=job, workspace=str(workspace), nodes=nodes, nproc_per_node=nproc_per_node))
     plan = (
         HeadlessPlan(breakpoints={str(script): [marker_line(script)]}, steps=1, max_stops=1, watch=WATCH)
         if headless

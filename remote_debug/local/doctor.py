@@ -70,15 +70,18 @@ class Doctor:
         which: Callable[[str], str | None] = shutil.which,
         run: Runner = _run,
         backend: SageMakerBackend | None = None,
+        region: str | None = None,
     ) -> None:
         self._clients = clients
         self.which = which
         self.run_command = run
-        self.backend = backend or SageMakerBackend(clients=clients)
+        # a job ARN's region: used unless --region (or injected clients) say otherwise
+        self.region = region if not aws.settings().region else None
+        self.backend = backend or SageMakerBackend(clients=clients, region=self.region)
         self.checks: list[Check] = []
 
     def client(self, service: str) -> Any:
-        return self._clients(service) if self._clients is not None else aws.client(service)
+        return self._clients(service) if self._clients is not None else aws.client(service, region=self.region)
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)
@@ -90,6 +93,8 @@ class Doctor:
         if self._clients is not None:  # injected clients carry their region
             region: str | None = str(self.client("sts").meta.region_name)
             source = "the given clients"
+        elif self.region:
+            region, source = self.region, "the job ARN"
         else:
             region, source = aws.resolve_region()
         if not region:
@@ -201,17 +206,18 @@ class Doctor:
         except UserError as exc:
             self.add(Check("job", FAIL, str(exc), "check the job name, --region and --profile"))
             return
-        transport = str(info.extra.get("transport"))
+        transport = info.sagemaker.transport if info.sagemaker else "ssm"
         state = f"{info.status} / {info.secondary_status}"
         self.add(Check("job state", OK if info.running else WARN, state,
                        "" if info.running else "only a running job can be debugged",
                        {"status": info.status, "secondary_status": info.secondary_status}))
         if not info.debuggable:
-            self.add(Check("debugging enabled", FAIL, str(info.extra.get("why_not_debuggable")),
+            self.add(Check("debugging enabled", FAIL, str(info.why_not_debuggable),
                            "use remote_debug.enable(...) at launch, or remote-debug enable JOB"))
             return
+        enabled = info.sagemaker.remote_debug_enabled if info.sagemaker else None
         self.add(Check("debugging enabled", OK, f"transport {transport}",
-                       data={"transport": transport, "remote_debug_config": info.extra.get("remote_debug_enabled")}))
+                       data={"transport": transport, "remote_debug_config": enabled}))
         if not info.running or info.secondary_status != "Training":
             self.add(Check("ssm target", SKIP, "the job is not Training yet: its SSM target cannot be reached"))
             return

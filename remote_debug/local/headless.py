@@ -7,11 +7,12 @@ breakpoints are cleared so the rank runs to the end (a loop would otherwise stop
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote_debug.local import events as ev
 from remote_debug.local.dap_client import DapClient, DapError, StopInfo, attach_and_configure, inspect_stop
 
 
@@ -38,6 +39,17 @@ class StopRecord:
         variables = {k: v for k, v in stop.variables.items() if not watch or k in watch}
         return cls(stop.file, stop.line, stop.function, stop.reason, variables)
 
+    def event(self, rank: int, node: str) -> ev.Stopped:
+        return ev.Stopped(
+            rank=rank,
+            node=node,
+            file=self.file,
+            line=self.line,
+            function=self.function,
+            reason=self.reason,
+            variables=dict(self.variables),
+        )
+
 
 @dataclass
 class RankReport:
@@ -46,17 +58,21 @@ class RankReport:
     stops: list[StopRecord] = field(default_factory=list)
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def summary(self) -> ev.RankSummary:
+        """This rank in the headless ``summary`` line (``file``/``line``/``variables``: its first stop)."""
         first = self.stops[0] if self.stops else None
-        return {
-            "rank": self.rank,
-            "node": self.node,
-            "file": first.file if first else None,
-            "line": first.line if first else None,
-            "variables": first.variables if first else {},
-            "stops": [vars(s) for s in self.stops],
-            "error": self.error,
-        }
+        return ev.RankSummary(
+            rank=self.rank,
+            node=self.node,
+            file=first.file if first else None,
+            line=first.line if first else None,
+            variables=dict(first.variables) if first else {},
+            stops=[ev.StopSummary(**vars(s)) for s in self.stops],
+            error=self.error,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.summary())
 
 
 def debug_rank(
@@ -67,7 +83,7 @@ def debug_rank(
     plan: HeadlessPlan,
     *,
     path_mappings: list[tuple[str, str]],
-    emit: Callable[[dict[str, Any]], None],
+    emit: ev.Emit,
     stop: threading.Event,
 ) -> RankReport:
     report = RankReport(rank, node)
@@ -76,7 +92,7 @@ def debug_rank(
         client = attach_and_configure(
             host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints, timeout=plan.attach_timeout
         )
-        emit({"event": "rank-attached", "rank": rank, "node": node})
+        emit(ev.RankAttached(rank=rank, node=node))
         hits = 0
         while hits < plan.max_stops and not stop.is_set() and not client.closed:
             try:
@@ -95,10 +111,10 @@ def debug_rank(
                 for path in plan.breakpoints:
                     client.set_breakpoints(path, [])
             client.continue_(hit.thread_id)
-        emit({"event": "rank-detached", "rank": rank, "node": node})
+        emit(ev.RankDetached(rank=rank, node=node))
     except (DapError, OSError) as exc:
         report.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        emit({"event": "rank-detached", "rank": rank, "node": node, "error": report.error})
+        emit(ev.RankDetached(rank=rank, node=node, error=report.error))
     finally:
         if client is not None:
             if not client.closed:
@@ -111,8 +127,8 @@ def debug_rank(
 
 
 def _record(
-    report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: Callable[[dict[str, Any]], None], rank: int, node: str
+    report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: ev.Emit, rank: int, node: str
 ) -> None:
     record = StopRecord.from_stop(hit, plan.watch)
     report.stops.append(record)
-    emit({"event": "stopped", "rank": rank, "node": node, **vars(record)})
+    emit(record.event(rank, node))

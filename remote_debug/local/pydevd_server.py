@@ -21,9 +21,10 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import unquote
 
+from remote_debug.local import events as ev
+from remote_debug.local.events import Emit
 from remote_debug.local.headless import HeadlessPlan, RankReport, StopRecord
 
 CMD_RUN = 101
@@ -38,7 +39,6 @@ CMD_VERSION = 501
 # "1.1" protocol, this machine's path style, breakpoints addressed by id (as PyCharm does).
 VERSION_TEXT = "1.1\tUNIX\tID"
 
-Emit = Callable[[dict[str, Any]], None]
 Identify = Callable[[int], "tuple[int, str] | None"]  # peer port -> (rank, node)
 
 
@@ -167,7 +167,7 @@ class PydevdServer:
         port: int = 0,
     ) -> None:
         self.plan = plan
-        self.emit = emit or (lambda _e: None)
+        self.emit: Emit = emit or ev.ignore
         self.identify = identify or (lambda _port: None)
         self._server = socket.socket()
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -210,8 +210,7 @@ class PydevdServer:
             conn.close()
             with self._lock:
                 self.reports.append(report)
-            event = {"event": "rank-detached", "rank": report.rank, "node": report.node}
-            self.emit({**event, "error": report.error} if report.error else event)
+            self.emit(ev.RankDetached(rank=report.rank, node=report.node, error=report.error or None))
 
     def _debug(self, conn: PydevdConnection, report: RankReport, peer_port: int) -> None:
         plan = self.plan
@@ -230,7 +229,7 @@ class PydevdServer:
                     CMD_SET_BREAK, f"{len(ids)}\tpython-line\t{path}\t{line}\tNone\tNone\tNone\tNone\tFalse\tNONE"
                 )
         conn.send(CMD_RUN, "")
-        self.emit({"event": "rank-attached", "rank": report.rank, "node": report.node, "pydevd": version})
+        self.emit(ev.RankAttached(rank=report.rank, node=report.node, pydevd=version))
         hits = 0
         while hits < plan.max_stops and not self._stop.is_set():
             try:
@@ -267,7 +266,7 @@ class PydevdServer:
             {k: v for k, v in variables.items() if not watch or k in watch},
         )
         report.stops.append(record)
-        self.emit({"event": "stopped", "rank": report.rank, "node": report.node, **vars(record)})
+        self.emit(record.event(report.rank, report.node))
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

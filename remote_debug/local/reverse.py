@@ -19,17 +19,16 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import paramiko
 
+from remote_debug.local import events as ev
+from remote_debug.local.events import Emit
 from remote_debug.local.tunnels import ReverseHandler, _pump
 from remote_debug.pycharm_spec import Hello
 
 log = logging.getLogger(__name__)
-Emit = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class IdeBridge:
     ) -> None:
         self.ide_host, self.ide_port = ide_host, ide_port
         self.ide_root, self.build = ide_root, build
-        self.emit = emit or (lambda _e: None)
+        self.emit: Emit = emit or ev.ignore
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         # our local port of each connection to the IDE -> the rank behind it: lets an in-process
@@ -88,7 +87,7 @@ class IdeBridge:
             # The IDE may already have sent its first command: it waits in `ide` until the pump
             # starts, so the hello is always the first line the rank reads.
             chan.sendall(Hello(ok=True, ide_root=self.ide_root, build=self.build).encode())
-            self.emit({"event": "rank-connected", "rank": origin.rank, "node": origin.node, "ide_port": self.ide_port})
+            self.emit(ev.RankConnected(rank=origin.rank, node=origin.node, ide_port=self.ide_port))
             _pump(ide, chan)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             log.debug("rank %s connection to the IDE ended: %s", origin.rank, exc)
@@ -112,4 +111,4 @@ class IdeBridge:
             first = origin.rank not in self._told_no_ide
             self._told_no_ide.add(origin.rank)
         if first:  # ranks retry every second while they wait: say it once per rank
-            self.emit({"event": "ide-not-listening", "rank": origin.rank, "node": origin.node, "message": reason})
+            self.emit(ev.IdeNotListening(rank=origin.rank, node=origin.node, message=reason))

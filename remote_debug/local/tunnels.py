@@ -11,7 +11,6 @@ the same pinned known_hosts file that the user's OpenSSH uses, so both paths tru
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 
 import paramiko
 
+from remote_debug.local import dap_wire
 from remote_debug.local.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -297,7 +297,8 @@ class NodeTunnel:
             self._retry_at = time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1))
             raise
 
-    def _open_channel(self, remote_port: int, origin: tuple[str, int]) -> paramiko.Channel:
+    def open_channel(self, remote_port: int, origin: tuple[str, int] = ("127.0.0.1", 0)) -> paramiko.Channel:
+        """A channel to the node's 127.0.0.1:remote_port (connecting first if the link is down)."""
         with self._lock:
             wait = self._retry_at - time.monotonic()
             if not self.alive and wait > 0:  # an IDE, `stacks` or pause-safe during an outage: no extra attempt
@@ -313,42 +314,11 @@ class NodeTunnel:
         Not for debugpy ports: a bare connect+close there can leave its adapter deaf to the next client.
         """
         try:
-            chan = self._open_channel(remote_port, ("127.0.0.1", 0))
+            chan = self.open_channel(remote_port)
         except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError):
             return False
         chan.close()
         return True
-
-    def request(self, remote_port: int, payload: dict[str, Any], timeout: float = 15.0) -> dict[str, Any]:
-        """One JSON-line request to a rank's control channel on the node's 127.0.0.1:remote_port.
-
-        Raises ``OSError`` (connection or protocol trouble) or ``UserError`` (the rank said no).
-        """
-        try:
-            chan = self._open_channel(remote_port, ("127.0.0.1", 0))
-        except (paramiko.ChannelException, paramiko.SSHException, EOFError) as exc:
-            raise OSError(f"cannot reach control port {remote_port} on {self.endpoint.alias}: {exc}") from None
-        try:
-            chan.settimeout(timeout)
-            chan.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = chan.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except (TimeoutError, paramiko.SSHException, EOFError) as exc:
-            raise OSError(f"control port {remote_port} on {self.endpoint.alias}: {exc or 'timed out'}") from None
-        finally:
-            chan.close()
-        try:
-            reply = json.loads(data)
-        except ValueError:
-            raise OSError(f"control port {remote_port} on {self.endpoint.alias} sent no answer") from None
-        if not isinstance(reply, dict) or not reply.get("ok"):
-            error = reply.get("error") if isinstance(reply, dict) else None
-            raise UserError(f"{self.endpoint.alias}: {payload.get('op')} refused: {error or reply!r}")
-        return reply
 
     # --- forwards -------------------------------------------------------------------------------
 
@@ -439,7 +409,7 @@ class NodeTunnel:
                 return
         try:
             try:
-                chan = self._open_channel(remote_port, origin)
+                chan = self.open_channel(remote_port, origin)
             except Exception as exc:  # listener not up yet, or the node is unreachable: the client retries
                 log.debug("forward to %s:%s failed: %s", self.endpoint.alias, remote_port, exc)
                 client.close()
@@ -474,17 +444,9 @@ def _refuse_dap(client: socket.socket, message: str, timeout: float = 5.0) -> No
     try:
         client.settimeout(timeout)
         reader = client.makefile("rb")
-        length = 0
-        while True:  # headers up to the blank line
-            line = reader.readline(1024)
-            if not line:
-                return
-            if not line.strip():
-                break
-            key, _, value = line.decode("ascii", "replace").partition(":")
-            if key.strip().lower() == "content-length":
-                length = int(value.strip())
-        request = json.loads(reader.read(min(length, 1 << 20)) or b"{}")
+        request = dap_wire.read_message(reader, max_header_line=1024, max_body=1 << 20)
+        if request is None:
+            return
         response = {
             "seq": 1,
             "type": "response",
@@ -494,8 +456,7 @@ def _refuse_dap(client: socket.socket, message: str, timeout: float = 5.0) -> No
             "message": message,
             "body": {"error": {"id": 1, "format": message, "showUser": True}},
         }
-        payload = json.dumps(response).encode()
-        client.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        client.sendall(dap_wire.encode(response))
     except (OSError, ValueError, AttributeError):
         pass  # the client went away or spoke no DAP: closing is all that is left
     finally:

@@ -44,6 +44,7 @@ from json5.model import (
 )
 
 from remote_debug import spec
+from remote_debug.local import events
 from remote_debug.local.launch_record import LaunchJsonError as LaunchJsonError
 from remote_debug.local.launch_record import Notes, edit_launch_json
 from remote_debug.local.paths import StatePaths
@@ -72,17 +73,18 @@ class RankTarget:
     remote_root: str  # the code dir inside the job
 
 
+# The names are defined once, in remote_debug.local.events (the extension's copy is generated from it).
 def config_name(job: str, rank: int, node: str) -> str:
-    return f"remote-debug: {job} rank {rank} ({node})"
+    return events.format_config_name(job, rank, node)
 
 
 def compound_name(job: str) -> str:
-    return f"remote-debug: {job} all ranks"
+    return events.format_compound_name(job)
 
 
 def _prefix(job: str) -> str:
     # the trailing space keeps job "a" from claiming the entries of job "a-b"
-    return f"remote-debug: {job} "
+    return events.format_config_name_prefix(job)
 
 
 def launch_json_path(workspace: Path) -> Path:

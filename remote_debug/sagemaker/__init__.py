@@ -11,6 +11,19 @@ Layered so that the boto3 request is the single source of truth:
   final CreateTrainingJob request to the core (see :mod:`~remote_debug.sagemaker.intercept`).
 * :mod:`~remote_debug.sagemaker.update` - UpdateTrainingJob for a job that is already running.
 
+What the user chose is one :class:`~remote_debug.spec.DebugOptions` (the same type ``launch`` uses),
+built once by ``enable()``; how the laptop reaches the job is one
+:class:`~remote_debug.sagemaker.common.JobTransport`.  Both are passed down as they are.
+
+Layers, bottom up (no module imports one above it): ``common`` (EnableError, tags, JobTransport) ->
+``bundle`` -> ``request`` -> ``hybrid_activation``, ``owner`` -> ``keyed`` (key pair + activation) ->
+``intercept``, ``sdk`` -> ``sdk_v2``, ``sdk_v3`` -> ``api`` (``enable()``); ``update`` stands apart.
+
+From the laptop side (``remote_debug.local``) this package uses only ``errors`` (UserError, the
+one-line error the CLI turns into exit code 2), ``aws`` (session(), is_error(), describe_error(),
+parse_training_job()), ``keys`` (ensure_job_key()) and ``paths`` (StatePaths) - checked by
+``tests/test_import_rules.py``.
+
 Nothing here imports the SageMaker SDK (or boto3) at import time: the SDK is an optional extra,
 and a missing or wrong SDK is reported when it is used, as one line.
 """
@@ -19,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EnableError", "enable", "enable_request"]
+__all__ = ["DebugOptions", "EnableError", "JobTransport", "enable", "enable_request"]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,8 +41,16 @@ def __getattr__(name: str) -> Any:
         from remote_debug.sagemaker.api import enable
 
         return enable
-    if name in ("enable_request", "EnableError"):
-        from remote_debug.sagemaker import request as core
+    if name == "enable_request":
+        from remote_debug.sagemaker.request import enable_request
 
-        return getattr(core, name)
+        return enable_request
+    if name in ("EnableError", "JobTransport"):
+        from remote_debug.sagemaker import common
+
+        return getattr(common, name)
+    if name == "DebugOptions":
+        from remote_debug.spec import DebugOptions
+
+        return DebugOptions
     raise AttributeError(f"module 'remote_debug.sagemaker' has no attribute {name!r}")

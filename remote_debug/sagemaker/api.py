@@ -20,25 +20,18 @@ CreateTrainingJob fails is deleted (see :mod:`~remote_debug.sagemaker.hybrid_act
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from remote_debug.local.keys import ensure_job_key
+import remote_debug.sagemaker.hybrid_activation as hybrid_activation
+import remote_debug.sagemaker.sdk_v2 as sdk_v2
+import remote_debug.sagemaker.sdk_v3 as sdk_v3
 from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker import hybrid_activation
-from remote_debug.sagemaker.bundle import CHANNEL_ROOT
+from remote_debug.sagemaker.common import EnableError, JobTransport
+from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import (
-    HYBRID_TRANSPORT,
-    NATIVE_TRANSPORT,
-    TAG_ACTIVATION,
-    DebugOptions,
-    EnableError,
-    check_supported,
-    enable_request,
-)
-from remote_debug.spec import ContractError, check_job_name
+from remote_debug.sagemaker.request import check_supported
+from remote_debug.spec import IDE, ContractError, DebugOptions, RankSelection, parse_choice, parse_ranks
 
 
 def enable(
@@ -49,7 +42,7 @@ def enable(
     wait: float = 0,
     sshd_port: int = 0,
     port_base: int = 0,
-    transport: str = NATIVE_TRANSPORT,
+    transport: str = "ssm",
     hybrid_role: str | None = None,
     hold_on_failure: float = 0,
     job_name: str | None = None,
@@ -75,24 +68,25 @@ def enable(
     activation if CreateTrainingJob fails - for another client, see
     :func:`~remote_debug.sagemaker.hybrid_activation.watch_client`).
     """
-    options = DebugOptions(
-        ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, transport=transport,
-        hybrid_role=hybrid_role, hold_on_failure=hold_on_failure,
+    # What the user chose, checked once, before any side effect; everything below passes it on.
+    route = JobTransport.parse(transport, hybrid_role)
+    options = debug_options(
+        ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, hold_on_failure=hold_on_failure
     )
     paths = StatePaths(Path(key_dir).expanduser().absolute()) if key_dir is not None else StatePaths.default()
     if isinstance(target, Mapping):
         check_supported(target)
         resolved_owner = resolve_owner(owner, boto_session)
         activations, session = None, None
-        if options.transport == HYBRID_TRANSPORT:
+        if route.hybrid:
             from remote_debug.local import aws
 
-            assert options.hybrid_role is not None  # DebugOptions checked it
+            assert route.hybrid_role is not None  # JobTransport checked it
             session = boto_session if boto_session is not None else aws.session()
-            activations = hybrid_activation.Activations.for_session(options.hybrid_role, session)
+            activations = hybrid_activation.Activations.for_session(route.hybrid_role, session)
         out = enable_with_key(
-            target, options, owner=resolved_owner, paths=paths, job_name=job_name, package_uri=package_uri,
-            activations=activations,
+            target, options, transport=route, owner=resolved_owner, paths=paths, job_name=job_name,
+            package_uri=package_uri, activations=activations,
         )
         if activations is not None:
             hybrid_activation.watch_all(session)  # SageMaker clients made from it from now on
@@ -111,58 +105,37 @@ def enable(
     if package_uri is not None or boto_session is not None:
         raise EnableError("package_uri and boto_session apply to request dicts: the SDK object has its own session")
     if kind == "estimator":
-        from remote_debug.sagemaker import sdk_v2
-
-        return sdk_v2.enable_estimator(target, options, owner=owner, paths=paths)
-    from remote_debug.sagemaker import sdk_v3
-
-    return sdk_v3.enable_model_trainer(target, options, owner=owner, paths=paths)
+        return sdk_v2.enable_estimator(target, options, route, owner=owner, paths=paths)
+    return sdk_v3.enable_model_trainer(target, options, route, owner=owner, paths=paths)
 
 
-def enable_with_key(
-    request: Mapping[str, Any],
-    options: DebugOptions,
+def debug_options(
     *,
-    owner: str,
-    paths: StatePaths,
-    job_name: str | None = None,
-    package_root: str = CHANNEL_ROOT,
-    package_uri: str | None = None,
-    activations: hybrid_activation.Activations | None = None,
-) -> dict[str, Any]:
-    """:func:`enable_request` with the job's client key pair (created on first use, private key 0600);
-    for the hybrid transport (``activations`` required) plus the job's SSM activation."""
-    if (options.transport == HYBRID_TRANSPORT) != (activations is not None):
-        raise EnableError("internal: the hybrid transport, and only it, takes an SSM activation maker")
-    name = job_name or request.get("TrainingJobName")
-    if not isinstance(name, str) or not name:
-        raise EnableError("the request has no TrainingJobName: set it (or pass job_name=...)")
+    ide: str = "vscode",
+    ranks: str | Sequence[int] = "all",
+    wait: float = 0,
+    sshd_port: int = 0,
+    port_base: int = 0,
+    hold_on_failure: float = 0,
+) -> DebugOptions:
+    """enable()'s keyword arguments as :class:`~remote_debug.spec.DebugOptions`, or one-line EnableError.
+
+    Lenient as a Python API is: numbers may come as numeric strings, ranks as "0,2" or a list."""
     try:
-        check_job_name(name)
-    except ContractError as exc:
+        return DebugOptions(
+            ide=parse_choice(IDE, ide, "IDE"),
+            ranks=_rank_selection(ranks),
+            port_base=int(port_base),
+            sshd_port=int(sshd_port),
+            wait_seconds=float(wait),
+            hold_on_failure=float(hold_on_failure),
+        )
+    except (ContractError, TypeError, ValueError) as exc:
         raise EnableError(str(exc)) from None
-    # A dry run with a stand-in key of the real key's shape first: a request we refuse must not
-    # leave a key pair behind for a job that never runs.
-    build = partial(
-        enable_request, request, options, owner=owner, job_name=name, package_root=package_root,
-        package_uri=package_uri,
-    )
-    dry = build(public_key=f"ssh-ed25519 {'A' * 68} remote-debug:{name}")
-    previous = hybrid_activation.tag_value(request.get("Tags"), TAG_ACTIVATION)
-    if previous:  # an earlier enable() of this request, not submitted: its activation goes (if ours)
-        hybrid_activation.release(previous, "replaced by a new enable()")
-    if activations is None:
-        _key_path, public_key = ensure_job_key(paths, name)
-        out = build(public_key=public_key)
-    else:
-        activation_id = activations.create(dry, owner=owner)
-        try:
-            _key_path, public_key = ensure_job_key(paths, name)
-            out = hybrid_activation.with_activation_tag(build(public_key=public_key), activation_id)
-        except BaseException:
-            hybrid_activation.release(activation_id, "enable() failed")
-            raise
-    return out
+
+
+def _rank_selection(ranks: str | Sequence[int]) -> RankSelection:
+    return parse_ranks(ranks) if isinstance(ranks, str) else tuple(sorted({int(r) for r in ranks}))
 
 
 def sdk_kind(target: Any) -> str | None:

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from remote_debug.local.paths import StatePaths
+from remote_debug.sagemaker.common import EnableError
 
 CHANNEL_NAME = "remote-debug"
 CHANNEL_ROOT = "/opt/ml/input/data/" + CHANNEL_NAME
@@ -47,6 +48,16 @@ _DEBUGPY_SKIP = (
 )
 
 
+def bundles_root(paths: StatePaths) -> Path:
+    """Where the bundles live under the state dir (one per content hash)."""
+    return paths.root / "bundles"
+
+
+def is_bundle_part(path: str, paths: StatePaths) -> bool:
+    """Whether ``path`` is in one of our bundles (an earlier ``enable()`` of the same SDK object)."""
+    return path.startswith(str(bundles_root(paths)) + "/")
+
+
 def inject_dir(package_root: str) -> str:
     """The container path of our sitecustomize dir when the bundle is at ``package_root``."""
     return package_root.rstrip("/") + "/" + INJECT_SUBDIR
@@ -56,9 +67,7 @@ def _debugpy_dir() -> Path:
     spec = importlib.util.find_spec("debugpy")
     if spec is None or not spec.submodule_search_locations:
         # debugpy is a hard dependency of remote-debug; this means a broken installation.
-        from remote_debug.local.errors import UserError
-
-        raise UserError("debugpy is not installed here, so it cannot be shipped to the job: pip install debugpy")
+        raise EnableError("debugpy is not installed here, so it cannot be shipped to the job: pip install debugpy")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -96,7 +105,7 @@ def bundle_dir(paths: StatePaths | None = None) -> Path:
     """A directory holding ``remote_debug/`` (container side) and ``debugpy/``, built on first use."""
     paths = paths or StatePaths.default()
     debugpy = _debugpy_dir()
-    target = paths.root / "bundles" / _fingerprint(debugpy)
+    target = bundles_root(paths) / _fingerprint(debugpy)
     if (target / "remote_debug" / "__init__.py").exists() and (target / "debugpy").is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

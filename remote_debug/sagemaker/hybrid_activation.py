@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,7 +74,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from remote_debug.sagemaker.bundle import CHANNEL_NAME
-from remote_debug.sagemaker.request import TAG_ACTIVATION, TAG_OWNER, TAGS_MAX, EnableError
+from remote_debug.sagemaker.common import (
+    TAG_ACTIVATION,
+    TAG_OWNER,
+    TAGS_MAX,
+    EnableError,
+    describe_aws_error,
+    role_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,30 +91,11 @@ MAX_LIFETIME = timedelta(days=30) - timedelta(hours=1)  # SSM takes up to 30 day
 PROVISIONING = timedelta(hours=1)  # instances, image and data before the agent registers
 DEFAULT_MAX_RUNTIME = 86400  # SageMaker's default MaxRuntimeInSeconds
 REGISTRATION_LIMIT_MAX = 1000  # botocore's model of CreateActivation
-ROLE_MAX = 64
-_ROLE_RE = re.compile(r"^[\w+=,.@-]+(/[\w+=,.@-]+)*$")
 _SUBMIT_DIRECTORY = "sagemaker_submit_directory"  # SDK v2: s3://.../<job>/source/sourcedir.tar.gz
 
 EVENT_SUFFIX = "sagemaker.CreateTrainingJob"
 CONTEXT_KEY = "remote_debug_ssm_activation"  # in botocore's per-call context: our activation's id
 _IDS = ("remote-debug-hybrid-remember", "remote-debug-hybrid-after-call", "remote-debug-hybrid-after-error")
-
-
-def role_name(role: str) -> str:
-    """CreateActivation's ``IamRole`` (a role name, or ``path/name``); an IAM role ARN is reduced to it."""
-    name = str(role).strip()
-    if name.startswith("arn:"):
-        _, found, name = name.partition(":role/")
-        if not found:
-            raise EnableError(
-                f"hybrid_role {str(role)[:120]!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)"
-            )
-    if not name or len(name) > ROLE_MAX or not _ROLE_RE.match(name):
-        raise EnableError(
-            f"hybrid_role {str(role)[:120]!r} is not an IAM role name SSM accepts "
-            f"(up to {ROLE_MAX} characters: a name or path/name, or the role's ARN)"
-        )
-    return name
 
 
 def instance_count(request: Mapping[str, Any]) -> int:
@@ -194,12 +181,6 @@ def with_activation_tag(request: Mapping[str, Any], activation_id: str) -> dict[
     return out
 
 
-def _describe(exc: BaseException, what: str) -> str:
-    from remote_debug.local import aws
-
-    return aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {type(exc).__name__}: {exc}"
-
-
 # --- what this process created and has not handed to a running job yet ------------------------------
 
 
@@ -242,14 +223,14 @@ def release(activation_id: str, why: str) -> bool:
         region = getattr(getattr(created.ssm, "meta", None), "region_name", None) or "<region>"
         log.warning(
             "%s; it expires by itself, or run `aws ssm delete-activation --activation-id %s --region %s`",
-            _describe(exc, f"deleting SSM activation {activation_id} of job {created.job} ({why})"),
+            describe_aws_error(exc, f"deleting SSM activation {activation_id} of job {created.job} ({why})"),
             activation_id, region,
         )
     if not file_reused:
         try:
             created.s3.delete_object(Bucket=created.bucket, Key=created.key)
         except Exception as exc:
-            log.warning("%s", _describe(exc, f"deleting s3://{created.bucket}/{created.key}"))
+            log.warning("%s", describe_aws_error(exc, f"deleting s3://{created.bucket}/{created.key}"))
     return True
 
 
@@ -364,7 +345,8 @@ class Activations:
         except Exception as exc:
             if isinstance(exc, EnableError):
                 raise
-            raise EnableError(_describe(exc, f"creating the SSM activation of job {job} (hybrid transport)")) from None
+            what = f"creating the SSM activation of job {job} (hybrid transport)"
+            raise EnableError(describe_aws_error(exc, what)) from None
         activation_id = str(made["ActivationId"])
         body = json.dumps(
             {"ActivationId": activation_id, "ActivationCode": made["ActivationCode"], "Region": self.region}
@@ -375,9 +357,9 @@ class Activations:
             try:
                 self.ssm.delete_activation(ActivationId=activation_id)
             except Exception as cleanup:
-                log.warning("%s", _describe(cleanup, f"deleting SSM activation {activation_id}"))
+                log.warning("%s", describe_aws_error(cleanup, f"deleting SSM activation {activation_id}"))
             raise EnableError(
-                _describe(exc, f"writing the SSM activation of job {job} to s3://{bucket}/{key}")
+                describe_aws_error(exc, f"writing the SSM activation of job {job} to s3://{bucket}/{key}")
             ) from None
         with _lock:
             _pending[activation_id] = _Created(activation_id, job, bucket, key, self.ssm, self.s3)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from remote_debug.local.errors import UserError
-from remote_debug.sagemaker.request import EnableError, check_owner
+from remote_debug.sagemaker.common import EnableError
+from remote_debug.sagemaker.request import check_owner
 
 
 def resolve_owner(owner: str | None, boto_session: Any = None) -> str:

@@ -18,7 +18,7 @@ decided in one place and can be checked against botocore's model:
 * ``RemoteDebugConfig={"EnableRemoteDebug": true}`` for the ``ssm`` transport (SageMaker's native
   SSM target ``sagemaker-training-job:<job>_algo-<n>`` exists only then); never for ``hybrid``,
   which replaces it with the node's own SSM agent (see :mod:`~remote_debug.sagemaker.hybrid_activation`
-  for its activation, which ``api.enable_with_key`` adds on top of this request);
+  for its activation, which ``keyed.enable_with_key`` adds on top of this request);
 * tags ``remote-debug:owner`` (the caller's ``aws:userid``, what IAM policies compare with
   ``${aws:userid}``) and ``remote-debug:enabled``; ``hybrid`` adds ``remote-debug:transport=hybrid``
   (the laptop picks the job's transport from it);
@@ -28,6 +28,8 @@ decided in one place and can be checked against botocore's model:
 
 Refused with one line (:class:`EnableError`): network isolation and built-in / Marketplace
 algorithms (SageMaker offers no remote debugging there), bad names, values SageMaker would reject.
+Every refusal happens in :func:`draft_request`, before the job's client key is known (or made):
+the draft lacks only the key, which :meth:`DraftRequest.finish` puts in.
 """
 
 from __future__ import annotations
@@ -41,23 +43,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_debug.local.errors import UserError
 from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, inject_dir
-from remote_debug.spec import SPEC_VERSION, ContractError, DebugSpec, check_job_name, parse_ranks
-
-TAG_OWNER = "remote-debug:owner"
-TAG_ENABLED = "remote-debug:enabled"
-TAG_TRANSPORT = "remote-debug:transport"  # read by local/backends/sagemaker.py to pick the transport
-TAG_ACTIVATION = "remote-debug:ssm-activation"  # hybrid: the activation's id (not a secret; the code is)
-NATIVE_TRANSPORT = "ssm"
-HYBRID_TRANSPORT = "hybrid"
-JOB_TRANSPORTS = ("ssm", "hybrid", "direct")  # "local" is for jobs on this machine
+from remote_debug.sagemaker.common import (
+    TAG_ACTIVATION,
+    TAG_ENABLED,
+    TAG_OWNER,
+    TAG_TRANSPORT,
+    TAGS_MAX,
+    EnableError,
+    JobTransport,
+)
+from remote_debug.spec import (
+    ENV_CLIENT_KEY,
+    SPEC_VERSION,
+    ContractError,
+    DebugOptions,
+    DebugSpec,
+    Transport,
+    check_job_name,
+    spec_env,
+)
 
 # SageMaker's limits (botocore's model of CreateTrainingJob).
 ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 ENV_VALUE_MAX = 512
 ENV_MAX = 100
-TAGS_MAX = 50
 TAG_VALUE_MAX = 256
 ENTRY_ITEM_MAX = 256
 _TAG_PUNCTUATION = set("_.:/=+-@")
@@ -92,75 +102,52 @@ MPI_HYPERPARAMETERS = (
 )
 
 
-class EnableError(UserError):
-    """A job that cannot be made debuggable as asked (one actionable line)."""
-
-
 @dataclass(frozen=True)
-class DebugOptions:
-    """What the user asked for; validated on construction (the spec's own checks, as one line)."""
+class DraftRequest:
+    """A request made debuggable but for the job's client key: every refusal has already happened.
 
-    ide: str = "vscode"
-    ranks: str | Sequence[int] = "all"
-    wait: float = 0.0
-    sshd_port: int = 0
-    port_base: int = 0
-    transport: str = NATIVE_TRANSPORT
-    hybrid_role: str | None = None  # hybrid: the IAM role of the nodes' SSM managed instances
-    hold_on_failure: float = 0.0  # seconds a failed rank waits for a post-mortem debugger
+    ``enable()`` makes the job's key pair only for a draft, so a request it refuses leaves no key
+    behind for a job that never runs.  ``request`` is the final request without the key (its
+    ``Environment`` has every other spec variable; room for the key is counted), fit for what needs
+    the job's shape before the key exists (the hybrid transport's SSM activation).
+    """
 
-    def __post_init__(self) -> None:
-        if self.transport not in JOB_TRANSPORTS:
-            raise EnableError(
-                f"transport {self.transport!r} does not reach a SageMaker job: use one of {', '.join(JOB_TRANSPORTS)} "
-                "(local jobs: remote-debug launch --local)"
-            )
-        if self.transport == HYBRID_TRANSPORT:
-            if not self.hybrid_role:
-                raise EnableError(
-                    "transport='hybrid' needs hybrid_role=...: the IAM role SSM gives the job's managed instances "
-                    "(trusting ssm.amazonaws.com, with AmazonSSMManagedInstanceCore; see "
-                    "templates/iam/managed-instance-role-trust.json)"
-                )
-            from remote_debug.sagemaker.hybrid_activation import role_name  # (it imports this module)
+    request: dict[str, Any]
+    job_name: str
+    options: DebugOptions
+    transport: JobTransport
+    package_root: str
+    user_environment: dict[str, Any]  # the request's own Environment, as given
 
-            role_name(self.hybrid_role)
-        elif self.hybrid_role is not None:
-            raise EnableError(f"hybrid_role applies to transport='hybrid' only (transport is {self.transport!r})")
-        self.spec("placeholder", "ssh-ed25519 AAAA placeholder")  # every other check, before any side effect
-
-    def spec(self, job_name: str, public_key: str) -> DebugSpec:
+    def finish(self, public_key: str) -> dict[str, Any]:
+        """The debuggable request, with ``public_key`` (the job's client key, ``keys.ensure_job_key``)."""
         try:
-            ranks = (
-                parse_ranks(self.ranks) if isinstance(self.ranks, str) else tuple(sorted({int(r) for r in self.ranks}))
+            spec = DebugSpec(
+                job_name=self.job_name, client_public_key=public_key, transport=self.transport.kind,
+                options=self.options,
             )
-            if ranks is not None and any(r < 0 for r in ranks):
-                raise ContractError(f"bad rank list {list(self.ranks)!r}: ranks are 0 or more")
-            return DebugSpec(
-                job_name=job_name, client_public_key=public_key, ide=self.ide, ranks=ranks,
-                port_base=int(self.port_base), sshd_port=int(self.sshd_port), wait_seconds=float(self.wait),
-                transport=self.transport, hold_on_failure=float(self.hold_on_failure),
-            )
-        except (ContractError, TypeError, ValueError) as exc:
+        except ContractError as exc:
             raise EnableError(str(exc)) from None
+        out = copy.deepcopy(self.request)
+        env = spec.to_env()
+        out["Environment"] = _environment(self.user_environment, env, self.package_root)
+        _forward_to_mpi(out, [*env, "PYTHONPATH"])
+        return out
 
 
-def enable_request(
+def draft_request(
     request: Mapping[str, Any],
     options: DebugOptions,
     *,
+    transport: JobTransport | None = None,
     owner: str,
-    public_key: str,
     job_name: str | None = None,
     package_root: str = CHANNEL_ROOT,
     package_uri: str | None = None,
-) -> dict[str, Any]:
-    """A debuggable copy of ``request`` (the input is not modified).
-
-    ``public_key`` is the job's client public key (see ``keys.ensure_job_key``); ``owner`` the value of
-    the owner tag; ``package_root`` where the bundle is in the container; ``package_uri`` an S3 prefix
-    holding the bundle, added as the ``remote-debug`` input channel.
-    """
+) -> DraftRequest:
+    """Everything :func:`enable_request` does but the client key, refusals included (the input is not
+    modified).  ``transport``: the native SSM target unless given."""
+    transport = JobTransport() if transport is None else transport
     if not isinstance(request, Mapping):
         raise EnableError(f"expected a CreateTrainingJob request dict, got {type(request).__name__}")
     out: dict[str, Any] = copy.deepcopy(dict(request))
@@ -172,21 +159,49 @@ def enable_request(
     except ContractError as exc:
         raise EnableError(str(exc)) from None
     check_supported(out)
-    spec = options.spec(name, public_key)
 
-    out["Environment"] = _environment(out.get("Environment"), spec, package_root)
-    _forward_to_mpi(out, [*spec.to_env(), "PYTHONPATH"])
+    user_environment = copy.deepcopy(dict(out.get("Environment") or {}))
+    # every spec variable but the key, which is not made yet (its name is counted)
+    out["Environment"] = _environment(
+        user_environment, spec_env(name, transport.kind, options), package_root, to_come=(ENV_CLIENT_KEY,)
+    )
     algorithm = out.get("AlgorithmSpecification")
     if isinstance(algorithm, Mapping) and algorithm.get("ContainerEntrypoint"):
         out["AlgorithmSpecification"] = {
             **algorithm, "ContainerEntrypoint": wrap_entrypoint(list(algorithm["ContainerEntrypoint"]), package_root)
         }
-    if options.transport == NATIVE_TRANSPORT:
+    if transport.kind == Transport.SSM:
         out["RemoteDebugConfig"] = {**(out.get("RemoteDebugConfig") or {}), "EnableRemoteDebug": True}
-    out["Tags"] = _tags(out.get("Tags"), owner, options.transport)
+    out["Tags"] = _tags(out.get("Tags"), owner, transport.kind)
     if package_uri:
         out["InputDataConfig"] = _with_package_channel(out.get("InputDataConfig"), package_uri)
-    return out
+    return DraftRequest(out, name, options, transport, package_root, user_environment)
+
+
+def enable_request(
+    request: Mapping[str, Any],
+    options: DebugOptions,
+    *,
+    transport: JobTransport | None = None,
+    owner: str,
+    public_key: str,
+    job_name: str | None = None,
+    package_root: str = CHANNEL_ROOT,
+    package_uri: str | None = None,
+) -> dict[str, Any]:
+    """A debuggable copy of ``request`` (the input is not modified).
+
+    ``options``: what the user chose (IDE, ranks, ports, wait, hold); ``transport``: how the laptop
+    reaches the job (default: SageMaker's native SSM target).  ``public_key`` is the job's client
+    public key (see ``keys.ensure_job_key``); ``owner`` the value of the owner tag; ``package_root``
+    where the bundle is in the container; ``package_uri`` an S3 prefix holding the bundle, added as
+    the ``remote-debug`` input channel.
+    """
+    draft = draft_request(
+        request, options, transport=transport, owner=owner, job_name=job_name, package_root=package_root,
+        package_uri=package_uri,
+    )
+    return draft.finish(public_key)
 
 
 # --- refusals --------------------------------------------------------------------------------------
@@ -223,14 +238,19 @@ def check_image(image: Any, *, has_script: bool) -> None:
 # --- the pieces ------------------------------------------------------------------------------------
 
 
-def _environment(existing: Any, spec: DebugSpec, package_root: str) -> dict[str, str]:
+def _environment(
+    existing: Any, spec_vars: Mapping[str, str], package_root: str, *, to_come: Sequence[str] = ()
+) -> dict[str, str]:
+    """The job's environment: the request's own, the spec, our sitecustomize first on PYTHONPATH;
+    checked against SageMaker's limits, with room for the variables named in ``to_come``."""
     env = {str(k): str(v) for k, v in dict(existing or {}).items()}
-    env.update(spec.to_env())
+    env.update(spec_vars)
     ours = inject_dir(package_root)
     theirs = [p for p in env.get("PYTHONPATH", "").split(":") if p and p != ours]
     env["PYTHONPATH"] = ":".join([ours, *theirs])  # ours first: Python imports the first sitecustomize
-    if len(env) > ENV_MAX:
-        raise EnableError(f"the job would have {len(env)} environment variables; SageMaker allows {ENV_MAX}")
+    count = len(env.keys() | set(to_come))
+    if count > ENV_MAX:
+        raise EnableError(f"the job would have {count} environment variables; SageMaker allows {ENV_MAX}")
     for key, value in env.items():
         if not ENV_KEY_RE.match(key) or len(key) > ENV_VALUE_MAX:
             raise EnableError(
@@ -290,13 +310,13 @@ def wrap_entrypoint(entry: list[str], package_root: str) -> list[str]:
     return wrapped
 
 
-def _tags(existing: Any, owner: str, transport: str = NATIVE_TRANSPORT) -> list[dict[str, str]]:
+def _tags(existing: Any, owner: str, transport: Transport = Transport.SSM) -> list[dict[str, str]]:
     ours = (TAG_OWNER, TAG_ENABLED, TAG_TRANSPORT, TAG_ACTIVATION)  # an earlier enable()'s are replaced
     tags = [dict(t) for t in (existing or []) if t.get("Key") not in ours]
     tags += [{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_ENABLED, "Value": f"spec-v{SPEC_VERSION}"}]
     count = len(tags)
-    if transport == HYBRID_TRANSPORT:
-        tags.append({"Key": TAG_TRANSPORT, "Value": HYBRID_TRANSPORT})
+    if transport == Transport.HYBRID:
+        tags.append({"Key": TAG_TRANSPORT, "Value": Transport.HYBRID.value})
         count += 2  # and TAG_ACTIVATION, added once the activation exists (hybrid_activation)
     if count > TAGS_MAX:
         raise EnableError(f"the job would have {count} tags; SageMaker allows {TAGS_MAX}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
-from remote_debug.sagemaker.request import EnableError
+from remote_debug.sagemaker.common import EnableError
 
 INSTALL_HINT = "pip install 'remote-debug[sagemaker]' (or the sagemaker version your launcher needs)"
 

@@ -24,19 +24,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker import hybrid_activation
-from remote_debug.sagemaker.api import enable_with_key
-from remote_debug.sagemaker.bundle import CODE_ROOT, bundle_dir
+from remote_debug.sagemaker.bundle import CODE_ROOT, bundle_dir, is_bundle_part
+from remote_debug.sagemaker.common import EnableError, JobTransport
 from remote_debug.sagemaker.intercept import PendingEnable, marked
+from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import HYBRID_TRANSPORT, NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.request import check_image
 from remote_debug.sagemaker.sdk import require_sdk
+from remote_debug.spec import DebugOptions, Transport
 
 WHAT = "enable() of a SageMaker SDK v2 estimator"
 
 
-def enable_estimator(estimator: Any, options: DebugOptions, *, owner: str | None, paths: StatePaths) -> Any:
+def enable_estimator(
+    estimator: Any, options: DebugOptions, transport: JobTransport, *, owner: str | None, paths: StatePaths
+) -> Any:
     require_sdk(2, WHAT)
     session = estimator.sagemaker_session
     if getattr(session, "local_mode", False) or not hasattr(getattr(session, "sagemaker_client", None), "meta"):
@@ -63,32 +67,32 @@ def enable_estimator(estimator: Any, options: DebugOptions, *, owner: str | None
         _ship_bundle(estimator, paths)
     # Without an entry point (a bring-your-own image) nothing can be shipped: the image must have
     # remote-debug installed (templates/byoc), and an explicit container_entry_point gets wrapped.
-    if options.transport == NATIVE_TRANSPORT:
+    if transport.kind == Transport.SSM:
         estimator._enable_remote_debug = True
-    apply = request_rewriter(options, owner=resolved_owner, paths=paths, boto_session=session.boto_session)
+    apply = request_rewriter(options, transport, owner=resolved_owner, paths=paths, boto_session=session.boto_session)
     pending = PendingEnable(apply)
     estimator.environment = marked(estimator.environment, pending)
     pending.install(boto_session=session.boto_session, clients=[session.sagemaker_client])
-    if options.transport == HYBRID_TRANSPORT:
+    if transport.hybrid:
         hybrid_activation.watch_all(session.boto_session, [session.sagemaker_client])
     return estimator
 
 
 def request_rewriter(
-    options: DebugOptions, *, owner: str, paths: StatePaths, boto_session: Any
+    options: DebugOptions, transport: JobTransport, *, owner: str, paths: StatePaths, boto_session: Any
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """What the request hook does to an SDK v2 CreateTrainingJob request (no SDK needed here)."""
     activations = None
-    if options.transport == HYBRID_TRANSPORT:
-        assert options.hybrid_role is not None  # DebugOptions checked it
-        activations = hybrid_activation.Activations.for_session(options.hybrid_role, boto_session)
+    if transport.hybrid:
+        assert transport.hybrid_role is not None  # JobTransport checked it
+        activations = hybrid_activation.Activations.for_session(transport.hybrid_role, boto_session)
 
     def apply(request: dict[str, Any]) -> dict[str, Any]:
         # hybrid: the activation's channel is the job's own, next to its code (the bundle is in the code)
         package_uri = hybrid_activation.sdk_v2_channel_uri(request) if activations is not None else None
         return enable_with_key(
-            request, options, owner=owner, paths=paths, package_root=CODE_ROOT, package_uri=package_uri,
-            activations=activations,
+            request, options, transport=transport, owner=owner, paths=paths, package_root=CODE_ROOT,
+            package_uri=package_uri, activations=activations,
         )
 
     return apply
@@ -104,9 +108,5 @@ def _ship_bundle(estimator: Any, paths: StatePaths) -> None:
     bundle = bundle_dir(paths)
     ours = [str(bundle / "remote_debug"), str(bundle / "debugpy")]
     # An earlier enable() of the same estimator left a (possibly older) bundle: replace it.
-    kept = [d for d in (estimator.dependencies or []) if not _is_bundle_part(str(d), paths)]
+    kept = [d for d in (estimator.dependencies or []) if not is_bundle_part(str(d), paths)]
     estimator.dependencies = [*kept, *ours]
-
-
-def _is_bundle_part(path: str, paths: StatePaths) -> bool:
-    return path.startswith(str(paths.root / "bundles") + "/")

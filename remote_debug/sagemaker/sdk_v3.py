@@ -26,14 +26,16 @@ import importlib
 import sys
 from typing import Any
 
+import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker import hybrid_activation
-from remote_debug.sagemaker.api import enable_with_key
-from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, bundle_dir
+from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, bundle_dir, is_bundle_part
+from remote_debug.sagemaker.common import EnableError, JobTransport
 from remote_debug.sagemaker.intercept import PendingEnable, marked
+from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import HYBRID_TRANSPORT, NATIVE_TRANSPORT, DebugOptions, EnableError, check_image
+from remote_debug.sagemaker.request import check_image
 from remote_debug.sagemaker.sdk import require_sdk
+from remote_debug.spec import DebugOptions, Transport
 
 # (module prefix of the class, configs module, SDK major, minimum version)
 FLAVOURS = (
@@ -42,7 +44,9 @@ FLAVOURS = (
 )
 
 
-def enable_model_trainer(trainer: Any, options: DebugOptions, *, owner: str | None, paths: StatePaths) -> Any:
+def enable_model_trainer(
+    trainer: Any, options: DebugOptions, transport: JobTransport, *, owner: str | None, paths: StatePaths
+) -> Any:
     configs = _configs_for(trainer)
     if str(getattr(trainer, "training_mode", "")).upper().endswith("LOCAL_CONTAINER"):
         raise EnableError(
@@ -68,16 +72,17 @@ def enable_model_trainer(trainer: Any, options: DebugOptions, *, owner: str | No
     resolved_owner = resolve_owner(owner, boto_session)  # may fail: before changing anything
 
     activations = None
-    if options.transport == HYBRID_TRANSPORT:
-        assert options.hybrid_role is not None  # DebugOptions checked it
-        activations = hybrid_activation.Activations.for_session(options.hybrid_role, boto_session)
+    if transport.hybrid:
+        assert transport.hybrid_role is not None  # JobTransport checked it
+        activations = hybrid_activation.Activations.for_session(transport.hybrid_role, boto_session)
     _add_bundle_channel(trainer, configs, paths)
-    if options.transport == NATIVE_TRANSPORT:
+    if transport.kind == Transport.SSM:
         trainer.with_remote_debug_config(configs.RemoteDebugConfig(enable_remote_debug=True))
 
     def apply(request: dict[str, Any]) -> dict[str, Any]:
         return enable_with_key(
-            request, options, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT, activations=activations
+            request, options, transport=transport, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT,
+            activations=activations,
         )
 
     pending = PendingEnable(apply)
@@ -110,7 +115,7 @@ def _add_bundle_channel(trainer: Any, configs: Any, paths: StatePaths) -> None:
     for channel in channels:
         if getattr(channel, "channel_name", None) != CHANNEL_NAME:
             kept.append(channel)
-        elif not str(getattr(channel, "data_source", "")).startswith(str(paths.root / "bundles")):
+        elif not is_bundle_part(str(getattr(channel, "data_source", "")), paths):
             raise EnableError(
                 f"the trainer already has an input channel named {CHANNEL_NAME!r}, which remote-debug uses for its "
                 "package: rename yours"

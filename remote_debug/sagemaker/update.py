@@ -12,15 +12,14 @@ other jobs the result says so (``has_spec``), because ``attach`` will not find r
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from remote_debug.local.aws import parse_training_job
 from remote_debug.local.errors import UserError
 from remote_debug.spec import ENV_VERSION, ContractError, check_job_name
 
 UPDATABLE_STATES = ("Downloading", "Training")
-_ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
 
 
 class NotUpdatableError(UserError):
@@ -41,8 +40,7 @@ class EnableResult:
 
 def parse_job(job: str) -> tuple[str, str | None]:
     """(job name, region from an ARN or None) for a training job name or ARN."""
-    match = _ARN_RE.match(job.strip())
-    name, region = (match.group(2), match.group(1)) if match else (job.strip(), None)
+    name, region = parse_training_job(job)
     try:
         return check_job_name(name), region
     except ContractError as exc:

@@ -91,7 +91,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(home: Path, src: Path) 
             "python",
             "quick.py",
         ),
-        "out of range",
+        "Invalid value for '--sshd-port'",
+        "65535",
     )
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -230,8 +231,8 @@ def test_no_netns_keeps_nodes_on_loopback_and_jobs_json_says_so(home: Path, src:
         "--", "python", "quick.py",
     )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["extra"]["isolation"] == "loopback"
+    assert json.loads(out.stdout)["machine"]["isolation"] == "loopback"
     listed = json.loads(cli("jobs", "--json").stdout)
-    assert [j["extra"]["isolation"] for j in listed if j["name"] == "flat"] == ["loopback"]
+    assert [j["machine"]["isolation"] for j in listed if j["name"] == "flat"] == ["loopback"]
     wait_for(lambda: job_status("flat") in ("Completed", "Failed"), 120)
     assert job_status("flat") == "Completed"

@@ -2,59 +2,75 @@
 
 from __future__ import annotations
 
-from remote_debug.cli.output import _DESCRIBE, describe_event
+import json
 
-# One event of each kind, with the fields attach emits (see remote_debug/local/attach.py and friends).
-SAMPLES = [
-    ({"event": "launched", "job": "j", "nodes": 2, "nproc_per_node": 4, "workspace": "/ws"},
-     "launched job j (2 x 4 ranks); workspace /ws"),
-    ({"event": "rank-attached", "rank": 1}, "rank 1: debugger attached"),
-    ({"event": "job-status", "job": "j", "status": "InProgress", "secondary_status": "Downloading", "message": ""},
+import pytest
+
+from remote_debug.cli.output import _DESCRIBE, describe_event, event_printer
+from remote_debug.local import events as ev
+
+# One event of each kind that has a human line, with its line.
+SAMPLES: list[tuple[ev.Event, str]] = [
+    (ev.Launched(job="j", nodes=2, nproc_per_node=4, workspace="/ws"), "launched job j (2 x 4 ranks); workspace /ws"),
+    (ev.RankAttached(rank=1, node="algo-1"), "rank 1: debugger attached"),
+    (ev.JobStatus(job="j", status="InProgress", secondary_status="Downloading", message=""),
      "job j: InProgress / Downloading"),
-    ({"event": "waiting", "what": "nodes", "nodes": ["algo-1", "algo-2"]},
-     "waiting for nodes to start: algo-1, algo-2"),
-    ({"event": "ssh-config", "aliases": ["algo-1.j"]}, "ssh entries written (algo-1.j): try `ssh algo-1.j`"),
-    ({"event": "node-connected", "node": "algo-1", "alias": "algo-1.j"}, "connected to algo-1.j"),
-    ({"event": "rank-ready", "rank": 0, "node": "algo-1", "local_port": 4000, "remote_port": 5000, "ide": "vscode"},
+    (ev.Waiting(what="nodes", nodes=["algo-1", "algo-2"]), "waiting for nodes to start: algo-1, algo-2"),
+    (ev.SshConfig(aliases=["algo-1.j"], config="/h/.remote-debug/ssh_config"),
+     "ssh entries written (algo-1.j): try `ssh algo-1.j`"),
+    (ev.NodeConnected(node="algo-1", alias="algo-1.j"), "connected to algo-1.j"),
+    (ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state="listening", ide="vscode",
+                  code_dir="/opt/ml/code"),
      "rank 0 on algo-1: debugger at 127.0.0.1:4000"),
-    ({"event": "rank-unavailable", "rank": 1, "node": "algo-1", "state": "skipped", "error": None},
+    (ev.RankUnavailable(rank=1, node="algo-1", state="skipped", error=None),
      "rank 1 on algo-1 has no debugger (skipped: )"),
-    ({"event": "launch-json", "path": "/ws/.vscode/launch.json", "compound": "remote-debug: j all ranks"},
+    (ev.LaunchJson(path="/ws/.vscode/launch.json", compound="remote-debug: j all ranks", configurations=[]),
      "VS Code: /ws/.vscode/launch.json has 'remote-debug: j all ranks'"),
-    ({"event": "ready", "ranks": [0, 1]}, "ready: ranks [0, 1]"),
-    ({"event": "stopped", "rank": 0, "file": "t.py", "line": 3, "reason": "breakpoint", "variables": {"x": "1"}},
+    (ev.Ready(ranks=[0, 1]), "ready: ranks [0, 1]"),
+    (ev.Stopped(rank=0, node="algo-1", file="t.py", line=3, function="f", reason="breakpoint", variables={"x": "1"}),
      "rank 0 stopped at t.py:3 (breakpoint): {'x': '1'}"),
-    ({"event": "rank-detached", "rank": 0}, "rank 0 detached"),
-    ({"event": "reconnected", "node": "algo-1"}, "reconnected to algo-1"),
-    ({"event": "tunnel-down", "node": "algo-1", "error": "EOF"}, "tunnel to algo-1 is down, retrying: EOF"),
-    ({"event": "warning", "message": "slow"}, "warning: slow"),
-    ({"event": "pycharm-build", "build": "263.1", "source": "/opt/pycharm", "installed": "263.1.2", "others": []},
+    (ev.RankDetached(rank=0, node="algo-1"), "rank 0 detached"),
+    (ev.Reconnected(node="algo-1"), "reconnected to algo-1"),
+    (ev.TunnelDown(node="algo-1", error="EOF"), "tunnel to algo-1 is down, retrying: EOF"),
+    (ev.WarningEvent(message="slow"), "warning: slow"),
+    (ev.PycharmBuild(build="263.1", source="/opt/pycharm", installed="263.1.2", others=[]),
      "PyCharm build 263.1 from /opt/pycharm, pydevd-pycharm 263.1.2 installed"),
-    ({"event": "pycharm-config", "name": "j", "port": 7000, "path": "/ws/.idea/x.xml", "steps": ["a", "b"]},
+    (ev.PycharmConfig(config_name="j", port=7000, path="/ws/.idea/x.xml", steps=["a", "b"]),
      "PyCharm run configuration 'j' (port 7000) written to /ws/.idea/x.xml\n  1. a\n  2. b"),
-    ({"event": "rank-connected", "rank": 0, "node": "algo-1"}, "rank 0 on algo-1: connected to PyCharm's debug server"),
-    ({"event": "ide-not-listening", "rank": 0, "node": "algo-1", "message": "start it"},
-     "rank 0 on algo-1 is waiting: start it"),
-    ({"event": "rank-failed", "rank": 1, "node": "algo-1", "error": "ValueError: x", "traceback": "Traceback\n  line\n",
-      "held": False}, "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line"),
-    ({"event": "job-ended", "status": "Failed", "exit_code": 1, "failure_reason": "rank 1 failed"},
+    (ev.RankConnected(rank=0, node="algo-1", ide_port=5678), "rank 0 on algo-1: connected to PyCharm's debug server"),
+    (ev.IdeNotListening(rank=0, node="algo-1", message="start it"), "rank 0 on algo-1 is waiting: start it"),
+    (ev.RankFailed(rank=1, node="algo-1", pid=7, error="ValueError: x", traceback="Traceback\n  line\n", held=False),
+     "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line"),
+    (ev.JobEnded(status="Failed", exit_code=1, failure_reason="rank 1 failed"),
      "job ended: Failed, exit code 1 (rank 1 failed)"),
 ]
 
 
 def test_every_described_event_has_its_line() -> None:
-    assert {e["event"] for e, _ in SAMPLES} == set(_DESCRIBE)
+    assert {type(e) for e, _ in SAMPLES} == set(_DESCRIBE)
     for event, line in SAMPLES:
         assert describe_event(event) == line
 
 
 def test_pycharm_ready_held_failure_and_quiet_events() -> None:
-    pycharm = {"event": "rank-ready", "rank": 0, "node": "algo-1", "local_port": 4000, "remote_port": 5000,
-               "ide": "pycharm"}
+    pycharm = ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state="waiting", ide="pycharm",
+                           code_dir="/opt/ml/code")
     assert describe_event(pycharm) == (
         "rank 0 on algo-1: its localhost:5000 leads to PyCharm's debug server at 127.0.0.1:4000"
     )
-    held = describe_event({"event": "rank-failed", "rank": 0, "node": "a", "error": "E", "held": True})
+    held = describe_event(ev.RankFailed(rank=0, node="a", pid=1, error="E", held=True))
     assert held is not None and held.startswith("rank 0 on a failed: E; held for a post-mortem")
-    assert describe_event({"event": "pause-safe", "rank": 1}) is None  # not worth a line
-    assert describe_event({}) is None
+    assert describe_event(ev.PauseSafe(rank=1, node="a")) is None  # not worth a line
+    assert describe_event(ev.RankListening(rank=1, node="a", remote_port=5000)) is None
+
+
+def test_printer_prints_the_json_line_or_the_human_line(capsys: pytest.CaptureFixture[str]) -> None:
+    event = ev.Ready(ranks=[0, 1])
+    event_printer(True)(event)
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"event": "ready", "v": ev.EVENTS_VERSION, "ranks": [0, 1]} and not err
+    event_printer(False)(event)
+    out, err = capsys.readouterr()
+    assert not out and "remote-debug" in err and "ready: ranks [0, 1]" in err
+    event_printer(False)(ev.PauseSafe(rank=1, node="a"))
+    assert capsys.readouterr() == ("", "")

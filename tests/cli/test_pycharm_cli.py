@@ -37,4 +37,4 @@ def test_launch_refuses_a_pydevd_pycharm_of_another_build(home: Path, src: Path)
 
 def test_pycharm_options_need_ide_pycharm(home: Path) -> None:
     assert_one_line_error(cli("attach", "somejob", "--pycharm-port", "23456"), "need --ide pycharm")
-    assert_one_line_error(cli("attach", "somejob", "--ide", "emacs"), "unknown IDE")
+    assert_one_line_error(cli("attach", "somejob", "--ide", "emacs"), "'--ide'", "is not one of 'vscode', 'pycharm'")

@@ -8,6 +8,7 @@ by that token in /proc rather than by name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -266,8 +267,16 @@ def base_env(root: Path, public_key: str | None, job: str = "test-job", **spec_f
     # these tests talk to the ranks' debug ports directly; lazy listeners have tests of their own
     env[spec.ENV_LISTEN] = "eager"
     if public_key is not None:
-        env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, **spec_fields).to_env())
+        env.update(debug_spec(job, public_key, **spec_fields).to_env())
     return env
+
+
+def debug_spec(job: str, public_key: str, **spec_fields: Any) -> spec.DebugSpec:
+    """A spec: DebugOptions' fields (``wait_seconds=``, ``ide=``...) go into its options, the rest
+    (``transport=``) is the job's wiring."""
+    chosen = {f.name: spec_fields.pop(f.name) for f in dataclasses.fields(spec.DebugOptions) if f.name in spec_fields}
+    options = spec.DebugOptions(**chosen)
+    return spec.DebugSpec(job_name=job, client_public_key=public_key, options=options, **spec_fields)
 
 
 @contextlib.contextmanager

@@ -152,7 +152,7 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey test"
 def test_spec_carries_the_hold_only_when_set() -> None:
     plain = spec.DebugSpec(job_name="j", client_public_key=KEY)
     assert spec.ENV_HOLD_ON_FAILURE not in plain.to_env()  # jobs without it look exactly as before
-    held = spec.DebugSpec(job_name="j", client_public_key=KEY, hold_on_failure=90)
+    held = spec.DebugSpec(job_name="j", client_public_key=KEY, options=spec.DebugOptions(hold_on_failure=90))
     env = held.to_env()
     assert env[spec.ENV_HOLD_ON_FAILURE] == "90" and spec.DebugSpec.from_env(env) == held
     for bad in ("-1", "nan", "inf", "1e9", "soon"):

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from remote_debug import spec
 from remote_debug.container import node_env
 from remote_debug.container.hook import child_env, exit_code_of
-from remote_debug.container.rank import RankIdentity, launcher_of, rank_identity
+from remote_debug.container.rank import launcher_of, rank_identity
+from remote_debug.container.reporter import RankIdentity
 from remote_debug.container.sshd import SshdError, prepare_state_dir, render_config, start_sshd
 from tests.container.helpers import PYTHON, alive, listen_addresses, make_key, wait_for
 
@@ -206,3 +208,33 @@ def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
             assert "Address already in use" in (tmp_path / "state" / "sshd.log").read_text()
         finally:
             server.stop()
+
+
+# --- tuning knobs in seconds: one parser, a bad value is logged and the default used ----------------
+
+
+@pytest.mark.parametrize(("raw", "seconds", "logged"), [
+    ("", 7200.0, False), ("0", 0.0, False), ("60", 60.0, False),
+    ("soon", 7200.0, True), ("-5", 7200.0, True), ("nan", 7200.0, True), ("inf", 7200.0, True),
+])
+def test_pg_timeout_knob(raw: str, seconds: float, logged: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    from remote_debug.container.control import pg_timeout_seconds
+
+    assert pg_timeout_seconds({spec.ENV_PG_TIMEOUT: raw}) == seconds
+    err = capsys.readouterr().err
+    assert (f"[remote-debug] {spec.ENV_PG_TIMEOUT}={raw!r} is not a number of seconds" in err) == logged
+    assert err.count("\n") == logged and (not logged or err.rstrip().endswith("using 7200"))
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("", 300.0), ("120", 120.0), ("0", 300.0), ("x", 300.0), ("1e9", 300.0)])
+def test_install_timeout_knob(raw: str, seconds: float) -> None:
+    from remote_debug.container.install import ENV_INSTALL_TIMEOUT, install_timeout
+
+    assert install_timeout({ENV_INSTALL_TIMEOUT: raw}) == seconds
+
+
+def test_quiet_threads_are_invisible_to_debugpy() -> None:
+    from remote_debug.container.common import quiet_thread
+
+    thread = quiet_thread(lambda: None, "remote-debug-test")
+    assert thread.daemon and thread.pydev_do_not_trace and thread.is_pydev_daemon_thread  # type: ignore[attr-defined]

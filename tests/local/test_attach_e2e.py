@@ -12,6 +12,7 @@ import pytest
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
 from tests.ddp_job import break_line, make_project
+from tests.event_log import EventLog
 from tests.jobs import launch_job
 
 
@@ -25,7 +26,7 @@ def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
     home: Path, project: Path, nodes: int, nproc: int
 ) -> None:
     job = launch_job("spine", project, nodes=nodes, nproc_per_node=nproc, wait_seconds=90)
-    events: list[dict[str, object]] = []
+    events = EventLog()
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
     result = job.attach(AttachOptions(workspace=project, headless=plan), events.append)
 

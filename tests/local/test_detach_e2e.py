@@ -7,8 +7,8 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
 from tests.container.helpers import wait_for
@@ -59,9 +59,9 @@ def test_after_detach_no_rank_keeps_a_tracer(home: Path, tmp_path: Path) -> None
 
     detached: set[int] = set()
 
-    def emit(event: dict[str, Any]) -> None:
-        if event["event"] == "rank-detached":
-            detached.add(int(event["rank"]))
+    def emit(event: ev.Event) -> None:
+        if isinstance(event, ev.RankDetached):
+            detached.add(event.rank)
             if detached == {0, 1}:
                 threading.Thread(target=finish, daemon=True).start()
 

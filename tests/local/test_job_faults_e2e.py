@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.dap_client import attach_and_configure, inspect_stop
 from tests.container.helpers import kill_all, pids_with_env, wait_for
+from tests.event_log import as_json
 from tests.jobs import LocalJob, launch_job
 
 Event = dict[str, Any]
@@ -75,9 +77,9 @@ class Recorder:
         self.events: list[Event] = []
         self._cond = threading.Condition()
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: ev.Event | Event) -> None:
         with self._cond:
-            self.events.append(event)
+            self.events.append(as_json(event))
             self._cond.notify_all()
 
     def wait(self, predicate: Callable[[Event], bool], timeout: float = 60) -> Event:

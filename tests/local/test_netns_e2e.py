@@ -21,6 +21,7 @@ from remote_debug.local.backends.machine_job import read_job_file
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line, make_project
+from tests.event_log import EventLog
 from tests.jobs import launch_job
 
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
@@ -87,7 +88,8 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
     backend = job.backend
     state = read_job_file(job.paths.job_dir("isolated"))
     job_namespaces.extend(state["netns"])
-    assert job.info is not None and job.info.extra["isolation"] == "netns" and state["isolation"] == "netns"
+    assert job.info is not None and job.info.machine is not None
+    assert job.info.machine.isolation == "netns" and state["isolation"] == "netns"
     prefix = state["node_netns"]["algo-1"].rsplit("-", 1)[0]
     assert sorted(_our_namespaces(prefix)) == sorted(state["netns"]) and len(state["netns"]) == 3
     listed = subprocess.run(
@@ -97,7 +99,7 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
         timeout=60,
         check=True,
     ).stdout
-    assert [j["extra"]["isolation"] for j in json.loads(listed) if j["name"] == "isolated"] == ["netns"]
+    assert [j["machine"]["isolation"] for j in json.loads(listed) if j["name"] == "isolated"] == ["netns"]
 
     # Every node publishes its sshd and both rank listeners, bound to 127.0.0.1 of ITS namespace:
     # the laptop (this process, in the original namespace) cannot connect to any of them.
@@ -115,7 +117,7 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
         for port in [m.sshd_port, *(r.port for r in m.ranks)]:
             assert_unreachable_from_laptop(m.hook_pid, port)
 
-    events: list[dict[str, object]] = []
+    events = EventLog()
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
     result = job.attach(AttachOptions(workspace=project, headless=plan, ready_timeout=240), events.append)
 
@@ -157,6 +159,6 @@ def test_stop_removes_namespaces_and_no_netns_keeps_loopback(
     assert _our_namespaces(prefix) == []
 
     info = launch_job("ns-off", project, nodes=2, netns=False).info
-    assert info is not None and info.extra["isolation"] == "loopback"
+    assert info is not None and info.machine is not None and info.machine.isolation == "loopback"
     assert read_job_file(paths.job_dir("ns-off"))["netns"] == []
     backend.stop("ns-off", wait_seconds=60)

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
 from tests.ddp_job import break_line
+from tests.event_log import EventLog
 from tests.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
@@ -51,14 +53,14 @@ def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_pa
     done = tmp_path / "done"
     (project / "train.py").write_text(SCRIPT.format(done=str(done)))
     job = launch_job("pause", project, nproc_per_node=2)
-    events: list[dict[str, object]] = []
+    events = EventLog()
     times: dict[str, float] = {}
 
-    def emit(event: dict[str, object]) -> None:
+    def emit(event: ev.Event) -> None:
         events.append(event)
-        if event["event"] in ("stopped", "rank-detached"):
-            times.setdefault(str(event["event"]), time.monotonic())
-        if event["event"] == "rank-detached":
+        if isinstance(event, (ev.Stopped, ev.RankDetached)):
+            times.setdefault(event.name, time.monotonic())
+        if isinstance(event, ev.RankDetached):
             done.write_text("")  # let the job end
 
     plan = HeadlessPlan(

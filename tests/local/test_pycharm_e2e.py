@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.backends.machine import free_port
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.pycharm_session import PyCharmOptions
+from remote_debug.local.ide.pycharm import PyCharmOptions
 from remote_debug.local.pydevd_server import PydevdServer
 from tests.ddp_job import break_line, make_project
+from tests.event_log import EventLog, as_json
 from tests.jobs import launch_job
 
 # Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
@@ -41,12 +43,12 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
     home: Path, project: Path, nodes: int, nproc: int
 ) -> None:
     job = launch_job("pyc", project, nodes=nodes, nproc_per_node=nproc, wait_seconds=120, ide="pycharm")
-    events: list[dict[str, Any]] = []
+    events = EventLog()
     stamped: list[tuple[float, dict[str, Any]]] = []
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit(event: ev.Event) -> None:
         events.append(event)
-        stamped.append((time.monotonic(), event))
+        stamped.append((time.monotonic(), as_json(event)))
 
     script = project / "train.py"
     plan = HeadlessPlan(breakpoints={str(script): [break_line(script)]}, steps=1)
@@ -88,7 +90,7 @@ def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, p
     wait = 6.0
     job = launch_job("noide", project, nproc_per_node=2, wait_seconds=wait, ide="pycharm")
     nobody = free_port()  # nothing listens here: PyCharm's debug server was never started
-    events: list[dict[str, Any]] = []
+    events = EventLog()
     options = AttachOptions(
         workspace=project,
         ide="pycharm",
@@ -127,12 +129,12 @@ def test_ranks_wait_for_pycharm_started_after_the_tunnels(home: Path, project: P
     script = project / "train.py"
     ide_port = free_port()
     server = PydevdServer(HeadlessPlan(breakpoints={str(script): [break_line(script)]}), port=ide_port)
-    events: list[dict[str, Any]] = []
+    events = EventLog()
     started: list[float] = []
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit(event: ev.Event) -> None:
         events.append(event)
-        if event["event"] == "ide-not-listening" and not started:
+        if isinstance(event, ev.IdeNotListening) and not started:
             started.append(time.monotonic())
             server.start()  # the user pressed Debug on the run configuration
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import paramiko
 
-from remote_debug.local.attach import endpoint_for, wait_for_manifests, write_ssh_entries
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
+from remote_debug.local.connection import JobConnection, endpoint_for
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import NodeTunnel, ReverseHandler
 
@@ -51,8 +51,9 @@ def test_reverse_forwards_dispatch_by_port_and_survive_a_reconnect(home: Path, t
     backend.launch(LaunchRequest(command=["sleep", "120"], name="rev", source_dir=src))
     tunnel: NodeTunnel | None = None
     try:
-        manifests = wait_for_manifests(backend, "rev", 60, lambda e: None)
-        entries = write_ssh_entries("rev", manifests, paths, edit_user_config=False, emit=lambda e: None)
+        connection = JobConnection(backend, "rev", paths)
+        manifests = connection.wait_for_manifests(60)
+        entries = connection.write_ssh_entries(manifests, edit_user_config=False)
         tunnel = NodeTunnel(endpoint_for(entries[0], paths))
         tunnel.connect()
         port_a = tunnel.reverse_forward(0, answering(b"A"))

@@ -37,6 +37,7 @@ from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.keys import ensure_job_key
 from remote_debug.local.paths import StatePaths
 from tests.container.helpers import PYTHON, REPO, TOKEN_ENV, base_env, free_port, kill_all, pids_with_env, wait_for
+from tests.event_log import EventLog
 from tests.fake_aws import FakeSsm, ScriptedSageMaker, describe_response, install_fake_plugin, plugin_records
 
 JOB = "e2e-sm-job"
@@ -188,7 +189,7 @@ def test_ssh_and_debugger_through_the_fake_ssm_path(home: Path, tmp_path: Path,
         ScriptedSageMaker(sagemaker, node.status)
         backend = SageMakerBackend(paths, clients={"sagemaker": sagemaker, "logs": logs}.__getitem__,
                                    cache_seconds=0.2, log_interval=0.3)
-        events: list[dict[str, Any]] = []
+        events = EventLog()
         result: list[AttachResult] = []
         errors: list[BaseException] = []
         plan = HeadlessPlan(breakpoints={str(workspace / "train.py"): [line]}, steps=1)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remote_debug.local.attach import endpoint_for, wait_for_manifests, write_ssh_entries
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest, free_port
+from remote_debug.local.connection import JobConnection, endpoint_for
 from remote_debug.local.dap_client import DapClient
 from remote_debug.local.paths import StatePaths
+from remote_debug.local.rank_control import RankControl
 from remote_debug.local.tunnels import NodeTunnel
 
 
@@ -25,18 +26,18 @@ def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> Non
     try:
         deadline = time.monotonic() + 60
         while True:
-            manifests = wait_for_manifests(backend, "flaky", 60, lambda e: None)
+            manifests = JobConnection(backend, "flaky", paths).wait_for_manifests(60)
             ranks = manifests["algo-1"].ranks
             if ranks and (ranks[0].port or ranks[0].control_port):
                 break
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        entries = write_ssh_entries("flaky", manifests, paths, edit_user_config=False, emit=lambda e: None)
+        entries = JobConnection(backend, "flaky", paths).write_ssh_entries(manifests, edit_user_config=False)
         tunnel = NodeTunnel(endpoint_for(entries[0], paths))
         tunnel.connect()
         # an idle rank (lazy listeners) starts debugpy when asked through its control channel
         assert ranks[0].state == "idle" and ranks[0].port == 0
-        rank_port = int(tunnel.request(ranks[0].control_port, {"op": "listen"})["port"])
+        rank_port = RankControl(tunnel).listen(ranks[0]).port
         # probe the rank's control listener: a bare connect+close on debugpy's own port can leave its
         # adapter without an answer for the next client, so nothing of ours probes debug ports
         assert tunnel.probe(ranks[0].control_port)

@@ -27,10 +27,11 @@ from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker import hybrid_activation as ha
 from remote_debug.sagemaker import sdk_v2
-from remote_debug.sagemaker.api import enable_with_key
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
+from remote_debug.sagemaker.common import TAG_TRANSPORT, JobTransport
 from remote_debug.sagemaker.intercept import PendingEnable, marked
-from remote_debug.sagemaker.request import TAG_TRANSPORT, DebugOptions
+from remote_debug.sagemaker.keyed import enable_with_key
+from remote_debug.spec import DebugOptions
 from tests.fake_aws import moto_cloud
 from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, validate
 
@@ -193,7 +194,7 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]}
     assert TAG_TRANSPORT == backend.TAG_TRANSPORT
     info = backend.job_info(JOB, {**described, "Environment": {}}, tags, REGION)
-    assert info.extra["transport"] == "hybrid" and info.debuggable
+    assert info.sagemaker is not None and info.sagemaker.transport == "hybrid" and info.debuggable
 
 
 def test_failed_create_training_job_deletes_the_activation(session: StubbedSession, state: Path) -> None:
@@ -291,8 +292,10 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
     job = "rd-test-2030-01-02-03-04-05-678"
     submit = f"s3://{BUCKET}/{job}/source/sourcedir.tar.gz"
     session.expect_create(job=job, count=1, runtime=timedelta(days=1), owner="alice")
-    options = DebugOptions(transport="hybrid", hybrid_role=MI_ROLE)
-    apply = sdk_v2.request_rewriter(options, owner="alice", paths=StatePaths(state), boto_session=session)
+    hybrid = JobTransport.parse("hybrid", MI_ROLE)
+    apply = sdk_v2.request_rewriter(
+        DebugOptions(), hybrid, owner="alice", paths=StatePaths(state), boto_session=session
+    )
     pending = PendingEnable(apply)
     sagemaker = session.client("sagemaker")
     pending.install(clients=[sagemaker])
@@ -346,8 +349,10 @@ def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSessio
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
     }
     activations = ha.Activations.for_session(MI_ROLE, session)
-    options = DebugOptions(transport="hybrid", hybrid_role=MI_ROLE)
-    out = enable_with_key(request, options, owner="alice", paths=StatePaths(state), activations=activations)
+    hybrid = JobTransport.parse("hybrid", MI_ROLE)
+    out = enable_with_key(
+        request, DebugOptions(), transport=hybrid, owner="alice", paths=StatePaths(state), activations=activations
+    )
     validate("CreateTrainingJob", out)
     assert out["InputDataConfig"] == request["InputDataConfig"]  # nothing added: the SDK's channel carries it
     assert s3_object(session, channel_uri)["ActivationId"] == ACTIVATION_ID

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker.api import enable_with_key
 from remote_debug.sagemaker.bundle import bundle_dir, inject_dir
-from remote_debug.sagemaker.request import DebugOptions
+from remote_debug.sagemaker.keyed import enable_with_key
+from remote_debug.spec import DebugOptions
 from tests.sagemaker.helpers import IMAGE, ROLE
 
 COMMAND = 'echo "hook=$REMOTE_DEBUG_HOOK_PID"; echo "pythonpath=$PYTHONPATH"; exit 7'

@@ -15,7 +15,8 @@ from botocore.exceptions import NoCredentialsError
 import remote_debug
 from remote_debug.local.errors import UserError
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT
-from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, EnableError, hook_program
+from remote_debug.sagemaker.common import EnableError
+from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
 from tests.fake_aws import moto_cloud
 from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, assert_debuggable, public_key, spec_env, validate
 
@@ -217,3 +218,16 @@ def test_a_long_package_root_is_refused() -> None:
 
     with pytest.raises(EnableError, match="SageMaker allows 256"):
         wrap_entrypoint(["python3", "train.py"], "/opt/ml/" + "x" * 60)
+
+
+def test_the_environment_limit_counts_the_key_before_it_is_made(state: Path) -> None:
+    # 100 variables with the spec's 9 (the client key among them, made only after every check)
+    fits = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(90)}})
+    assert len(remote_debug.enable(fits, owner="alice", key_dir=state)["Environment"]) == 100
+    over = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(91)}})
+    with pytest.raises(EnableError, match="would have 101 environment variables"):
+        remote_debug.enable(over, owner="alice", key_dir=state / "other")
+    assert not (state / "other").exists()
+    # enabling an enabled request again: its spec variables (the old key too) are replaced, not added
+    again = remote_debug.enable(remote_debug.enable(fits, owner="alice", key_dir=state), owner="alice", key_dir=state)
+    assert len(again["Environment"]) == 100

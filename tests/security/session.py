@@ -21,8 +21,8 @@ import pytest
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends.machine_job import NodeLayout
 from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.ide.pycharm import PyCharmOptions
 from remote_debug.local.paths import StatePaths
-from remote_debug.local.pycharm_session import PyCharmOptions
 from remote_debug.spec import NodeManifest
 from tests.conftest import cleanup_jobs
 from tests.container.helpers import (
@@ -37,6 +37,7 @@ from tests.container.helpers import (
     with_descendants,
 )
 from tests.ddp_job import break_line
+from tests.event_log import EventLog
 from tests.jobs import LocalJob, launch_job
 
 # Recognisable stand-ins for the AWS credentials a user's shell carries: inherited by every process
@@ -68,7 +69,7 @@ class Session:
     project: Path
     job: LocalJob
     token: str  # "RD_TEST_TOKEN=<root>\0", as it appears in /proc/<pid>/environ
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: EventLog = field(default_factory=EventLog)
     results: list[AttachResult] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 

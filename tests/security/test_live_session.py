@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions, endpoint_for, host_entries
+from remote_debug.local.attach import Attacher, AttachOptions
+from remote_debug.local.connection import endpoint_for, host_entries
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import user_ssh_config
 from remote_debug.local.tunnels import HostKeyMismatchError, NodeTunnel

@@ -16,7 +16,17 @@ import {
   rankTag,
   resolveDebugType,
 } from './debugConfig';
-import { AttachEvent, describeEvent, isKnownEvent, isRunning, JobEndedEvent, parseEventLine, UnknownEvent } from './events';
+import {
+  AttachEvent,
+  describeEvent,
+  EVENTS_VERSION,
+  isKnownEvent,
+  isRunning,
+  JobEndedEvent,
+  newerVersion,
+  parseEventLine,
+  UnknownEvent,
+} from './events';
 import { formatRanks, JobsModel } from './model';
 
 export interface AttachSettings {
@@ -52,6 +62,8 @@ export class AttachProcess {
   private exitWaiters: Array<() => void> = [];
   exited = false;
   lastMessage = 'starting remote-debug attach';
+  /** The CLI's event version was newer than ours: said once in the output channel. */
+  toldNewerVersion = false;
 
   constructor(
     readonly request: AttachRequest,
@@ -71,6 +83,8 @@ export class AttachProcess {
       request.folder.uri.fsPath,
       '--timeout',
       String(settings.readyTimeoutSeconds),
+      // the extension starts its own debug configurations: the CLI leaves the user's launch.json alone
+      '--no-launch-json',
     ];
     this.process = cli.stream(args, { cwd: request.folder.uri.fsPath });
   }
@@ -200,6 +214,14 @@ export class AttachManager implements vscode.Disposable {
           }
           return;
         }
+        const newer = newerVersion(event);
+        if (newer !== undefined && !proc.toldNewerVersion) {
+          proc.toldNewerVersion = true;
+          this.log.appendLine(
+            `[${job}] the remote-debug CLI prints events of version ${newer}; this extension knows version ${EVENTS_VERSION} ` +
+              '(it reads what it knows and ignores the rest: consider updating the extension)',
+          );
+        }
         this.log.appendLine(`[${job}] ${describeEvent(event)}`);
         this.onEvent(proc, event, report);
       },
@@ -255,6 +277,12 @@ export class AttachManager implements vscode.Disposable {
         }
         break;
       }
+      case 'rank-listening':
+        report(`rank ${event.rank} listening`);
+        break;
+      case 'ide-not-listening':
+        report(`rank ${event.rank} waits for the IDE's debug server`);
+        break;
       case 'warning':
         void vscode.window.showWarningMessage(`Remote Debug (${job}): ${event.message}`);
         break;

@@ -2,6 +2,8 @@
 //
 // Pure (no vscode import): the same code runs in the unit tests.
 
+import { formatCompoundName, formatConfigName } from './generated/events';
+
 export const OWN_DEBUG_TYPE = 'remote-debug';
 export const PYTHON_DEBUGGER_EXTENSIONS = ['ms-python.debugpy', 'ms-python.python'];
 /** Where SageMaker's training toolkit puts the code when the CLI does not tell us. */
@@ -40,13 +42,13 @@ export function resolveDebugType(setting: string | undefined, installedExtension
   return PYTHON_DEBUGGER_EXTENSIONS.some((id) => ids.has(id)) ? 'debugpy' : OWN_DEBUG_TYPE;
 }
 
-/** The CLI's own name for a rank's configuration (remote_debug/local/vscode_launch.py: config_name). */
+/** The CLI's own name for a rank's configuration (one definition: remote_debug/local/events.py, generated). */
 export function configName(job: string, rank: number, node: string): string {
-  return `remote-debug: ${job} rank ${rank} (${node})`;
+  return formatConfigName(job, rank, node);
 }
 
 export function compoundName(job: string): string {
-  return `remote-debug: ${job} all ranks`;
+  return formatCompoundName(job);
 }
 
 export function substituteWorkspace(value: string, workspaceFolder: string | undefined): string {

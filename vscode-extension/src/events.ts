@@ -1,28 +1,20 @@
-// What the remote-debug CLI prints with --json, as TypeScript types, and tolerant parsers for it.
+// What the remote-debug CLI prints with --json, and tolerant parsers for it.
 //
-// The CLI is the source of truth (remote_debug/cli/output.py and remote_debug/local/attach.py); the
-// extension only reads.  Parsers never throw on a field they don't know: a newer CLI may add
-// fields or events, and an older extension must keep working.
+// The types are generated from the CLI's own definitions (remote_debug/local/events.py, and JobInfo in
+// remote_debug/local/backends/base.py) into ./generated/events.ts: `npm run generate`, never by hand.  A
+// field the extension reads that the CLI does not send is a type error.  The parsers never throw on what
+// they don't know: a newer CLI may add fields or events, and an older extension must keep working.
 
-export interface JobInfo {
-  name: string;
-  backend: string; // "local" | "sagemaker" | ...
-  status: string; // SageMaker's TrainingJobStatus: InProgress, Completed, Failed, Stopping, Stopped
-  secondary_status: string; // Starting, Downloading, Training, ...
-  nodes: string[];
-  nproc_per_node: number;
-  created: number;
-  ended: number | null;
-  exit_code: number | null;
-  failure_reason: string | null;
-  debuggable: boolean;
-  source_dir: string | null;
-  extra: {
-    code_dirs?: Record<string, string>;
-    logs?: Record<string, string>;
-    [key: string]: unknown;
-  };
-}
+import type {
+  AttachEvent,
+  AttachEventName,
+  JobInfo,
+  MachineJobDetails,
+  SageMakerJobDetails,
+} from './generated/events';
+import { EVENTS_VERSION } from './generated/events';
+
+export * from './generated/events';
 
 export const TERMINAL_STATUSES = new Set(['Completed', 'Failed', 'Stopped']);
 
@@ -44,27 +36,64 @@ function strList(value: unknown): string[] {
   return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
 }
 
+function strMap(value: unknown): Record<string, string> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return {};
+  }
+  return Object.fromEntries(Object.entries(value as Record<string, unknown>).filter((e): e is [string, string] => typeof e[1] === 'string'));
+}
+
+function obj(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}
+
+function strOrNull(value: unknown): string | null {
+  return typeof value === 'string' ? value : null;
+}
+
+function numOrNull(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+function machineDetails(value: unknown): MachineJobDetails | null {
+  const o = obj(value);
+  if (!o) {
+    return null;
+  }
+  return {
+    job_dir: str(o.job_dir),
+    isolation: str(o.isolation),
+    node_netns: strMap(o.node_netns),
+    node_addresses: strMap(o.node_addresses),
+  };
+}
+
+function sagemakerDetails(value: unknown): SageMakerJobDetails | null {
+  const o = obj(value);
+  if (!o) {
+    return null;
+  }
+  return {
+    arn: strOrNull(o.arn),
+    region: str(o.region),
+    transport: str(o.transport),
+    remote_debug_enabled: o.remote_debug_enabled === true,
+    instance_type: strOrNull(o.instance_type),
+  };
+}
+
 /** `remote-debug jobs --json` (and `launch`/`stop --json`, which print one job). */
 export function parseJob(raw: unknown): JobInfo {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+  const o = obj(raw);
+  if (!o) {
     throw new CliOutputError('expected a job object from the remote-debug CLI');
   }
-  const o = raw as Record<string, unknown>;
   const name = str(o.name);
   if (!name) {
     throw new CliOutputError('a job from the remote-debug CLI has no name');
   }
-  const extraRaw = typeof o.extra === 'object' && o.extra !== null ? (o.extra as Record<string, unknown>) : {};
-  const extra: JobInfo['extra'] = { ...extraRaw };
-  if (typeof extraRaw.code_dirs === 'object' && extraRaw.code_dirs !== null) {
-    extra.code_dirs = Object.fromEntries(
-      Object.entries(extraRaw.code_dirs as Record<string, unknown>).filter(
-        (e): e is [string, string] => typeof e[1] === 'string',
-      ),
-    );
-  } else {
-    delete extra.code_dirs;
-  }
+  // CLIs before the typed JobInfo said code_dirs, logs and why_not_debuggable in a free-form "extra"
+  const legacy = obj(o.extra) ?? {};
   return {
     name,
     backend: str(o.backend, 'unknown'),
@@ -74,12 +103,18 @@ export function parseJob(raw: unknown): JobInfo {
     // 0: not known yet (a SageMaker job before its first rank reports)
     nproc_per_node: Math.max(0, Math.trunc(num(o.nproc_per_node, 1))),
     created: num(o.created),
-    ended: typeof o.ended === 'number' ? o.ended : null,
-    exit_code: typeof o.exit_code === 'number' ? o.exit_code : null,
-    failure_reason: typeof o.failure_reason === 'string' ? o.failure_reason : null,
+    ended: numOrNull(o.ended),
+    exit_code: numOrNull(o.exit_code),
+    failure_reason: strOrNull(o.failure_reason),
     debuggable: o.debuggable !== false,
-    source_dir: typeof o.source_dir === 'string' ? o.source_dir : null,
-    extra,
+    source_dir: strOrNull(o.source_dir),
+    why_not_debuggable: strOrNull(o.why_not_debuggable ?? legacy.why_not_debuggable),
+    status_message: str(o.status_message ?? legacy.status_message),
+    provisioning: (o.provisioning ?? legacy.provisioning) === true,
+    code_dirs: strMap(o.code_dirs ?? legacy.code_dirs),
+    logs: strMap(o.logs ?? legacy.logs),
+    machine: machineDetails(o.machine),
+    sagemaker: sagemakerDetails(o.sagemaker),
   };
 }
 
@@ -118,90 +153,46 @@ export function firstLine(text: string): string {
 }
 
 // --- attach events (JSON lines) -------------------------------------------------------------------
+//
+// Versions: every event carries `v` (EVENTS_VERSION of the CLI that printed it; events of CLIs from
+// before the field are read as v 0).  A newer `v` is tolerated, not refused: the fields below that we
+// rely on are checked on every line, an event whose checked fields no longer fit is dropped like any
+// malformed line, and everything else is ignored.  The attach process says once in its output channel
+// when the CLI speaks a newer version than this extension knows (see `newerVersion`).
 
-export interface JobStatusEvent { event: 'job-status'; job: string; status: string; secondary_status: string; message?: string }
-export interface WaitingEvent { event: 'waiting'; what: string; nodes: string[] }
-export interface SshConfigEvent { event: 'ssh-config'; aliases: string[]; config: string }
-export interface NodeConnectedEvent { event: 'node-connected'; node: string; alias: string }
-export interface RankReadyEvent {
-  event: 'rank-ready';
-  rank: number;
-  node: string;
-  local_port: number;
-  remote_port: number;
-  state: string;
-  code_dir?: string; // not printed by every CLI version: the job's extra.code_dirs is the fallback
-}
-export interface RankUnavailableEvent {
-  event: 'rank-unavailable';
-  rank: number;
-  node: string;
-  state: string;
-  error: string | null;
-}
-export interface LaunchJsonEvent { event: 'launch-json'; path: string; compound: string; configurations: string[] }
-export interface ReadyEvent { event: 'ready'; ranks: number[] }
-export interface RankAttachedEvent { event: 'rank-attached'; rank: number; node: string }
-export interface RankDetachedEvent { event: 'rank-detached'; rank: number; node: string; error?: string }
-export interface StoppedEvent { event: 'stopped'; rank: number; node: string; file?: string; line?: number; reason?: string }
-export interface ReconnectedEvent { event: 'reconnected'; node: string }
-export interface TunnelDownEvent { event: 'tunnel-down'; node: string; error: string }
-export interface WarningEvent { event: 'warning'; message: string }
-/** A rank died of an uncaught exception; `held`: it waits (--hold-on-failure) for a post-mortem debugger. */
-export interface RankFailedEvent {
-  event: 'rank-failed';
-  rank: number;
-  node: string;
-  error: string | null;
-  traceback?: string | null;
-  held?: boolean;
-}
-export interface JobEndedEvent {
-  event: 'job-ended';
-  status: string;
-  exit_code: number | null;
-  failure_reason: string | null;
-}
-export interface LaunchedEvent { event: 'launched'; job: string; workspace: string; nodes: number; nproc_per_node: number }
+/** An event this extension does not know (a newer CLI), kept for the output channel. */
 export interface UnknownEvent { event: string; [key: string]: unknown }
 
-export type AttachEvent =
-  | JobStatusEvent
-  | WaitingEvent
-  | SshConfigEvent
-  | NodeConnectedEvent
-  | RankReadyEvent
-  | RankUnavailableEvent
-  | LaunchJsonEvent
-  | ReadyEvent
-  | RankAttachedEvent
-  | RankDetachedEvent
-  | StoppedEvent
-  | ReconnectedEvent
-  | TunnelDownEvent
-  | WarningEvent
-  | RankFailedEvent
-  | JobEndedEvent
-  | LaunchedEvent;
+type Kind = 'string' | 'number' | 'array' | 'boolean';
+type EventNamed<K extends AttachEventName> = Extract<AttachEvent, { event: K }>;
+/** Per event, the fields the extension relies on; a key the schema lacks is a type error. */
+type Checked = { [K in AttachEventName]: { [F in Exclude<keyof EventNamed<K>, 'event' | 'v'>]?: Kind } };
 
-const REQUIRED: Record<string, Record<string, 'string' | 'number' | 'array'>> = {
+const REQUIRED: Checked = {
+  launched: { job: 'string' },
   'job-status': { status: 'string' },
   waiting: { what: 'string' },
   'ssh-config': { aliases: 'array' },
   'node-connected': { node: 'string' },
+  'pycharm-build': { build: 'string' },
+  'pycharm-config': { path: 'string' },
+  'rank-listening': { rank: 'number', node: 'string' },
   'rank-ready': { rank: 'number', node: 'string', local_port: 'number' },
   'rank-unavailable': { rank: 'number', node: 'string' },
+  'pause-safe': { rank: 'number', node: 'string' },
   'launch-json': { path: 'string' },
   ready: { ranks: 'array' },
+  'rank-connected': { rank: 'number', node: 'string' },
+  'ide-not-listening': { rank: 'number', node: 'string', message: 'string' },
   'rank-attached': { rank: 'number' },
-  'rank-detached': { rank: 'number' },
   stopped: { rank: 'number' },
+  'rank-detached': { rank: 'number' },
+  'rank-failed': { rank: 'number', node: 'string' },
   reconnected: { node: 'string' },
   'tunnel-down': { node: 'string' },
   warning: { message: 'string' },
-  'rank-failed': { rank: 'number', node: 'string' },
   'job-ended': { status: 'string' },
-  launched: { job: 'string' },
+  summary: { ranks: 'array' },
 };
 
 /**
@@ -220,15 +211,12 @@ export function parseEventLine(line: string): AttachEvent | UnknownEvent | undef
   } catch {
     return undefined;
   }
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+  const o = obj(data);
+  if (!o || typeof o.event !== 'string') {
     return undefined;
   }
-  const o = data as Record<string, unknown>;
-  if (typeof o.event !== 'string') {
-    return undefined;
-  }
-  const required = REQUIRED[o.event];
-  if (!required) {
+  const required = (REQUIRED as Record<string, Record<string, Kind | undefined>>)[o.event];
+  if (!required || !Object.prototype.hasOwnProperty.call(REQUIRED, o.event)) {
     return o as UnknownEvent;
   }
   for (const [key, kind] of Object.entries(required)) {
@@ -238,11 +226,16 @@ export function parseEventLine(line: string): AttachEvent | UnknownEvent | undef
       return undefined;
     }
   }
-  return o as unknown as AttachEvent;
+  return { ...o, v: typeof o.v === 'number' ? o.v : 0 } as unknown as AttachEvent;
 }
 
 export function isKnownEvent(e: AttachEvent | UnknownEvent): e is AttachEvent {
-  return e.event in REQUIRED;
+  return Object.prototype.hasOwnProperty.call(REQUIRED, e.event);
+}
+
+/** The event's version when it is newer than this extension's EVENTS_VERSION, else undefined. */
+export function newerVersion(e: AttachEvent | UnknownEvent): number | undefined {
+  return typeof e.v === 'number' && e.v > EVENTS_VERSION ? e.v : undefined;
 }
 
 /** A human line for the output channel (mirrors the CLI's own wording where it has one). */
@@ -259,14 +252,26 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `ssh entries written (${e.aliases.join(', ')})${e.aliases[0] ? `: try \`ssh ${e.aliases[0]}\`` : ''}`;
     case 'node-connected':
       return `connected to ${e.alias ?? e.node}`;
+    case 'pycharm-build':
+      return `PyCharm build ${e.build} from ${e.source}`;
+    case 'pycharm-config':
+      return `PyCharm run configuration '${e.name}' (port ${e.port}) written to ${e.path}`;
+    case 'rank-listening':
+      return `rank ${e.rank} on ${e.node}: debugger listening on its port ${e.remote_port}${e.detail ? ` (${e.detail})` : ''}`;
     case 'rank-ready':
       return `rank ${e.rank} on ${e.node}: debugger at 127.0.0.1:${e.local_port} (${e.state})`;
     case 'rank-unavailable':
       return `rank ${e.rank} on ${e.node} has no debugger (${e.state}${e.error ? `: ${e.error}` : ''})`;
+    case 'pause-safe':
+      return `rank ${e.rank} on ${e.node}: pause-safe${e.detail ? ` (${e.detail})` : ''}`;
     case 'launch-json':
       return `launch.json updated: ${e.path}`;
     case 'ready':
       return `ready: ranks ${e.ranks.join(', ') || '(none)'}`;
+    case 'rank-connected':
+      return `rank ${e.rank} on ${e.node}: connected to PyCharm's debug server`;
+    case 'ide-not-listening':
+      return `rank ${e.rank} on ${e.node} is waiting: ${e.message}`;
     case 'rank-attached':
       return `rank ${e.rank}: debugger attached`;
     case 'rank-detached':
@@ -289,6 +294,8 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `job ended: ${e.status}, exit code ${e.exit_code}${e.failure_reason ? ` (${e.failure_reason})` : ''}`;
     case 'launched':
       return `launched job ${e.job}`;
+    case 'summary':
+      return `summary: ${e.ranks.length} rank(s), exit code ${e.exit_code}`;
   }
 }
 

@@ -188,7 +188,7 @@ export class JobsModel {
 
   /** Nodes and ranks implied by the job's shape; states implied by its status where we know nothing better. */
   private reconcile(entry: JobEntry): void {
-    const codeDirs = entry.info.extra.code_dirs ?? {};
+    const codeDirs = entry.info.code_dirs ?? {};
     for (const name of entry.info.nodes) {
       const node = this.node(entry, name);
       node.codeDir ??= codeDirs[name];
@@ -292,6 +292,28 @@ export class JobsModel {
         if (!['attaching', 'attached', 'paused'].includes(r.state)) {
           r.state = e.state === 'waiting' ? 'waiting' : e.state === 'finished' ? 'finished' : 'listening';
         }
+        break;
+      }
+      case 'rank-listening': {
+        // its listener started on request (lazy ranks); it is forwarded next (rank-ready)
+        const r = this.rank(entry, e.rank, e.node);
+        r.remotePort = e.remote_port;
+        break;
+      }
+      case 'rank-connected': {
+        // PyCharm: the rank reached the IDE's debug server through its reverse tunnel
+        const r = this.rank(entry, e.rank, e.node);
+        if (r.state !== 'paused') {
+          r.state = 'attached';
+        }
+        r.detail = undefined;
+        break;
+      }
+      case 'ide-not-listening': {
+        // PyCharm: the rank waits for the IDE's debug server to be started
+        const r = this.rank(entry, e.rank, e.node);
+        r.state = 'waiting';
+        r.detail = e.message;
         break;
       }
       case 'rank-unavailable': {

@@ -109,7 +109,7 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode> {
         out.push({ kind: 'message', id: `${element.job}/warning`, label: 'Warning', detail: entry.warning, icon: 'warning' });
       }
       if (!entry.info.debuggable) {
-        const why = typeof entry.info.extra.why_not_debuggable === 'string' ? entry.info.extra.why_not_debuggable : 'launched without remote debugging';
+        const why = entry.info.why_not_debuggable || 'launched without remote debugging';
         out.push({ kind: 'message', id: `${element.job}/not-debuggable`, label: 'Not debuggable', detail: why, icon: 'info' });
       }
       if (entry.info.failure_reason) {

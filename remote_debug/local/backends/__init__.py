@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from remote_debug.local import aws
-from remote_debug.local.backends.base import Backend, JobInfo
+from remote_debug.local.backends.base import Backend, JobInfo, JobRef
 from remote_debug.local.backends.machine import MachineBackend
-from remote_debug.local.backends.sagemaker import SageMakerBackend, parse_job
+from remote_debug.local.backends.sagemaker import SageMakerBackend
 from remote_debug.local.errors import UnknownJobError
 from remote_debug.local.paths import StatePaths
 from remote_debug.spec import check_job_name
 
-__all__ = ["Backend", "JobInfo", "MachineBackend", "SageMakerBackend", "all_backends", "backend_for", "job_name"]
+__all__ = [
+    "Backend",
+    "JobInfo",
+    "JobRef",
+    "MachineBackend",
+    "SageMakerBackend",
+    "all_backends",
+    "backend_for",
+    "job_ref",
+]
 
 
 def all_backends(paths: StatePaths | None = None) -> list[Backend]:
@@ -24,28 +33,26 @@ def all_backends(paths: StatePaths | None = None) -> list[Backend]:
     return backends
 
 
-def job_name(job_or_arn: str) -> str:
-    """A job name, or the name inside a SageMaker training-job ARN (whose region then applies,
-    unless --region says otherwise)."""
-    name, region = parse_job(job_or_arn)
-    if region and not aws.settings().region:
-        aws.configure(profile=aws.settings().profile, region=region)
-    return check_job_name(name)
+def job_ref(job_or_arn: str) -> JobRef:
+    """A job name, or the name inside a SageMaker training-job ARN with the ARN's region (which
+    applies to that job, unless --region says otherwise).  Changes no global setting."""
+    name, region = aws.parse_training_job(job_or_arn)
+    return JobRef(check_job_name(name), region)
 
 
-def backend_for(job: str, paths: StatePaths | None = None) -> Backend:
-    job = job_name(job)
+def backend_for(job: str | JobRef, paths: StatePaths | None = None) -> Backend:
+    ref = job if isinstance(job, JobRef) else job_ref(job)
     local = MachineBackend(paths)
-    if local.has_job(job):
+    if local.has_job(ref.name):
         return local
     # has_job looks at the hint attach left first (no AWS call: the ProxyCommand's case, possibly in
     # an IDE's environment without AWS variables), then asks SageMaker if AWS is configured.
-    sagemaker = SageMakerBackend(paths)
-    if sagemaker.has_job(job):
+    sagemaker = SageMakerBackend(paths, region=ref.region)
+    if sagemaker.has_job(ref.name):
         return sagemaker
     if not sagemaker.available():
         raise UnknownJobError(
-            f"unknown job {job!r}: no local job by that name (remote-debug jobs lists them), and AWS is not "
+            f"unknown job {ref.name!r}: no local job by that name (remote-debug jobs lists them), and AWS is not "
             "configured to look for a SageMaker job (pass --region / --profile, or set AWS_REGION)"
         )
-    raise UnknownJobError(f"unknown job {job!r}: run 'remote-debug jobs' to list jobs")
+    raise UnknownJobError(f"unknown job {ref.name!r}: run 'remote-debug jobs' to list jobs")

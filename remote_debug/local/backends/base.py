@@ -1,7 +1,9 @@
-"""The one interface every job backend implements (local jobs now, SageMaker next).
+"""The one interface every job backend implements: jobs on this machine, and SageMaker.
 
 Everything above this seam (attach, ssh config, proxy, IDE configs) is backend-agnostic: it asks
-for a job's state and node manifests, and for a byte stream to a node's sshd.
+for a job's state and node manifests, and for a byte stream to a node's sshd.  What differs between
+backends is said by typed fields (:class:`JobInfo`) and :class:`Capabilities`, never by comparing a
+backend's name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,46 @@ STOPPED = "Stopped"
 TERMINAL = (COMPLETED, FAILED, STOPPED)
 
 
+@dataclass(frozen=True)
+class JobRef:
+    """A job as the user named it: its name, and the region of a training-job ARN if one was given
+    (which then applies to this job only, unless --region says otherwise)."""
+
+    name: str
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What generic code may rely on, per backend."""
+
+    # the job's processes run on this machine, in this interpreter's environment (so e.g. the
+    # pydevd-pycharm installed here is the one the ranks use)
+    runs_here: bool
+    # reached through a cloud API with the user's credentials: it can be unreachable or refuse,
+    # which must not hide the other backends' jobs
+    remote: bool
+
+
+@dataclass
+class MachineJobDetails:
+    """A job of this machine (``launch --local``)."""
+
+    job_dir: str
+    isolation: str  # "netns": every node in its own network namespace; "loopback": all on this machine's
+    node_netns: dict[str, str] = field(default_factory=dict)
+    node_addresses: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SageMakerJobDetails:
+    arn: str | None
+    region: str
+    transport: str  # "ssm" | "hybrid" | "direct"
+    remote_debug_enabled: bool  # RemoteDebugConfig.EnableRemoteDebug
+    instance_type: str | None = None
+
+
 @dataclass
 class JobInfo:
     name: str
@@ -35,7 +77,14 @@ class JobInfo:
     failure_reason: str | None = None
     debuggable: bool = True
     source_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    why_not_debuggable: str | None = None  # one line, when not debuggable
+    status_message: str = ""  # the platform's latest word on the status (SageMaker's StatusMessage)
+    # the platform is still starting instances / pulling the image: its time, not the nodes'
+    provisioning: bool = False
+    code_dirs: dict[str, str] = field(default_factory=dict)  # node -> the job's code dir there, when known
+    logs: dict[str, str] = field(default_factory=dict)  # node -> its log file, when on this machine
+    machine: MachineJobDetails | None = None
+    sagemaker: SageMakerJobDetails | None = None
 
     @property
     def running(self) -> bool:
@@ -47,6 +96,7 @@ class JobInfo:
 
 class Backend(ABC):
     name: str
+    capabilities: Capabilities
 
     @abstractmethod
     def has_job(self, job: str) -> bool:

@@ -10,7 +10,6 @@ behaves the same for local and SageMaker jobs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -23,9 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import remote_debug.local.backends.netns as netns
 from remote_debug import spec
-from remote_debug.local.backends import netns
-from remote_debug.local.backends.base import FAILED, IN_PROGRESS, STOPPED, TERMINAL, Backend, JobInfo
+from remote_debug.local.backends.base import (
+    FAILED,
+    IN_PROGRESS,
+    STOPPED,
+    TERMINAL,
+    Backend,
+    Capabilities,
+    JobInfo,
+    MachineJobDetails,
+)
 from remote_debug.local.backends.machine_job import (
     NodeLayout,
     node_command,
@@ -61,14 +69,10 @@ class LaunchRequest:
     source_dir: Path
     nodes: int = 1
     nproc_per_node: int = 1
-    wait_seconds: float = 0.0
-    ide: str = "vscode"
-    ranks: spec.RankSelection = None
-    port_base: int = 0
-    sshd_port: int = 0
+    # what the user chose for debugging (checked when made); the job adds the wiring: key, "local"
+    options: spec.DebugOptions = field(default_factory=spec.DebugOptions)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     stop_grace_seconds: float = 120.0
-    hold_on_failure: float = 0.0  # seconds a rank that raised waits for a post-mortem debugger
     # multi-node jobs run each node in its own network namespace when root (False: --no-netns)
     netns: bool = True
 
@@ -89,7 +93,8 @@ def free_port() -> int:
 
 
 class MachineBackend(Backend):
-    name = "local"
+    name = "local"  # what users see (`jobs`, `--local`); the code says "machine" to keep it apart from local/
+    capabilities = Capabilities(runs_here=True, remote=False)
 
     def __init__(self, paths: StatePaths | None = None) -> None:
         self.paths = paths or StatePaths.default()
@@ -107,45 +112,36 @@ class MachineBackend(Backend):
             raise UserError(f"--nodes {req.nodes} is out of range: use 1-64")
         if not (1 <= req.nproc_per_node <= 64):
             raise UserError(f"--nproc-per-node {req.nproc_per_node} is out of range: use 1-64")
-        if not (0 <= req.hold_on_failure <= 7 * 24 * 3600):  # NaN fails too
-            raise UserError(f"--hold-on-failure {req.hold_on_failure:g} is out of range: use 0 to 604800 seconds")
         if not req.source_dir.is_dir():
             raise UserError(f"source dir {req.source_dir} does not exist: pass --source-dir DIR")
         if self.paths.job_dir(req.name).exists():
             raise UserError(f"job {req.name} already exists: pick another --name (or omit it for a fresh one)")
-        if req.port_base:
+        port_base, sshd_port = req.options.port_base, req.options.sshd_port
+        if port_base:
             if req.nodes > 1:
                 raise UserError(
                     "--debug-port is per node and local nodes share this machine's ports: use it with --nodes 1"
                 )
-            spec.check_port(req.port_base + req.nproc_per_node - 1, "debug port", allow_zero=False)
+            spec.check_port(port_base + req.nproc_per_node - 1, "debug port", allow_zero=False)
             for r in range(req.nproc_per_node):
-                if port_in_use(req.port_base + r):
-                    raise UserError(f"debug port {req.port_base + r} is in use: pick another --debug-port or omit it")
-        if req.sshd_port:
+                if port_in_use(port_base + r):
+                    raise UserError(f"debug port {port_base + r} is in use: pick another --debug-port or omit it")
+        if sshd_port:
             if req.nodes > 1:
                 raise UserError(
                     "--sshd-port is per node and local nodes share this machine's ports: use it with --nodes 1"
                 )
-            if port_in_use(req.sshd_port):
-                raise UserError(f"sshd port {req.sshd_port} is in use: pick another --sshd-port or omit it")
+            if port_in_use(sshd_port):
+                raise UserError(f"sshd port {sshd_port} is in use: pick another --sshd-port or omit it")
 
     def launch(self, req: LaunchRequest) -> JobInfo:
+        # Everything is checked before the first file, the job's key pair, is written: the options
+        # when they were made, the rest here.
         self.validate(req)
-        # every option is checked (DebugSpec) before the first file, the job's key pair, is written
-        debug = spec.DebugSpec(
-            job_name=req.name,
-            client_public_key="ssh-ed25519 key-not-made-yet",
-            ide=req.ide,
-            ranks=req.ranks,
-            port_base=req.port_base,
-            sshd_port=req.sshd_port,
-            wait_seconds=req.wait_seconds,
-            transport="local",
-            hold_on_failure=req.hold_on_failure,
-        )
         _, public_key = ensure_job_key(self.paths, req.name)
-        debug = dataclasses.replace(debug, client_public_key=public_key)
+        debug = spec.DebugSpec(
+            job_name=req.name, client_public_key=public_key, transport=spec.Transport.LOCAL, options=req.options
+        )
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
         self.paths.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -283,14 +279,14 @@ class MachineBackend(Backend):
             failure_reason=failure,
             debuggable=True,
             source_dir=state.get("source_dir"),
-            extra={
-                "job_dir": str(job_dir),
-                "logs": {n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
-                "code_dirs": {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
-                "isolation": str(state.get("isolation", "loopback")),
-                "node_netns": dict(state.get("node_netns") or {}),
-                "node_addresses": dict(state.get("node_addresses") or {}),
-            },
+            logs={n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
+            code_dirs={n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
+            machine=MachineJobDetails(
+                job_dir=str(job_dir),
+                isolation=str(state.get("isolation", "loopback")),
+                node_netns=dict(state.get("node_netns") or {}),
+                node_addresses=dict(state.get("node_addresses") or {}),
+            ),
         )
 
     def list_jobs(self) -> list[JobInfo]:

@@ -33,7 +33,16 @@ from typing import Any, BinaryIO
 
 from remote_debug import spec
 from remote_debug.local import aws, ssm
-from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, TERMINAL, Backend, JobInfo
+from remote_debug.local.backends.base import (
+    COMPLETED,
+    FAILED,
+    IN_PROGRESS,
+    TERMINAL,
+    Backend,
+    Capabilities,
+    JobInfo,
+    SageMakerJobDetails,
+)
 from remote_debug.local.backends.sagemaker_logs import ManifestLog
 from remote_debug.local.errors import UnknownJobError, UserError
 from remote_debug.local.paths import StatePaths, private_dir
@@ -50,18 +59,9 @@ PROVISIONING = (
 )
 RECENT = timedelta(days=1)
 LIST_LIMIT = 25
-ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
 HINT_VERSION = 1
 
 ClientFactory = Callable[[str], Any]
-
-
-def parse_job(job_or_arn: str) -> tuple[str, str | None]:
-    """A job name or training-job ARN -> (name, region of the ARN or None)."""
-    match = ARN_RE.match(job_or_arn.strip())
-    if match:
-        return match.group(2), match.group(1)
-    return job_or_arn, None
 
 
 def nodes_of(resource_config: dict[str, Any]) -> list[str]:
@@ -111,16 +111,16 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
         exit_code={COMPLETED: 0, FAILED: 1}.get(status),
         failure_reason=resp.get("FailureReason"),
         debuggable=why is None,
-        extra={
-            "arn": resp.get("TrainingJobArn"),
-            "region": region,
-            "transport": transport,
-            "remote_debug_enabled": enabled,
-            "why_not_debuggable": why,
-            "status_message": message,
-            "provisioning": status == IN_PROGRESS and secondary in PROVISIONING,
-            "instance_type": (resp.get("ResourceConfig") or {}).get("InstanceType"),
-        },
+        why_not_debuggable=why,
+        status_message=message,
+        provisioning=status == IN_PROGRESS and secondary in PROVISIONING,
+        sagemaker=SageMakerJobDetails(
+            arn=resp.get("TrainingJobArn"),
+            region=region,
+            transport=transport,
+            remote_debug_enabled=enabled,
+            instance_type=(resp.get("ResourceConfig") or {}).get("InstanceType"),
+        ),
     )
 
 
@@ -147,6 +147,7 @@ def bastion_argv(bastion: str) -> list[str]:
 
 class SageMakerBackend(Backend):
     name = "sagemaker"
+    capabilities = Capabilities(runs_here=False, remote=True)
 
     def __init__(
         self,
@@ -155,9 +156,13 @@ class SageMakerBackend(Backend):
         clients: ClientFactory | None = None,
         cache_seconds: float = 1.0,
         log_interval: float = 2.0,
+        region: str | None = None,
     ) -> None:
         self.paths = paths or StatePaths.default()
         self._clients = clients
+        # a training-job ARN's region: this backend's default (an explicit --region still wins),
+        # without touching the process-wide AWS settings
+        self.region = region
         self.cache_seconds = cache_seconds  # attach polls every 0.3 s; DescribeTrainingJob need not
         self.log_interval = log_interval
         self._described: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -170,11 +175,11 @@ class SageMakerBackend(Backend):
     def client(self, service: str, profile: str | None = None, region: str | None = None) -> Any:
         if self._clients is not None:
             return self._clients(service)
-        return aws.client(service, profile_name=profile, region=region)
+        return aws.client(service, profile_name=profile, region=region or aws.settings().region or self.region)
 
     def available(self) -> bool:
         """Cheap: whether AWS is configured at all (no network, no boto3)."""
-        return self._clients is not None or aws.configured()
+        return self._clients is not None or self.region is not None or aws.configured()
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -299,11 +304,13 @@ class SageMakerBackend(Backend):
 
     def _make_hint(self, job: str, info: JobInfo) -> JobHint:
         tags = self._tags.get(job, {})
+        details = info.sagemaker
+        assert details is not None, "job_info() fills it"
         return JobHint(
             job=job,
-            region=str(info.extra.get("region")),
+            region=details.region,
             profile=aws.profile(),
-            transport=str(info.extra.get("transport", "ssm")),
+            transport=details.transport,
             bastion=tags.get(TAG_BASTION) or os.environ.get(ENV_BASTION) or None,
         )
 

@@ -20,12 +20,13 @@ from botocore.stub import Stubber
 from remote_debug import spec
 from remote_debug.local import aws
 from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import SageMakerBackend, backend_for, job_name
+from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
 from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
 from remote_debug.local.backends.sagemaker_logs import FILTER_PATTERN, LOG_GROUP
 from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
 from remote_debug.local.paths import StatePaths
+from tests.event_log import EventLog
 from tests.fake_aws import (
     AWS_VARS,
     ScriptedSageMaker,
@@ -115,9 +116,9 @@ def test_describe_maps_status_nodes_and_debuggability(cloud: None) -> None:
     assert (info.status, info.secondary_status, info.backend) == ("InProgress", "Training", "sagemaker")
     assert info.nodes == ["algo-1", "algo-2"] and info.nproc_per_node == 0  # unknown until a rank reports
     assert info.debuggable and info.running
-    assert info.extra["transport"] == "ssm" and info.extra["region"] == REGION
-    assert info.extra["status_message"] == "Training image download completed."
-    assert not info.extra["provisioning"]
+    assert info.sagemaker is not None and info.sagemaker.transport == "ssm" and info.sagemaker.region == REGION
+    assert info.status_message == "Training image download completed."
+    assert not info.provisioning
     assert [name for name, _ in c.scripted.calls] == ["DescribeTrainingJob", "ListTags"]  # type: ignore[union-attr]
 
 
@@ -141,7 +142,7 @@ def test_debuggable_or_why_not(cloud: None, env: dict[str, str], extra: dict[str
                  tags=tags).backend().describe(JOB)
     assert info.debuggable is (why is None)
     if why:
-        assert why in str(info.extra["why_not_debuggable"]) and "\n" not in str(info.extra["why_not_debuggable"])
+        assert why in str(info.why_not_debuggable) and "\n" not in str(info.why_not_debuggable)
 
 
 def test_unknown_job_names_the_region(cloud: None) -> None:
@@ -235,7 +236,7 @@ def _sequence(*steps: tuple[int, str, str], **kw: Any) -> Callable[[int, str], d
 
 
 def _attach(backend: SageMakerBackend, tmp_path: Path, timeout: float = 60) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
+    events = EventLog()
     options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=timeout)
     try:
         Attacher(backend, JOB, options, events.append, StatePaths.default()).run()
@@ -260,7 +261,7 @@ def test_attach_follows_starting_downloading_then_reports_failure(cloud: None, t
 def test_attach_emits_progress_and_times_out_only_once_training(cloud: None, tmp_path: Path) -> None:
     c = Cloud(_sequence((3, "InProgress", "Starting"), (6, "InProgress", "Downloading"),
                         (99, "InProgress", "Training")))
-    events: list[dict[str, Any]] = []
+    events = EventLog()
     options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=1.0)
     with pytest.raises(UserError, match=r"nodes algo-1 of job sm-job did not publish an sshd within 1 s"):
         Attacher(c.backend(), JOB, options, events.append, StatePaths.default()).run()
@@ -320,7 +321,13 @@ def test_backend_for_local_first_then_sagemaker(cloud: None) -> None:
     (paths.root / "sagemaker" / "other-job.json").write_text("{}")
     assert isinstance(backend_for("other-job", paths), SageMakerBackend)  # the hint: no AWS call
     arn = f"arn:aws:sagemaker:eu-west-1:123456789012:training-job/{JOB}"
-    assert job_name(arn) == JOB and aws.settings().region == "eu-west-1"
+    before = aws.settings()
+    assert job_ref(arn) == JobRef(JOB, "eu-west-1")
+    backend = backend_for(arn, paths)  # an ARN of a local job
+    assert isinstance(backend, MachineBackend)  # the local job of that name still wins
+    routed = backend_for("arn:aws:sagemaker:eu-west-1:123456789012:training-job/other-job", paths)
+    assert isinstance(routed, SageMakerBackend) and routed.region == "eu-west-1"
+    assert aws.settings() == before  # naming a job by ARN changes no process-wide AWS setting
 
 
 def test_unknown_job_without_aws_says_how_to_look(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,9 @@ describe('AttachManager', () => {
     await manager.attach({ job: 'local-1', ranks: undefined, folder });
 
     const inv = invocations()[0];
-    assert.deepEqual(inv.args, ['attach', 'local-1', '--json', '--ide', 'vscode', '--ranks', 'all', '--workspace', ws, '--timeout', '600']);
+    assert.deepEqual(inv.args, [
+      'attach', 'local-1', '--json', '--ide', 'vscode', '--ranks', 'all', '--workspace', ws, '--timeout', '600', '--no-launch-json',
+    ]);
     assert.equal(fs.realpathSync(inv.cwd), fs.realpathSync(ws));
     assert.equal(mock.calls.find((c) => c.fn === 'withProgress')?.args[0].cancellable, true);
 
@@ -79,6 +81,35 @@ describe('AttachManager', () => {
     assert.equal(manager.isAttached('local-1'), false);
     assert.equal(mock.calls.filter((c) => c.fn === 'stopDebugging').length, 2);
     assert.equal(model.get('local-1')?.attach, 'ended', 'a detach we asked for is not a failure');
+  });
+
+  test('a newer CLI: its events still drive the attach, the version is said once, new events are logged', async () => {
+    const v2 = (o: object) => ({ line: JSON.stringify({ v: 2, future_field: true, ...o }) });
+    const lines = [
+      v2({ event: 'rank-listening', rank: 0, node: 'algo-1', remote_port: 50000, detail: 'process-group timeout 7200 s' }),
+      v2({ event: 'pause-safe', rank: 1, node: 'algo-1', detail: 'pending: no process group yet' }),
+      v2({ event: 'something-new', x: 1 }),
+      ...attachLines().map((l) => ({ ...l, line: JSON.stringify({ ...JSON.parse(l.line), v: 2 }) })),
+    ];
+    const { folder, manager, started, log } = setup({ lines, hold: true });
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    assert.equal(started().length, 2);
+    assert.equal(log.filter((l) => l.includes('prints events of version 2')).length, 1);
+    assert.ok(log.some((l) => l.includes('rank 0 on algo-1: debugger listening on its port 50000')));
+    assert.ok(log.some((l) => l.includes('rank 1 on algo-1: pause-safe (pending: no process group yet)')));
+    assert.ok(log.some((l) => l.includes('something-new')));
+    await manager.stopAll();
+  });
+
+  test("the rank's code dir from rank-ready is the path mapping's remote root", async () => {
+    const lines = attachLines().map((l) => {
+      const e = JSON.parse(l.line);
+      return e.event === 'rank-ready' ? { ...l, line: JSON.stringify({ ...e, code_dir: '/opt/ml/code' }) } : l;
+    });
+    const { ws, folder, manager, started } = setup({ lines, hold: true });
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    assert.deepEqual(started()[0].pathMappings, [{ localRoot: ws, remoteRoot: '/opt/ml/code' }]);
+    await manager.stopAll();
   });
 
   test('uses debugpy configurations when the Python extension is installed', async () => {

@@ -121,7 +121,7 @@ describe('commands', () => {
   test('Open Remote-SSH asks before changing settings, then opens the node', async () => {
     mock.extensions = ['ms-vscode-remote.remote-ssh'];
     const aliases = ['algo-1.local-1', 'algo-2.local-1'];
-    const { run, model } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases }) } }, [jobJson({ nodes: ['algo-1', 'algo-2'], extra: { code_dirs: { 'algo-2': '/opt/ml/code' } } })]);
+    const { run, model } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases }) } }, [jobJson({ nodes: ['algo-1', 'algo-2'], code_dirs: { 'algo-2': '/opt/ml/code' } })]);
     mock.messageAnswers.push('Change Settings');
     await run('remoteDebug.openRemoteSsh', { kind: 'node', job: 'local-1', node: 'algo-2' });
     assert.ok(model.get('local-1'));

@@ -10,6 +10,7 @@ import {
   rankTag,
   resolveDebugType,
 } from '../../src/debugConfig';
+import { COMPOUND_NAME_TEMPLATE, CONFIG_NAME_TEMPLATE, formatConfigNamePrefix } from '../../src/generated/events';
 
 describe('debug type', () => {
   test('auto: debugpy when the Python debugger is installed, else our own type', () => {
@@ -50,6 +51,11 @@ describe('rank configurations', () => {
     assert.equal(c.name, 'remote-debug: j rank 3 (algo-2)');
     assert.equal(c.name, configName('j', 3, 'algo-2'));
     assert.equal(compoundName('j'), 'remote-debug: j all ranks');
+    // one definition, generated from remote_debug/local/events.py
+    assert.equal(CONFIG_NAME_TEMPLATE, 'remote-debug: {job} rank {rank} ({node})');
+    assert.equal(COMPOUND_NAME_TEMPLATE, 'remote-debug: {job} all ranks');
+    assert.equal(configName('a$&{rank}', 0, 'n'), 'remote-debug: a$&{rank} rank 0 (n)', 'a job name is not a template');
+    assert.ok(configName('j', 0, 'n').startsWith(formatConfigNamePrefix('j')) && compoundName('j').startsWith(formatConfigNamePrefix('j')));
     assert.equal(c.type, 'remote-debug');
     assert.equal(c.request, 'attach');
     assert.deepEqual(c.connect, { host: '127.0.0.1', port: 41234 });

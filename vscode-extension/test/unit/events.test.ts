@@ -4,8 +4,12 @@ import { describe, test } from 'node:test';
 import {
   CliOutputError,
   describeEvent,
+  EVENT_NAMES,
+  EVENTS_VERSION,
+  isKnownEvent,
   isRunning,
   LineSplitter,
+  newerVersion,
   parseEventLine,
   parseJob,
   parseJobs,
@@ -20,19 +24,36 @@ describe('jobs --json', () => {
     assert.equal(jobs[0].name, 'local-1');
     assert.deepEqual(jobs[0].nodes, ['algo-1']);
     assert.equal(jobs[0].nproc_per_node, 2);
-    assert.equal(jobs[0].extra.code_dirs?.['algo-1'], '/jobs/local-1/nodes/algo-1/code');
+    assert.equal(jobs[0].code_dirs['algo-1'], '/jobs/local-1/nodes/algo-1/code');
     assert.equal(isRunning(jobs[0]), true);
     assert.equal(isRunning(jobs[1]), false);
   });
 
   test('tolerates missing and unknown fields', () => {
-    const job = parseJob({ name: 'x', status: 'InProgress', new_field: 1, extra: { code_dirs: { a: 1, b: '/c' } } });
+    const job = parseJob({ name: 'x', status: 'InProgress', new_field: 1, code_dirs: { a: 1, b: '/c' } });
     assert.equal(job.backend, 'unknown');
     assert.deepEqual(job.nodes, []);
     assert.equal(job.nproc_per_node, 1);
     assert.equal(parseJob({ name: 'sm', nproc_per_node: 0 }).nproc_per_node, 0, 'SageMaker: unknown until a rank reports');
-    assert.deepEqual(job.extra.code_dirs, { b: '/c' });
+    assert.deepEqual(job.code_dirs, { b: '/c' });
     assert.equal(job.debuggable, true);
+    assert.equal(job.why_not_debuggable, null);
+    assert.equal(job.machine, null);
+    assert.equal(job.sagemaker, null);
+  });
+
+  test('reads the typed details, and what older CLIs put in "extra"', () => {
+    const sm = parseJob({
+      name: 'sm',
+      sagemaker: { arn: 'arn:aws:sagemaker:us-east-1:1:training-job/sm', region: 'us-east-1', transport: 'ssm', remote_debug_enabled: true },
+      machine: 'not an object',
+    });
+    assert.equal(sm.sagemaker?.transport, 'ssm');
+    assert.equal(sm.sagemaker?.instance_type, null);
+    assert.equal(sm.machine, null);
+    const old = parseJob({ name: 'old', debuggable: false, extra: { code_dirs: { 'algo-1': '/opt/ml/code' }, why_not_debuggable: 'no RemoteDebugConfig' } });
+    assert.deepEqual(old.code_dirs, { 'algo-1': '/opt/ml/code' });
+    assert.equal(old.why_not_debuggable, 'no RemoteDebugConfig');
   });
 
   test('refuses what is not a job list, with a one-line message', () => {
@@ -67,7 +88,15 @@ describe('attach --json events', () => {
       { event: 'rank-failed', rank: 1, node: 'algo-1', pid: 7, error: 'ValueError: bad batch', traceback: 'Traceback...', held: true },
       { event: 'job-ended', status: 'Completed', exit_code: 0, failure_reason: null },
       { event: 'launched', job: 'j', workspace: '/ws', nodes: 1, nproc_per_node: 2 },
+      { event: 'rank-listening', v: 1, rank: 0, node: 'algo-1', remote_port: 5000, detail: 'process-group timeout 7200 s' },
+      { event: 'pause-safe', v: 1, rank: 1, node: 'algo-1', detail: 'pending: no process group yet' },
+      { event: 'rank-connected', v: 1, rank: 0, node: 'algo-1', ide_port: 5678 },
+      { event: 'ide-not-listening', v: 1, rank: 1, node: 'algo-1', message: 'start the debug server' },
+      { event: 'pycharm-build', v: 1, build: '263.1', source: '/opt/pycharm', others: [], installed: null },
+      { event: 'pycharm-config', v: 1, path: '/ws/.idea/x.xml', name: 'remote-debug: j', port: 5678, steps: [] },
+      { event: 'summary', v: 1, job: 'j', exit_code: 0, ranks: [] },
     ];
+    assert.deepEqual(new Set(lines.map((l) => l.event)), new Set(EVENT_NAMES), 'one sample per event of the schema');
     for (const l of lines) {
       const e = parseEventLine(JSON.stringify(l));
       assert.ok(e, `parses ${l.event}`);
@@ -88,6 +117,36 @@ describe('attach --json events', () => {
     assert.equal(parseEventLine('{"no_event": 1}'), undefined);
     assert.equal(parseEventLine('{"event": "rank-ready", "rank": "0", "node": "algo-1", "local_port": 1}'), undefined);
     assert.equal(parseEventLine('{"event": "ready", "ranks": "all"}'), undefined);
+  });
+
+  test('the new events have their lines', () => {
+    const line = (o: object) => describeEvent(parseEventLine(JSON.stringify(o))!);
+    assert.equal(
+      line({ event: 'rank-listening', v: 1, rank: 0, node: 'algo-1', remote_port: 5000, detail: 'process-group timeout 7200 s' }),
+      'rank 0 on algo-1: debugger listening on its port 5000 (process-group timeout 7200 s)',
+    );
+    assert.equal(line({ event: 'pause-safe', v: 1, rank: 1, node: 'algo-2', detail: null }), 'rank 1 on algo-2: pause-safe');
+    assert.equal(line({ event: 'rank-connected', v: 1, rank: 0, node: 'algo-1', ide_port: 1 }), "rank 0 on algo-1: connected to PyCharm's debug server");
+    assert.equal(line({ event: 'ide-not-listening', v: 1, rank: 1, node: 'algo-1', message: 'start it' }), 'rank 1 on algo-1 is waiting: start it');
+  });
+
+  test('every event of the schema is known, with a version', () => {
+    for (const name of EVENT_NAMES) {
+      assert.ok(isKnownEvent({ event: name }), name);
+    }
+    assert.equal(EVENTS_VERSION, 1);
+    assert.equal(parseEventLine('{"event": "ready", "v": 1, "ranks": [0]}')?.v, 1);
+    assert.equal(parseEventLine('{"event": "ready", "ranks": [0]}')?.v, 0, 'a CLI from before versioned events');
+  });
+
+  test('tolerates a newer version: reads the fields it knows, ignores the rest', () => {
+    const e = parseEventLine(JSON.stringify({ event: 'rank-ready', v: 7, rank: 0, node: 'algo-1', local_port: 4000, remote_port: 5000, state: 'listening', brand_new: { x: 1 } }));
+    assert.ok(e && isKnownEvent(e) && e.event === 'rank-ready');
+    assert.equal(e.local_port, 4000);
+    assert.equal(newerVersion(e), 7);
+    assert.equal(newerVersion(parseEventLine('{"event": "ready", "v": 1, "ranks": []}')!), undefined);
+    // what we rely on still has to fit
+    assert.equal(parseEventLine('{"event": "rank-ready", "v": 7, "rank": 0, "node": "algo-1", "local_port": "4000"}'), undefined);
   });
 
   test('keeps unknown (newer) events for the output channel', () => {

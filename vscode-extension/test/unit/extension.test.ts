@@ -28,7 +28,11 @@ test('activate registers exactly the commands package.json contributes, and list
 
 test('package.json: every setting the code reads is contributed, the debug type and breakpoints are declared', () => {
   const props = Object.keys(manifest.contributes.configuration.properties);
-  const source = fs.readdirSync(path.resolve(__dirname, '../../../src')).map((f) => fs.readFileSync(path.resolve(__dirname, '../../../src', f), 'utf8')).join('\n');
+  const src = path.resolve(__dirname, '../../../src');
+  const source = (fs.readdirSync(src, { recursive: true }) as string[])
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => fs.readFileSync(path.join(src, f), 'utf8'))
+    .join('\n');
   const read = [...source.matchAll(/c\.get<[^>]+>\('([^']+)'/g)].map((m) => `remoteDebug.${m[1]}`);
   assert.ok(read.length >= 8);
   for (const key of read) {

@@ -64,7 +64,13 @@ export function jobJson(overrides: Partial<JobInfo> = {}): JobInfo {
     failure_reason: null,
     debuggable: true,
     source_dir: '/ws',
-    extra: { code_dirs: { 'algo-1': '/jobs/local-1/nodes/algo-1/code' } },
+    why_not_debuggable: null,
+    status_message: '',
+    provisioning: false,
+    code_dirs: { 'algo-1': '/jobs/local-1/nodes/algo-1/code' },
+    logs: {},
+    machine: null,
+    sagemaker: null,
     ...overrides,
   };
 }
@@ -77,7 +83,20 @@ export function attachLines(job = 'local-1', ranks = [0, 1]): Array<{ line: stri
     ev({ event: 'ssh-config', aliases: [`algo-1.${job}`], config: '/h/.remote-debug/ssh/config' }, 10),
     ev({ event: 'node-connected', node: 'algo-1', alias: `algo-1.${job}` }, 10),
     ...ranks.map((rank) =>
-      ev({ event: 'rank-ready', rank, node: 'algo-1', local_port: 40000 + rank, remote_port: 50000 + rank, state: 'waiting' }, 10),
+      ev(
+        {
+          event: 'rank-ready',
+          v: 1,
+          rank,
+          node: 'algo-1',
+          local_port: 40000 + rank,
+          remote_port: 50000 + rank,
+          state: 'waiting',
+          ide: 'vscode',
+          code_dir: '/jobs/local-1/nodes/algo-1/code',
+        },
+        10,
+      ),
     ),
     ev({ event: 'launch-json', path: '/ws/.vscode/launch.json', compound: `remote-debug: ${job} all ranks`, configurations: [] }),
     ev({ event: 'ready', ranks }),

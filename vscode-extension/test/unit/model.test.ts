@@ -109,6 +109,23 @@ describe('attach events and debug sessions', () => {
     assert.equal(m.rankEntry('local-1', 0)?.localPort, undefined);
   });
 
+  test('lazy listeners, and the PyCharm events: listening, connected, IDE not listening', () => {
+    const m = new JobsModel();
+    m.setJobs([jobJson()]);
+    m.attachStarted('local-1');
+    m.applyEvent('local-1', { event: 'rank-listening', v: 1, rank: 0, node: 'algo-1', remote_port: 5000, detail: null });
+    assert.equal(m.rankEntry('local-1', 0)?.remotePort, 5000);
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'not-attached', 'not forwarded yet: rank-ready says when');
+    m.applyEvent('local-1', { event: 'pause-safe', v: 1, rank: 1, node: 'algo-1', detail: 'process-group timeout 7200 s' });
+    assert.deepEqual(states(m), ['0@algo-1:not-attached', '1@algo-1:not-attached'], 'pause-safe: only the log shows it');
+    m.applyEvent('local-1', { event: 'ide-not-listening', v: 1, rank: 1, node: 'algo-1', message: 'start the debug server' });
+    assert.equal(m.rankEntry('local-1', 1)?.state, 'waiting');
+    assert.equal(m.rankEntry('local-1', 1)?.detail, 'start the debug server');
+    m.applyEvent('local-1', { event: 'rank-connected', v: 1, rank: 1, node: 'algo-1', ide_port: 5678 });
+    assert.equal(m.rankEntry('local-1', 1)?.state, 'attached');
+    assert.equal(m.rankEntry('local-1', 1)?.detail, undefined);
+  });
+
   test('ranks without a debugger, warnings, a failed attach', () => {
     const m = new JobsModel();
     m.setJobs([jobJson()]);

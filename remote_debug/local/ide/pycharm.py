@@ -1,4 +1,4 @@
-"""``attach --ide pycharm``: the PyCharm side of an attach, used by ``attach.Attacher``.
+"""``attach --ide pycharm``: the PyCharm side of an attach (an :class:`IdeSide`).
 
 Per attach: settle the PyCharm build (and, for local jobs, check this interpreter's
 pydevd-pycharm against it), write the run configuration, and for every waiting rank ask its
@@ -8,20 +8,17 @@ Headless, the built-in pydevd server (``pydevd_server``) stands in for PyCharm o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from remote_debug import spec
-from remote_debug.local import pycharm
+from remote_debug.local import events, pycharm
 from remote_debug.local.errors import UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport
+from remote_debug.local.ide.base import IdeSide
 from remote_debug.local.pydevd_server import PydevdServer
 from remote_debug.local.reverse import IdeBridge
 from remote_debug.local.tunnels import NodeTunnel
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -31,14 +28,17 @@ class PyCharmOptions:
     write_run_config: bool = True
 
 
-class PyCharmSession:
+class PyCharmIde(IdeSide):
+    ide = spec.IDE.PYCHARM
+    ranks_listen = False  # a PyCharm rank connects out to the IDE's debug server
+
     def __init__(
         self,
         job: str,
         workspace: Path,
         options: PyCharmOptions,
         headless: HeadlessPlan | None,
-        emit: Emit,
+        emit: events.Emit,
         *,
         local_job: bool,
     ) -> None:
@@ -57,13 +57,9 @@ class PyCharmSession:
             installed = pycharm.check_local_pydevd(choice) if self.local_job else None
             build = choice.build if choice.checked else ""
             self.emit(
-                {
-                    "event": "pycharm-build",
-                    "build": choice.build,
-                    "source": choice.source,
-                    "others": list(choice.others),
-                    "installed": installed,
-                }
+                events.PycharmBuild(
+                    build=choice.build, source=choice.source, others=list(choice.others), installed=installed
+                )
             )
         if self.headless is not None:
             self.server = PydevdServer(self.headless, emit=self.emit, identify=self._identify)
@@ -75,23 +71,24 @@ class PyCharmSession:
         if self.headless is None and self.options.write_run_config:
             self.run_config = pycharm.write_run_config(self.workspace, self.job, self.ide_port)
             self.emit(
-                {
-                    "event": "pycharm-config",
-                    "path": str(self.run_config),
-                    "name": pycharm.config_name(self.job),
-                    "port": self.ide_port,
-                    "steps": pycharm.user_steps(self.job, self.ide_port, self.workspace),
-                }
+                events.PycharmConfig(
+                    path=str(self.run_config),
+                    config_name=pycharm.config_name(self.job),
+                    port=self.ide_port,
+                    steps=pycharm.user_steps(self.job, self.ide_port, self.workspace),
+                )
             )
 
     def _identify(self, peer_port: int) -> tuple[int, str] | None:
         origin = self.bridge.origin_of(peer_port) if self.bridge is not None else None
         return None if origin is None else (origin.rank, origin.node)
 
-    @staticmethod
-    def connectable(endpoint: spec.RankEndpoint) -> bool:
+    def usable(self, rank: spec.RankEndpoint) -> bool:
         """A PyCharm rank can be reached only while it waits: afterwards it never connects out again."""
-        return endpoint.port != 0 and endpoint.state == "waiting"
+        return rank.port != 0 and rank.state == spec.RankState.WAITING
+
+    def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
+        return self.forward(tunnel, node, rank)
 
     def forward(self, tunnel: NodeTunnel, node: str, endpoint: spec.RankEndpoint) -> int:
         """Reverse-forward the rank's node port to the IDE port; returns the IDE port."""

@@ -1,0 +1,85 @@
+"""A claimed rank's view of itself: who it is, and its rank document next to the node manifest.
+
+Shared by both kinds of debugged rank - debugpy's (``rank``) and PyCharm's (``pycharm_rank``) - so
+neither imports the other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from remote_debug.container.hold import FailureHook
+from remote_debug.container.log import describe, log, one_line
+from remote_debug.spec import RankEndpoint, RankState, write_rank_manifest
+
+# States a rank does not leave again: the watchers stop, and late updates must not revive it.
+FINAL_STATES = (RankState.FINISHED, RankState.FAILED)
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    rank: int
+    local_rank: int
+    world_size: int
+
+
+class RankReporter:
+    """This rank's document in the manifest dir, rewritten atomically on every state change.
+
+    Several threads report (main, the wait window, the connection watcher, atexit), hence the lock.
+    """
+
+    def __init__(self, directory: Path, endpoint: RankEndpoint) -> None:
+        self.directory = directory
+        self.endpoint = endpoint
+        self._lock = threading.Lock()
+        self._write_failed = False
+        self._write()
+
+    def update(
+        self,
+        *,
+        state: RankState | None = None,
+        error: str | None = None,
+        port: int | None = None,
+        traceback: str | None = None,
+        unless: tuple[RankState, ...] = (),
+    ) -> None:
+        with self._lock:
+            if self.endpoint.state in unless:
+                return
+            new = replace(
+                self.endpoint,
+                port=self.endpoint.port if port is None else port,
+                state=self.endpoint.state if state is None else state,
+                error=self.endpoint.error if error is None else one_line(error),
+                traceback=self.endpoint.traceback if traceback is None else traceback,
+            )
+            if new == self.endpoint:
+                return
+            self.endpoint = new
+            self._write()
+
+    @property
+    def state(self) -> RankState:
+        return self.endpoint.state
+
+    def _write(self) -> None:
+        try:
+            write_rank_manifest(self.directory, self.endpoint)
+        except OSError as exc:
+            if not self._write_failed:  # one line per process is enough
+                self._write_failed = True
+                log(f"cannot write rank manifest in {self.directory}: {describe(exc)}")
+
+
+def install_exit_reporting(
+    reporter: RankReporter, *, hold_seconds: float = 0.0, start_listener: Callable[[], int] | None = None
+) -> None:
+    """An uncaught exception marks the rank failed with its traceback; with ``hold_seconds`` and a
+    listener, the rank first waits for a post-mortem debugger (see ``hold``)."""
+    rank = reporter.endpoint.rank
+    FailureHook(reporter, rank, hold_seconds=hold_seconds, start_listener=start_listener).install()

@@ -1,0 +1,46 @@
+"""DAP's wire format, once: ``Content-Length`` framed JSON messages (the headless client and the
+forward that refuses a second debugger both speak it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+JsonDict = dict[str, Any]
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    payload = json.dumps(message).encode("utf-8")
+    return b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+
+
+def read_message(reader: BinaryIO, *, max_header_line: int = -1, max_body: int | None = None) -> JsonDict | None:
+    """One framed message, or None at a clean EOF between messages; ValueError when mangled.
+
+    ``max_header_line`` / ``max_body`` bound what an untrusted peer can make us buffer.
+    """
+    length: int | None = None
+    while True:
+        line = reader.readline(max_header_line)
+        if not line:
+            if length is None:
+                return None
+            raise ValueError("EOF inside message headers")
+        line = line.strip()
+        if not line:
+            if length is None:
+                continue  # tolerate stray blank lines between messages
+            break
+        key, _, value = line.decode("ascii", "replace").partition(":")
+        if key.strip().lower() == "content-length":
+            length = int(value.strip())
+    if max_body is not None and length > max_body:
+        raise ValueError(f"DAP message of {length} bytes is over {max_body}")
+    body = reader.read(length)
+    if len(body) < length:
+        raise ValueError("EOF inside message body")
+    message = json.loads(body.decode("utf-8"))
+    if not isinstance(message, dict):
+        raise ValueError("DAP message is not a JSON object")
+    return message

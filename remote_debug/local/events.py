@@ -1,0 +1,618 @@
+"""The attach/demo event stream, defined once: what ``remote-debug attach --json`` prints, one JSON line per event.
+
+Each event is a frozen dataclass whose class attribute ``name`` is its wire name; ``to_json()`` is the line
+(``{"event": name, "v": EVENTS_VERSION, **fields}``).  The VS Code extension's types are generated from these
+classes (``python -m remote_debug.local.events --typescript`` -> ``vscode-extension/src/generated/events.ts``),
+and ``tests/local/test_events_schema.py`` fails when the committed copy differs.
+
+Versioning: ``EVENTS_VERSION`` goes up when a field changes meaning or type, or is removed.  Adding an event or
+an optional field does not bump it: readers ignore what they do not know.
+
+Field types are restricted to what the generator maps: str, int, float, bool, ``X | None``, ``list[X]``,
+``dict[str, X]`` and nested frozen dataclasses (``Any`` only where a payload is really free-form).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Union
+
+EVENTS_VERSION = 1
+
+# --- VS Code debug configuration names (launch.json and the extension's own sessions) -----------------
+# One definition: vscode_launch.config_name/compound_name format these, and the generated TypeScript has
+# the same templates and formatting functions.
+CONFIG_NAME_PREFIX_TEMPLATE = "remote-debug: {job} "  # every configuration of a job (the space: job "a" vs "a-b")
+CONFIG_NAME_TEMPLATE = CONFIG_NAME_PREFIX_TEMPLATE + "rank {rank} ({node})"
+COMPOUND_NAME_TEMPLATE = CONFIG_NAME_PREFIX_TEMPLATE + "all ranks"
+
+
+def format_config_name(job: str, rank: int, node: str) -> str:
+    return CONFIG_NAME_TEMPLATE.format(job=job, rank=rank, node=node)
+
+
+def format_compound_name(job: str) -> str:
+    return COMPOUND_NAME_TEMPLATE.format(job=job)
+
+
+def format_config_name_prefix(job: str) -> str:
+    return CONFIG_NAME_PREFIX_TEMPLATE.format(job=job)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base of every event; subclasses set ``name`` (the wire name)."""
+
+    name: ClassVar[str] = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.name, "v": EVENTS_VERSION, **_fields_json(self)}
+
+
+Emit = Callable[[Event], None]
+
+
+def ignore(_: Event) -> None:
+    """An :data:`Emit` that drops every event."""
+
+
+# --- the events, in the order an attach usually prints them ---------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launched(Event):
+    """``demo``: the example job was started."""
+
+    name: ClassVar[str] = "launched"
+    job: str
+    workspace: str
+    nodes: int
+    nproc_per_node: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobStatus(Event):
+    """The platform is still starting the job (SageMaker: Starting -> Downloading -> Training)."""
+
+    name: ClassVar[str] = "job-status"
+    job: str
+    status: str
+    secondary_status: str
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Waiting(Event):
+    name: ClassVar[str] = "waiting"
+    what: str  # "nodes"
+    nodes: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshConfig(Event):
+    name: ClassVar[str] = "ssh-config"
+    aliases: list[str]
+    config: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConnected(Event):
+    name: ClassVar[str] = "node-connected"
+    node: str
+    alias: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PycharmBuild(Event):
+    """``--ide pycharm`` with a real PyCharm: the build whose pydevd-pycharm the ranks must match."""
+
+    name: ClassVar[str] = "pycharm-build"
+    build: str
+    source: str
+    others: list[str]
+    installed: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PycharmConfig(Event):
+    name: ClassVar[str] = "pycharm-config"
+    path: str
+    config_name: str = field(metadata={"json": "name"})  # on the wire "name": that is the class's wire name here
+    port: int
+    steps: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankListening(Event):
+    """A lazy rank started its debug listener when asked through its control channel."""
+
+    name: ClassVar[str] = "rank-listening"
+    rank: int
+    node: str
+    remote_port: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankReady(Event):
+    """A rank is forwarded: VS Code attaches to 127.0.0.1:local_port (PyCharm: the IDE port)."""
+
+    name: ClassVar[str] = "rank-ready"
+    rank: int
+    node: str
+    local_port: int
+    remote_port: int
+    state: str
+    ide: str
+    code_dir: str  # the job's code dir on that node (remoteRoot of the path mapping)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankUnavailable(Event):
+    name: ClassVar[str] = "rank-unavailable"
+    rank: int
+    node: str
+    state: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PauseSafe(Event):
+    """A rank's process-group timeout was raised, so a peer paused in a debugger does not time it out."""
+
+    name: ClassVar[str] = "pause-safe"
+    rank: int
+    node: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchJson(Event):
+    name: ClassVar[str] = "launch-json"
+    path: str
+    compound: str
+    configurations: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ready(Event):
+    name: ClassVar[str] = "ready"
+    ranks: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankConnected(Event):
+    """PyCharm: a rank's reverse-forwarded connection reached the IDE's debug server."""
+
+    name: ClassVar[str] = "rank-connected"
+    rank: int
+    node: str
+    ide_port: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdeNotListening(Event):
+    """PyCharm: a rank connected, but nothing listens on the IDE port (said once per rank)."""
+
+    name: ClassVar[str] = "ide-not-listening"
+    rank: int
+    node: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankAttached(Event):
+    """A headless debugger attached (``pydevd``: the rank's pydevd version, headless PyCharm only)."""
+
+    name: ClassVar[str] = "rank-attached"
+    rank: int
+    node: str
+    pydevd: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stopped(Event):
+    """Headless: a rank stopped at a breakpoint or after a step."""
+
+    name: ClassVar[str] = "stopped"
+    rank: int
+    node: str
+    file: str
+    line: int
+    function: str
+    reason: str
+    variables: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankDetached(Event):
+    name: ClassVar[str] = "rank-detached"
+    rank: int
+    node: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankFailed(Event):
+    """A rank died of an uncaught exception; ``held``: it waits (hold on failure) for a post-mortem debugger."""
+
+    name: ClassVar[str] = "rank-failed"
+    rank: int
+    node: str
+    pid: int
+    error: str | None = None
+    traceback: str | None = None
+    held: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reconnected(Event):
+    name: ClassVar[str] = "reconnected"
+    node: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunnelDown(Event):
+    name: ClassVar[str] = "tunnel-down"
+    node: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarningEvent(Event):
+    """Something the user should know; ``code`` names the kind when a reader may act on it
+    (``debugger-refused``), ``rank``/``node`` say where."""
+
+    name: ClassVar[str] = "warning"
+    message: str
+    code: str | None = None
+    rank: int | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobEnded(Event):
+    name: ClassVar[str] = "job-ended"
+    status: str
+    exit_code: int | None = None
+    failure_reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopSummary:
+    """One stop of a rank, in :class:`Summary`."""
+
+    file: str
+    line: int
+    function: str
+    reason: str
+    variables: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSummary:
+    """One rank's headless session, in :class:`Summary` (``file``/``line``/``variables``: its first stop)."""
+
+    rank: int
+    node: str
+    file: str | None = None
+    line: int | None = None
+    variables: dict[str, str]
+    stops: list[StopSummary]
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(Event):
+    """``attach --headless --json``: the last line, after ``job-ended``."""
+
+    name: ClassVar[str] = "summary"
+    job: str
+    exit_code: int | None = None
+    ranks: list[RankSummary]
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Launched,
+    JobStatus,
+    Waiting,
+    SshConfig,
+    NodeConnected,
+    PycharmBuild,
+    PycharmConfig,
+    RankListening,
+    RankReady,
+    RankUnavailable,
+    PauseSafe,
+    LaunchJson,
+    Ready,
+    RankConnected,
+    IdeNotListening,
+    RankAttached,
+    Stopped,
+    RankDetached,
+    RankFailed,
+    Reconnected,
+    TunnelDown,
+    WarningEvent,
+    JobEnded,
+    Summary,
+)
+
+_BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}
+
+
+# --- JSON <-> dataclasses ----------------------------------------------------------------------------
+
+
+def json_key(f: dataclasses.Field[Any]) -> str:
+    """The field's key on the wire (a field may not be called ``name``: that is the event's class attribute)."""
+    return str(f.metadata.get("json", f.name))
+
+
+def _fields_json(obj: Any) -> dict[str, Any]:
+    return {json_key(f): _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _to_json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _fields_json(value)
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    return value
+
+
+def from_json(d: dict[str, Any]) -> Event:
+    """The event a JSON line (parsed) stands for; ValueError if it does not match the schema exactly.
+
+    Strict (for tests and round trips): an unknown event or field, a missing field or a value of the wrong
+    type is an error.  ``v`` may be absent; a different version is an error."""
+    if not isinstance(d, dict):
+        raise ValueError(f"an event is a JSON object, not {type(d).__name__}")
+    name = d.get("event")
+    cls = _BY_NAME.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event {name!r}")
+    version = d.get("v", EVENTS_VERSION)
+    if version != EVENTS_VERSION:
+        raise ValueError(f"event {name}: version {version!r}, expected {EVENTS_VERSION}")
+    rest = {k: v for k, v in d.items() if k not in ("event", "v")}
+    event = _dataclass_from_json(cls, rest, cls.name)
+    assert isinstance(event, Event)
+    return event
+
+
+def _dataclass_from_json(cls: type[Any], data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    known: set[str] = set()
+    for f in dataclasses.fields(cls):
+        key = json_key(f)
+        known.add(key)
+        if key in data:
+            kwargs[f.name] = _value_from_json(hints[f.name], data[key], f"{where}.{key}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where}: missing field {key!r}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}")
+    return cls(**kwargs)
+
+
+def _value_from_json(tp: Any, value: Any, where: str) -> Any:
+    if tp is Any:
+        return value
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _value_from_json(arg, value, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors) or f"{where}: null is not allowed")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_value_from_json(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
+        _, item = typing.get_args(tp)
+        return {str(k): _value_from_json(item, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass_from_json(tp, value, where)
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:
+        raise ValueError(f"{where}: type {tp!r} has no JSON mapping")
+    if not ok:
+        raise ValueError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+# --- TypeScript ---------------------------------------------------------------------------------------
+
+GENERATED_HEADER = "// Generated, do not edit: python -m remote_debug.local.events --typescript\n"
+
+
+def _ts_type(tp: Any, nested: dict[str, type[Any]]) -> str:
+    if tp is Any or tp is object:
+        return "unknown"
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        parts = [_ts_type(a, nested) for a in args if a is not type(None)]
+        if type(None) in args:
+            parts.append("null")
+        return " | ".join(parts)
+    if origin is list or origin is tuple:
+        items = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        item = _ts_type(items[0], nested) if items else "unknown"
+        return f"({item})[]" if " " in item else f"{item}[]"
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        return f"Record<string, {_ts_type(item, nested)}>"
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        nested.setdefault(tp.__name__, tp)
+        return tp.__name__
+    mapping = {str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+    if tp in mapping:
+        return mapping[tp]
+    raise TypeError(f"type {tp!r} has no TypeScript mapping")
+
+
+def _ts_fields(cls: type[Any], nested: dict[str, type[Any]]) -> list[str]:
+    hints = typing.get_type_hints(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        lines.append(f"  {json_key(f)}: {_ts_type(hints[f.name], nested)};")
+    return lines
+
+
+def _ts_interface_name(cls: type[Any]) -> str:
+    if issubclass(cls, Event):
+        base = cls.__name__.removesuffix("Event")
+        return f"{base}Event"
+    return cls.__name__
+
+
+def _ts_doc(cls: type[Any]) -> list[str]:
+    doc = cls.__doc__ or ""
+    if not doc or doc.startswith(cls.__name__ + "("):  # dataclass's generated signature
+        return []
+    text = " ".join(doc.split()).replace("``", "`")
+    text = re.sub(r":(?:class|func|meth|data):`~?([^`]+)`", r"\1", text)
+    return [f"/** {text} */"]
+
+
+def typescript(extra: Sequence[type[Any]] = ()) -> str:
+    """The TypeScript declarations for every event (and the ``extra`` dataclasses, e.g. JobInfo)."""
+    out: list[str] = [
+        GENERATED_HEADER.rstrip("\n"),
+        "// Source: remote_debug/local/events.py (the attach event stream)"
+        + (", " + ", ".join(f"{c.__module__}.{c.__name__}" for c in extra) if extra else "")
+        + ".",
+        "/* eslint-disable */",
+        "",
+        f"export const EVENTS_VERSION = {EVENTS_VERSION};",
+        "",
+        "/** The VS Code configuration names, as remote_debug.local.vscode_launch writes them. */",
+        f"export const CONFIG_NAME_PREFIX_TEMPLATE = {_ts_string(CONFIG_NAME_PREFIX_TEMPLATE)};",
+        f"export const CONFIG_NAME_TEMPLATE = {_ts_string(CONFIG_NAME_TEMPLATE)};",
+        f"export const COMPOUND_NAME_TEMPLATE = {_ts_string(COMPOUND_NAME_TEMPLATE)};",
+        "",
+        "function fill(template: string, values: Record<string, string | number>): string {",
+        "  return template.replace(/\\{(\\w+)\\}/g, (whole: string, key: string) =>"
+        " (key in values ? String(values[key]) : whole));",
+        "}",
+        "",
+        "export function formatConfigName(job: string, rank: number, node: string): string {",
+        "  return fill(CONFIG_NAME_TEMPLATE, { job, rank, node });",
+        "}",
+        "",
+        "export function formatCompoundName(job: string): string {",
+        "  return fill(COMPOUND_NAME_TEMPLATE, { job });",
+        "}",
+        "",
+        "export function formatConfigNamePrefix(job: string): string {",
+        "  return fill(CONFIG_NAME_PREFIX_TEMPLATE, { job });",
+        "}",
+        "",
+    ]
+    nested: dict[str, type[Any]] = {}
+    blocks: list[str] = []
+    for cls in EVENT_TYPES:
+        lines = [*_ts_doc(cls), f"export interface {_ts_interface_name(cls)} {{"]
+        lines += [f"  event: {_ts_string(cls.name)};", "  v: number;"]
+        lines += _ts_fields(cls, nested)
+        lines.append("}")
+        blocks.append("\n".join(lines))
+    for cls in extra:
+        lines = [*_ts_doc(cls), f"export interface {cls.__name__} {{", *_ts_fields(cls, nested), "}"]
+        blocks.append("\n".join(lines))
+    done: set[str] = set()
+    nested_blocks: list[str] = []
+    while len(done) < len(nested):
+        for key, cls in sorted(nested.items()):
+            if key in done:
+                continue
+            done.add(key)
+            lines = [*_ts_doc(cls), f"export interface {key} {{", *_ts_fields(cls, nested), "}"]
+            nested_blocks.append("\n".join(lines))
+    out.append("\n\n".join(nested_blocks + blocks))
+    out.append("")
+    out.append("export type AttachEvent =")
+    out += [f"  | {_ts_interface_name(cls)}" for cls in EVENT_TYPES]
+    out[-1] += ";"
+    out.append("")
+    out.append("export type AttachEventName = AttachEvent['event'];")
+    out.append("")
+    out.append("export const EVENT_NAMES: readonly AttachEventName[] = [")
+    out += [f"  {_ts_string(cls.name)}," for cls in EVENT_TYPES]
+    out.append("];")
+    out.append("")
+    return "\n".join(out)
+
+
+def _ts_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _typescript_extra() -> list[type[Any]]:
+    from remote_debug.local.backends.base import JobInfo
+
+    return [JobInfo]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--typescript``: print the TypeScript; ``--typescript --out FILE``: write it there (atomically, only
+    when it changed), as the extension's ``npm run generate`` does."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out: str | None = None
+    if len(args) == 3 and args[1] == "--out":
+        out = args.pop()
+        args.pop()
+    if args != ["--typescript"]:
+        print("usage: python -m remote_debug.local.events --typescript [--out FILE]", file=sys.stderr)
+        return 2
+    text = typescript(_typescript_extra())
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    target = Path(out)
+    if target.is_file() and target.read_text(encoding="utf-8") == text:
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

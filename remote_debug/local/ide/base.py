@@ -1,0 +1,64 @@
+"""What differs between IDEs in one attach, behind one small interface.
+
+The attach core (:mod:`remote_debug.local.attach`) finds ranks, keeps the tunnels up and makes ranks
+pause-safe; an :class:`IdeSide` decides which ranks it can debug, how a rank is exposed to the IDE
+and what the IDE needs written.  Three sides: VS Code (a local forward per rank + launch.json),
+headless (the same forwards, driven by the built-in DAP client) and PyCharm (the ranks connect out
+to PyCharm's debug server through reverse forwards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remote_debug import spec
+from remote_debug.local.headless import RankReport
+from remote_debug.local.tunnels import NodeTunnel
+
+
+@dataclass
+class RankForward:
+    """A rank made reachable for the IDE (``local_port`` 0: it never will be)."""
+
+    rank: int
+    node: str
+    remote_port: int  # the rank's debug port on its node
+    local_port: int  # where the IDE meets it on this machine
+    code_dir: str  # the job's code dir on that node (path mappings)
+
+
+class IdeSide:
+    """Subclasses must say ``usable`` and ``expose``; the other steps do nothing unless overridden."""
+
+    # the IDE a rank must have been launched for (its manifest's ``ide``)
+    ide: spec.IDE
+    # whether ranks listen for the IDE (debugpy: the attach asks a lazy rank to start its listener
+    # first) or connect out to it (PyCharm)
+    ranks_listen: bool
+
+    def prepare(self) -> None:
+        """Before any tunnel exists: everything that can refuse (version checks, IDE files)."""
+
+    def usable(self, rank: spec.RankEndpoint) -> bool:
+        """Whether this IDE can debug the rank as it is now (if not, it never will in this attach)."""
+        raise NotImplementedError
+
+    def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
+        """Make the rank reachable; returns the port the IDE uses on this machine."""
+        raise NotImplementedError
+
+    def ranks_ready(self, forwards: list[RankForward]) -> None:
+        """New ranks are exposed (and every rank is pause-safe): a built-in debugger starts here."""
+
+    def all_ready(self, forwards: list[RankForward]) -> None:
+        """Discovery is over (every selected rank exposed, or the wait ran out)."""
+
+    def rank_held(self, forward: RankForward) -> None:
+        """A rank died of an uncaught exception and waits for a post-mortem debugger."""
+
+    def finish(self) -> list[RankReport]:
+        """The job has ended: what a built-in debugger saw."""
+        return []
+
+    def close(self) -> None:
+        """Stop what this side started (always called)."""

@@ -1,0 +1,69 @@
+"""VS Code (and any DAP client): a local forward per rank to its debugpy listener, and launch.json."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from remote_debug import spec
+from remote_debug.local import events, interrupts, vscode_launch
+from remote_debug.local.ide.base import IdeSide, RankForward
+from remote_debug.local.tunnels import NodeTunnel
+
+# states in which a rank will never listen again
+_GONE = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
+
+
+class VsCodeIde(IdeSide):
+    ide = spec.IDE.VSCODE
+    ranks_listen = True
+
+    def __init__(self, job: str, workspace: Path, emit: events.Emit, *, write_launch_json: bool) -> None:
+        self.job, self.workspace, self.emit = job, workspace, emit
+        self.write_launch_json = write_launch_json
+        self.launch_json: Path | None = None
+
+    def usable(self, rank: spec.RankEndpoint) -> bool:
+        # a rank with a control channel gets its listener on request (lazy ranks), or has tracing
+        # put back after a detach
+        return (rank.port != 0 or rank.control_port > 0) and rank.state not in _GONE
+
+    def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
+        # one debugger per rank: a second one is refused in DAP, with a message naming the rank
+        return tunnel.forward(
+            rank.port,
+            exclusive=f"rank {rank.rank} of job {self.job}",
+            on_refuse=functools.partial(self._debugger_refused, rank.rank, node),
+        )
+
+    def _debugger_refused(self, rank: int, node: str, message: str) -> None:
+        # a warning: the CLI and the extension already show those to the user
+        self.emit(events.WarningEvent(code="debugger-refused", rank=rank, node=node, message=message))
+
+    def all_ready(self, forwards: list[RankForward]) -> None:
+        if not self.write_launch_json:
+            return
+        targets = [
+            vscode_launch.RankTarget(
+                job=self.job,
+                rank=f.rank,
+                node=f.node,
+                host="127.0.0.1",
+                port=f.local_port,
+                local_root=str(self.workspace),
+                remote_root=f.code_dir,
+            )
+            for f in sorted(forwards, key=lambda f: f.rank)
+            if f.local_port
+        ]
+        if not targets:
+            return
+        interrupts.check()  # a Ctrl-C swallowed so far (see interrupts.py): before we write
+        self.launch_json = vscode_launch.update_launch_json(self.workspace, self.job, targets)
+        self.emit(
+            events.LaunchJson(
+                path=str(self.launch_json),
+                compound=vscode_launch.compound_name(self.job),
+                configurations=[vscode_launch.config_name(self.job, t.rank, t.node) for t in targets],
+            )
+        )

@@ -1,0 +1,51 @@
+"""Pause-safe collectives: while a debugger may stop one rank, every rank of the job raises its
+process-group timeout, so that its peers' collectives do not time out meanwhile.
+
+A rank without a process group yet raises it itself at init ("pending"); ranks that did not answer,
+reported later or were restarted (a new process with the same rank number) are asked again, at most
+every :data:`RETRY_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from remote_debug import spec
+from remote_debug.local import events
+from remote_debug.local.errors import UserError
+from remote_debug.local.rank_control import RankControl
+
+RETRY_SECONDS = 2.0
+# states in which a rank has no process group to protect any more
+_OVER = (spec.RankState.FAILED, spec.RankState.FINISHED)
+
+
+class PauseSafe:
+    def __init__(self, control: Callable[[str], RankControl], emit: events.Emit) -> None:
+        self._control = control  # node -> the control channels of its ranks
+        self._emit = emit
+        self._done: set[tuple[int, int]] = set()  # (rank, pid): a restarted rank is a new process
+        self._next = 0.0
+
+    def done(self, rank: spec.RankEndpoint) -> None:
+        """The rank is pause-safe already (its ``listen`` answer made it so)."""
+        self._done.add((rank.rank, rank.pid))
+
+    def announce(self, manifests: dict[str, spec.NodeManifest], *, force: bool = False) -> None:
+        """Ask every rank not asked yet (unless the last round was under RETRY_SECONDS ago)."""
+        now = time.monotonic()
+        if now < self._next and not force:
+            return
+        self._next = now + RETRY_SECONDS
+        for node, m in manifests.items():
+            for r in m.ranks:
+                if (r.rank, r.pid) in self._done or not r.control_port or r.state in _OVER:
+                    continue
+                try:
+                    detail = self._control(node).pause_safe(r)
+                except (OSError, UserError) as exc:
+                    self._emit(events.WarningEvent(message=f"rank {r.rank}: pause-safe failed: {exc}"))
+                    continue
+                self._done.add((r.rank, r.pid))  # also when "pending": the rank applies it at init
+                self._emit(events.PauseSafe(rank=r.rank, node=node, detail=detail))

@@ -1,0 +1,207 @@
+"""The attach event stream is defined once (remote_debug/local/events.py): the VS Code extension's types are
+generated from it, and every event survives the trip to JSON and back."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import io
+import json
+import typing
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any, Union
+
+import pytest
+
+from remote_debug.cli.output import event_printer
+from remote_debug.local import events as ev
+from remote_debug.local import vscode_launch
+from remote_debug.local.headless import RankReport, StopRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "vscode-extension" / "src" / "generated" / "events.ts"
+
+
+def test_the_extension_types_are_generated_from_the_events() -> None:
+    fresh = ev.typescript(ev._typescript_extra())
+    committed = GENERATED.read_text(encoding="utf-8")
+    if fresh != committed:
+        diff = "".join(
+            difflib.unified_diff(
+                committed.splitlines(keepends=True),
+                fresh.splitlines(keepends=True),
+                "vscode-extension/src/generated/events.ts (committed)",
+                "python -m remote_debug.local.events --typescript",
+            )
+        )
+        pytest.fail(
+            "the extension's event types differ from remote_debug/local/events.py: run "
+            "`npm run generate` in vscode-extension/ (or python -m remote_debug.local.events --typescript "
+            "--out vscode-extension/src/generated/events.ts) and commit the result\n" + diff
+        )
+
+
+def test_the_generator_writes_only_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "generated" / "events.ts"
+    assert ev.main(["--typescript", "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == GENERATED.read_text(encoding="utf-8")
+    assert ev.main(["--typescript"]) == 0
+    assert capsys.readouterr().out == out.read_text(encoding="utf-8")
+    assert ev.main(["--python"]) == 2
+
+
+def _all_subclasses(cls: type[Any]) -> set[type[Any]]:
+    found = set(cls.__subclasses__())
+    for sub in list(found):
+        found |= _all_subclasses(sub)
+    return found
+
+
+def test_wire_names_are_unique_and_every_event_is_listed() -> None:
+    names = [cls.name for cls in ev.EVENT_TYPES]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert all(names), "every event has a wire name"
+    assert {c for c in _all_subclasses(ev.Event) if c.__module__ == ev.__name__} == set(ev.EVENT_TYPES)
+    for cls in ev.EVENT_TYPES:
+        assert dataclasses.is_dataclass(cls)
+        assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        assert all(f.kw_only for f in dataclasses.fields(cls)), cls
+        assert "name" not in {f.name for f in dataclasses.fields(cls)}, "name is the wire name"
+
+
+# --- a sample of every event, built from its type hints ---------------------------------------------
+
+
+def _sample(tp: Any, *, none: bool) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Union or str(origin) == "<class 'types.UnionType'>":
+        args = typing.get_args(tp)
+        if none and type(None) in args:
+            return None
+        return _sample(next(a for a in args if a is not type(None)), none=none)
+    if origin is list:
+        return [_sample(typing.get_args(tp)[0], none=none)]
+    if origin is dict:
+        return {"key": _sample(typing.get_args(tp)[1], none=none)}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _instance(tp, none=none)
+    return {str: "text", int: 7, float: 1.5, bool: True}[tp]
+
+
+def _instance(cls: type[Any], *, none: bool) -> Any:
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _sample(hints[f.name], none=none) for f in dataclasses.fields(cls)})
+
+
+SAMPLES = [
+    pytest.param(_instance(cls, none=none), id=f"{cls.name}-{'nulls' if none else 'values'}")
+    for cls in ev.EVENT_TYPES
+    for none in (False, True)
+]
+
+
+@pytest.mark.parametrize("event", SAMPLES)
+def test_every_event_round_trips_through_its_json_line(event: ev.Event) -> None:
+    line = json.dumps(event.to_json())  # JSON types only: no default= needed
+    data = json.loads(line)
+    assert list(data)[:2] == ["event", "v"] and data["event"] == event.name and data["v"] == ev.EVENTS_VERSION
+    assert ev.from_json(data) == event
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        event_printer(True)(event)
+    assert ev.from_json(json.loads(printed.getvalue())) == event  # what `attach --json` prints
+
+
+def test_from_json_is_strict() -> None:
+    good = ev.Ready(ranks=[0]).to_json()
+    assert ev.from_json({k: v for k, v in good.items() if k != "v"}) == ev.Ready(ranks=[0])
+    with pytest.raises(ValueError, match="unknown event"):
+        ev.from_json({"event": "nope"})
+    with pytest.raises(ValueError, match="unknown fields"):
+        ev.from_json({**good, "extra": 1})
+    with pytest.raises(ValueError, match="missing field"):
+        ev.from_json({"event": "ready", "v": 1})
+    with pytest.raises(ValueError, match="expected int"):
+        ev.from_json({**good, "ranks": ["0"]})
+    with pytest.raises(ValueError, match="expected int"):
+        ev.from_json({**good, "ranks": [True]})
+    with pytest.raises(ValueError, match="version"):
+        ev.from_json({**good, "v": ev.EVENTS_VERSION + 1})
+    config = ev.PycharmConfig(path="/p", config_name="remote-debug: j", port=5678, steps=[])
+    assert config.to_json()["name"] == "remote-debug: j"  # the field's wire name
+    assert ev.from_json(config.to_json()) == config
+
+
+# --- the emit sites -----------------------------------------------------------------------------------
+
+
+def test_headless_stops_and_the_summary_round_trip() -> None:
+    stop = StopRecord("/ws/train.py", 12, "main", "breakpoint", {"rank": "0"})
+    stopped = stop.event(0, "algo-1")
+    assert ev.from_json(stopped.to_json()) == stopped
+    assert stopped.to_json() == {"event": "stopped", "v": 1, "rank": 0, "node": "algo-1", **vars(stop)}
+    report = RankReport(0, "algo-1", [stop, StopRecord("/ws/train.py", 13, "main", "step", {})])
+    summary = ev.Summary(job="j", exit_code=0, ranks=[report.summary(), RankReport(1, "algo-2", error="EOF").summary()])
+    assert ev.from_json(summary.to_json()) == summary
+    assert summary.to_json()["ranks"][0] == report.to_json()  # demo --json prints the same rank objects
+    assert report.to_json() == {
+        "rank": 0,
+        "node": "algo-1",
+        "file": "/ws/train.py",
+        "line": 12,
+        "variables": {"rank": "0"},
+        "stops": [vars(s) for s in report.stops],
+        "error": None,
+    }
+
+
+def _event_constructions() -> list[tuple[str, int, str, set[str]]]:
+    """(file, line, event class, keyword names) of every ``ev.X(...)``/``X(...)`` event built in remote_debug/."""
+    classes = {cls.__name__ for cls in ev.EVENT_TYPES}
+    found = []
+    for path in sorted((ROOT / "remote_debug").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in classes:
+                keywords = {k.arg for k in node.keywords if k.arg is not None}
+                found.append((str(path.relative_to(ROOT)), node.lineno, name, keywords))
+    return found
+
+
+def test_emit_sites_build_typed_events_with_known_fields() -> None:
+    sites = _event_constructions()
+    assert sites, "the emit sites construct events from remote_debug.local.events"
+    by_name = {cls.__name__: cls for cls in ev.EVENT_TYPES}
+    for where, line, name, keywords in sites:
+        fields = {f.name for f in dataclasses.fields(by_name[name])}
+        assert keywords <= fields, f"{where}:{line}: {name} has no fields {sorted(keywords - fields)}"
+
+
+def test_no_event_is_written_as_a_dict_literal() -> None:
+    """The stream has one definition: an ``{"event": ...}`` literal in remote_debug/ is a second one."""
+    offenders = []
+    for path in sorted((ROOT / "remote_debug").rglob("*.py")):
+        if path.name == "events.py" and path.parent.name == "local":
+            continue  # Event.to_json
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == "event" for k in node.keys
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"build events with remote_debug.local.events instead: {offenders}"
+
+
+def test_configuration_names_have_one_definition() -> None:
+    assert vscode_launch.config_name("j", 3, "algo-2") == "remote-debug: j rank 3 (algo-2)"
+    assert vscode_launch.compound_name("j") == "remote-debug: j all ranks"
+    assert vscode_launch.config_name("{job}", 0, "n") == "remote-debug: {job} rank 0 (n)"
+    for name in (vscode_launch.config_name("j", 0, "n"), vscode_launch.compound_name("j")):
+        assert name.startswith(ev.format_config_name_prefix("j"))
+    ts = GENERATED.read_text(encoding="utf-8")
+    for template in (ev.CONFIG_NAME_TEMPLATE, ev.COMPOUND_NAME_TEMPLATE, ev.CONFIG_NAME_PREFIX_TEMPLATE):
+        assert f"'{template}'" in ts
