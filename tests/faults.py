@@ -346,7 +346,7 @@ class BeatJob:
         """A local forward (on attach's own tunnel) to the rank's control channel, for tunnel_usable."""
         manifest = self.job.backend.manifests(self.name)["algo-1"]
         assert manifest is not None and manifest.ranks
-        return int(self.attacher.tunnels["algo-1"].forward(manifest.ranks[0].control_port))
+        return int(self.attacher.connection.tunnel("algo-1").forward(manifest.ranks[0].control_port))
 
     def ide(self, port: int) -> Any:
         """Our DAP client as the IDE on local forward ``port``: attached, a breakpoint on the heartbeat line."""

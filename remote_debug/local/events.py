@@ -2,7 +2,7 @@
 
 Each event is a frozen dataclass whose class attribute ``name`` is its wire name; ``to_json()`` is the line
 (``{"event": name, "v": EVENTS_VERSION, **fields}``).  The VS Code extension's types are generated from these
-classes (``python -m remote_debug.local.events --typescript`` -> ``vscode-extension/src/generated/events.ts``),
+classes (``python -m remote_debug.local.events_typescript`` -> ``vscode-extension/src/generated/events.ts``),
 and ``tests/local/test_events_schema.py`` fails when the committed copy differs.
 
 Versioning: ``EVENTS_VERSION`` goes up when a field changes meaning or type, or is removed.  Adding an event or
@@ -15,14 +15,10 @@ Field types are restricted to what the generator maps: str, int, float, bool, ``
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Union
 
 EVENTS_VERSION = 1
@@ -453,166 +449,3 @@ def _value_from_json(tp: Any, value: Any, where: str) -> Any:
     if not ok:
         raise ValueError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
     return value
-
-
-# --- TypeScript ---------------------------------------------------------------------------------------
-
-GENERATED_HEADER = "// Generated, do not edit: python -m remote_debug.local.events --typescript\n"
-
-
-def _ts_type(tp: Any, nested: dict[str, type[Any]]) -> str:
-    if tp is Any or tp is object:
-        return "unknown"
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        parts = [_ts_type(a, nested) for a in args if a is not type(None)]
-        if type(None) in args:
-            parts.append("null")
-        return " | ".join(parts)
-    if origin is list or origin is tuple:
-        items = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        item = _ts_type(items[0], nested) if items else "unknown"
-        return f"({item})[]" if " " in item else f"{item}[]"
-    if origin is dict:
-        _, item = typing.get_args(tp)
-        return f"Record<string, {_ts_type(item, nested)}>"
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        nested.setdefault(tp.__name__, tp)
-        return tp.__name__
-    mapping = {str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-    if tp in mapping:
-        return mapping[tp]
-    raise TypeError(f"type {tp!r} has no TypeScript mapping")
-
-
-def _ts_fields(cls: type[Any], nested: dict[str, type[Any]]) -> list[str]:
-    hints = typing.get_type_hints(cls)
-    lines = []
-    for f in dataclasses.fields(cls):
-        lines.append(f"  {json_key(f)}: {_ts_type(hints[f.name], nested)};")
-    return lines
-
-
-def _ts_interface_name(cls: type[Any]) -> str:
-    if issubclass(cls, Event):
-        base = cls.__name__.removesuffix("Event")
-        return f"{base}Event"
-    return cls.__name__
-
-
-def _ts_doc(cls: type[Any]) -> list[str]:
-    doc = cls.__doc__ or ""
-    if not doc or doc.startswith(cls.__name__ + "("):  # dataclass's generated signature
-        return []
-    text = " ".join(doc.split()).replace("``", "`")
-    text = re.sub(r":(?:class|func|meth|data):`~?([^`]+)`", r"\1", text)
-    return [f"/** {text} */"]
-
-
-def typescript(extra: Sequence[type[Any]] = ()) -> str:
-    """The TypeScript declarations for every event (and the ``extra`` dataclasses, e.g. JobInfo)."""
-    out: list[str] = [
-        GENERATED_HEADER.rstrip("\n"),
-        "// Source: remote_debug/local/events.py (the attach event stream)"
-        + (", " + ", ".join(f"{c.__module__}.{c.__name__}" for c in extra) if extra else "")
-        + ".",
-        "/* eslint-disable */",
-        "",
-        f"export const EVENTS_VERSION = {EVENTS_VERSION};",
-        "",
-        "/** The VS Code configuration names, as remote_debug.local.vscode_launch writes them. */",
-        f"export const CONFIG_NAME_PREFIX_TEMPLATE = {_ts_string(CONFIG_NAME_PREFIX_TEMPLATE)};",
-        f"export const CONFIG_NAME_TEMPLATE = {_ts_string(CONFIG_NAME_TEMPLATE)};",
-        f"export const COMPOUND_NAME_TEMPLATE = {_ts_string(COMPOUND_NAME_TEMPLATE)};",
-        "",
-        "function fill(template: string, values: Record<string, string | number>): string {",
-        "  return template.replace(/\\{(\\w+)\\}/g, (whole: string, key: string) =>"
-        " (key in values ? String(values[key]) : whole));",
-        "}",
-        "",
-        "export function formatConfigName(job: string, rank: number, node: string): string {",
-        "  return fill(CONFIG_NAME_TEMPLATE, { job, rank, node });",
-        "}",
-        "",
-        "export function formatCompoundName(job: string): string {",
-        "  return fill(COMPOUND_NAME_TEMPLATE, { job });",
-        "}",
-        "",
-        "export function formatConfigNamePrefix(job: string): string {",
-        "  return fill(CONFIG_NAME_PREFIX_TEMPLATE, { job });",
-        "}",
-        "",
-    ]
-    nested: dict[str, type[Any]] = {}
-    blocks: list[str] = []
-    for cls in EVENT_TYPES:
-        lines = [*_ts_doc(cls), f"export interface {_ts_interface_name(cls)} {{"]
-        lines += [f"  event: {_ts_string(cls.name)};", "  v: number;"]
-        lines += _ts_fields(cls, nested)
-        lines.append("}")
-        blocks.append("\n".join(lines))
-    for cls in extra:
-        lines = [*_ts_doc(cls), f"export interface {cls.__name__} {{", *_ts_fields(cls, nested), "}"]
-        blocks.append("\n".join(lines))
-    done: set[str] = set()
-    nested_blocks: list[str] = []
-    while len(done) < len(nested):
-        for key, cls in sorted(nested.items()):
-            if key in done:
-                continue
-            done.add(key)
-            lines = [*_ts_doc(cls), f"export interface {key} {{", *_ts_fields(cls, nested), "}"]
-            nested_blocks.append("\n".join(lines))
-    out.append("\n\n".join(nested_blocks + blocks))
-    out.append("")
-    out.append("export type AttachEvent =")
-    out += [f"  | {_ts_interface_name(cls)}" for cls in EVENT_TYPES]
-    out[-1] += ";"
-    out.append("")
-    out.append("export type AttachEventName = AttachEvent['event'];")
-    out.append("")
-    out.append("export const EVENT_NAMES: readonly AttachEventName[] = [")
-    out += [f"  {_ts_string(cls.name)}," for cls in EVENT_TYPES]
-    out.append("];")
-    out.append("")
-    return "\n".join(out)
-
-
-def _ts_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _typescript_extra() -> list[type[Any]]:
-    from remote_debug.local.backends.base import JobInfo
-
-    return [JobInfo]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``--typescript``: print the TypeScript; ``--typescript --out FILE``: write it there (atomically, only
-    when it changed), as the extension's ``npm run generate`` does."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    out: str | None = None
-    if len(args) == 3 and args[1] == "--out":
-        out = args.pop()
-        args.pop()
-    if args != ["--typescript"]:
-        print("usage: python -m remote_debug.local.events --typescript [--out FILE]", file=sys.stderr)
-        return 2
-    text = typescript(_typescript_extra())
-    if out is None:
-        sys.stdout.write(text)
-        return 0
-    target = Path(out)
-    if target.is_file() and target.read_text(encoding="utf-8") == text:
-        return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -17,7 +17,7 @@ import pytest
 
 from remote_debug.cli.output import event_printer
 from remote_debug.local import events as ev
-from remote_debug.local import vscode_launch
+from remote_debug.local import events_typescript, vscode_launch
 from remote_debug.local.headless import RankReport, StopRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ GENERATED = ROOT / "vscode-extension" / "src" / "generated" / "events.ts"
 
 
 def test_the_extension_types_are_generated_from_the_events() -> None:
-    fresh = ev.typescript(ev._typescript_extra())
+    fresh = events_typescript.typescript(events_typescript.typescript_extra())
     committed = GENERATED.read_text(encoding="utf-8")
     if fresh != committed:
         diff = "".join(
@@ -33,23 +33,29 @@ def test_the_extension_types_are_generated_from_the_events() -> None:
                 committed.splitlines(keepends=True),
                 fresh.splitlines(keepends=True),
                 "vscode-extension/src/generated/events.ts (committed)",
-                "python -m remote_debug.local.events --typescript",
+                "python -m remote_debug.local.events_typescript",
             )
         )
         pytest.fail(
             "the extension's event types differ from remote_debug/local/events.py: run "
-            "`npm run generate` in vscode-extension/ (or python -m remote_debug.local.events --typescript "
+            "`npm run generate` in vscode-extension/ (or python -m remote_debug.local.events_typescript "
             "--out vscode-extension/src/generated/events.ts) and commit the result\n" + diff
         )
 
 
 def test_the_generator_writes_only_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "generated" / "events.ts"
-    assert ev.main(["--typescript", "--out", str(out)]) == 0
+    assert events_typescript.main(["--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == GENERATED.read_text(encoding="utf-8")
-    assert ev.main(["--typescript"]) == 0
+    written = out.stat().st_mtime_ns
+    assert events_typescript.main(["--out", str(out)]) == 0
+    assert out.stat().st_mtime_ns == written  # same text: the file is left alone (no rebuild for npm watchers)
+    out.write_text("// stale\n", encoding="utf-8")
+    assert events_typescript.main(["--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == GENERATED.read_text(encoding="utf-8")
+    assert events_typescript.main([]) == 0
     assert capsys.readouterr().out == out.read_text(encoding="utf-8")
-    assert ev.main(["--python"]) == 2
+    assert events_typescript.main(["--python"]) == 2
 
 
 def _all_subclasses(cls: type[Any]) -> set[type[Any]]:

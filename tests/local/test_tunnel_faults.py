@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import attach as attach_mod
+from remote_debug.local import connection as attach_mod
 from remote_debug.local import tunnels
 from remote_debug.local.proxy import proxy_command as real_proxy_command
 from tests.container.helpers import wait_for

@@ -1,4 +1,4 @@
-// Generated, do not edit: python -m remote_debug.local.events --typescript
+// Generated, do not edit: python -m remote_debug.local.events_typescript
 // Source: remote_debug/local/events.py (the attach event stream), remote_debug.local.backends.base.JobInfo.
 /* eslint-disable */
 

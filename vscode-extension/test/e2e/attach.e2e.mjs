@@ -228,9 +228,13 @@ async function breakpointLines() {
 /** Rows of the Call Stack view: their aria-labels (what a screen reader announces) and text. */
 async function callStackRows() {
   return state.page.evaluate(() => {
+    // No call stack view: no debug session (without a launch.json -- the extension passes --no-launch-json --
+    // the Run and Debug view then shows its welcome page, whose other lists must not count as sessions).
     const view = document.querySelector('.debug-call-stack, [id="workbench.debug.callStackView"]');
-    const root = view ?? document;
-    return [...root.querySelectorAll('.monaco-list-row')].map((row) => ({
+    if (!view) {
+      return [];
+    }
+    return [...view.querySelectorAll('.monaco-list-row')].map((row) => ({
       label: row.getAttribute('aria-label') ?? '',
       text: row.textContent ?? '',
       expanded: row.getAttribute('aria-expanded'),
@@ -572,6 +576,8 @@ test('Attach All Ranks from the command palette stops both ranks at a breakpoint
     }, { timeout: 180_000, interval: 1000 });
     assert.equal(job.status, 'Completed', `job ${state.job}: ${job.status} (${job.failure_reason ?? ''})`);
     assert.equal(job.exit_code, 0);
+    // the extension makes its own debug configurations: the user's workspace gets no launch.json from it
+    assert.ok(!fs.existsSync(path.join(state.workspace, '.vscode', 'launch.json')), 'attach wrote a launch.json');
     await waitFor('the debug sessions to end', async () => (await callStackRows()).filter((r) => r.level === '1').length === 0, {
       timeout: 60_000,
     });
