@@ -28,12 +28,13 @@ import json
 import math
 import os
 import re
-import secrets
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from remote_debug.osutil import atomic_write_text
 
 SPEC_VERSION = 1
 MANIFEST_VERSION = 1
@@ -163,6 +164,18 @@ class RankState(StrEnum):
     HELD = "held"  # died of an uncaught exception, kept alive for a post-mortem debugger (hold on failure)
 
 
+class ControlOp(StrEnum):
+    """A request on a rank's control channel: one JSON line ``{"op": ...}`` to the rank's ``control_port``.
+
+    ``container/control.py`` serves them in the rank; ``local/rank_control.py`` asks them through the
+    node's SSH connection.
+    """
+
+    LISTEN = "listen"  # start the debug listener (lazy ranks) / put tracing back; the reply has "port"
+    PAUSE_SAFE = "pause-safe"  # raise the process-group timeout; the reply's "detail" says how
+    STACKS = "stacks"  # every thread's Python stack; the reply has "threads"
+
+
 Choice = TypeVar("Choice", bound=StrEnum)
 
 
@@ -175,7 +188,6 @@ def parse_choice(kind: type[Choice], value: object, what: str) -> Choice:
         raise ContractError(f"unknown {what} {str(value)[:80]!r}: use one of {choices}") from None
 
 
-IDES: tuple[str, ...] = tuple(ide.value for ide in IDE)  # the CLI's --ide choices
 
 
 RankSelection = tuple[int, ...] | None  # None means every rank
@@ -431,19 +443,19 @@ class RankEndpoint:
 
     @classmethod
     def from_json(cls, data: Any) -> RankEndpoint:
-        d = _require_mapping(data, "rank manifest")
+        d = require_mapping(data, "rank manifest")
         try:
             ep = cls(
-                rank=_int(d, "rank"),
-                local_rank=_int(d, "local_rank"),
-                world_size=_int(d, "world_size"),
-                port=_int(d, "port"),
-                pid=_int(d, "pid"),
+                rank=json_int(d, "rank"),
+                local_rank=json_int(d, "local_rank"),
+                world_size=json_int(d, "world_size"),
+                port=json_int(d, "port"),
+                pid=json_int(d, "pid"),
                 state=parse_choice(RankState, d.get("state", RankState.LISTENING), "rank state"),
                 ide=parse_choice(IDE, d.get("ide", IDE.VSCODE), "IDE"),
                 error=None if d.get("error") is None else str(d["error"]),
-                version=_int(d, "version"),
-                control_port=_int(d, "control_port") if "control_port" in d else 0,
+                version=json_int(d, "version"),
+                control_port=json_int(d, "control_port") if "control_port" in d else 0,
                 traceback=None if d.get("traceback") is None else str(d["traceback"]),
             )
         except KeyError as exc:
@@ -484,7 +496,7 @@ class NodeManifest:
 
     @classmethod
     def from_json(cls, data: Any) -> NodeManifest:
-        d = _require_mapping(data, "node manifest")
+        d = require_mapping(data, "node manifest")
         if not isinstance(d.get("hosts", []), list):
             raise ContractError("node manifest field 'hosts' must be a list of host names")
         try:
@@ -493,16 +505,16 @@ class NodeManifest:
                 node=str(d["node"]),
                 hosts=[str(h) for h in d["hosts"]],
                 sshd_host=str(d["sshd_host"]),
-                sshd_port=_int(d, "sshd_port"),
+                sshd_port=json_int(d, "sshd_port"),
                 ssh_user=str(d["ssh_user"]),
                 host_public_key=str(d["host_public_key"]),
                 code_dir=str(d["code_dir"]),
                 state=parse_choice(NodeState, d.get("state", NodeState.STARTING), "node state"),
-                hook_pid=_int(d, "hook_pid"),
-                exit_code=None if d.get("exit_code") is None else _int(d, "exit_code"),
+                hook_pid=json_int(d, "hook_pid"),
+                exit_code=None if d.get("exit_code") is None else json_int(d, "exit_code"),
                 errors=[str(e) for e in d.get("errors", [])],
                 ssm_target=str(d.get("ssm_target") or ""),  # absent in documents of older hooks
-                version=_int(d, "version"),
+                version=json_int(d, "version"),
             )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"node manifest lacks or mangles {exc.args[0]!r}") from None
@@ -549,229 +561,6 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
     return manifest
 
 
-# --- manifest as log lines (the SageMaker channel) ------------------------------------------------
-#
-# On SageMaker the node publishes each manifest document as ONE line on the training job's stdout,
-# which the platform already ships to CloudWatch Logs (group /aws/sagemaker/TrainingJobs, stream
-# <job>/algo-<n>-<epoch>).  The laptop reads the lines back with FilterLogEvents under the user's
-# own AWS identity: no credentials, boto3 or network access are needed in the container, and the
-# channel is authenticated end to end (which is what lets the laptop pin the host key in it).
-#
-#     [remote-debug] manifest {"boot":"..","doc":{..},"kind":"node","node":"algo-1","seq":3,"v":1}
-#
-# ``boot`` names one run of the node's hook (a restarted node starts afresh), ``seq`` orders the
-# documents of one boot (CloudWatch timestamps have millisecond resolution and may tie).  The line
-# may follow other output on the same log event (a progress bar without a newline), so readers
-# look for the prefix anywhere in a message.
-
-MANIFEST_LINE_PREFIX = "[remote-debug] manifest "
-MANIFEST_LINE_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ManifestLine:
-    node: str
-    boot: str
-    seq: int
-    document: NodeManifest | RankEndpoint
-
-
-def format_manifest_line(node: str, document: NodeManifest | RankEndpoint, *, boot: str, seq: int) -> str:
-    """The log line (without a line ending) that carries ``document``; compact JSON, one line."""
-    body = {
-        "v": MANIFEST_LINE_VERSION,
-        "node": node,
-        "kind": "node" if isinstance(document, NodeManifest) else "rank",
-        "boot": boot,
-        "seq": seq,
-        "doc": document.to_json(),
-    }
-    return MANIFEST_LINE_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
-
-
-def parse_manifest_line(text: str) -> ManifestLine | None:
-    """The document in a log message, None when the message carries none; ContractError if mangled."""
-    at = text.find(MANIFEST_LINE_PREFIX)
-    if at < 0:
-        return None
-    try:
-        data = json.loads(text[at + len(MANIFEST_LINE_PREFIX) :].strip())
-    except json.JSONDecodeError as exc:
-        raise ContractError(f"malformed manifest log line: {exc.msg} at column {exc.colno}") from None
-    d = _require_mapping(data, "manifest log line")
-    if d.get("v") != MANIFEST_LINE_VERSION:
-        raise ContractError(
-            f"manifest log line version {d.get('v')!r} is not supported (this remote_debug speaks "
-            f"{MANIFEST_LINE_VERSION}): use the same remote-debug version in the job and on the laptop"
-        )
-    node, boot, kind = d.get("node"), d.get("boot"), d.get("kind")
-    if not isinstance(node, str) or not NODE_NAME_RE.match(node) or not isinstance(boot, str):
-        raise ContractError("manifest log line lacks a valid 'node' or 'boot'")
-    document: NodeManifest | RankEndpoint
-    if kind == "node":
-        document = NodeManifest.from_json(d.get("doc"))
-    elif kind == "rank":
-        document = RankEndpoint.from_json(d.get("doc"))
-    else:
-        raise ContractError(f"manifest log line has an unknown kind {kind!r}")
-    return ManifestLine(node=node, boot=boot, seq=_int(d, "seq"), document=document)
-
-
-def merge_manifest_lines(lines: Iterable[ManifestLine]) -> dict[str, NodeManifest]:
-    """Node name -> its current manifest (ranks filled in), from lines in the order they were logged.
-
-    The newest boot of a node wins (a node that restarted published afresh; its old ranks are
-    gone); within a boot the highest ``seq`` of each document wins, whatever order equal
-    timestamps came back in.
-    """
-    boots: dict[str, str] = {}
-    nodes: dict[tuple[str, str], tuple[int, NodeManifest]] = {}
-    ranks: dict[tuple[str, str], dict[int, tuple[int, RankEndpoint]]] = {}
-    for line in lines:
-        key = (line.node, line.boot)
-        if isinstance(line.document, NodeManifest):
-            if key not in nodes:
-                boots[line.node] = line.boot  # first document of a newer boot
-            if line.seq >= nodes.get(key, (-1, None))[0]:
-                nodes[key] = (line.seq, line.document)
-        else:
-            per_rank = ranks.setdefault(key, {})
-            if line.seq >= per_rank.get(line.document.rank, (-1, None))[0]:
-                per_rank[line.document.rank] = (line.seq, line.document)
-    out: dict[str, NodeManifest] = {}
-    for node, boot in boots.items():
-        manifest = replace(nodes[(node, boot)][1])
-        manifest.ranks = sorted((ep for _, ep in ranks.get((node, boot), {}).values()), key=lambda r: r.rank)
-        out[node] = manifest
-    return out
-
-
-# --- small shared helpers ------------------------------------------------------------------------
-
-
-def atomic_write_bytes(
-    path: Path, data: bytes, mode: int = 0o644, *, unless_changed: Callable[[], bool] | None = None
-) -> bool:
-    """Write ``data`` so readers see the old file or the new one, never half of it.
-
-    The data goes to a temp file next to ``path`` (same filesystem: the rename is atomic), is
-    fsynced before the rename (after a crash the name holds old or new bytes, never an empty
-    file), and the directory is fsynced after it (the rename itself survives).  On any exception,
-    KeyboardInterrupt and a full disk included, the temp file is removed and ``path`` is untouched.
-
-    ``unless_changed``: checked just before the final rename; when it returns False (someone else
-    changed the file meanwhile) nothing is replaced and the result is False.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(path)
-    try:
-        _write_temp(tmp, data, mode)
-        if unless_changed is not None and not unless_changed():
-            os.unlink(tmp)
-            return False
-        os.replace(tmp, path)
-    except BaseException:
-        _discard(tmp)
-        raise
-    _fsync_dir(path.parent)
-    return True
-
-
-def atomic_write_many(files: Sequence[tuple[Path, bytes, int]]) -> None:
-    """Write several files, each atomically, with every byte on disk before the first rename.
-
-    A full disk, a read-only filesystem or an interrupt while writing leaves every file as it was;
-    only the renames (which need no space) run one after the other, so order ``files`` such that
-    each prefix is consistent (e.g. pinned keys before the Host block that points at them).
-    """
-    temps = [(_temp_name(path), path) for path, _, _ in files]
-    try:
-        for (tmp, path), (_, data, mode) in zip(temps, files, strict=True):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _write_temp(tmp, data, mode)
-        for tmp, path in temps:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in temps:
-            _discard(tmp)
-        raise
-    for directory in dict.fromkeys(path.parent for _, path in temps):
-        _fsync_dir(directory)
-
-
-def _temp_name(path: Path) -> Path:
-    # named before it is created: an interrupt at any point still knows what to clean up
-    return path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-
-
-def _write_temp(tmp: Path, data: bytes, mode: int) -> None:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)  # private until done
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, mode)
-
-
-def _discard(tmp: Path) -> None:
-    try:
-        os.unlink(tmp)
-    except OSError:  # never created, already renamed, or its directory is gone
-        pass
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems cannot fsync a directory: the rename is still atomic
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """UTF-8 (whatever the locale says) text, written atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
-
-
-def proc_stat(pid: int | str) -> list[str] | None:
-    """The fields of Linux's ``/proc/<pid>/stat`` after the command name - state ("R", "S", "Z"...)
-    first, then the parent's pid - or None when there is no such process (or no /proc).
-
-    The command name is in parentheses and may itself hold spaces and ")": split after the last one.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields or None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not: it only waits for its parent to reap it).
-
-    Not contract, but needed on both sides (the node daemon's lock holder, local job processes), which
-    may share only this module -- like the atomic writes above."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = proc_stat(pid)
-    return fields is None or fields[0] != "Z"  # unreadable: kill() said it exists
-
-
 def _loads(data: bytes, path: Path) -> Any:
     try:
         text = data.decode("utf-8")  # what the writers write, whatever the reader's locale says
@@ -785,13 +574,15 @@ def _loads(data: bytes, path: Path) -> Any:
         raise ContractError(f"malformed manifest {path}: nested too deeply") from None
 
 
-def _require_mapping(data: Any, what: str) -> Mapping[str, Any]:
+def require_mapping(data: Any, what: str) -> Mapping[str, Any]:
+    """``data`` if it is a JSON object; a one-line ContractError otherwise."""
     if not isinstance(data, Mapping):
         raise ContractError(f"{what} is not a JSON object")
     return data
 
 
-def _int(d: Mapping[str, Any], key: str) -> int:
+def json_int(d: Mapping[str, Any], key: str) -> int:
+    """``d[key]`` as an int (not a bool); a one-line ContractError otherwise (KeyError when absent)."""
     value = d[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ContractError(f"manifest field {key!r} must be an integer, got {value!r}")

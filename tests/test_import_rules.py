@@ -2,7 +2,8 @@
 
 * ``remote_debug/container/**`` runs inside the training image: it imports the standard library,
   debugpy / pydevd (or pydevd-pycharm), the contract modules (``remote_debug.spec``,
-  ``remote_debug.pycharm_spec``) and itself - nothing from the laptop side, no other package.
+  ``remote_debug.pycharm_spec``, ``remote_debug.manifest_lines``), the stdlib helpers both sides share
+  (``remote_debug.osutil``) and itself - nothing from the laptop side, no other package.
 * No import cycles between ``remote_debug`` modules: module-level and function-level imports both
   count (a function-level import still makes the two modules depend on each other); imports under
   ``if TYPE_CHECKING:`` do not (they never run).
@@ -26,7 +27,13 @@ PACKAGE = "remote_debug"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 CONTAINER = f"{PACKAGE}.container"
-CONTAINER_MAY_IMPORT = (f"{PACKAGE}.spec", f"{PACKAGE}.pycharm_spec")
+# the contract, and the stdlib helpers both sides share
+CONTAINER_MAY_IMPORT = (
+    f"{PACKAGE}.spec",
+    f"{PACKAGE}.pycharm_spec",
+    f"{PACKAGE}.manifest_lines",
+    f"{PACKAGE}.osutil",
+)
 CONTAINER_THIRD_PARTY = ("debugpy", "pydevd")  # and pydevd_*, _pydevd*, _pydev* (debugpy's vendored pydevd)
 SAGEMAKER_MAY_IMPORT = (
     f"{PACKAGE}.local.errors",  # UserError: the one-line error the CLI turns into exit code 2

@@ -37,6 +37,15 @@ def positive_seconds(param: typer.CallbackParam, value: float) -> float:
     return value
 
 
+# Options several commands declare alike: one declaration each.
+PycharmBuild = Annotated[
+    str | None,
+    typer.Option(
+        "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
+    ),
+]
+
+
 def _shown_as_flag(option: TyperOption | None) -> TyperOption | None:
     if option is not None:
         option.metavar = ""  # -h/--help without "<bool>", like every flag()

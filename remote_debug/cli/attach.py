@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_PORT, app, flag, positive_seconds
+from remote_debug.cli.app import MAX_PORT, PycharmBuild, app, flag, positive_seconds
 from remote_debug.cli.output import event_printer
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import backend_for, job_ref
@@ -65,12 +65,7 @@ def attach(
             help="--ide pycharm: port of PyCharm's debug server here (default: as before, or 12345).",
         ),
     ] = 0,
-    pycharm_build: Annotated[
-        str | None,
-        typer.Option(
-            "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
-        ),
-    ] = None,
+    pycharm_build: PycharmBuild = None,
 ) -> None:
     """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends."""
     if ide != spec.IDE.PYCHARM and (pycharm_port or pycharm_build):

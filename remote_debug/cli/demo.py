@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, app, flag
+from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, event_printer, print_json
 from remote_debug.local.demo import run_demo
 from remote_debug.local.events import ignore
@@ -38,12 +38,7 @@ def demo(
     pycharm_port: Annotated[
         int, typer.Option("--pycharm-port", min=0, max=MAX_PORT, help="--ide pycharm: port of PyCharm's debug server.")
     ] = 0,
-    pycharm_build: Annotated[
-        str | None,
-        typer.Option(
-            "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
-        ),
-    ] = None,
+    pycharm_build: PycharmBuild = None,
 ) -> None:
     """Run the example DDP job locally and stop in every rank."""
     wait_seconds = wait if wait is not None else (120.0 if headless else 600.0)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, app, flag
+from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
@@ -89,12 +89,7 @@ def launch(
         ),
     ] = False,
     as_json: Annotated[bool, flag("--json", help="Print the job as JSON.")] = False,
-    pycharm_build: Annotated[
-        str | None,
-        typer.Option(
-            "--pycharm-build", help="--ide pycharm: your PyCharm build (default: detected); 'any' skips the check."
-        ),
-    ] = None,
+    pycharm_build: PycharmBuild = None,
 ) -> None:
     """Start a training job with debugging enabled, in the background."""
     if not local:

@@ -36,7 +36,8 @@ from types import FrameType
 from typing import IO
 
 from remote_debug.container.common import quiet_thread
-from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, NodeState, pid_alive
+from remote_debug.osutil import pid_alive
+from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, NodeState
 
 DAEMON_FLAG = "--node-daemon"
 LOCK_NAME = "node-daemon.lock"

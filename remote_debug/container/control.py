@@ -2,7 +2,7 @@
 
 It is a separate thread, so it answers while the rank's main thread is blocked in a collective or
 a C call (a signal handler would not run then).  Reached only through the node's sshd, like the
-debug port.  One JSON line in, one JSON line out, per connection:
+debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spec.ControlOp``):
 
 * ``{"op": "listen"}`` -> ``{"ok": true, "port": N}``: start debugpy now (lazy listeners) and make
   collectives pause-safe (see ``pause_safe``);
@@ -30,7 +30,7 @@ from typing import Any
 
 from remote_debug.container.common import quiet_thread, seconds_knob
 from remote_debug.container.log import describe, log
-from remote_debug.spec import ENV_PG_TIMEOUT, LOOPBACK
+from remote_debug.spec import ENV_PG_TIMEOUT, LOOPBACK, ControlOp
 
 MAX_REQUEST = 4096
 DEFAULT_PG_TIMEOUT_SECONDS = 7200.0  # long enough for a debugging session
@@ -118,12 +118,12 @@ class ControlServer:
 
     def handle(self, request: Any) -> dict[str, Any]:
         op = request.get("op") if isinstance(request, dict) else None
-        if op == "listen":
+        if op == ControlOp.LISTEN:
             port = self.on_listen()
             return {"ok": True, "port": port, "detail": self._pause_safe()}
-        if op == "pause-safe":
+        if op == ControlOp.PAUSE_SAFE:
             return {"ok": True, "detail": self._pause_safe()}
-        if op == "stacks":
+        if op == ControlOp.STACKS:
             return {"ok": True, "pid": os.getpid(), "threads": thread_stacks()}
         return {"ok": False, "error": f"unknown op {op!r}"}
 

@@ -38,6 +38,7 @@ from remote_debug.container.common import seconds_knob
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
 from remote_debug.container.sshd import set_parent_death_signal
+from remote_debug.osutil import proc_stat
 from remote_debug.spec import (
     ENV_CLAIMED_BY,
     ENV_HOOK_PID,
@@ -46,7 +47,6 @@ from remote_debug.spec import (
     ContractError,
     DebugSpec,
     NodeState,
-    proc_stat,
 )
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from remote_debug.container.log import describe, log
+from remote_debug.manifest_lines import format_manifest_line
 from remote_debug.spec import (
     NODE_MANIFEST_FILE,
     RANK_MANIFEST_GLOB,
@@ -29,7 +30,6 @@ from remote_debug.spec import (
     NodeManifest,
     RankEndpoint,
     Transport,
-    format_manifest_line,
 )
 
 ENV_MANIFEST_LINES = "REMOTE_DEBUG_MANIFEST_LINES"  # "1"/"0" force the log-line channel on/off

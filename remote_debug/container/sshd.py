@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from remote_debug.spec import LOOPBACK, proc_stat
+from remote_debug.osutil import proc_stat
+from remote_debug.spec import LOOPBACK
 
 ENV_SSHD = "REMOTE_DEBUG_SSHD"  # path of the sshd binary (tests point it at a missing file)
 PRIVSEP_DIR = "/run/sshd"  # root sshd refuses to start without it ("Missing privilege separation directory")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local import events, interrupts
-from remote_debug.local.backends.base import COMPLETED, TERMINAL, Backend, JobInfo
+from remote_debug.local.backends.base import TERMINAL, Backend, JobInfo, JobStatus
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import JobNotRunningError, UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport
@@ -56,7 +56,7 @@ class AttachResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.job.status == COMPLETED else 1
+        return 0 if self.job.status == JobStatus.COMPLETED else 1
 
 
 def check_ranks(job: str, selected: spec.RankSelection, world: int) -> None:

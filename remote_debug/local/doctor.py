@@ -19,6 +19,7 @@ from typing import Any
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends.sagemaker import SageMakerBackend
 from remote_debug.local.errors import UserError
+from remote_debug.spec import Transport
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 
@@ -206,7 +207,7 @@ class Doctor:
         except UserError as exc:
             self.add(Check("job", FAIL, str(exc), "check the job name, --region and --profile"))
             return
-        transport = info.sagemaker.transport if info.sagemaker else "ssm"
+        transport = info.sagemaker.transport if info.sagemaker else Transport.SSM
         state = f"{info.status} / {info.secondary_status}"
         self.add(Check("job state", OK if info.running else WARN, state,
                        "" if info.running else "only a running job can be debugged",
@@ -228,12 +229,13 @@ class Doctor:
                        f"published by {', '.join(published) or 'no node'}" + (f"; missing {', '.join(missing)}"
                                                                                if missing else ""),
                        "" if not missing else "see the node's CloudWatch log for [remote-debug] lines"))
-        if transport == "direct":
+        if transport == Transport.DIRECT:
             self.add(Check("ssm target", SKIP, "direct transport: no SSM"))
             return
         first = published[0] if published else "algo-1"
         manifest = manifests.get(first)
-        target = ssm.native_target(job, first) if transport == "ssm" else (manifest.ssm_target if manifest else "")
+        hybrid_target = manifest.ssm_target if manifest else ""
+        target = ssm.native_target(job, first) if transport == Transport.SSM else hybrid_target
         if not target:
             self.add(Check("ssm target", FAIL, f"{first} published no managed instance id",
                            "see the node's log for 'SSM hybrid registration failed'"))

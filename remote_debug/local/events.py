@@ -6,20 +6,26 @@ classes (``python -m remote_debug.local.events_typescript`` -> ``vscode-extensio
 and ``tests/local/test_events_schema.py`` fails when the committed copy differs.
 
 Versioning: ``EVENTS_VERSION`` goes up when a field changes meaning or type, or is removed.  Adding an event or
-an optional field does not bump it: readers ignore what they do not know.
+an optional field does not bump it: readers ignore what they do not know.  Nor does adding a member to an enum
+(the extension keeps a value it does not know, see vscode-extension/src/events.ts).
 
-Field types are restricted to what the generator maps: str, int, float, bool, ``X | None``, ``list[X]``,
-``dict[str, X]`` and nested frozen dataclasses (``Any`` only where a payload is really free-form).
+Field types are restricted to what the generator maps: str, int, float, bool, a ``StrEnum`` (a field with a
+closed set of values: on the wire its value, in TypeScript a union of string literals), ``X | None``,
+``list[X]``, ``dict[str, X]`` and nested frozen dataclasses (``Any`` only where a payload is really free-form).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
+
+from remote_debug.local.backends.base import JobStatus as JobStatusEnum  # the event JobStatus has its name
+from remote_debug.spec import IDE, RankState
 
 EVENTS_VERSION = 1
 
@@ -80,8 +86,8 @@ class JobStatus(Event):
 
     name: ClassVar[str] = "job-status"
     job: str
-    status: str
-    secondary_status: str
+    status: JobStatusEnum
+    secondary_status: str  # open-ended (SageMaker's SecondaryStatus)
     message: str = ""
 
 
@@ -146,8 +152,8 @@ class RankReady(Event):
     node: str
     local_port: int
     remote_port: int
-    state: str
-    ide: str
+    state: RankState
+    ide: IDE
     code_dir: str  # the job's code dir on that node (remoteRoot of the path mapping)
 
 
@@ -156,7 +162,7 @@ class RankUnavailable(Event):
     name: ClassVar[str] = "rank-unavailable"
     rank: int
     node: str
-    state: str
+    state: RankState
     error: str | None = None
 
 
@@ -277,7 +283,7 @@ class WarningEvent(Event):
 @dataclass(frozen=True, kw_only=True)
 class JobEnded(Event):
     name: ClassVar[str] = "job-ended"
-    status: str
+    status: JobStatusEnum
     exit_code: int | None = None
     failure_reason: str | None = None
 
@@ -361,6 +367,8 @@ def _fields_json(obj: Any) -> dict[str, Any]:
 def _to_json(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _fields_json(value)
+    if isinstance(value, enum.Enum):
+        return value.value  # a plain str: the line never depends on how a member prints
     if isinstance(value, (list, tuple)):
         return [_to_json(v) for v in value]
     if isinstance(value, dict):
@@ -436,6 +444,14 @@ def _value_from_json(tp: Any, value: Any, where: str) -> Any:
         return {str(k): _value_from_json(item, v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_from_json(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected str, got {type(value).__name__} {value!r}")
+        try:
+            return tp(value)
+        except ValueError:
+            choices = ", ".join(repr(member.value) for member in tp)
+            raise ValueError(f"{where}: unknown {tp.__name__} {value!r}: one of {choices}") from None
     if tp is bool:
         ok = isinstance(value, bool)
     elif tp is int:

@@ -3,11 +3,15 @@
 ``python -m remote_debug.local.events_typescript [--out FILE]`` (the extension's ``npm run generate``);
 ``tests/local/test_events_schema.py`` fails when the committed ``vscode-extension/src/generated/events.ts``
 differs from what this prints.
+
+A ``StrEnum`` field becomes a named union of its values (``export type RankState = 'idle' | ...;``, declared
+once, before the interfaces), so the extension cannot compare a field with a value the CLI never sends.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 import sys
@@ -31,6 +35,7 @@ GENERATED_HEADER = "// Generated, do not edit: python -m remote_debug.local.even
 
 
 def _ts_type(tp: Any, nested: dict[str, type[Any]]) -> str:
+    """``tp`` in TypeScript; a nested dataclass or an enum is recorded in ``nested`` and named."""
     if tp is Any or tp is object:
         return "unknown"
     origin = typing.get_origin(tp)
@@ -47,8 +52,12 @@ def _ts_type(tp: Any, nested: dict[str, type[Any]]) -> str:
     if origin is dict:
         _, item = typing.get_args(tp)
         return f"Record<string, {_ts_type(item, nested)}>"
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        nested.setdefault(tp.__name__, tp)
+    if isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, enum.Enum)):
+        if issubclass(tp, enum.Enum) and not (issubclass(tp, str) and all(isinstance(m.value, str) for m in tp)):
+            raise TypeError(f"enum {tp!r} has no TypeScript mapping: only a StrEnum does")
+        known = nested.setdefault(tp.__name__, tp)
+        if known is not tp:
+            raise TypeError(f"two types named {tp.__name__} ({known!r}, {tp!r}): TypeScript needs one name each")
         return tp.__name__
     mapping = {str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
     if tp in mapping:
@@ -62,6 +71,15 @@ def _ts_fields(cls: type[Any], nested: dict[str, type[Any]]) -> list[str]:
     for f in dataclasses.fields(cls):
         lines.append(f"  {json_key(f)}: {_ts_type(hints[f.name], nested)};")
     return lines
+
+
+def _ts_union(cls: type[enum.Enum]) -> list[str]:
+    """``export type Name = 'a' | 'b';`` (one member a line when that is long)."""
+    values = [_ts_string(str(member.value)) for member in cls]
+    line = f"export type {cls.__name__} = {' | '.join(values)};"
+    if len(line) <= 110:
+        return [*_ts_doc(cls), line]
+    return [*_ts_doc(cls), f"export type {cls.__name__} =", *(f"  | {v}" for v in values[:-1]), f"  | {values[-1]};"]
 
 
 def _ts_interface_name(cls: type[Any]) -> str:
@@ -126,15 +144,28 @@ def typescript(extra: Sequence[type[Any]] = ()) -> str:
         lines = [*_ts_doc(cls), f"export interface {cls.__name__} {{", *_ts_fields(cls, nested), "}"]
         blocks.append("\n".join(lines))
     done: set[str] = set()
+    enum_blocks: dict[str, str] = {}
     nested_blocks: list[str] = []
     while len(done) < len(nested):
         for key, cls in sorted(nested.items()):
             if key in done:
                 continue
             done.add(key)
+            if issubclass(cls, enum.Enum):
+                enum_blocks[key] = "\n".join(_ts_union(cls))
+                continue
             lines = [*_ts_doc(cls), f"export interface {key} {{", *_ts_fields(cls, nested), "}"]
             nested_blocks.append("\n".join(lines))
-    out.append("\n\n".join(nested_blocks + blocks))
+    interfaces = {_ts_interface_name(cls) for cls in EVENT_TYPES} | {cls.__name__ for cls in extra}
+    clash = sorted(interfaces & set(nested))
+    if clash:
+        raise TypeError(f"TypeScript names used twice: {clash}")
+    if enum_blocks:
+        out.append(
+            "// The closed sets of values (Python StrEnums).  A newer CLI may send a value not listed here: the\n"
+            "// parsers in ../events.ts keep it as is, and it compares equal to none of these.\n"
+        )
+    out.append("\n\n".join([enum_blocks[key] for key in sorted(enum_blocks)] + nested_blocks + blocks))
     out.append("")
     out.append("export type AttachEvent =")
     out += [f"  | {_ts_interface_name(cls)}" for cls in EVENT_TYPES]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from remote_debug import spec
+from remote_debug import osutil
 from remote_debug.local.dir_lock import locked
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths, private_dir
@@ -66,7 +66,7 @@ def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> boo
     """Atomically write ``data`` unless someone (an editor) changed the file meanwhile; False then."""
     mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
     try:
-        return spec.atomic_write_bytes(path, data, mode, unless_changed=lambda: read_launch_json(path)[0] == expected)
+        return osutil.atomic_write_bytes(path, data, mode, unless_changed=lambda: read_launch_json(path)[0] == expected)
     except OSError as exc:
         raise LaunchJsonError(f"{path}: cannot write it ({exc.strerror}); remote-debug did not change it") from None
 
@@ -109,7 +109,7 @@ class LaunchRecord:
                 made = not self.file.parent.exists()
                 try:
                     private_dir(self.file.parent)
-                    spec.atomic_write_text(self.file, text + "\n", mode=0o600)
+                    osutil.atomic_write_text(self.file, text + "\n", mode=0o600)
                 except OSError:
                     if made:  # a full disk: leave no empty folder behind either
                         with contextlib.suppress(OSError):

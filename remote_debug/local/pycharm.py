@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.local.errors import UserError
 from remote_debug.pycharm_spec import PYDEVD_DIST, normalize_build, requirement, satisfies
 
@@ -261,7 +261,7 @@ def write_run_config(workspace: Path, job: str, port: int) -> Path:
     path = run_config_path(workspace, job)
     xml = run_config_xml(job, port, workspace.name or "project").decode("utf-8")
     try:
-        spec.atomic_write_text(path, xml)  # atomic: a Ctrl-C or a full disk leaves the old file whole
+        osutil.atomic_write_text(path, xml)  # atomic: a Ctrl-C or a full disk leaves the old file whole
     except OSError as exc:
         raise UserError(f"{path}: cannot write it ({exc.strerror}); free space or fix permissions and retry") from None
     return path

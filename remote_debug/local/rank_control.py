@@ -2,7 +2,8 @@
 
 A rank answers on its node's 127.0.0.1:``control_port`` (a daemon thread of the rank, so it answers
 while the main thread is blocked in a collective).  One JSON line in, one JSON line out, per
-connection; reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
+connection (the ops: :class:`remote_debug.spec.ControlOp`); reached through the node's SSH connection
+(:meth:`NodeTunnel.open_channel`).
 
 - ``listen``: start the rank's debug listener (lazy ranks), or put tracing back after a detach;
   the reply's ``port`` is the listener on the node.  It also makes the rank pause-safe.
@@ -82,7 +83,7 @@ class RankControl:
         return reply
 
     def listen(self, rank: spec.RankEndpoint) -> Listening:
-        reply = self.request(rank.control_port, {"op": "listen"})
+        reply = self.request(rank.control_port, {"op": spec.ControlOp.LISTEN})
         try:
             port = spec.check_port(int(reply["port"]), "debug port from the control channel", allow_zero=False)
         except (KeyError, ValueError, TypeError) as exc:
@@ -90,10 +91,10 @@ class RankControl:
         return Listening(port, _detail(reply))
 
     def pause_safe(self, rank: spec.RankEndpoint) -> str | None:
-        return _detail(self.request(rank.control_port, {"op": "pause-safe"}))
+        return _detail(self.request(rank.control_port, {"op": spec.ControlOp.PAUSE_SAFE}))
 
     def stacks(self, rank: spec.RankEndpoint) -> list[ThreadStack]:
-        reply = self.request(rank.control_port, {"op": "stacks"})
+        reply = self.request(rank.control_port, {"op": spec.ControlOp.STACKS})
         return [
             ThreadStack(
                 name=str(t.get("name", "")),

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.local import paths as paths_mod
 from remote_debug.local.dir_lock import locked
 from remote_debug.local.errors import UserError
@@ -247,7 +247,7 @@ def write_job_entries(paths: StatePaths, job: str, entries: Sequence[HostEntry])
         for path, _ in changed:
             private_dir(path.parent)
         # every byte on disk before the first rename: a full disk leaves all three as they were
-        spec.atomic_write_many([(path, text.encode("utf-8"), 0o600) for path, text in changed])
+        osutil.atomic_write_many([(path, text.encode("utf-8"), 0o600) for path, text in changed])
     return [path for path, _ in changed]
 
 
@@ -361,7 +361,7 @@ def _save_state(paths: StatePaths, files: dict[str, dict[str, Any]]) -> None:
             paths.include_state.unlink()
         return
     text = json.dumps({"version": STATE_VERSION, "files": files}, indent=2, sort_keys=True) + "\n"
-    spec.atomic_write_text(paths.include_state, text, mode=0o600)
+    osutil.atomic_write_text(paths.include_state, text, mode=0o600)
 
 
 def _restore_state(paths: StatePaths, data: bytes | None) -> None:
@@ -369,7 +369,7 @@ def _restore_state(paths: StatePaths, data: bytes | None) -> None:
         if data is None:
             paths.include_state.unlink()
         else:
-            spec.atomic_write_bytes(paths.include_state, data, 0o600)
+            osutil.atomic_write_bytes(paths.include_state, data, 0o600)
 
 
 def _resolve_user_config(user_config: Path | None) -> Path:
@@ -406,7 +406,7 @@ def ensure_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
                 target.parent.mkdir(mode=0o700, parents=True)
                 os.chmod(target.parent, 0o700)  # mkdir's mode is masked by the umask
             mode = 0o600 if old is None else stat.S_IMODE(target.stat().st_mode)
-            spec.atomic_write_bytes(target, new, mode)
+            osutil.atomic_write_bytes(target, new, mode)
         except OSError:
             _restore_state(paths, saved_state)  # the edit did not happen: neither did its record
             raise
@@ -433,7 +433,7 @@ def remove_include(paths: StatePaths, user_config: Path | None = None, *, dry_ru
             if new is None:
                 target.unlink()
             else:
-                spec.atomic_write_bytes(target, new, stat.S_IMODE(target.stat().st_mode))
+                osutil.atomic_write_bytes(target, new, stat.S_IMODE(target.stat().st_mode))
         if record.get("created_dir") and new is None:
             with contextlib.suppress(OSError):  # not empty any more: it is the user's now
                 target.parent.rmdir()

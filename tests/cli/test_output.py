@@ -8,21 +8,23 @@ import pytest
 
 from remote_debug.cli.output import _DESCRIBE, describe_event, event_printer
 from remote_debug.local import events as ev
+from remote_debug.local.backends.base import JobStatus
+from remote_debug.spec import IDE, RankState
 
 # One event of each kind that has a human line, with its line.
 SAMPLES: list[tuple[ev.Event, str]] = [
     (ev.Launched(job="j", nodes=2, nproc_per_node=4, workspace="/ws"), "launched job j (2 x 4 ranks); workspace /ws"),
     (ev.RankAttached(rank=1, node="algo-1"), "rank 1: debugger attached"),
-    (ev.JobStatus(job="j", status="InProgress", secondary_status="Downloading", message=""),
+    (ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
      "job j: InProgress / Downloading"),
     (ev.Waiting(what="nodes", nodes=["algo-1", "algo-2"]), "waiting for nodes to start: algo-1, algo-2"),
     (ev.SshConfig(aliases=["algo-1.j"], config="/h/.remote-debug/ssh_config"),
      "ssh entries written (algo-1.j): try `ssh algo-1.j`"),
     (ev.NodeConnected(node="algo-1", alias="algo-1.j"), "connected to algo-1.j"),
-    (ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state="listening", ide="vscode",
-                  code_dir="/opt/ml/code"),
+    (ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.LISTENING,
+                  ide=IDE.VSCODE, code_dir="/opt/ml/code"),
      "rank 0 on algo-1: debugger at 127.0.0.1:4000"),
-    (ev.RankUnavailable(rank=1, node="algo-1", state="skipped", error=None),
+    (ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED, error=None),
      "rank 1 on algo-1 has no debugger (skipped: )"),
     (ev.LaunchJson(path="/ws/.vscode/launch.json", compound="remote-debug: j all ranks", configurations=[]),
      "VS Code: /ws/.vscode/launch.json has 'remote-debug: j all ranks'"),
@@ -41,7 +43,7 @@ SAMPLES: list[tuple[ev.Event, str]] = [
     (ev.IdeNotListening(rank=0, node="algo-1", message="start it"), "rank 0 on algo-1 is waiting: start it"),
     (ev.RankFailed(rank=1, node="algo-1", pid=7, error="ValueError: x", traceback="Traceback\n  line\n", held=False),
      "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line"),
-    (ev.JobEnded(status="Failed", exit_code=1, failure_reason="rank 1 failed"),
+    (ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="rank 1 failed"),
      "job ended: Failed, exit code 1 (rank 1 failed)"),
 ]
 
@@ -53,8 +55,8 @@ def test_every_described_event_has_its_line() -> None:
 
 
 def test_pycharm_ready_held_failure_and_quiet_events() -> None:
-    pycharm = ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state="waiting", ide="pycharm",
-                           code_dir="/opt/ml/code")
+    pycharm = ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.WAITING,
+                           ide=IDE.PYCHARM, code_dir="/opt/ml/code")
     assert describe_event(pycharm) == (
         "rank 0 on algo-1: its localhost:5000 leads to PyCharm's debug server at 127.0.0.1:4000"
     )
@@ -74,3 +76,24 @@ def test_printer_prints_the_json_line_or_the_human_line(capsys: pytest.CaptureFi
     assert not out and "remote-debug" in err and "ready: ranks [0, 1]" in err
     event_printer(False)(ev.PauseSafe(rank=1, node="a"))
     assert capsys.readouterr() == ("", "")
+
+
+def test_enum_fields_print_their_values(capsys: pytest.CaptureFixture[str]) -> None:
+    """A StrEnum field prints as its value in the human line (3.11's StrEnum; on 3.10 spec.StrEnum's
+    __str__/__format__), and as a plain string in the JSON line."""
+    events = [
+        ev.RankUnavailable(rank=2, node="algo-1", state=RankState.IDLE, error="lazy"),
+        ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Starting"),
+        ev.JobEnded(status=JobStatus.STOPPED, exit_code=None),
+    ]
+    for event in events:
+        event_printer(False)(event)
+    err = capsys.readouterr().err
+    assert "rank 2 on algo-1 has no debugger (idle: lazy)" in err
+    assert "job j: InProgress / Starting" in err and "job ended: Stopped, exit code None" in err
+    assert "RankState" not in err and "JobStatus" not in err
+    for event in events:
+        event_printer(True)(event)
+    out = capsys.readouterr().out
+    assert '"state": "idle"' in out and '"status": "InProgress"' in out and '"status": "Stopped"' in out
+    assert "RankState" not in out and "JobStatus" not in out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.container.bootstrap import DAEMON_FLAG, LOCK_NAME, is_helper, watched_pid
 from tests.container.helpers import PYTHON, REPO, TOKEN_ENV, alive, base_env, kill_all, pids_with_env, wait_for
@@ -107,10 +108,10 @@ def test_first_python_process_starts_one_node_daemon(tmp_path: Path, client_key:
         assert not alive(int(node.hook_pid)) and (manifest_dir / LOCK_NAME).read_text() == ""
         assert not list(tmp_path.glob("remote-debug-sshd-*"))  # its private dir (host key) is gone
         assert pids_with_env(token) == []  # sshd, adapters, ranks: nothing outlived the job
-        lines = [spec.parse_manifest_line(line) for line in (tmp_path / "stdout.log").read_text().splitlines()]
+        lines = [mlines.parse_manifest_line(line) for line in (tmp_path / "stdout.log").read_text().splitlines()]
         boots = {line.boot for line in lines if line}
         assert len(boots) == 1  # exactly one daemon ever published for this node
-        merged = spec.merge_manifest_lines(line for line in lines if line)
+        merged = mlines.merge_manifest_lines(line for line in lines if line)
         assert merged["algo-1"].state == "completed" and len(merged["algo-1"].ranks) == 2
         err = (tmp_path / "stderr.log").read_text()
         assert err.count("node daemon for pid") == 1, err

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.container import awscall, install, node_env
 from remote_debug.container.hybrid import Activation, HybridError, HybridRegistration
@@ -144,7 +145,7 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
     finally:
         services.finish("completed", 0)
     out = capfd.readouterr().out
-    merged = spec.merge_manifest_lines(filter(None, map(spec.parse_manifest_line, out.splitlines())))
+    merged = mlines.merge_manifest_lines(filter(None, map(mlines.parse_manifest_line, out.splitlines())))
     assert merged["algo-1"].state == "completed" and merged["algo-1"].sshd_port > 0
 
 
@@ -164,9 +165,9 @@ def test_publisher_emits_one_line_per_changed_document(tmp_path: Path) -> None:
     assert publisher.poll() == 1
     os.close(write_fd)
     with os.fdopen(read_fd) as fh:
-        lines = [spec.parse_manifest_line(line) for line in fh.read().splitlines()]
+        lines = [mlines.parse_manifest_line(line) for line in fh.read().splitlines()]
     assert [line.seq for line in lines if line] == [1, 2]
-    merged = spec.merge_manifest_lines(line for line in lines if line)
+    merged = mlines.merge_manifest_lines(line for line in lines if line)
     assert merged["algo-1"].sshd_port == 2222 and [r.port for r in merged["algo-1"].ranks] == [3000]
 
 
@@ -186,8 +187,8 @@ def test_hook_publishes_node_and_rank_lines_on_stdout(run: HookRun, transport: s
     wait_for(lambda: (run.marks / "started").exists(), 60, "the command to start")
 
     def published() -> dict[str, spec.NodeManifest] | None:
-        lines = [spec.parse_manifest_line(line) for line in run.stdout.splitlines()]
-        merged = spec.merge_manifest_lines(line for line in lines if line)
+        lines = [mlines.parse_manifest_line(line) for line in run.stdout.splitlines()]
+        merged = mlines.merge_manifest_lines(line for line in lines if line)
         node = merged.get("algo-1")
         return merged if node is not None and node.sshd_port and node.ranks else None
 
@@ -198,7 +199,7 @@ def test_hook_publishes_node_and_rank_lines_on_stdout(run: HookRun, transport: s
     assert node.state == "running"
     run.release()
     assert run.wait(30) == 0
-    final = spec.merge_manifest_lines(filter(None, map(spec.parse_manifest_line, run.stdout.splitlines())))
+    final = mlines.merge_manifest_lines(filter(None, map(mlines.parse_manifest_line, run.stdout.splitlines())))
     assert final["algo-1"].state == "completed" and final["algo-1"].exit_code == 0
     assert final["algo-1"].ranks[0].state == "finished"
     assert "[remote-debug] manifest" not in run.stderr  # the channel is stdout; diagnostics stay on stderr
@@ -355,5 +356,5 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
     finally:
         services.finish("completed", 0)
     assert gone == ["mi-0123456789abcdef0"]
-    lines = filter(None, map(spec.parse_manifest_line, capfd.readouterr().out.splitlines()))
-    assert spec.merge_manifest_lines(lines)["algo-1"].ssm_target == "mi-0123456789abcdef0"
+    lines = filter(None, map(mlines.parse_manifest_line, capfd.readouterr().out.splitlines()))
+    assert mlines.merge_manifest_lines(lines)["algo-1"].ssm_target == "mi-0123456789abcdef0"

@@ -17,6 +17,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from typer.testing import CliRunner
 
+from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.doctor import RECOMMENDED_ACTIONS, REQUIRED_ACTIONS, Doctor, passed
@@ -101,7 +102,8 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
     clients.logs.create_log_group(logGroupName=LOG_GROUP)
     clients.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000")
     clients.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000", logEvents=[
-        {"timestamp": int(time.time() * 1000), "message": spec.format_manifest_line("algo-1", node, boot="b", seq=1)}])
+        {"timestamp": int(time.time() * 1000),
+         "message": mlines.format_manifest_line("algo-1", node, boot="b", seq=1)}])
     target = f"sagemaker-training-job:{JOB}_algo-1"
     clients.ssm_stub.add_response(
         "start_session", {"SessionId": "probe-1", "TokenValue": "tok", "StreamUrl": "wss://x"},

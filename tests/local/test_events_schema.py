@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import enum
 import io
 import json
 import typing
@@ -15,10 +16,16 @@ from typing import Any, Union
 
 import pytest
 
+from remote_debug import spec
 from remote_debug.cli.output import event_printer
 from remote_debug.local import events as ev
 from remote_debug.local import events_typescript, vscode_launch
+from remote_debug.local.backends.base import TERMINAL, JobInfo, JobStatus, MachineJobDetails
+from remote_debug.local.backends.machine import MachineBackend
+from remote_debug.local.backends.sagemaker import job_info
 from remote_debug.local.headless import RankReport, StopRecord
+from remote_debug.local.paths import StatePaths
+from remote_debug.spec import IDE, RankState
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "vscode-extension" / "src" / "generated" / "events.ts"
@@ -93,6 +100,8 @@ def _sample(tp: Any, *, none: bool) -> Any:
         return {"key": _sample(typing.get_args(tp)[1], none=none)}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _instance(tp, none=none)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return list(tp)[-1]
     return {str: "text", int: 7, float: 1.5, bool: True}[tp]
 
 
@@ -138,6 +147,132 @@ def test_from_json_is_strict() -> None:
     config = ev.PycharmConfig(path="/p", config_name="remote-debug: j", port=5678, steps=[])
     assert config.to_json()["name"] == "remote-debug: j"  # the field's wire name
     assert ev.from_json(config.to_json()) == config
+
+
+# --- the fields with a closed set of values: StrEnums, TypeScript unions -------------------------------
+
+
+def _interface(ts: str, name: str) -> str:
+    start = ts.index(f"export interface {name} {{")
+    return ts[start : ts.index("\n}", start)]
+
+
+def test_enum_fields_are_named_unions_in_the_typescript() -> None:
+    ts = events_typescript.typescript(events_typescript.typescript_extra())
+    assert "export type IDE = 'vscode' | 'pycharm';" in ts
+    assert "export type JobStatus = 'InProgress' | 'Completed' | 'Failed' | 'Stopping' | 'Stopped';" in ts
+    union = "export type RankState =\n" + "".join(f"  | '{s.value}'\n" for s in RankState).rstrip("\n") + ";"
+    assert union in ts
+    for alias in ("IDE", "JobStatus", "RankState"):
+        assert ts.count(f"export type {alias} =") == 1, "declared once, referenced by name"
+    ready = _interface(ts, "RankReadyEvent")
+    assert "  state: RankState;" in ready and "  ide: IDE;" in ready
+    assert "  state: RankState;" in _interface(ts, "RankUnavailableEvent")
+    for name in ("JobStatusEvent", "JobEndedEvent", "JobInfo"):
+        assert "  status: JobStatus;" in _interface(ts, name), name
+    assert "  secondary_status: string;" in _interface(ts, "JobInfo"), "open-ended: stays a string"
+    assert ts.index("export type JobStatus") < ts.index("export interface JobStatusEvent")
+
+
+def test_the_generator_maps_only_str_enums() -> None:
+    class Number(enum.Enum):
+        ONE = 1
+
+    with pytest.raises(TypeError, match="only a StrEnum"):
+        events_typescript._ts_type(Number, {})
+    with pytest.raises(TypeError, match="two types named RankState"):
+        events_typescript._ts_type(spec.StrEnum("RankState", {"X": "x"}), {"RankState": RankState})
+
+
+ENUM_EVENTS = [
+    ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.IDLE, ide=IDE.PYCHARM,
+                 code_dir="/opt/ml/code"),
+    ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED),
+    ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading"),
+    ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="OOM"),
+]
+
+
+@pytest.mark.parametrize("event", ENUM_EVENTS, ids=lambda e: e.name)
+def test_enum_fields_travel_as_plain_strings(event: ev.Event) -> None:
+    fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    plain = {k: v.value if isinstance(v, enum.Enum) else v for k, v in fields.items()}
+    assert any(isinstance(v, enum.Enum) for v in fields.values())
+    as_strings = {"event": event.name, "v": ev.EVENTS_VERSION, **plain}
+    assert event.to_json() == as_strings
+    assert json.dumps(event.to_json()) == json.dumps(as_strings)  # byte for byte
+    assert not any(isinstance(v, enum.Enum) for v in event.to_json().values()), "to_json: JSON types only"
+    assert "State." not in json.dumps(event.to_json()) and "IDE." not in json.dumps(event.to_json())
+    back = ev.from_json(json.loads(json.dumps(event.to_json())))
+    assert back == event
+    for key, value in fields.items():
+        if isinstance(value, enum.Enum):
+            assert getattr(back, key) is value, "from_json gives the member, not the string"
+
+
+def test_from_json_refuses_a_value_outside_the_enum() -> None:
+    good = ENUM_EVENTS[0].to_json()
+    with pytest.raises(ValueError, match=r"rank-ready\.state: unknown RankState 'hibernating': one of 'idle'"):
+        ev.from_json({**good, "state": "hibernating"})
+    with pytest.raises(ValueError, match=r"rank-ready\.ide: unknown IDE 'emacs'"):
+        ev.from_json({**good, "ide": "emacs"})
+    with pytest.raises(ValueError, match="unknown RankState 'IDLE'"):
+        ev.from_json({**good, "state": "IDLE"})  # the member's name is not its value
+    with pytest.raises(ValueError, match=r"rank-ready\.state: expected str, got int"):
+        ev.from_json({**good, "state": 1})
+    with pytest.raises(ValueError, match="unknown JobStatus 'Expired'"):
+        ev.from_json(ev.JobEnded(status=JobStatus.STOPPED).to_json() | {"status": "Expired"})
+
+
+# --- JobInfo (`jobs --json`; its TypeScript type is generated too) -------------------------------------
+
+
+def _job(status: JobStatus) -> JobInfo:
+    return JobInfo(
+        name="j",
+        backend="local",
+        status=status,
+        secondary_status="Training",
+        nodes=["algo-1"],
+        machine=MachineJobDetails(job_dir="/jobs/j", isolation="loopback"),
+    )
+
+
+def test_job_info_json_is_what_plain_strings_gave() -> None:
+    data = _job(JobStatus.IN_PROGRESS).to_json()
+    assert type(data["status"]) is str and data["status"] == "InProgress"
+    plain = dataclasses.asdict(_job(JobStatus.IN_PROGRESS)) | {"status": "InProgress"}
+    assert json.dumps(data) == json.dumps(plain)
+    assert json.dumps(data, default=str) == json.dumps(plain)  # as print_json writes it
+    assert _job(JobStatus.STOPPING).running and not _job(JobStatus.STOPPED).running
+    assert all(isinstance(s, JobStatus) for s in TERMINAL)
+    assert "Completed" in TERMINAL and "InProgress" not in TERMINAL  # a raw API string works too
+
+
+def test_sagemaker_status_maps_to_the_enum_and_an_unknown_one_reads_as_in_progress() -> None:
+    def info(**resp: str) -> JobInfo:
+        return job_info("j", {"SecondaryStatus": "Training", **resp}, {}, "us-east-1")
+
+    assert info(TrainingJobStatus="Completed").status is JobStatus.COMPLETED
+    assert info(TrainingJobStatus="Completed").exit_code == 0
+    assert info().status is JobStatus.IN_PROGRESS  # absent: still starting
+    odd = info(TrainingJobStatus="Expired")
+    assert odd.status is JobStatus.IN_PROGRESS and odd.exit_code is None
+    assert odd.status_message == "unknown TrainingJobStatus 'Expired' (read as InProgress)"
+    assert odd.to_json()["status"] == "InProgress"
+
+
+def test_an_unknown_status_in_a_local_job_file_is_a_contract_error(tmp_path: Path) -> None:
+    paths = StatePaths(tmp_path)
+    job_dir = paths.job_dir("j")
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text(json.dumps({"name": "j", "status": "Completed", "nodes": ["algo-1"]}))
+    backend = MachineBackend(paths)
+    assert backend.describe("j").status is JobStatus.COMPLETED
+    (job_dir / "job.json").write_text(json.dumps({"name": "j", "status": "Expired", "nodes": ["algo-1"]}))
+    with pytest.raises(spec.ContractError, match=r"unknown job status in .*job\.json 'Expired'"):
+        backend.describe("j")
+    assert backend.list_jobs() == []  # left out, as an unreadable job.json is
 
 
 # --- the emit sites -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.local import vscode_launch as vl
 from remote_debug.local.vscode_launch import LaunchJsonError, RankTarget
 
@@ -416,7 +416,7 @@ def test_property_update_then_remove_is_identity(original: str | None, ranks: in
 def race_editor(monkeypatch: pytest.MonkeyPatch, path: Path, saves: list[bytes]) -> None:
     """Each of the next ``len(saves)`` writes of ``path`` finds that "the editor" saved ``saves[i]``
     just before the rename: the unless-changed check must see it and the write must not happen."""
-    real = spec.atomic_write_bytes
+    real = osutil.atomic_write_bytes
 
     def write(target: Path, data: bytes, *args: Any, **kwargs: Any) -> bool:
         if target == path and saves:
@@ -430,7 +430,7 @@ def race_editor(monkeypatch: pytest.MonkeyPatch, path: Path, saves: list[bytes])
             kwargs["unless_changed"] = editor_saved
         return real(target, data, *args, **kwargs)
 
-    monkeypatch.setattr(spec, "atomic_write_bytes", write)
+    monkeypatch.setattr(osutil, "atomic_write_bytes", write)
 
 
 def test_a_key_the_user_saves_during_our_write_is_never_removed_by_us(

@@ -9,6 +9,8 @@ import type {
   AttachEvent,
   AttachEventName,
   JobInfo,
+  JobStatus,
+  Transport,
   MachineJobDetails,
   SageMakerJobDetails,
 } from './generated/events';
@@ -16,7 +18,7 @@ import { EVENTS_VERSION } from './generated/events';
 
 export * from './generated/events';
 
-export const TERMINAL_STATUSES = new Set(['Completed', 'Failed', 'Stopped']);
+export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set<JobStatus>(['Completed', 'Failed', 'Stopped']);
 
 export function isRunning(job: Pick<JobInfo, 'status'>): boolean {
   return job.status === 'InProgress' || job.status === 'Stopping';
@@ -26,6 +28,18 @@ export class CliOutputError extends Error {}
 
 function str(value: unknown, fallback = ''): string {
   return typeof value === 'string' ? value : fallback;
+}
+
+/**
+ * A field of one of the generated closed sets (JobStatus, RankState, IDE, Transport), as the CLI sent it.  Tolerant: a
+ * newer CLI may send a value this extension does not know; it is kept as is, never refused nor replaced:
+ * shown verbatim, and equal to none of the known values (a job status we do not know is neither running
+ * nor terminal).  The field keeps its union type, so comparing it with a value the CLI never sends is a type
+ * error.  Attach events get the same treatment: parseEventLine checks the kinds of the fields we rely on and
+ * passes the values through.  `absent`: what a missing or non-string value reads as.
+ */
+function member<T extends string>(value: unknown, absent: string): T {
+  return (typeof value === 'string' ? value : absent) as T;
 }
 
 function num(value: unknown, fallback = 0): number {
@@ -76,7 +90,7 @@ function sagemakerDetails(value: unknown): SageMakerJobDetails | null {
   return {
     arn: strOrNull(o.arn),
     region: str(o.region),
-    transport: str(o.transport),
+    transport: member<Transport>(o.transport, 'ssm'),
     remote_debug_enabled: o.remote_debug_enabled === true,
     instance_type: strOrNull(o.instance_type),
   };
@@ -97,7 +111,7 @@ export function parseJob(raw: unknown): JobInfo {
   return {
     name,
     backend: str(o.backend, 'unknown'),
-    status: str(o.status, 'Unknown'),
+    status: member<JobStatus>(o.status, 'Unknown'),
     secondary_status: str(o.secondary_status),
     nodes: strList(o.nodes),
     // 0: not known yet (a SageMaker job before its first rank reports)

@@ -8,19 +8,28 @@ backend's name.
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
-from remote_debug.spec import NodeManifest
+from remote_debug.spec import NodeManifest, StrEnum, Transport
 
-# SageMaker's TrainingJobStatus values; SecondaryStatus adds detail (Starting, Downloading, Training, ...).
-IN_PROGRESS = "InProgress"
-COMPLETED = "Completed"
-FAILED = "Failed"
-STOPPING = "Stopping"
-STOPPED = "Stopped"
-TERMINAL = (COMPLETED, FAILED, STOPPED)
+
+class JobStatus(StrEnum):
+    """A job's status: SageMaker's TrainingJobStatus (local jobs mirror it); ``secondary_status`` adds the
+    detail (Starting, Downloading, Training, ...)."""
+
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+
+# The job has ended.  A frozenset of StrEnum members also matches the plain API strings (same hash and
+# equality as their values), e.g. a cached DescribeTrainingJob response.
+TERMINAL: frozenset[JobStatus] = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED})
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class MachineJobDetails:
 class SageMakerJobDetails:
     arn: str | None
     region: str
-    transport: str  # "ssm" | "hybrid" | "direct"
+    transport: Transport  # SSM, HYBRID or DIRECT (never LOCAL)
     remote_debug_enabled: bool  # RemoteDebugConfig.EnableRemoteDebug
     instance_type: str | None = None
 
@@ -67,8 +76,8 @@ class SageMakerJobDetails:
 class JobInfo:
     name: str
     backend: str
-    status: str
-    secondary_status: str
+    status: JobStatus
+    secondary_status: str  # open-ended (SageMaker has many): a str, not an enum
     nodes: list[str]
     nproc_per_node: int = 1
     created: float = 0.0
@@ -88,10 +97,15 @@ class JobInfo:
 
     @property
     def running(self) -> bool:
-        return self.status in (IN_PROGRESS, STOPPING)
+        return self.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """What ``jobs --json`` prints: JSON types only (an enum member becomes its value)."""
+        return asdict(self, dict_factory=_plain_dict)
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {key: value.value if isinstance(value, enum.Enum) else value for key, value in items}
 
 
 class Backend(ABC):

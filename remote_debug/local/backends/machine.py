@@ -23,15 +23,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import remote_debug.local.backends.netns as netns
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.local.backends.base import (
-    FAILED,
-    IN_PROGRESS,
-    STOPPED,
     TERMINAL,
     Backend,
     Capabilities,
     JobInfo,
+    JobStatus,
     MachineJobDetails,
 )
 from remote_debug.local.backends.machine_job import (
@@ -90,6 +88,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _job_status(state: dict[str, Any], job_dir: Path) -> JobStatus:
+    """job.json's status.  The file is our own: a value this version does not know is a ContractError, as an
+    unreadable job.json is (``list_jobs`` leaves such a job out)."""
+    raw = state.get("status", JobStatus.IN_PROGRESS)
+    return spec.parse_choice(JobStatus, raw, f"job status in {job_dir / 'job.json'}")
 
 
 class MachineBackend(Backend):
@@ -185,7 +190,7 @@ class MachineBackend(Backend):
                 "source_dir": str(req.source_dir.resolve()),
                 "nodes": hosts,
                 "nproc_per_node": req.nproc_per_node,
-                "status": IN_PROGRESS,
+                "status": JobStatus.IN_PROGRESS,
                 "secondary_status": "Starting",
                 "exit_code": None,
                 "failure_reason": None,
@@ -218,7 +223,7 @@ class MachineBackend(Backend):
             netns.delete(namespaces)  # the supervisor owns them from here on; without it, we do
             raise
         # The supervisor owns job.json from here on, so its pid goes into a file of its own.
-        spec.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
+        osutil.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
         _reap_in_background(proc)
         return self.describe(req.name)
 
@@ -254,17 +259,17 @@ class MachineBackend(Backend):
             raise UnknownJobError(f"unknown job {job[:80]!r}: run 'remote-debug jobs' to see jobs")
         job_dir = self.paths.job_dir(job)
         state = read_job_file(job_dir)
-        status = str(state.get("status", IN_PROGRESS))
+        status = _job_status(state, job_dir)
         secondary = str(state.get("secondary_status", "Starting"))
         failure = state.get("failure_reason")
         if status not in TERMINAL:
             pid = self._supervisor_pid(job_dir)
             # give a just-launched supervisor a moment to write its pid file
-            if not spec.pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
+            if not osutil.pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
                 state = read_job_file(job_dir)  # it may have finished between the two reads
-                status = str(state.get("status", IN_PROGRESS))
+                status = _job_status(state, job_dir)
                 if status not in TERMINAL:
-                    status, secondary = FAILED, "Failed"
+                    status, secondary = JobStatus.FAILED, "Failed"
                     failure = "the job's supervisor process vanished (killed or machine restarted)"
         return JobInfo(
             name=job,
@@ -318,11 +323,11 @@ class MachineBackend(Backend):
             return info
         job_dir = self.paths.job_dir(job)
         pid = self._supervisor_pid(job_dir)
-        if spec.pid_alive(pid):
+        if osutil.pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
         else:
             state = read_job_file(job_dir)
-            state.update(status=STOPPED, secondary_status="Stopped", ended=time.time())
+            state.update(status=JobStatus.STOPPED, secondary_status="Stopped", ended=time.time())
             write_job_file(job_dir, state)
             netns.delete(list(state.get("netns") or []))  # nobody else will
         deadline = time.monotonic() + wait_seconds
@@ -333,9 +338,9 @@ class MachineBackend(Backend):
             time.sleep(0.2)
         # the supervisor records the end first, then cleans up (the nodes' namespaces): stop returns
         # when the job is really gone
-        while spec.pid_alive(pid) and time.monotonic() < deadline:
+        while osutil.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not spec.pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
+        if not osutil.pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
             netns.delete(list(read_job_file(job_dir).get("netns") or []))
         return info
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
 
@@ -79,7 +79,7 @@ def read_job_file(job_dir: Path) -> dict[str, Any]:
 
 
 def write_job_file(job_dir: Path, data: dict[str, Any]) -> None:
-    spec.atomic_write_text(job_dir / "job.json", json.dumps(data, indent=2) + "\n")
+    osutil.atomic_write_text(job_dir / "job.json", json.dumps(data, indent=2) + "\n")
 
 
 def prepare_node(
@@ -104,8 +104,8 @@ def prepare_node(
         "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "local", "hosts": hosts}],
         "network_interface_name": interface,
     }
-    spec.atomic_write_text(layout.config_dir / "resourceconfig.json", json.dumps(resource_config, indent=2) + "\n")
-    spec.atomic_write_text(layout.config_dir / "hyperparameters.json", json.dumps(hyperparameters, indent=2) + "\n")
+    osutil.atomic_write_text(layout.config_dir / "resourceconfig.json", json.dumps(resource_config, indent=2) + "\n")
+    osutil.atomic_write_text(layout.config_dir / "hyperparameters.json", json.dumps(hyperparameters, indent=2) + "\n")
     layout.log_file.parent.mkdir(parents=True, exist_ok=True)
     del cpus  # recorded in the environment (SM_NUM_CPUS), not in a file
 

@@ -31,16 +31,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends.base import (
-    COMPLETED,
-    FAILED,
-    IN_PROGRESS,
     TERMINAL,
     Backend,
     Capabilities,
     JobInfo,
+    JobStatus,
     SageMakerJobDetails,
 )
 from remote_debug.local.backends.sagemaker_logs import ManifestLog
@@ -51,7 +49,7 @@ TAG_PREFIX = "remote-debug:"
 TAG_TRANSPORT = "remote-debug:transport"
 TAG_BASTION = "remote-debug:bastion"
 ENV_BASTION = "REMOTE_DEBUG_BASTION"
-SAGEMAKER_TRANSPORTS = ("ssm", "hybrid", "direct")
+SAGEMAKER_TRANSPORTS = (spec.Transport.SSM, spec.Transport.HYBRID, spec.Transport.DIRECT)
 # Secondary statuses during which the platform, not the job, is busy (instances, image, data).
 PROVISIONING = (
     "Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
@@ -76,14 +74,24 @@ def _timestamp(value: Any) -> float | None:
     return value.timestamp() if isinstance(value, datetime) else None
 
 
+def training_job_status(value: Any) -> tuple[JobStatus, str]:
+    """DescribeTrainingJob's TrainingJobStatus (absent: InProgress), and a note when it is a value this version
+    does not know.  Such a value reads as InProgress: not terminal, so attach keeps watching and a later known
+    status ends the job (reading it as Failed would refuse to attach to a live job and invent an exit code)."""
+    raw = JobStatus.IN_PROGRESS.value if value is None else str(value)
+    try:
+        return JobStatus(raw), ""
+    except ValueError:
+        return JobStatus.IN_PROGRESS, f"unknown TrainingJobStatus {raw[:80]!r} (read as InProgress)"
+
+
 def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) -> JobInfo:
-    status = str(resp.get("TrainingJobStatus", IN_PROGRESS))
+    status, unknown_status = training_job_status(resp.get("TrainingJobStatus"))
     secondary = str(resp.get("SecondaryStatus", ""))
     env = resp.get("Environment") or {}
     enabled = bool((resp.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"))
-    transport = tags.get(TAG_TRANSPORT) or env.get(spec.ENV_TRANSPORT) or "ssm"
-    if transport not in SAGEMAKER_TRANSPORTS:
-        transport = "ssm"
+    asked = tags.get(TAG_TRANSPORT) or env.get(spec.ENV_TRANSPORT) or spec.Transport.SSM
+    transport = spec.Transport(asked) if asked in SAGEMAKER_TRANSPORTS else spec.Transport.SSM
     why: str | None = None
     if spec.ENV_VERSION not in env and not any(k.startswith(TAG_PREFIX) for k in tags):
         why = (
@@ -99,6 +107,7 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
         why = f"job {job} runs with network isolation, which SSM cannot reach: relaunch it with the direct transport"
     transitions = resp.get("SecondaryStatusTransitions") or []
     message = str(transitions[-1].get("StatusMessage", "")) if transitions else ""
+    message = "; ".join(m for m in (unknown_status, message) if m)
     return JobInfo(
         name=job,
         backend="sagemaker",
@@ -108,12 +117,12 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
         nproc_per_node=0,  # unknown until a rank reports the world size
         created=_timestamp(resp.get("CreationTime")) or 0.0,
         ended=_timestamp(resp.get("TrainingEndTime")),
-        exit_code={COMPLETED: 0, FAILED: 1}.get(status),
+        exit_code={JobStatus.COMPLETED: 0, JobStatus.FAILED: 1}.get(status),
         failure_reason=resp.get("FailureReason"),
         debuggable=why is None,
         why_not_debuggable=why,
         status_message=message,
-        provisioning=status == IN_PROGRESS and secondary in PROVISIONING,
+        provisioning=status == JobStatus.IN_PROGRESS and secondary in PROVISIONING,
         sagemaker=SageMakerJobDetails(
             arn=resp.get("TrainingJobArn"),
             region=region,
@@ -247,7 +256,7 @@ class SageMakerBackend(Backend):
         since = datetime.now(timezone.utc) - RECENT
         try:
             for query in (
-                {"StatusEquals": IN_PROGRESS},
+                {"StatusEquals": JobStatus.IN_PROGRESS.value},
                 {"CreationTimeAfter": since},
             ):
                 page = sagemaker.list_training_jobs(
@@ -329,7 +338,7 @@ class SageMakerBackend(Backend):
         except OSError:
             pass
         private_dir(path.parent)
-        spec.atomic_write_text(path, text, mode=0o600)
+        osutil.atomic_write_text(path, text, mode=0o600)
 
     def load_hint(self, job: str) -> JobHint | None:
         try:

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from remote_debug import spec
+from remote_debug import manifest_lines, spec
 from remote_debug.local import aws
 from remote_debug.local.errors import UserError
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # A quoted term matches the phrase with its punctuation; it keeps the training output out of the
 # answer, so a chatty job costs no more to read than a quiet one.
-FILTER_PATTERN = f'"{spec.MANIFEST_LINE_PREFIX.strip()}"'
+FILTER_PATTERN = f'"{manifest_lines.MANIFEST_LINE_PREFIX.strip()}"'
 # Events are not visible in timestamp order across streams: re-read a margin, drop what we have.
 OVERLAP_MS = 60_000
 MAX_PAGES = 50
@@ -36,7 +36,7 @@ class ManifestLog:
         self._client = client
         self.job = job
         self.min_interval = min_interval
-        self._events: dict[str, tuple[int, spec.ManifestLine]] = {}
+        self._events: dict[str, tuple[int, manifest_lines.ManifestLine]] = {}
         self._newest_ms: int | None = None
         self._last_poll = float("-inf")
         self.error: str | None = None  # the last malformed line, if any
@@ -53,7 +53,7 @@ class ManifestLog:
             params["nextToken"] = next_token
         return params
 
-    def poll(self) -> list[spec.ManifestLine]:
+    def poll(self) -> list[manifest_lines.ManifestLine]:
         """Every manifest line of the job seen so far, in logged order."""
         now = time.monotonic()
         if now - self._last_poll >= self.min_interval:
@@ -86,7 +86,7 @@ class ManifestLog:
         if event_id in self._events:
             return
         try:
-            line = spec.parse_manifest_line(str(event.get("message", "")))
+            line = manifest_lines.parse_manifest_line(str(event.get("message", "")))
         except spec.ContractError as exc:
             self.error = str(exc)
             return
@@ -97,7 +97,7 @@ class ManifestLog:
         self._newest_ms = max(self._newest_ms or 0, timestamp)
 
     def manifests(self) -> dict[str, spec.NodeManifest]:
-        merged = spec.merge_manifest_lines(self.poll())
+        merged = manifest_lines.merge_manifest_lines(self.poll())
         if not merged and self.error:
             raise spec.ContractError(f"job {self.job} published an unreadable manifest: {self.error}")
         return merged

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import remote_debug.local.backends.netns as netns
 from remote_debug import spec
-from remote_debug.local.backends import netns
-from remote_debug.local.backends.base import COMPLETED, FAILED, IN_PROGRESS, STOPPED, STOPPING
+from remote_debug.local.backends.base import JobStatus
 from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
 
 POLL_SECONDS = 0.2
@@ -45,7 +45,7 @@ class Supervisor:
             return
         self.stop_requested = True
         self.stop_deadline = time.monotonic() + self.grace
-        self._save(status=STOPPING, secondary_status="Stopping")
+        self._save(status=JobStatus.STOPPING, secondary_status="Stopping")
         self._signal_nodes(signal.SIGTERM)
 
     def _signal_nodes(self, sig: int) -> None:
@@ -86,7 +86,8 @@ class Supervisor:
                 self.stop_requested = True
             finally:
                 log.close()
-        self._save(status=IN_PROGRESS, secondary_status="Starting", node_pids={n: p.pid for n, p in self.procs.items()})
+        pids = {n: p.pid for n, p in self.procs.items()}
+        self._save(status=JobStatus.IN_PROGRESS, secondary_status="Starting", node_pids=pids)
 
     def _secondary_from_manifests(self) -> str:
         """Starting until every node's hook runs the command, then Training (as SageMaker reports it)."""
@@ -137,7 +138,7 @@ class Supervisor:
         ended = time.time()
         if self.stop_requested and not self.state.get("failure_reason"):
             self._save(
-                status=STOPPED,
+                status=JobStatus.STOPPED,
                 secondary_status="Stopped",
                 exit_codes=exit_codes,
                 ended=ended,
@@ -145,13 +146,14 @@ class Supervisor:
             )
             return 0
         if failed_node is None and all(c == 0 for c in exit_codes.values()):
-            self._save(status=COMPLETED, secondary_status="Completed", exit_codes=exit_codes, ended=ended, exit_code=0)
+            done = JobStatus.COMPLETED
+            self._save(status=done, secondary_status="Completed", exit_codes=exit_codes, ended=ended, exit_code=0)
             return 0
         node = failed_node or next(iter(exit_codes))
         last_line = last_error_line(NodeLayout(self.job_dir, node).log_file)
         reason = self.state.get("failure_reason") or f"node {node} exited with code {exit_codes.get(node)}: {last_line}"
         self._save(
-            status=FAILED,
+            status=JobStatus.FAILED,
             secondary_status="Failed",
             exit_codes=exit_codes,
             ended=ended,

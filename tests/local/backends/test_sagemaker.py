@@ -17,7 +17,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from remote_debug import spec
+from remote_debug import manifest_lines, spec
 from remote_debug.local import aws
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
@@ -99,7 +99,7 @@ def _rank(rank: int, world: int = 4) -> spec.RankEndpoint:
 
 
 def _line(node: str, doc: spec.NodeManifest | spec.RankEndpoint, seq: int, boot: str = "b1") -> str:
-    return spec.format_manifest_line(node, doc, boot=boot, seq=seq)
+    return manifest_lines.format_manifest_line(node, doc, boot=boot, seq=seq)
 
 
 def _training(env: dict[str, str] | None = None, **kw: Any) -> Callable[[int, str], dict[str, Any]]:

@@ -25,6 +25,30 @@ export function formatConfigNamePrefix(job: string): string {
   return fill(CONFIG_NAME_PREFIX_TEMPLATE, { job });
 }
 
+// The closed sets of values (Python StrEnums).  A newer CLI may send a value not listed here: the
+// parsers in ../events.ts keep it as is, and it compares equal to none of these.
+
+/** The IDE a job is debugged from; it decides the direction of the debug connection. */
+export type IDE = 'vscode' | 'pycharm';
+
+/** A job's status: SageMaker's TrainingJobStatus (local jobs mirror it); `secondary_status` adds the detail (Starting, Downloading, Training, ...). */
+export type JobStatus = 'InProgress' | 'Completed' | 'Failed' | 'Stopping' | 'Stopped';
+
+/** A rank document's `state`. */
+export type RankState =
+  | 'idle'
+  | 'listening'
+  | 'waiting'
+  | 'attached'
+  | 'running'
+  | 'finished'
+  | 'failed'
+  | 'skipped'
+  | 'held';
+
+/** How the laptop's ssh reaches a node's sshd. */
+export type Transport = 'local' | 'ssm' | 'hybrid' | 'direct';
+
 /** A job of this machine (`launch --local`). */
 export interface MachineJobDetails {
   job_dir: string;
@@ -47,7 +71,7 @@ export interface RankSummary {
 export interface SageMakerJobDetails {
   arn: string | null;
   region: string;
-  transport: string;
+  transport: Transport;
   remote_debug_enabled: boolean;
   instance_type: string | null;
 }
@@ -76,7 +100,7 @@ export interface JobStatusEvent {
   event: 'job-status';
   v: number;
   job: string;
-  status: string;
+  status: JobStatus;
   secondary_status: string;
   message: string;
 }
@@ -139,8 +163,8 @@ export interface RankReadyEvent {
   node: string;
   local_port: number;
   remote_port: number;
-  state: string;
-  ide: string;
+  state: RankState;
+  ide: IDE;
   code_dir: string;
 }
 
@@ -149,7 +173,7 @@ export interface RankUnavailableEvent {
   v: number;
   rank: number;
   node: string;
-  state: string;
+  state: RankState;
   error: string | null;
 }
 
@@ -262,7 +286,7 @@ export interface WarningEvent {
 export interface JobEndedEvent {
   event: 'job-ended';
   v: number;
-  status: string;
+  status: JobStatus;
   exit_code: number | null;
   failure_reason: string | null;
 }
@@ -279,7 +303,7 @@ export interface SummaryEvent {
 export interface JobInfo {
   name: string;
   backend: string;
-  status: string;
+  status: JobStatus;
   secondary_status: string;
   nodes: string[];
   nproc_per_node: number;

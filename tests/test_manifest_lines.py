@@ -1,4 +1,4 @@
-"""The manifest as log lines (the SageMaker channel): format, parse, merge."""
+"""The manifest as log lines (remote_debug/manifest_lines.py): the SageMaker channel of the contract."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remote_debug import spec
+from remote_debug import manifest_lines
 from remote_debug.spec import ContractError, NodeManifest, RankEndpoint
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
@@ -29,20 +29,20 @@ def _rank(rank: int, **fields: Any) -> RankEndpoint:
 
 def test_line_round_trip_is_one_compact_line() -> None:
     node = _node(ssm_target="mi-0123456789abcdef0")
-    line = spec.format_manifest_line("algo-1", node, boot="b1", seq=3)
+    line = manifest_lines.format_manifest_line("algo-1", node, boot="b1", seq=3)
     assert line.startswith("[remote-debug] manifest {") and "\n" not in line
     assert len(line.encode()) < 1024  # well under PIPE_BUF: one atomic write on the job's stdout
-    parsed = spec.parse_manifest_line(line)
-    assert parsed == spec.ManifestLine(node="algo-1", boot="b1", seq=3, document=node)
-    rank = spec.parse_manifest_line(spec.format_manifest_line("algo-1", _rank(1), boot="b1", seq=4))
+    parsed = manifest_lines.parse_manifest_line(line)
+    assert parsed == manifest_lines.ManifestLine(node="algo-1", boot="b1", seq=3, document=node)
+    rank = manifest_lines.parse_manifest_line(manifest_lines.format_manifest_line("algo-1", _rank(1), boot="b1", seq=4))
     assert rank is not None and rank.document == _rank(1)
 
 
 def test_line_found_after_other_output_and_ignored_when_absent() -> None:
-    line = spec.format_manifest_line("algo-2", _node(node="algo-2"), boot="b", seq=1)
-    parsed = spec.parse_manifest_line("epoch 3: 45%|####      " + line)  # a progress bar without newline
+    line = manifest_lines.format_manifest_line("algo-2", _node(node="algo-2"), boot="b", seq=1)
+    parsed = manifest_lines.parse_manifest_line("epoch 3: 45%|####      " + line)  # a progress bar without newline
     assert parsed is not None and parsed.node == "algo-2"
-    assert spec.parse_manifest_line("loss 0.1") is None
+    assert manifest_lines.parse_manifest_line("loss 0.1") is None
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -56,7 +56,7 @@ def test_line_found_after_other_output_and_ignored_when_absent() -> None:
 ])
 def test_bad_lines_are_contract_errors(text: str, message: str) -> None:
     with pytest.raises(ContractError, match=message):
-        spec.parse_manifest_line(text)
+        manifest_lines.parse_manifest_line(text)
 
 
 def test_bad_ssm_target_is_refused() -> None:
@@ -68,14 +68,14 @@ def test_bad_ssm_target_is_refused() -> None:
     assert NodeManifest.from_json(data).ssm_target == ""
 
 
-def _lines(*items: tuple[str, str, int, NodeManifest | RankEndpoint]) -> list[spec.ManifestLine]:
-    return [spec.ManifestLine(node=n, boot=b, seq=s, document=d) for n, b, s, d in items]
+def _lines(*items: tuple[str, str, int, NodeManifest | RankEndpoint]) -> list[manifest_lines.ManifestLine]:
+    return [manifest_lines.ManifestLine(node=n, boot=b, seq=s, document=d) for n, b, s, d in items]
 
 
 def test_merge_latest_document_of_each_kind_per_node() -> None:
     starting = _node(state="starting", sshd_port=0)
     running = _node()
-    merged = spec.merge_manifest_lines(_lines(
+    merged = manifest_lines.merge_manifest_lines(_lines(
         ("algo-1", "b1", 1, starting),
         ("algo-1", "b1", 3, _rank(0, state="waiting")),
         ("algo-1", "b1", 2, running),  # same millisecond, came back out of order: seq decides
@@ -91,7 +91,7 @@ def test_merge_latest_document_of_each_kind_per_node() -> None:
 
 def test_merge_prefers_the_newest_boot_of_a_node() -> None:
     old, new = _node(sshd_port=1111), _node(sshd_port=2222)
-    merged = spec.merge_manifest_lines(_lines(
+    merged = manifest_lines.merge_manifest_lines(_lines(
         ("algo-1", "old", 1, old),
         ("algo-1", "old", 2, _rank(0)),
         ("algo-1", "new", 1, new),  # the node restarted (a managed spot restart, a second daemon)
@@ -102,8 +102,8 @@ def test_merge_prefers_the_newest_boot_of_a_node() -> None:
 
 def test_merge_does_not_alias_the_parsed_documents() -> None:
     node = _node()
-    merged = spec.merge_manifest_lines(_lines(("algo-1", "b", 1, node), ("algo-1", "b", 2, _rank(0))))
+    merged = manifest_lines.merge_manifest_lines(_lines(("algo-1", "b", 1, node), ("algo-1", "b", 2, _rank(0))))
     assert node.ranks == [] and merged["algo-1"].ranks != []
     assert replace(merged["algo-1"], ranks=[]) == node
-    assert json.loads(spec.format_manifest_line("algo-1", merged["algo-1"], boot="b", seq=1)[24:])["doc"].get(
+    assert json.loads(manifest_lines.format_manifest_line("algo-1", merged["algo-1"], boot="b", seq=1)[24:])["doc"].get(
         "ranks") is None  # rank documents are never part of the node document
