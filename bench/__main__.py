@@ -282,7 +282,8 @@ def _break_line(src: Path) -> int:
 def _wait_until_ranks_wait(backend: MachineBackend, name: str, ranks: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        waiting = [r for m in backend.manifests(name).values() if m for r in m.ranks if r.state == "waiting"]
+        ranks_now = [r for m in backend.manifests(name).values() if m for r in m.ranks]
+        waiting = [r for r in ranks_now if r.state == spec.RankState.WAITING]
         if len(waiting) == ranks:
             return
         time.sleep(0.1)

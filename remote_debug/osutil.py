@@ -122,8 +122,7 @@ def proc_stat(pid: int | str) -> list[str] | None:
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not: it only waits for its parent to reap it).
 
-    Not contract, but needed on both sides (the node daemon's lock holder, local job processes), which
-    may share only this module -- like the atomic writes above."""
+    Both sides need it: the node daemon's lock holder in the job, a local job's supervisor here."""
     if pid <= 0:
         return False
     try:

@@ -36,6 +36,10 @@ from typing import Any, TypeVar
 
 from remote_debug.osutil import atomic_write_text
 
+# Versions: a reader refuses a document of another version (one line: use the same remote-debug on both
+# sides), and it refuses values its enums do not know.  So a new field with a default may be added
+# without a bump, but a new enum member (a rank state, a transport) or a changed meaning raises the
+# version: an older laptop must say "update" rather than misread a node.
 SPEC_VERSION = 1
 MANIFEST_VERSION = 1
 
@@ -227,6 +231,11 @@ def check_port(port: int, what: str, *, allow_zero: bool = True) -> int:
     return port
 
 
+def _seconds_text(value: float) -> str:
+    """31536000, not 3.1536e+07: a bound the user reads in a message."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
 def env_seconds(
     env: Mapping[str, str], name: str, default: float, *, low: float = -math.inf, high: float = math.inf
 ) -> tuple[float, str]:
@@ -245,7 +254,7 @@ def env_seconds(
         value = math.nan
     if low <= value <= high:  # False for NaN
         return value, ""
-    bounds = f" ({low:g}-{high:g})" if math.isfinite(low) and math.isfinite(high) else ""
+    bounds = f" ({_seconds_text(low)}-{_seconds_text(high)})" if math.isfinite(low) and math.isfinite(high) else ""
     return default, f"{name}={raw[:40]!r} is not a number of seconds{bounds}"
 
 

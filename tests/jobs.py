@@ -10,8 +10,8 @@ from typing import Any
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.base import JobInfo
 from remote_debug.local.backends.machine import LaunchRequest
+from remote_debug.local.jobinfo import JobInfo
 from remote_debug.local.paths import StatePaths
 from remote_debug.spec import DebugOptions
 

@@ -12,9 +12,6 @@ from typer.models import CommandFunctionType
 
 from remote_debug.local import aws
 
-# what a local job may have: 1-64 nodes of 1-64 ranks (MachineBackend.validate checks the same)
-MAX_NODES = 64
-MAX_NPROC_PER_NODE = 64
 MAX_PORT = 65535
 
 

@@ -27,7 +27,7 @@ def enable_command(
 
     New jobs: use remote_debug.enable(...) in the launcher instead, which also adds the debug hook.
     """
-    name, arn_region = update.parse_job(job)
+    name, arn_region = aws.parse_training_job(job)
     region, source = aws.resolve_region()
     if arn_region and source != "--region":  # the ARN names the job's region; --region still wins
         region, source = arn_region, "the job ARN"

@@ -10,11 +10,12 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_NODES, MAX_NPROC_PER_NODE, MAX_PORT, PycharmBuild, app, flag
+from remote_debug.cli.app import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
+from remote_debug.local.backends.machine import MAX_NODES, MAX_NPROC_PER_NODE, LaunchRequest
 from remote_debug.local.errors import UserError
+from remote_debug.local.jobinfo import Isolation
 from remote_debug.local.pycharm import check_local_pydevd, choose_build
 
 
@@ -126,6 +127,7 @@ def launch(
         print_json(info.to_json())
         return
     console.print(f"launched job [bold]{info.name}[/] ({len(info.nodes)} node(s) x {info.nproc_per_node} rank(s))")
-    if info.machine is not None and info.machine.isolation == "netns":
+    if info.machine is not None and info.machine.isolation == Isolation.NETNS:
         console.print("nodes run in their own network namespaces: reachable only through remote-debug's relay")
-    console.print(f"attach with:  remote-debug attach {info.name}" + (" --ide pycharm" if ide == "pycharm" else ""))
+    pycharm = " --ide pycharm" if ide == spec.IDE.PYCHARM else ""
+    console.print(f"attach with:  remote-debug attach {info.name}{pycharm}")

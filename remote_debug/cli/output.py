@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from remote_debug.local import events as ev
+from remote_debug.spec import IDE
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -52,8 +53,8 @@ def _rank_attached(e: ev.RankAttached) -> str:
     return f"rank {e.rank}: debugger attached"
 
 
-@_line(ev.JobStatus)
-def _job_status(e: ev.JobStatus) -> str:
+@_line(ev.JobStatusEvent)
+def _job_status(e: ev.JobStatusEvent) -> str:
     detail = f": {e.message}" if e.message else ""
     return f"job {e.job}: {e.status} / {e.secondary_status}{detail}"
 
@@ -75,7 +76,7 @@ def _node_connected(e: ev.NodeConnected) -> str:
 
 @_line(ev.RankReady)
 def _rank_ready(e: ev.RankReady) -> str:
-    if e.ide == "pycharm":
+    if e.ide == IDE.PYCHARM:
         return (
             f"rank {e.rank} on {e.node}: its localhost:{e.remote_port} leads to "
             f"PyCharm's debug server at 127.0.0.1:{e.local_port}"

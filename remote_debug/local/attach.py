@@ -17,17 +17,17 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local import events, interrupts
-from remote_debug.local.backends.base import TERMINAL, Backend, JobInfo, JobStatus
-from remote_debug.local.connection import JobConnection
+from remote_debug.local.backends.base import Backend
+from remote_debug.local.connection import POLL_SECONDS, JobConnection
 from remote_debug.local.errors import JobNotRunningError, UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport
 from remote_debug.local.ide import IdeSide, PyCharmOptions, RankForward, ide_side
+from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pause_safe import PauseSafe
 
 __all__ = ["AttachOptions", "AttachResult", "Attacher", "RankForward"]
 
-POLL_SECONDS = 0.3
 # how often a running attach reads the manifests again (crashed, late, restarted ranks); on SageMaker
 # each read is a CloudWatch Logs query
 MANIFEST_POLL_SECONDS = 1.0
@@ -91,7 +91,7 @@ class Attacher:
 
     @property
     def launch_json(self) -> Path | None:
-        return getattr(self.ide, "launch_json", None)
+        return self.ide.launch_json
 
     # --- main loop ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_debug.local.errors import UserError
+from remote_debug.spec import Transport, check_job_name
 
 if TYPE_CHECKING:
     import boto3
@@ -31,6 +32,16 @@ NO_REGION = (
     "no AWS region: pass --region REGION, or set AWS_REGION or AWS_DEFAULT_REGION "
     "(or 'region' in your AWS profile)"
 )
+# --- the tags enable() writes on a training job and the SageMaker backend reads ---------------------
+TAG_PREFIX = "remote-debug:"
+TAG_OWNER = TAG_PREFIX + "owner"
+TAG_ENABLED = TAG_PREFIX + "enabled"
+TAG_TRANSPORT = TAG_PREFIX + "transport"  # picks the job's transport (else the spec's, else ssm)
+TAG_ACTIVATION = TAG_PREFIX + "ssm-activation"  # hybrid: the activation's id (not a secret; the code is)
+TAG_BASTION = TAG_PREFIX + "bastion"  # direct: [user@]host[:port] of the jump host
+# how a SageMaker job can be reached ("local" is for jobs on this machine)
+SAGEMAKER_TRANSPORTS = (Transport.SSM, Transport.HYBRID, Transport.DIRECT)
+
 TRAINING_JOB_ARN_RE = re.compile(r"^arn:aws[a-z-]*:sagemaker:([a-z0-9-]+):\d{12}:training-job/(.+)$")
 # Retries for throttling (FilterLogEvents allows a few calls per second per account) and short
 # timeouts: a ProxyCommand that hangs leaves the IDE hanging with it.
@@ -61,11 +72,10 @@ def configure(profile: str | None = None, region: str | None = None) -> None:
 
 
 def parse_training_job(job_or_arn: str) -> tuple[str, str | None]:
-    """A training-job name or ARN -> (name, the ARN's region or None); the name is not validated."""
+    """A training-job name or ARN -> (its name, the ARN's region or None); ContractError for a bad name."""
     match = TRAINING_JOB_ARN_RE.match(job_or_arn.strip())
-    if match:
-        return match.group(2), match.group(1)
-    return job_or_arn.strip(), None
+    name, region = (match.group(2), match.group(1)) if match else (job_or_arn.strip(), None)
+    return check_job_name(name), region
 
 
 def settings() -> Settings:

@@ -17,14 +17,15 @@ from types import TracebackType
 from remote_debug import spec
 from remote_debug.local import events, interrupts, ssh_config
 from remote_debug.local.backends import backend_for, job_ref
-from remote_debug.local.backends.base import TERMINAL, Backend, JobInfo, JobRef
+from remote_debug.local.backends.base import Backend
 from remote_debug.local.errors import JobNotRunningError, UserError
+from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobRef
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.proxy import proxy_command
 from remote_debug.local.rank_control import RankControl
 from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 
-POLL_SECONDS = 0.3
+POLL_SECONDS = 0.3  # how often waiting loops (manifests here, the job in attach) look again
 # a node that published no sshd and is over, or said why: it will not get one
 _NODE_OVER = (spec.NodeState.COMPLETED, spec.NodeState.FAILED, spec.NodeState.STOPPED)
 
@@ -123,7 +124,7 @@ class JobConnection:
             # progress while the platform starts the job (Starting -> Downloading -> Training); a job
             # that is simply running when we come is no news
             if (info.status, info.secondary_status) != shown and (shown or info.provisioning):
-                self.emit(events.JobStatus(job=self.job, status=info.status,
+                self.emit(events.JobStatusEvent(job=self.job, status=info.status,
                                            secondary_status=info.secondary_status, message=info.status_message))
             shown = (info.status, info.secondary_status)
             if info.provisioning:  # SageMaker still starting instances: its time, not the nodes'
@@ -166,9 +167,10 @@ class JobConnection:
         self.emit(events.SshConfig(aliases=[e.alias for e in entries], config=str(self.paths.ssh_config)))
         return entries
 
-    def connect(self, entries: list[ssh_config.HostEntry] | None = None) -> dict[str, NodeTunnel]:
-        """One SSH connection per node, opened in parallel; raises the first node's one-line error."""
-        tunnels = {e.node: NodeTunnel(endpoint_for(e, self.paths)) for e in (entries or self.entries)}
+    def connect(self) -> dict[str, NodeTunnel]:
+        """One SSH connection per node of :meth:`write_ssh_entries`, opened in parallel; raises the
+        first node's one-line error."""
+        tunnels = {e.node: NodeTunnel(endpoint_for(e, self.paths)) for e in self.entries}
         self.tunnels = tunnels
         with ThreadPoolExecutor(max_workers=max(1, len(tunnels))) as pool:
             for node, fut in [(n, pool.submit(t.connect)) for n, t in tunnels.items()]:

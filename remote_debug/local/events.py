@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
-from remote_debug.local.backends.base import JobStatus as JobStatusEnum  # the event JobStatus has its name
+from remote_debug.local.jobinfo import JobStatus
 from remote_debug.spec import IDE, RankState
 
 EVENTS_VERSION = 1
@@ -81,12 +81,12 @@ class Launched(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobStatus(Event):
+class JobStatusEvent(Event):
     """The platform is still starting the job (SageMaker: Starting -> Downloading -> Training)."""
 
     name: ClassVar[str] = "job-status"
     job: str
-    status: JobStatusEnum
+    status: JobStatus
     secondary_status: str  # open-ended (SageMaker's SecondaryStatus)
     message: str = ""
 
@@ -283,7 +283,7 @@ class WarningEvent(Event):
 @dataclass(frozen=True, kw_only=True)
 class JobEnded(Event):
     name: ClassVar[str] = "job-ended"
-    status: JobStatusEnum
+    status: JobStatus
     exit_code: int | None = None
     failure_reason: str | None = None
 
@@ -324,7 +324,7 @@ class Summary(Event):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     Launched,
-    JobStatus,
+    JobStatusEvent,
     Waiting,
     SshConfig,
     NodeConnected,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
 import sys
 import types
@@ -30,6 +29,7 @@ from remote_debug.local.events import (
     Event,
     json_key,
 )
+from remote_debug.osutil import atomic_write_text
 
 GENERATED_HEADER = "// Generated, do not edit: python -m remote_debug.local.events_typescript\n"
 
@@ -185,7 +185,7 @@ def _ts_string(text: str) -> str:
 
 
 def typescript_extra() -> list[type[Any]]:
-    from remote_debug.local.backends.base import JobInfo
+    from remote_debug.local.jobinfo import JobInfo
 
     return [JobInfo]
 
@@ -207,10 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = Path(out)
     if target.is_file() and target.read_text(encoding="utf-8") == text:
         return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write_text(target, text)
     return 0
 
 

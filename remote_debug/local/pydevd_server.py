@@ -26,6 +26,7 @@ from urllib.parse import unquote
 from remote_debug.local import events as ev
 from remote_debug.local.events import Emit
 from remote_debug.local.headless import HeadlessPlan, RankReport, StopRecord
+from remote_debug.spec import LOOPBACK
 
 CMD_RUN = 101
 CMD_THREAD_SUSPEND = 105
@@ -163,7 +164,7 @@ class PydevdServer:
         *,
         emit: Emit | None = None,
         identify: Identify | None = None,
-        host: str = "127.0.0.1",
+        host: str = LOOPBACK,
         port: int = 0,
     ) -> None:
         self.plan = plan

@@ -27,6 +27,7 @@ from remote_debug.local import events as ev
 from remote_debug.local.events import Emit
 from remote_debug.local.tunnels import ReverseHandler, _pump
 from remote_debug.pycharm_spec import Hello
+from remote_debug.spec import LOOPBACK
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class IdeBridge:
         ide_root: str,
         build: str = "",
         emit: Emit | None = None,
-        ide_host: str = "127.0.0.1",
+        ide_host: str = LOOPBACK,
         connect_timeout: float = 5.0,
     ) -> None:
         self.ide_host, self.ide_port = ide_host, ide_port

@@ -29,6 +29,7 @@ import paramiko
 
 from remote_debug.local import dap_wire
 from remote_debug.local.errors import UserError
+from remote_debug.spec import LOOPBACK
 
 log = logging.getLogger(__name__)
 # paramiko logs every failed connection attempt as an ERROR with a traceback; with no logging set up
@@ -217,7 +218,7 @@ class NodeTunnel:
         for port in sorted(self._reverse_pending):
             try:
                 with self._global_lock:
-                    transport.request_port_forward("127.0.0.1", port, handler=self._dispatch_reverse)
+                    transport.request_port_forward(LOOPBACK, port, handler=self._dispatch_reverse)
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 # sshd may still hold the port for the session that just died: retried later.
                 log.debug("re-requesting reverse forward %s:%s failed: %s", self.endpoint.alias, port, exc)
@@ -297,7 +298,7 @@ class NodeTunnel:
             self._retry_at = time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1))
             raise
 
-    def open_channel(self, remote_port: int, origin: tuple[str, int] = ("127.0.0.1", 0)) -> paramiko.Channel:
+    def open_channel(self, remote_port: int, origin: tuple[str, int] = (LOOPBACK, 0)) -> paramiko.Channel:
         """A channel to the node's 127.0.0.1:remote_port (connecting first if the link is down)."""
         with self._lock:
             wait = self._retry_at - time.monotonic()
@@ -306,7 +307,7 @@ class NodeTunnel:
             self._attempt_locked()
             assert self._transport is not None
             transport = self._transport
-        return transport.open_channel("direct-tcpip", ("127.0.0.1", remote_port), origin, timeout=10)
+        return transport.open_channel("direct-tcpip", (LOOPBACK, remote_port), origin, timeout=10)
 
     def probe(self, remote_port: int) -> bool:
         """Whether something listens on the node's 127.0.0.1:remote_port (sshd opens the channel only then).
@@ -345,7 +346,7 @@ class NodeTunnel:
             return int(existing.getsockname()[1])
         server = socket.socket()
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", local_port))
+        server.bind((LOOPBACK, local_port))
         server.listen(8)
         self._listeners[remote_port] = server
         threading.Thread(
@@ -367,7 +368,7 @@ class NodeTunnel:
                 self._reverse[remote_port] = handler
                 return remote_port
             with self._global_lock:
-                port = self._transport.request_port_forward("127.0.0.1", remote_port, handler=self._dispatch_reverse)
+                port = self._transport.request_port_forward(LOOPBACK, remote_port, handler=self._dispatch_reverse)
             self._reverse[port] = handler
             return port
 

@@ -1,7 +1,8 @@
-"""What every part of ``enable()`` shares: its error, the job's tags, and how the laptop reaches the job.
+"""What every part of ``enable()`` shares: its error, limits, and how the laptop reaches the job.
 
-The bottom of ``remote_debug/sagemaker``: it imports nothing else from the package but the contract
-and the laptop's ``UserError``, so the request core and the hybrid activation can both build on it.
+The bottom of ``remote_debug/sagemaker``: it imports nothing else from the package but the contract and
+the laptop's ``UserError`` and AWS names (the job's tags: ``local/aws.py``), so the request core and the
+hybrid activation can both build on it.
 """
 
 from __future__ import annotations
@@ -9,15 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from remote_debug.local.aws import SAGEMAKER_TRANSPORTS
 from remote_debug.local.errors import UserError
 from remote_debug.spec import Transport
 
-TAG_OWNER = "remote-debug:owner"
-TAG_ENABLED = "remote-debug:enabled"
-TAG_TRANSPORT = "remote-debug:transport"  # read by local/backends/sagemaker.py to pick the transport
-TAG_ACTIVATION = "remote-debug:ssm-activation"  # hybrid: the activation's id (not a secret; the code is)
 TAGS_MAX = 50  # SageMaker's limit per job
-JOB_TRANSPORTS = (Transport.SSM, Transport.HYBRID, Transport.DIRECT)  # "local" is for jobs on this machine
 ROLE_MAX = 64
 _ROLE_RE = re.compile(r"^[\w+=,.@-]+(/[\w+=,.@-]+)*$")
 
@@ -59,10 +56,10 @@ class JobTransport:
 
 
 def _job_transport(value: object) -> str:
-    if value not in JOB_TRANSPORTS:
+    if value not in SAGEMAKER_TRANSPORTS:
         raise EnableError(
             f"transport {str(value)!r} does not reach a SageMaker job: use one of "
-            f"{', '.join(JOB_TRANSPORTS)} (local jobs: remote-debug launch --local)"
+            f"{', '.join(SAGEMAKER_TRANSPORTS)} (local jobs: remote-debug launch --local)"
         )
     return str(value)
 

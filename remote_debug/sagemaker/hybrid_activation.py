@@ -73,20 +73,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from remote_debug.local.aws import TAG_ACTIVATION, TAG_OWNER, TAG_PREFIX
 from remote_debug.sagemaker.bundle import CHANNEL_NAME
-from remote_debug.sagemaker.common import (
-    TAG_ACTIVATION,
-    TAG_OWNER,
-    TAGS_MAX,
-    EnableError,
-    describe_aws_error,
-    role_name,
-)
+from remote_debug.sagemaker.common import TAGS_MAX, EnableError, describe_aws_error, role_name
 
 log = logging.getLogger(__name__)
 
 ACTIVATION_FILE = "ssm-activation.json"
-TAG_JOB = "remote-debug:job"
+TAG_JOB = TAG_PREFIX + "job"  # on the activation: the job it was made for
 MAX_LIFETIME = timedelta(days=30) - timedelta(hours=1)  # SSM takes up to 30 days; an hour for clock skew
 PROVISIONING = timedelta(hours=1)  # instances, image and data before the agent registers
 DEFAULT_MAX_RUNTIME = 86400  # SageMaker's default MaxRuntimeInSeconds

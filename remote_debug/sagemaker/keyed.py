@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import remote_debug.sagemaker.hybrid_activation as hybrid_activation
+from remote_debug.local.aws import TAG_ACTIVATION
 from remote_debug.local.keys import ensure_job_key
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT
-from remote_debug.sagemaker.common import TAG_ACTIVATION, EnableError, JobTransport
+from remote_debug.sagemaker.common import EnableError, JobTransport
 from remote_debug.sagemaker.request import draft_request
 from remote_debug.spec import DebugOptions
 

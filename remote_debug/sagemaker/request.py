@@ -43,16 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from remote_debug.local.aws import TAG_ACTIVATION, TAG_ENABLED, TAG_OWNER, TAG_TRANSPORT
 from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, inject_dir
-from remote_debug.sagemaker.common import (
-    TAG_ACTIVATION,
-    TAG_ENABLED,
-    TAG_OWNER,
-    TAG_TRANSPORT,
-    TAGS_MAX,
-    EnableError,
-    JobTransport,
-)
+from remote_debug.sagemaker.common import TAGS_MAX, EnableError, JobTransport
 from remote_debug.spec import (
     ENV_CLIENT_KEY,
     SPEC_VERSION,

@@ -17,7 +17,7 @@ from typing import Any
 
 from remote_debug.local.aws import parse_training_job
 from remote_debug.local.errors import UserError
-from remote_debug.spec import ENV_VERSION, ContractError, check_job_name
+from remote_debug.spec import ENV_VERSION
 
 UPDATABLE_STATES = ("Downloading", "Training")
 
@@ -38,18 +38,9 @@ class EnableResult:
         return asdict(self)
 
 
-def parse_job(job: str) -> tuple[str, str | None]:
-    """(job name, region from an ARN or None) for a training job name or ARN."""
-    name, region = parse_training_job(job)
-    try:
-        return check_job_name(name), region
-    except ContractError as exc:
-        raise UserError(str(exc)) from None
-
-
 def enable_running_job(client: Any, job: str) -> EnableResult:
     """DescribeTrainingJob, then UpdateTrainingJob if the job is in an updatable state."""
-    name, _region = parse_job(job)
+    name, _region = parse_training_job(job)
     description = client.describe_training_job(TrainingJobName=name)
     status = str(description.get("TrainingJobStatus", ""))
     secondary = str(description.get("SecondaryStatus", ""))

@@ -8,14 +8,14 @@ import pytest
 
 from remote_debug.cli.output import _DESCRIBE, describe_event, event_printer
 from remote_debug.local import events as ev
-from remote_debug.local.backends.base import JobStatus
+from remote_debug.local.jobinfo import JobStatus
 from remote_debug.spec import IDE, RankState
 
 # One event of each kind that has a human line, with its line.
 SAMPLES: list[tuple[ev.Event, str]] = [
     (ev.Launched(job="j", nodes=2, nproc_per_node=4, workspace="/ws"), "launched job j (2 x 4 ranks); workspace /ws"),
     (ev.RankAttached(rank=1, node="algo-1"), "rank 1: debugger attached"),
-    (ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
+    (ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
      "job j: InProgress / Downloading"),
     (ev.Waiting(what="nodes", nodes=["algo-1", "algo-2"]), "waiting for nodes to start: algo-1, algo-2"),
     (ev.SshConfig(aliases=["algo-1.j"], config="/h/.remote-debug/ssh_config"),
@@ -83,7 +83,7 @@ def test_enum_fields_print_their_values(capsys: pytest.CaptureFixture[str]) -> N
     __str__/__format__), and as a plain string in the JSON line."""
     events = [
         ev.RankUnavailable(rank=2, node="algo-1", state=RankState.IDLE, error="lazy"),
-        ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Starting"),
+        ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Starting"),
         ev.JobEnded(status=JobStatus.STOPPED, exit_code=None),
     ]
     for event in events:

@@ -20,10 +20,10 @@ from remote_debug import spec
 from remote_debug.cli.output import event_printer
 from remote_debug.local import events as ev
 from remote_debug.local import events_typescript, vscode_launch
-from remote_debug.local.backends.base import TERMINAL, JobInfo, JobStatus, MachineJobDetails
 from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import job_info
 from remote_debug.local.headless import RankReport, StopRecord
+from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus, MachineJobDetails
 from remote_debug.local.paths import StatePaths
 from remote_debug.spec import IDE, RankState
 
@@ -188,7 +188,7 @@ ENUM_EVENTS = [
     ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.IDLE, ide=IDE.PYCHARM,
                  code_dir="/opt/ml/code"),
     ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED),
-    ev.JobStatus(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading"),
+    ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading"),
     ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="OOM"),
 ]
 

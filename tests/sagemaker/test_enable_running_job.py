@@ -19,8 +19,10 @@ from botocore.stub import Stubber
 
 from remote_debug import cli
 from remote_debug.cli import enable as enable_cli
+from remote_debug.local import aws
 from remote_debug.local.errors import UserError
 from remote_debug.sagemaker import update
+from remote_debug.spec import ContractError
 
 JOB = "rd-running-1"
 ARN = f"arn:aws:sagemaker:eu-west-1:123456789012:training-job/{JOB}"
@@ -100,10 +102,12 @@ def test_network_isolation_is_refused(stubbed: tuple[Any, Stubber]) -> None:
 
 
 def test_job_arns_and_bad_names() -> None:
-    assert update.parse_job(ARN) == (JOB, "eu-west-1")
-    assert update.parse_job(JOB) == (JOB, None)
-    with pytest.raises(UserError, match="bad job name"):
-        update.parse_job("no_underscores")
+    assert aws.parse_training_job(ARN) == (JOB, "eu-west-1")
+    assert aws.parse_training_job(JOB) == (JOB, None)
+    with pytest.raises(ContractError, match="bad job name"):
+        aws.parse_training_job("no_underscores")
+    with pytest.raises(ContractError, match="bad job name"):  # enable() on a bad name: before any AWS call
+        update.enable_running_job(object(), "no_underscores")
 
 
 # --- the command ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker import hybrid_activation as ha
 from remote_debug.sagemaker import sdk_v2
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
-from remote_debug.sagemaker.common import TAG_TRANSPORT, JobTransport
+from remote_debug.sagemaker.common import JobTransport
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.spec import DebugOptions
@@ -192,7 +192,6 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     # The laptop picks the hybrid transport from the tag (moto, like SageMaker, keeps the tags).
     described = sagemaker.describe_training_job(TrainingJobName=JOB)
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]}
-    assert TAG_TRANSPORT == backend.TAG_TRANSPORT
     info = backend.job_info(JOB, {**described, "Environment": {}}, tags, REGION)
     assert info.sagemaker is not None and info.sagemaker.transport == "hybrid" and info.debuggable
 

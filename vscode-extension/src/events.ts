@@ -9,6 +9,7 @@ import type {
   AttachEvent,
   AttachEventName,
   JobInfo,
+  Isolation,
   JobStatus,
   Transport,
   MachineJobDetails,
@@ -31,7 +32,7 @@ function str(value: unknown, fallback = ''): string {
 }
 
 /**
- * A field of one of the generated closed sets (JobStatus, RankState, IDE, Transport), as the CLI sent it.  Tolerant: a
+ * A field of one of the generated closed sets (JobStatus, RankState, IDE, Transport, Isolation), as the CLI sent it.  Tolerant: a
  * newer CLI may send a value this extension does not know; it is kept as is, never refused nor replaced:
  * shown verbatim, and equal to none of the known values (a job status we do not know is neither running
  * nor terminal).  The field keeps its union type, so comparing it with a value the CLI never sends is a type
@@ -76,7 +77,7 @@ function machineDetails(value: unknown): MachineJobDetails | null {
   }
   return {
     job_dir: str(o.job_dir),
-    isolation: str(o.isolation),
+    isolation: member<Isolation>(o.isolation, 'loopback'),
     node_netns: strMap(o.node_netns),
     node_addresses: strMap(o.node_addresses),
   };

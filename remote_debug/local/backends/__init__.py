@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from remote_debug.local import aws
-from remote_debug.local.backends.base import Backend, JobInfo, JobRef
+from remote_debug.local.backends.base import Backend
 from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import SageMakerBackend
 from remote_debug.local.errors import UnknownJobError
+from remote_debug.local.jobinfo import JobInfo, JobRef
 from remote_debug.local.paths import StatePaths
-from remote_debug.spec import check_job_name
 
 __all__ = [
     "Backend",
@@ -36,8 +36,7 @@ def all_backends(paths: StatePaths | None = None) -> list[Backend]:
 def job_ref(job_or_arn: str) -> JobRef:
     """A job name, or the name inside a SageMaker training-job ARN with the ARN's region (which
     applies to that job, unless --region says otherwise).  Changes no global setting."""
-    name, region = aws.parse_training_job(job_or_arn)
-    return JobRef(check_job_name(name), region)
+    return JobRef(*aws.parse_training_job(job_or_arn))
 
 
 def backend_for(job: str | JobRef, paths: StatePaths | None = None) -> Backend:

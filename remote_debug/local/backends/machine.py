@@ -24,14 +24,7 @@ from typing import Any, BinaryIO
 
 import remote_debug.local.backends.netns as netns
 from remote_debug import osutil, spec
-from remote_debug.local.backends.base import (
-    TERMINAL,
-    Backend,
-    Capabilities,
-    JobInfo,
-    JobStatus,
-    MachineJobDetails,
-)
+from remote_debug.local.backends.base import Backend, Capabilities
 from remote_debug.local.backends.machine_job import (
     NodeLayout,
     node_command,
@@ -42,8 +35,14 @@ from remote_debug.local.backends.machine_job import (
     write_job_file,
 )
 from remote_debug.local.errors import UnknownJobError, UserError
+from remote_debug.local.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails
 from remote_debug.local.keys import ensure_job_key
 from remote_debug.local.paths import StatePaths, private_dir
+from remote_debug.spec import LOOPBACK
+
+# what a job on this machine may have (the CLI's --nodes / --nproc-per-node ranges say the same)
+MAX_NODES = 64
+MAX_NPROC_PER_NODE = 64
 
 # Never copied into a job's code dir: VCS data, caches, and our own venvs.
 COPY_IGNORE = shutil.ignore_patterns(
@@ -78,7 +77,7 @@ class LaunchRequest:
 def port_in_use(port: int) -> bool:
     with socket.socket() as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((LOOPBACK, port))
         except OSError:
             return True
     return False
@@ -86,7 +85,7 @@ def port_in_use(port: int) -> bool:
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 
 
@@ -113,10 +112,10 @@ class MachineBackend(Backend):
             raise UserError(
                 "no training command: give it after '--', e.g. remote-debug launch --local -- python train.py"
             )
-        if not (1 <= req.nodes <= 64):
-            raise UserError(f"--nodes {req.nodes} is out of range: use 1-64")
-        if not (1 <= req.nproc_per_node <= 64):
-            raise UserError(f"--nproc-per-node {req.nproc_per_node} is out of range: use 1-64")
+        if not (1 <= req.nodes <= MAX_NODES):
+            raise UserError(f"--nodes {req.nodes} is out of range: use 1-{MAX_NODES}")
+        if not (1 <= req.nproc_per_node <= MAX_NPROC_PER_NODE):
+            raise UserError(f"--nproc-per-node {req.nproc_per_node} is out of range: use 1-{MAX_NPROC_PER_NODE}")
         if not req.source_dir.is_dir():
             raise UserError(f"source dir {req.source_dir} does not exist: pass --source-dir DIR")
         if self.paths.job_dir(req.name).exists():
@@ -157,7 +156,7 @@ class MachineBackend(Backend):
             hosts = node_names(req.nodes)
             cpus = os.cpu_count() or 1
             master_port = free_port()
-            master_addr = ns_plan.address(0) if ns_plan is not None else "127.0.0.1"
+            master_addr = ns_plan.address(0) if ns_plan is not None else LOOPBACK
             plans: dict[str, Any] = {}
             for i, node in enumerate(hosts):
                 layout = NodeLayout(staging, node)
@@ -227,21 +226,21 @@ class MachineBackend(Backend):
         _reap_in_background(proc)
         return self.describe(req.name)
 
-    def _isolation(self, req: LaunchRequest, job_dir: Path) -> tuple[str, list[str], netns.NetnsPlan | None, str]:
+    def _isolation(self, req: LaunchRequest, job_dir: Path) -> tuple[Isolation, list[str], netns.NetnsPlan | None, str]:
         """("netns", namespaces, plan, note) when every node gets its own network namespace, else
         ("loopback", [], None, why not): nodes are then process trees sharing this machine's loopback."""
         if req.nodes < 2:
-            return "loopback", [], None, "single node"
+            return Isolation.LOOPBACK, [], None, "single node"
         if not req.netns:
-            return "loopback", [], None, "--no-netns"
+            return Isolation.LOOPBACK, [], None, "--no-netns"
         if not netns.available():
-            return "loopback", [], None, "network namespaces need root and iproute2"
+            return Isolation.LOOPBACK, [], None, "network namespaces need root and iproute2"
         plan = netns.plan_for(job_dir)
         try:
             made = netns.create(plan, req.nodes)
         except netns.NetnsError as exc:
-            return "loopback", [], None, f"network namespaces unavailable: {exc}"
-        return "netns", made, plan, ""
+            return Isolation.LOOPBACK, [], None, f"network namespaces unavailable: {exc}"
+        return Isolation.NETNS, made, plan, ""
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -288,7 +287,7 @@ class MachineBackend(Backend):
             code_dirs={n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
             machine=MachineJobDetails(
                 job_dir=str(job_dir),
-                isolation=str(state.get("isolation", "loopback")),
+                isolation=spec.parse_choice(Isolation, state.get("isolation", Isolation.LOOPBACK), "job isolation"),
                 node_netns=dict(state.get("node_netns") or {}),
                 node_addresses=dict(state.get("node_addresses") or {}),
             ),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug import osutil, spec
+from remote_debug.spec import LOOPBACK
 
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
 
@@ -147,7 +148,7 @@ def node_environment(
 
 
 def node_command(
-    command: list[str], *, nodes: int, nproc: int, node_rank: int, master_port: int, master_addr: str = "127.0.0.1"
+    command: list[str], *, nodes: int, nproc: int, node_rank: int, master_port: int, master_addr: str = LOOPBACK
 ) -> list[str]:
     """The command a node runs, wrapped in the container hook (and torchrun for >1 rank).
 

@@ -33,23 +33,13 @@ from typing import Any, BinaryIO
 
 from remote_debug import osutil, spec
 from remote_debug.local import aws, ssm
-from remote_debug.local.backends.base import (
-    TERMINAL,
-    Backend,
-    Capabilities,
-    JobInfo,
-    JobStatus,
-    SageMakerJobDetails,
-)
+from remote_debug.local.backends.base import Backend, Capabilities
 from remote_debug.local.backends.sagemaker_logs import ManifestLog
 from remote_debug.local.errors import UnknownJobError, UserError
+from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus, SageMakerJobDetails
 from remote_debug.local.paths import StatePaths, private_dir
 
-TAG_PREFIX = "remote-debug:"
-TAG_TRANSPORT = "remote-debug:transport"
-TAG_BASTION = "remote-debug:bastion"
 ENV_BASTION = "REMOTE_DEBUG_BASTION"
-SAGEMAKER_TRANSPORTS = (spec.Transport.SSM, spec.Transport.HYBRID, spec.Transport.DIRECT)
 # Secondary statuses during which the platform, not the job, is busy (instances, image, data).
 PROVISIONING = (
     "Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
@@ -90,20 +80,20 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
     secondary = str(resp.get("SecondaryStatus", ""))
     env = resp.get("Environment") or {}
     enabled = bool((resp.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"))
-    asked = tags.get(TAG_TRANSPORT) or env.get(spec.ENV_TRANSPORT) or spec.Transport.SSM
-    transport = spec.Transport(asked) if asked in SAGEMAKER_TRANSPORTS else spec.Transport.SSM
+    asked = tags.get(aws.TAG_TRANSPORT) or env.get(spec.ENV_TRANSPORT) or spec.Transport.SSM
+    transport = spec.Transport(asked) if asked in aws.SAGEMAKER_TRANSPORTS else spec.Transport.SSM
     why: str | None = None
-    if spec.ENV_VERSION not in env and not any(k.startswith(TAG_PREFIX) for k in tags):
+    if spec.ENV_VERSION not in env and not any(k.startswith(aws.TAG_PREFIX) for k in tags):
         why = (
             f"job {job} was not started with remote-debug (its environment has no {spec.ENV_VERSION}): "
             "start it through remote_debug.enable(...)"
         )
-    elif transport == "ssm" and not enabled:
+    elif transport == spec.Transport.SSM and not enabled:
         why = (
             f"job {job} does not have SageMaker remote debugging enabled (RemoteDebugConfig.EnableRemoteDebug "
             f"is off): run 'remote-debug enable {job}' while it is Downloading or Training"
         )
-    elif transport == "ssm" and resp.get("EnableNetworkIsolation"):
+    elif transport == spec.Transport.SSM and resp.get("EnableNetworkIsolation"):
         why = f"job {job} runs with network isolation, which SSM cannot reach: relaunch it with the direct transport"
     transitions = resp.get("SecondaryStatusTransitions") or []
     message = str(transitions[-1].get("StatusMessage", "")) if transitions else ""
@@ -140,7 +130,7 @@ class JobHint:
     job: str
     region: str
     profile: str | None
-    transport: str
+    transport: spec.Transport
     bastion: str | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     version: int = HINT_VERSION
@@ -320,7 +310,7 @@ class SageMakerBackend(Backend):
             region=details.region,
             profile=aws.profile(),
             transport=details.transport,
-            bastion=tags.get(TAG_BASTION) or os.environ.get(ENV_BASTION) or None,
+            bastion=tags.get(aws.TAG_BASTION) or os.environ.get(ENV_BASTION) or None,
         )
 
     def _save_hint(self, job: str, info: JobInfo, manifests: dict[str, spec.NodeManifest | None]) -> None:
@@ -345,7 +335,9 @@ class SageMakerBackend(Backend):
             data = json.loads(self._hint_path(job).read_text())
             if data.get("version") != HINT_VERSION:
                 return None
-            return JobHint(**data)
+            hint = JobHint(**data)
+            hint.transport = spec.Transport(hint.transport)  # ValueError: not ours, or from a future version
+            return hint
         except (OSError, ValueError, TypeError):
             return None
 
@@ -353,7 +345,7 @@ class SageMakerBackend(Backend):
 
     def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
         hint = self.load_hint(job)
-        if hint is None or (hint.transport != "ssm" and node not in hint.nodes):
+        if hint is None or (hint.transport != spec.Transport.SSM and node not in hint.nodes):
             self.manifests(job)  # first use without attach (or a node that published later)
             hint = self.load_hint(job)
         if hint is None:
@@ -361,9 +353,9 @@ class SageMakerBackend(Backend):
         explicit = aws.settings()
         profile = explicit.profile or hint.profile
         region = explicit.region or hint.region
-        if hint.transport == "direct":
+        if hint.transport == spec.Transport.DIRECT:
             return self._relay_direct(hint, node, port, stdin, stdout)
-        if hint.transport == "hybrid":
+        if hint.transport == spec.Transport.HYBRID:
             target = str(hint.nodes.get(node, {}).get("ssm_target") or "")
             if not target:
                 raise UserError(
@@ -386,7 +378,7 @@ class SageMakerBackend(Backend):
         if not bastion:
             raise UserError(
                 f"job {hint.job} uses the direct transport but no bastion is known: tag the job with "
-                f"{TAG_BASTION}=[user@]host[:port] or set {ENV_BASTION}"
+                f"{aws.TAG_BASTION}=[user@]host[:port] or set {ENV_BASTION}"
             )
         address = str(hint.nodes.get(node, {}).get("sshd_host") or "")
         if not address or address.startswith("127."):

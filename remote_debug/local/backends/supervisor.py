@@ -20,8 +20,8 @@ from typing import Any
 
 import remote_debug.local.backends.netns as netns
 from remote_debug import spec
-from remote_debug.local.backends.base import JobStatus
 from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
+from remote_debug.local.jobinfo import JobStatus
 
 POLL_SECONDS = 0.2
 
@@ -96,7 +96,7 @@ class Supervisor:
                 manifest = spec.read_node_manifest(NodeLayout(self.job_dir, node).manifest_dir)
             except spec.ContractError:
                 return "Training"  # a broken manifest is attach's problem; the job itself runs
-            if manifest is None or manifest.state == "starting":
+            if manifest is None or manifest.state == spec.NodeState.STARTING:
                 return "Starting"
         return "Training"
 

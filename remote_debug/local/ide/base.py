@@ -10,6 +10,7 @@ to PyCharm's debug server through reverse forwards).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local.headless import RankReport
@@ -35,6 +36,8 @@ class IdeSide:
     # whether ranks listen for the IDE (debugpy: the attach asks a lazy rank to start its listener
     # first) or connect out to it (PyCharm)
     ranks_listen: bool
+    # the launch.json this side wrote, if any (VS Code)
+    launch_json: Path | None = None
 
     def prepare(self) -> None:
         """Before any tunnel exists: everything that can refuse (version checks, IDE files)."""
@@ -48,7 +51,8 @@ class IdeSide:
         raise NotImplementedError
 
     def ranks_ready(self, forwards: list[RankForward]) -> None:
-        """New ranks are exposed (and every rank is pause-safe): a built-in debugger starts here."""
+        """New ranks are exposed and every rank of the job was asked to be pause-safe: a built-in
+        debugger starts here."""
 
     def all_ready(self, forwards: list[RankForward]) -> None:
         """Discovery is over (every selected rank exposed, or the wait ran out)."""

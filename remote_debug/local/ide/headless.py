@@ -13,6 +13,7 @@ from remote_debug.local import events
 from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
 from remote_debug.local.ide.base import RankForward
 from remote_debug.local.ide.vscode import VsCodeIde
+from remote_debug.spec import LOOPBACK
 
 # how long the end of a job waits for each rank's session to say what it saw
 JOIN_SECONDS = 10.0
@@ -47,7 +48,7 @@ class HeadlessIde(VsCodeIde):
             report = debug_rank(
                 forward.rank,
                 forward.node,
-                "127.0.0.1",
+                LOOPBACK,
                 forward.local_port,
                 self.plan,
                 path_mappings=[(str(self.workspace), forward.code_dir)],

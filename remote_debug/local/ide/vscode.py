@@ -9,6 +9,7 @@ from remote_debug import spec
 from remote_debug.local import events, interrupts, vscode_launch
 from remote_debug.local.ide.base import IdeSide, RankForward
 from remote_debug.local.tunnels import NodeTunnel
+from remote_debug.spec import LOOPBACK
 
 # states in which a rank will never listen again
 _GONE = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
@@ -21,7 +22,6 @@ class VsCodeIde(IdeSide):
     def __init__(self, job: str, workspace: Path, emit: events.Emit, *, write_launch_json: bool) -> None:
         self.job, self.workspace, self.emit = job, workspace, emit
         self.write_launch_json = write_launch_json
-        self.launch_json: Path | None = None
 
     def usable(self, rank: spec.RankEndpoint) -> bool:
         # a rank with a control channel gets its listener on request (lazy ranks), or has tracing
@@ -48,7 +48,7 @@ class VsCodeIde(IdeSide):
                 job=self.job,
                 rank=f.rank,
                 node=f.node,
-                host="127.0.0.1",
+                host=LOOPBACK,
                 port=f.local_port,
                 local_root=str(self.workspace),
                 remote_root=f.code_dir,

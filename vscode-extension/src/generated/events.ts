@@ -1,5 +1,5 @@
 // Generated, do not edit: python -m remote_debug.local.events_typescript
-// Source: remote_debug/local/events.py (the attach event stream), remote_debug.local.backends.base.JobInfo.
+// Source: remote_debug/local/events.py (the attach event stream), remote_debug.local.jobinfo.JobInfo.
 /* eslint-disable */
 
 export const EVENTS_VERSION = 1;
@@ -31,6 +31,9 @@ export function formatConfigNamePrefix(job: string): string {
 /** The IDE a job is debugged from; it decides the direction of the debug connection. */
 export type IDE = 'vscode' | 'pycharm';
 
+/** How the nodes of a job on this machine are kept apart. */
+export type Isolation = 'netns' | 'loopback';
+
 /** A job's status: SageMaker's TrainingJobStatus (local jobs mirror it); `secondary_status` adds the detail (Starting, Downloading, Training, ...). */
 export type JobStatus = 'InProgress' | 'Completed' | 'Failed' | 'Stopping' | 'Stopped';
 
@@ -52,7 +55,7 @@ export type Transport = 'local' | 'ssm' | 'hybrid' | 'direct';
 /** A job of this machine (`launch --local`). */
 export interface MachineJobDetails {
   job_dir: string;
-  isolation: string;
+  isolation: Isolation;
   node_netns: Record<string, string>;
   node_addresses: Record<string, string>;
 }
