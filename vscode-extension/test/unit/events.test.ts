@@ -29,6 +29,21 @@ describe('jobs --json', () => {
     assert.equal(isRunning(jobs[1]), false);
   });
 
+  test('keeps a status, transport or isolation value a newer CLI may send, unchanged', () => {
+    const job = parseJob({
+      name: 'x',
+      status: 'Expired',
+      sagemaker: { region: 'eu-west-1', transport: 'carrier-pigeon', remote_debug_enabled: true },
+      machine: { job_dir: '/j', isolation: 'vm' },
+    });
+    assert.equal(job.status, 'Expired');
+    assert.equal(isRunning(job), false, 'an unknown status is neither running nor assumed ended');
+    assert.equal(job.sagemaker?.transport, 'carrier-pigeon');
+    assert.equal(job.machine?.isolation, 'vm');
+    const event = parseEventLine(JSON.stringify({ event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 1, remote_port: 2, state: 'hibernating', ide: 'vscode', code_dir: '/c' }));
+    assert.ok(event && event.event === 'rank-ready' && event.state === 'hibernating');
+  });
+
   test('tolerates missing and unknown fields', () => {
     const job = parseJob({ name: 'x', status: 'InProgress', new_field: 1, code_dirs: { a: 1, b: '/c' } });
     assert.equal(job.backend, 'unknown');
