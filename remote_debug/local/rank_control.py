@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import paramiko
 
@@ -62,13 +62,7 @@ class RankControl:
             raise OSError(f"cannot reach {where}: {exc}") from None
         try:
             chan.settimeout(timeout)
-            chan.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = chan.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = exchange(chan, payload)
         except (TimeoutError, paramiko.SSHException, EOFError) as exc:
             raise OSError(f"{where}: {exc or 'timed out'}") from None
         finally:
@@ -105,6 +99,23 @@ class RankControl:
             )
             for t in reply.get("threads", [])
         ]
+
+
+class _Stream(Protocol):
+    def sendall(self, data: bytes, /) -> Any: ...
+    def recv(self, size: int, /) -> bytes: ...
+
+
+def exchange(conn: _Stream, payload: dict[str, Any]) -> bytes:
+    """The protocol's one round: a JSON line out, the reply line back (as bytes; b"" if none came)."""
+    conn.sendall(json.dumps(payload).encode() + b"\n")
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _detail(reply: dict[str, Any]) -> str | None:

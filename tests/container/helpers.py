@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from remote_debug import spec
+from remote_debug.local.rank_control import exchange
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -500,12 +501,6 @@ def with_descendants(pids: list[int]) -> list[int]:
 def control_request(port: int, op: str, timeout: float = 20) -> dict[str, Any]:
     """One request to a rank's control channel on 127.0.0.1:``port`` (a JSON line each way)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(json.dumps({"op": op}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = exchange(sock, {"op": op})  # the laptop's side of the protocol, without the SSH tunnel
     reply: dict[str, Any] = json.loads(data or b"{}")
     return reply
