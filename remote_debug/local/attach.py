@@ -134,7 +134,7 @@ class Attacher:
                 return info
             if not all_ready:
                 try:
-                    all_ready = self._discover_ranks()
+                    all_ready = self._discover_ranks(info)
                 except Exception:  # a node going away mid-discovery, because the job just ended
                     ended = self.connection.ended()
                     if ended is None:
@@ -163,10 +163,10 @@ class Attacher:
         check_ranks(self.job, self.options.ranks, world)
         return set(range(world)) if self.options.ranks is None else set(self.options.ranks)
 
-    def _discover_ranks(self) -> bool:
+    def _discover_ranks(self, info: JobInfo) -> bool:
         """Expose every selected rank that can be; True once all expected ranks are."""
         manifests = self.connection.manifests()
-        expected = self._expected_ranks(manifests, self.connection.describe())
+        expected = self._expected_ranks(manifests, info)  # the round's describe (a SageMaker API call)
         new: list[RankForward] = []
         for node, m in manifests.items():
             for r in m.ranks:
