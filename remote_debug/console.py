@@ -20,6 +20,15 @@ def main() -> None:
     from remote_debug.local import interrupts
 
     interrupts.install()
-    from remote_debug.cli import main as cli_main
+    try:
+        from remote_debug.cli import main as cli_main
+    except BaseException:
+        # A Ctrl-C while the commands import surfaces wherever the import was: inside a class body's
+        # ``__set_name__`` Python 3.11 wraps it in a RuntimeError (seen in CI), so it is recognised
+        # by the recorded request, not by its type.
+        if interrupts.requested():
+            sys.stderr.write("remote-debug: error: interrupted\n")
+            raise SystemExit(130) from None
+        raise
 
     cli_main()

@@ -42,6 +42,11 @@ def install() -> None:
         pass
 
 
+def requested() -> bool:
+    """Whether Ctrl-C was pressed since :func:`install`."""
+    return _requested.is_set()
+
+
 def check() -> None:
     """Raise KeyboardInterrupt if Ctrl-C was pressed, also when its first raise was swallowed."""
     if _requested.is_set():
