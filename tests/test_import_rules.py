@@ -9,6 +9,8 @@
   ``if TYPE_CHECKING:`` do not (they never run).
 * ``remote_debug/sagemaker`` uses only a small, deliberate part of the laptop side
   (:data:`SAGEMAKER_MAY_IMPORT`, see ``remote_debug/sagemaker/__init__.py``).
+* Product code has no special case for the emulator: only the ``remote-debug emulator`` command
+  imports ``remote_debug.emulator`` (the product reaches it through ``AWS_ENDPOINT_URL``, as AWS).
 
 Edges: ``import a.b`` is an edge to ``a.b``; ``from pkg import name`` to ``pkg.name`` when that is a
 module, else to ``pkg``.  The parent packages Python imports on the way are not edges: every
@@ -230,6 +232,22 @@ def test_sagemaker_uses_only_the_public_laptop_surface() -> None:
         f"remote_debug/sagemaker may import from remote_debug.local only {', '.join(SAGEMAKER_MAY_IMPORT)}:\n"
         + "\n".join(str(imp) for imp in bad)
     )
+
+
+# --- (d) the emulator is reached over HTTP only --------------------------------------------------------
+
+EMULATOR = f"{PACKAGE}.emulator"
+EMULATOR_COMMAND = f"{PACKAGE}.cli.emulator"
+
+
+def test_no_product_code_imports_the_emulator() -> None:
+    bad = [
+        imp
+        for imp in all_imports()
+        if _within(imp.target, EMULATOR) and not _within(imp.source, EMULATOR) and imp.source != EMULATOR_COMMAND
+    ]
+    assert not bad, "only the emulator command may import remote_debug.emulator:\n" + "\n".join(str(i) for i in bad)
+    assert any(imp.source == EMULATOR_COMMAND and _within(imp.target, EMULATOR) for imp in all_imports())
 
 
 def test_the_rules_see_imports() -> None:

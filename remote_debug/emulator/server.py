@@ -1,0 +1,173 @@
+"""The emulator's HTTP front: one URL for every AWS service the SageMaker path calls.
+
+moto's server answers the generic services (S3, CloudWatch Logs, STS, IAM, most of SSM and SageMaker);
+this front takes, before moto sees them, the calls moto does not model the way the SageMaker path
+needs (see ``/work/shared/notes/aws-contracts.md``): moto's training jobs are ``Completed`` at birth
+and never run, and it has no SSM sessions.  Those are served by :mod:`.training` and
+:mod:`.ssm_channel`.  Every request we serve is validated against botocore's model of the
+operation, and so is every answer, so the emulator cannot drift from what AWS accepts and returns.
+
+JSON-protocol services name the operation in ``X-Amz-Target`` (``SageMaker.CreateTrainingJob``,
+``AmazonSSM.StartSession``); the region and the caller's access key come from the SigV4
+``Authorization`` header.  Signatures are not checked (nor is IAM): the emulator is a local test
+bench, reachable on loopback only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import botocore.session
+from botocore.model import OperationModel, ServiceModel
+from botocore.validate import ParamValidator
+
+from remote_debug.emulator.errors import ApiError
+
+Handler = Callable[["Call"], dict[str, Any]]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
+MAX_BODY = 16 * 1024 * 1024  # CreateTrainingJob is at most a few hundred KiB; anything far larger is an error
+
+
+class Forward(Exception):
+    """Raised by a handler to leave the request to moto after all (e.g. tags of a non-training-job ARN)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One validated request to an operation the front serves."""
+
+    service: str  # botocore's service name: "sagemaker", "ssm"
+    operation: str  # "CreateTrainingJob"
+    params: dict[str, Any]
+    region: str
+    access_key: str
+
+
+class _Models:
+    """botocore's service models, loaded once (loading one takes ~50 ms)."""
+
+    def __init__(self) -> None:
+        self._session = botocore.session.get_session()
+        self._services: dict[str, ServiceModel] = {}
+        self._lock = threading.Lock()
+
+    def operation(self, service: str, operation: str) -> OperationModel:
+        with self._lock:
+            if service not in self._services:
+                self._services[service] = self._session.get_service_model(service)
+        return self._services[service].operation_model(operation)
+
+
+def _validate(shape: Any, params: dict[str, Any], what: str) -> None:
+    if shape is None:
+        if params:
+            raise ApiError("ValidationException", f"{what} takes no parameters")
+        return
+    report = ParamValidator().validate(params, shape)
+    if report.has_errors():
+        raise ApiError("ValidationException", " ".join(report.generate_report().split()))
+
+
+class Front:
+    """A WSGI app: the operations registered here, validated both ways; everything else to ``fallback``.
+
+    ``targets`` maps the ``X-Amz-Target`` prefix of a JSON service to botocore's service name.
+    """
+
+    def __init__(self, fallback: WsgiApp, targets: dict[str, str]) -> None:
+        self.fallback = fallback
+        self.targets = targets
+        self.handlers: dict[tuple[str, str], Handler] = {}
+        self.models = _Models()
+
+    def route(self, service: str, operation: str, handler: Handler) -> None:
+        self.models.operation(service, operation)  # an unknown name fails now, not on the first call
+        self.handlers[(service, operation)] = handler
+
+    def _ours(self, environ: dict[str, Any]) -> tuple[str, str] | None:
+        prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
+        service = self.targets.get(prefix)
+        if service is None or (service, operation) not in self.handlers:
+            return None
+        return service, operation
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        ours = self._ours(environ)
+        if ours is None:
+            return self.fallback(environ, start_response)
+        service, operation = ours
+        try:
+            body = _read_body(environ)
+            status, answer = 200, self._serve(service, operation, body, environ)
+        except Forward:
+            return self.fallback(environ, start_response)
+        except ApiError as exc:
+            status, answer = exc.status, {"__type": exc.code, "message": exc.message}
+        except Exception as exc:  # a bug of ours: say so as AWS says it, keep serving
+            status, answer = 500, {"__type": "InternalFailure", "message": f"{type(exc).__name__}: {exc}"}
+        payload = json.dumps(answer).encode()
+        start_response(
+            f"{status} {'OK' if status == 200 else 'Error'}",
+            [("Content-Type", "application/x-amz-json-1.1"), ("Content-Length", str(len(payload)))],
+        )
+        return [payload]
+
+    def _serve(self, service: str, operation: str, body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
+        model = self.models.operation(service, operation)
+        try:
+            params = json.loads(body or b"{}")
+        except ValueError:
+            raise ApiError("SerializationException", "the request body is not JSON") from None
+        if not isinstance(params, dict):
+            raise ApiError("SerializationException", "the request body is not a JSON object")
+        _validate(model.input_shape, params, operation)
+        access_key, region = _signer(environ)
+        answer = self.handlers[(service, operation)](Call(service, operation, params, region, access_key))
+        try:
+            _validate(model.output_shape, answer, f"{operation} response")
+        except ApiError as exc:  # our bug, not the caller's: a 500, as AWS reports its own failures
+            raise ApiError("InternalFailure", f"the emulator's answer breaks the model: {exc.message}", 500) from None
+        return answer
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError("SerializationException", "bad Content-Length") from None
+    if length > MAX_BODY:
+        raise ApiError("ValidationException", f"request body over {MAX_BODY} bytes", 413)
+    stream = environ["wsgi.input"]
+    body: bytes = stream.read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again when a handler forwards the call
+    return body
+
+
+def _signer(environ: dict[str, Any]) -> tuple[str, str]:
+    """(access key id, region) from the SigV4 Authorization header; defaults for unsigned calls."""
+    match = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+    if match is None:
+        return "anonymous", "us-east-1"
+    return match.group(1), match.group(2)
+
+
+class Jobs(Protocol):
+    """What the front needs of :class:`remote_debug.emulator.training.TrainingJobs`."""
+
+    def create(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def describe(self, name: str) -> dict[str, Any]: ...
+    def list(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def stop(self, name: str) -> None: ...
+    def update(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def list_tags(self, arn: str) -> list[dict[str, str]]: ...
+    def add_tags(self, arn: str, tags: list[dict[str, str]]) -> None: ...
+    def delete_tags(self, arn: str, keys: list[str]) -> None: ...

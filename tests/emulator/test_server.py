@@ -1,0 +1,161 @@
+"""The emulator's HTTP front: our operations validated both ways against botocore's models, the rest to moto.
+
+Driven with real boto3 clients (which parse our answers with the same models) and with raw requests an
+SDK without client-side validation could send.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
+
+from remote_debug.emulator.errors import ApiError
+from remote_debug.emulator.server import Call, Forward, Front
+
+REGION = "eu-west-3"
+ARN = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/job-1"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.answer: dict[str, Any] = {}
+
+    def __call__(self, call: Call) -> dict[str, Any]:
+        self.calls.append(call)
+        return self.answer
+
+
+@pytest.fixture
+def front() -> Iterator[tuple[str, Front]]:
+    app = Front(DomainDispatcherApplication(create_backend_app), {"SageMaker": "sagemaker", "AmazonSSM": "ssm"})
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", app
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+
+
+def client(url: str, service: str, validate: bool = True) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+        config=Config(parameter_validation=validate, retries={"max_attempts": 1}),
+    )
+
+
+def test_a_served_operation_gets_the_validated_request_with_region_and_caller(front: tuple[str, Front]) -> None:
+    url, app = front
+    handler = Recorder()
+    handler.answer = {"SessionId": "AKIDEXAMPLE-0123456789abcdef0"}
+    app.route("ssm", "TerminateSession", handler)
+    answer = client(url, "ssm").terminate_session(SessionId="AKIDEXAMPLE-0123456789abcdef0")
+    assert answer["SessionId"] == "AKIDEXAMPLE-0123456789abcdef0"
+    (call,) = handler.calls
+    assert (call.operation, call.region, call.access_key) == ("TerminateSession", REGION, "AKIDEXAMPLE")
+    assert call.params == {"SessionId": "AKIDEXAMPLE-0123456789abcdef0"}
+
+
+def test_a_request_the_model_refuses_never_reaches_the_handler(front: tuple[str, Front]) -> None:
+    url, app = front
+    handler = Recorder()
+    app.route("sagemaker", "StopTrainingJob", handler)
+    sm = client(url, "sagemaker", validate=False)  # an SDK without client-side checks sends this
+    with pytest.raises(ClientError) as caught:
+        sm.stop_training_job(TrainingJobName=["not", "a", "string"])
+    assert caught.value.response["Error"]["Code"] == "ValidationException"
+    assert "TrainingJobName" in caught.value.response["Error"]["Message"]
+    assert handler.calls == []
+
+
+def test_an_answer_outside_the_model_is_a_500_not_a_silent_drift(front: tuple[str, Front]) -> None:
+    url, app = front
+    handler = Recorder()
+    handler.answer = {"TrainingJobArn": ARN, "NotInTheModel": 1}
+    app.route("sagemaker", "UpdateTrainingJob", handler)
+    with pytest.raises(ClientError) as caught:
+        client(url, "sagemaker").update_training_job(TrainingJobName="job-1")
+    assert caught.value.response["Error"]["Code"] == "InternalFailure"
+    assert "NotInTheModel" in caught.value.response["Error"]["Message"]
+
+
+def test_an_api_error_reaches_boto3_as_the_same_code(front: tuple[str, Front]) -> None:
+    url, app = front
+
+    def refuse(call: Call) -> dict[str, Any]:
+        raise ApiError("TargetNotConnected", f"{call.params['Target']} is not connected.")
+
+    app.route("ssm", "StartSession", refuse)
+    with pytest.raises(ClientError) as caught:
+        client(url, "ssm").start_session(Target="sagemaker-training-job:job-1_algo-1")
+    assert caught.value.response["Error"]["Code"] == "TargetNotConnected"
+    assert caught.value.response["Error"]["Message"] == "sagemaker-training-job:job-1_algo-1 is not connected."
+
+
+def test_everything_else_is_moto(front: tuple[str, Front]) -> None:
+    url, app = front
+    s3 = client(url, "s3")
+    s3.create_bucket(Bucket="bucket-1", CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_object(Bucket="bucket-1", Key="k", Body=b"payload")
+    assert s3.get_object(Bucket="bucket-1", Key="k")["Body"].read() == b"payload"
+    logs = client(url, "logs")
+    logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    assert [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]] == ["/aws/sagemaker/TrainingJobs"]
+
+
+def test_a_handler_can_leave_a_call_to_moto(front: tuple[str, Front]) -> None:
+    url, app = front
+
+    def training_jobs_only(call: Call) -> dict[str, Any]:
+        if ":training-job/" not in call.params["ResourceArn"]:
+            raise Forward
+        return {"Tags": [{"Key": "ours", "Value": "1"}]}
+
+    app.route("sagemaker", "ListTags", training_jobs_only)
+    sm = client(url, "sagemaker")
+    assert sm.list_tags(ResourceArn=ARN)["Tags"] == [{"Key": "ours", "Value": "1"}]
+    other = f"arn:aws:sagemaker:{REGION}:123456789012:model/m"
+    # moto answers (its own way) for a resource we do not own: the body reached it intact
+    try:
+        answer = sm.list_tags(ResourceArn=other)
+        assert answer["Tags"] == []
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] != "InternalFailure"
+
+
+def test_non_json_and_oversized_bodies_are_refused_in_one_line(front: tuple[str, Front]) -> None:
+    url, app = front
+    app.route("sagemaker", "StopTrainingJob", Recorder())
+    headers = {"X-Amz-Target": "SageMaker.StopTrainingJob", "Content-Type": "application/x-amz-json-1.1"}
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"{not json", headers=headers), timeout=10)
+    assert json.loads(caught.value.read())["__type"] == "SerializationException"
+    with pytest.raises(urllib.error.HTTPError) as big:
+        urllib.request.urlopen(
+            urllib.request.Request(url, data=b"x", headers={**headers, "Content-Length": str(10**9)}), timeout=10
+        )
+    assert big.value.code == 413
+
+
+def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Front]) -> None:
+    _, app = front
+    with pytest.raises(Exception, match="NoSuchOperation|OperationNotFound"):
+        app.route("sagemaker", "NoSuchOperation", Recorder())
