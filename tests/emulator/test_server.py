@@ -111,7 +111,7 @@ def test_an_api_error_reaches_boto3_as_the_same_code(front: tuple[str, Front]) -
 
 
 def test_everything_else_is_moto(front: tuple[str, Front]) -> None:
-    url, app = front
+    url, _app = front
     s3 = client(url, "s3")
     s3.create_bucket(Bucket="bucket-1", CreateBucketConfiguration={"LocationConstraint": REGION})
     s3.put_object(Bucket="bucket-1", Key="k", Body=b"payload")
@@ -157,5 +157,5 @@ def test_non_json_and_oversized_bodies_are_refused_in_one_line(front: tuple[str,
 
 def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Front]) -> None:
     _, app = front
-    with pytest.raises(Exception, match="NoSuchOperation|OperationNotFound"):
+    with pytest.raises(Exception, match=r"NoSuchOperation|OperationNotFound"):
         app.route("sagemaker", "NoSuchOperation", Recorder())
