@@ -11,12 +11,15 @@ P3 torch CPU DDP step (1-rank gloo group, small MLP): plain vs attached without 
 P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 2 nodes x 4 in full mode),
    counted from when every rank of the running job waits for its debugger
 P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
+P6 attach discovery on SageMaker: the first ``manifests()`` that returns the node, when 100,000 log events
+   came before the manifest line (moto's server for SageMaker and CloudWatch Logs); goal <= 5 s
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -370,6 +373,67 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
     return result
 
 
+LOG_DISCOVERY_GOAL_S = 5.0
+
+
+def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
+    """Time from the first ``SageMakerBackend.manifests()`` to the one that returns the node's manifest,
+    against moto's server (real HTTP, botocore's own parsing) holding ``events_before`` training log
+    events in the node's stream before its manifest line."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from remote_debug import manifest_lines
+    from remote_debug.local.backends import SageMakerBackend
+    from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
+
+    job, region = "bench-p6", "us-west-2"
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region)
+        clients = {name: session.client(name, endpoint_url=f"http://{host}:{port}") for name in ("sagemaker", "logs")}
+        _, public_key = ensure_job_key(paths, job)
+        debug_env = spec.DebugSpec(job_name=job, client_public_key=public_key, transport=spec.Transport.SSM).to_env()
+        clients["sagemaker"].create_training_job(
+            TrainingJobName=job, AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/r", OutputDataConfig={"S3OutputPath": "s3://b/o"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            StoppingCondition={"MaxRuntimeInSeconds": 3600},
+            Environment=debug_env,
+        )
+        logs, stream = clients["logs"], f"{job}/algo-1-1700000000"
+        logs.create_log_group(logGroupName=LOG_GROUP)
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+        start_ms = int(time.time() * 1000) - events_before  # one event per millisecond, up to now
+        batch = 10_000  # PutLogEvents' limit
+        for first in range(0, events_before, batch):
+            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[
+                {"timestamp": start_ms + i, "message": f"step {i} loss {1 / (i + 1):.6f} lr 0.001 tokens/s 51234"}
+                for i in range(first, min(first + batch, events_before))
+            ])
+        manifest = spec.NodeManifest(
+            job_name=job, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
+            ssh_user="root", host_public_key=public_key, code_dir="/opt/ml/code", state=spec.NodeState.RUNNING,
+        )
+        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{
+            "timestamp": start_ms + events_before,
+            "message": manifest_lines.format_manifest_line("algo-1", manifest, boot="b1", seq=1),
+        }])
+        backend = SageMakerBackend(paths, clients=clients.__getitem__)  # as attach polls it
+        started = time.perf_counter()
+        deadline = started + 120
+        while backend.manifests(job).get("algo-1") is None:
+            if time.perf_counter() > deadline:
+                raise RuntimeError("P6: the manifest was not discovered within 120 s")
+            time.sleep(0.3)
+        return {"discovery_s": time.perf_counter() - started, "goal_s": LOG_DISCOVERY_GOAL_S}
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -392,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = [(1, 1), (1, 2)] if args.short else [(1, 1), (1, 2), (1, 4), (2, 4)]
         results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
         results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if args.short else 20)
+        results["P6 attach discovery, 100,000 log events before the manifest"] = p6_log_discovery(paths, 100_000)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

@@ -5,9 +5,11 @@ The package is split by where code runs: ``container/`` inside the training job 
 
 ``remote_debug.enable(target, ...)`` makes a SageMaker training job debuggable (a CreateTrainingJob
 request dict, an SDK v2 estimator or a ModelTrainer; see :mod:`remote_debug.sagemaker.api`).
-"""
 
-from __future__ import annotations
+``python -m remote_debug.container`` imports this file before it checks the interpreter's version
+(and runs the training command without debugging on Python < 3.10), so it must load on Python 3.6+:
+no ``from __future__ import annotations``, no newer syntax, plain-name annotations.
+"""
 
 from typing import Any
 

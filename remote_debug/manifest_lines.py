@@ -13,6 +13,13 @@ documents of one boot (CloudWatch timestamps have millisecond resolution and may
 may follow other output on the same log event (a progress bar without a newline), so readers
 look for the prefix anywhere in a message.
 
+A line may also arrive cut in two: AWS's training toolkit reads a training process's output in
+64 KiB chunks and prints each chunk's lines, so a line across a chunk boundary becomes two log
+events.  The head (prefix + JSON that ends early) is a :class:`CutManifestLine`, which readers skip:
+the node writes each line again a few times after it changed (``container/publish.py``).  The tail
+has no prefix, and is not even returned by the readers' filter.  Rejoining the two is not safe:
+the toolkit strips whitespace at the cut, so head + tail can differ from what was written.
+
 Stdlib only, like :mod:`remote_debug.spec`: the container side imports it inside the training image.
 """
 
@@ -26,6 +33,11 @@ from remote_debug.spec import NODE_NAME_RE, ContractError, NodeManifest, RankEnd
 
 MANIFEST_LINE_PREFIX = "[remote-debug] manifest "
 MANIFEST_LINE_VERSION = 1
+_LITERALS = ("null", "true", "false", "-")
+
+
+class CutManifestLine(ContractError):
+    """A manifest line that ends before its JSON does: the head of a line a log pipeline cut in two."""
 
 
 @dataclass(frozen=True)
@@ -50,13 +62,21 @@ def format_manifest_line(node: str, document: NodeManifest | RankEndpoint, *, bo
 
 
 def parse_manifest_line(text: str) -> ManifestLine | None:
-    """The document in a log message, None when the message carries none; ContractError if mangled."""
+    """The document in a log message, None when the message carries none; CutManifestLine when it
+    ends early (see the module docstring), ContractError if mangled."""
     at = text.find(MANIFEST_LINE_PREFIX)
     if at < 0:
         return None
+    body = text[at + len(MANIFEST_LINE_PREFIX) :].strip()
     try:
-        data = json.loads(text[at + len(MANIFEST_LINE_PREFIX) :].strip())
+        data = json.loads(body)
     except json.JSONDecodeError as exc:
+        # The text ran out before the JSON did: an error at its very end, in a literal cut short
+        # ("nul", "tru", "-"), or inside a string that never closes (a line has no newline in it,
+        # so the string ran to the end of the text).
+        rest = body[exc.pos :]
+        if rest == "" or any(word.startswith(rest) for word in _LITERALS) or exc.msg.startswith("Unterminated string"):
+            raise CutManifestLine(f"manifest log line cut after {len(body)} characters of JSON") from None
         raise ContractError(f"malformed manifest log line: {exc.msg} at column {exc.colno}") from None
     d = require_mapping(data, "manifest log line")
     if d.get("v") != MANIFEST_LINE_VERSION:

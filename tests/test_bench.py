@@ -19,3 +19,5 @@ def test_bench_short_mode_reports_every_row(home: Path) -> None:
     assert p3["after_detach_step_ms"] > 0  # the bench fails outright if the rank kept its tracer after detach
     assert set(rows["P4 attach -> all ranks stopped"]) == {"1_ranks_s", "2_ranks_s"}  # every rank stopped
     assert rows["P5 DAP next latency"]["tunnel_next_ms"] > 0
+    p6 = rows["P6 attach discovery, 100,000 log events before the manifest"]
+    assert 0 < p6["discovery_s"] <= p6["goal_s"] == 5.0

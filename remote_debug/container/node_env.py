@@ -1,9 +1,13 @@
 """Where am I?  Node identity, code dir and the per-node directories, from the job's environment.
 
-SageMaker tells a training container who it is in two places: environment variables set by the
+SageMaker tells a training container who it is in two places: ``resourceconfig.json``, which the
+platform writes into every container (BYOC included), and environment variables set by the
 training toolkit (``SM_CURRENT_HOST``, ``SM_HOSTS``), which only exist when the toolkit is the
-entry point, and ``resourceconfig.json``, which the platform writes for every container (BYOC
-included).  A local job looks like a one-node SageMaker job unless its launcher says otherwise.
+entry point.  The file comes first: under MPI / smdistributed the toolkit on the master starts
+every rank of every node with ``mpirun -x SM_...`` (``sagemaker_training/mpi.py`` forwards its
+whole ``SM_*`` environment), so a rank on algo-2 inherits the master's ``SM_CURRENT_HOST=algo-1``,
+while the file is each node's own.  A local job writes the same file (``machine_job``); a
+process without one falls back to the environment, then to a one-node job.
 """
 
 from __future__ import annotations
@@ -59,29 +63,24 @@ def safe_node_name(name: str) -> str:
 
 def identify(env: Mapping[str, str] | None = None) -> NodeIdentity:
     env = os.environ if env is None else env
-    config: dict[str, Any] | None = None  # read lazily: most jobs answer from the environment
+    config = _resource_config(env)  # the node's own file first: see the module docstring
 
-    node = env.get("SM_CURRENT_HOST", "").strip()
-    if not node:
-        config = _resource_config(env)
-        current = config.get("current_host")
-        node = current.strip() if isinstance(current, str) else ""
-    node = safe_node_name(node or DEFAULT_NODE)
+    current = config.get("current_host")
+    node = current.strip() if isinstance(current, str) else ""
+    node = safe_node_name(node or env.get("SM_CURRENT_HOST", "").strip() or DEFAULT_NODE)
 
     hosts: list[str] = []
+    listed = config.get("hosts")
+    if isinstance(listed, list):
+        hosts = [str(h) for h in listed]
     raw_hosts = env.get("SM_HOSTS")
-    if raw_hosts:
+    if not hosts and raw_hosts:
         try:
             parsed = json.loads(raw_hosts)
         except ValueError:
             parsed = None
         if isinstance(parsed, list):
             hosts = [str(h) for h in parsed]
-    if not hosts:
-        config = _resource_config(env) if config is None else config
-        listed = config.get("hosts")
-        if isinstance(listed, list):
-            hosts = [str(h) for h in listed]
     hosts = [safe_node_name(h) for h in hosts if str(h).strip()]
     if node not in hosts:
         hosts.append(node)

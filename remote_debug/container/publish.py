@@ -10,6 +10,18 @@ container's, which SageMaker ships to CloudWatch; and rank.py stays free of chan
 Lines are written with a single ``os.write`` of at most a few hundred bytes: writes up to
 PIPE_BUF (4096) bytes to a pipe are atomic, so a line never interleaves with the training
 script's output, even though both share the same stdout.
+
+Atomic is not whole, though: a reader may still cut a line in two.  AWS's training toolkit reads
+the training process's stdout in 64 KiB chunks and prints each chunk's lines
+(``sagemaker_training/process.py``, ``watch``), so under heavy output a line that straddles a chunk
+boundary reaches CloudWatch as two events, neither of which the laptop can read.  Hence each
+document's line is written again, byte for byte, :data:`REPEAT_AFTER` seconds after it changed:
+a cut depends on where the line falls in the output at that moment, so a copy written seconds later
+lands elsewhere and is lost only if it, too, is cut (each cut is unlikely: a few hundred bytes in a
+64 KiB chunk).  Only after a change, and a bounded number of times: a node whose documents do not
+change prints nothing, so a long job's log is not filled with copies, and copies of one document
+cost a few lines per change.  Stopping writes the copies still due at once (there is no later).
+The laptop (``sagemaker_logs``) takes a cut line for "not yet" rather than for a broken manifest.
 """
 
 from __future__ import annotations
@@ -17,7 +29,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote_debug.container.log import describe, log
@@ -34,6 +48,9 @@ from remote_debug.spec import (
 
 ENV_MANIFEST_LINES = "REMOTE_DEBUG_MANIFEST_LINES"  # "1"/"0" force the log-line channel on/off
 POLL_SECONDS = 0.5
+# Seconds after a document changed at which its line is written again (see the module docstring).
+# Growing gaps: the bursts of output that cause cuts (start-up warnings, a flood of log lines) pass.
+REPEAT_AFTER: tuple[float, ...] = (5.0, 30.0, 120.0)
 
 
 def lines_enabled(spec: DebugSpec, env: Mapping[str, str]) -> bool:
@@ -44,32 +61,60 @@ def lines_enabled(spec: DebugSpec, env: Mapping[str, str]) -> bool:
     return spec.transport != Transport.LOCAL
 
 
-class ManifestPublisher:
-    """Emits a line per changed manifest document; ``poll()`` on demand, or every 0.5 s in a thread."""
+@dataclass
+class _Published:
+    text: str  # the file's text when it was published
+    line: bytes  # the line written for it, repeated byte for byte
+    repeats: list[float] = field(default_factory=list)  # monotonic times of the copies still due
 
-    def __init__(self, directory: Path, node: str, *, fd: int = 1, interval: float = POLL_SECONDS) -> None:
+
+class ManifestPublisher:
+    """Emits a line per changed manifest document, and its repeats; ``poll()`` on demand, or every
+    0.5 s in a thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        node: str,
+        *,
+        fd: int = 1,
+        interval: float = POLL_SECONDS,
+        repeat_after: Sequence[float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = directory
         self.node = node
         self.fd = fd
         self.interval = interval
+        self.repeat_after = tuple(REPEAT_AFTER if repeat_after is None else repeat_after)
+        self.clock = clock
         self.boot = f"{os.getpid()}-{os.urandom(4).hex()}"
         self._seq = 0
-        self._seen: dict[str, str] = {}  # file name -> the text last published
+        self._seen: dict[str, _Published] = {}  # file name -> what was last published for it
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._complained: set[str] = set()
 
-    def poll(self) -> int:
-        """Publish every document that changed since the last call; returns how many lines went out."""
+    def poll(self, *, flush: bool = False) -> int:
+        """Publish every document that changed since the last call, and the repeats that are due (all
+        pending ones with ``flush``); returns how many lines went out."""
         with self._lock:
             sent = 0
+            now = self.clock()
             for path in [self.directory / NODE_MANIFEST_FILE, *sorted(self.directory.glob(RANK_MANIFEST_GLOB))]:
                 try:
                     text = path.read_text()
                 except OSError:  # not written yet, or replaced between glob and read
                     continue
-                if self._seen.get(path.name) == text:
+                published = self._seen.get(path.name)
+                if published is not None and published.text == text:
+                    if published.repeats and (flush or published.repeats[0] <= now):
+                        if not self._write(published.line):
+                            return sent  # stdout is gone: try again at the next poll
+                        # one copy however many were due (a poll that came late must not burst)
+                        published.repeats = [] if flush else [t for t in published.repeats if t > now]
+                        sent += 1
                     continue
                 try:
                     data = json.loads(text)
@@ -81,10 +126,10 @@ class ManifestPublisher:
                         log(f"not publishing {path.name}: {describe(exc)}")
                     continue
                 self._seq += 1
-                line = format_manifest_line(self.node, document, boot=self.boot, seq=self._seq) + "\n"
-                if not self._write(line.encode()):
+                line = (format_manifest_line(self.node, document, boot=self.boot, seq=self._seq) + "\n").encode()
+                if not self._write(line):
                     return sent  # stdout is gone: try again at the next poll
-                self._seen[path.name] = text
+                self._seen[path.name] = _Published(text, line, [now + delay for delay in self.repeat_after])
                 sent += 1
             return sent
 
@@ -109,11 +154,13 @@ class ManifestPublisher:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and publish what changed last (the final node state)."""
+        """Stop the thread and publish what changed last (the final node state), then the copies still
+        due: there is no later for them."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         try:
             self.poll()
+            self.poll(flush=True)
         except Exception as exc:
             log(f"manifest publisher: {describe(exc)}")

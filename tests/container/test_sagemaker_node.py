@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,39 @@ def test_publisher_emits_one_line_per_changed_document(tmp_path: Path) -> None:
     assert [line.seq for line in lines if line] == [1, 2]
     merged = mlines.merge_manifest_lines(line for line in lines if line)
     assert merged["algo-1"].sshd_port == 2222 and [r.port for r in merged["algo-1"].ranks] == [3000]
+
+
+def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_path: Path) -> None:
+    """A copy of a document's line at 5, 30 and 120 s after it changed (a line the training toolkit
+    cut in two is lost; a later copy lands elsewhere in the output), then nothing until it changes
+    again; a late poll writes one copy, not a burst; stopping writes the copies still due."""
+    directory = tmp_path / "manifest"
+    node = spec.NodeManifest(job_name="pub", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1",
+                             sshd_port=2222, ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code")
+    spec.write_node_manifest(directory, node)
+    read_fd, write_fd = os.pipe()
+    now = [1000.0]
+    publisher = ManifestPublisher(directory, "algo-1", fd=write_fd, clock=lambda: now[0])
+    assert publisher.repeat_after == (5.0, 30.0, 120.0)
+    sent = []
+    for t in (0, 4.9, 5, 6, 29, 30, 31, 119, 120, 121, 5000):
+        now[0] = 1000.0 + t
+        sent.append(publisher.poll())
+    assert sent == [1, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0]
+    spec.write_node_manifest(directory, replace(node, state="completed"))  # a change starts a new schedule
+    spec.write_rank_manifest(directory, spec.RankEndpoint(rank=0, local_rank=0, world_size=1, port=3000, pid=1))
+    assert publisher.poll() == 2
+    now[0] += 200  # a poll long overdue: one copy of each, not three
+    assert publisher.poll() == 2 and publisher.poll() == 0
+    spec.write_node_manifest(directory, replace(node, state="stopped"))
+    publisher.stop()  # the final state, then its copy at once: there is no later
+    os.close(write_fd)
+    with os.fdopen(read_fd) as fh:
+        raw = fh.read().splitlines()
+    lines = [mlines.parse_manifest_line(text) for text in raw]
+    assert len(raw) == 4 + 2 + 2 + 2
+    assert len(set(raw[:4])) == 1  # copies are the same line, byte for byte (same boot and seq)
+    assert [line.document.state for line in lines[-2:] if line] == ["stopped", "stopped"]
 
 
 def test_lines_only_for_sagemaker_transports() -> None:

@@ -26,10 +26,19 @@ def _config_dir(tmp_path: Path, data: object) -> dict[str, str]:
     return {"SM_INPUT_CONFIG_DIR": str(tmp_path)}
 
 
-def test_node_from_sagemaker_env_wins(tmp_path: Path) -> None:
-    env = {**_config_dir(tmp_path, {"current_host": "algo-9", "hosts": ["algo-9"]}),
-           "SM_CURRENT_HOST": "algo-2", "SM_HOSTS": '["algo-1", "algo-2"]'}
+def test_node_from_resourceconfig_wins_over_forwarded_env(tmp_path: Path) -> None:
+    # mpirun -x forwards the master's SM_* to every rank (tests/container/test_toolkit_mpi.py)
+    env = {**_config_dir(tmp_path, {"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}),
+           "SM_CURRENT_HOST": "algo-1", "SM_HOSTS": '["algo-1", "algo-2"]'}
     assert node_env.identify(env) == node_env.NodeIdentity("algo-2", ["algo-1", "algo-2"])
+
+
+def test_node_from_sagemaker_env_without_resourceconfig(tmp_path: Path) -> None:
+    env = {"SM_INPUT_CONFIG_DIR": str(tmp_path / "missing"), "SM_CURRENT_HOST": "algo-2",
+           "SM_HOSTS": '["algo-1", "algo-2"]'}
+    assert node_env.identify(env) == node_env.NodeIdentity("algo-2", ["algo-1", "algo-2"])
+    partial = {**_config_dir(tmp_path, {"hosts": ["algo-1", "algo-2", "algo-3"]}), "SM_CURRENT_HOST": "algo-3"}
+    assert node_env.identify(partial) == node_env.NodeIdentity("algo-3", ["algo-1", "algo-2", "algo-3"])
 
 
 def test_node_from_resourceconfig(tmp_path: Path) -> None:

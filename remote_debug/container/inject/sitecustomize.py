@@ -8,9 +8,11 @@ Two duties besides that:
   the path, so we find the next one on ``sys.path`` and execute it, as Python would have.
 
 This file is imported as a top-level module, so it keeps its own imports minimal and names private.
+Every Python process of the job runs it, whatever its version, while the hook is 3.10+ code: on an
+older interpreter it only chains the next sitecustomize, after one line saying why debugging is
+off.  So it must load on Python 3.6+ (no ``from __future__ import annotations``, no newer syntax,
+plain-name annotations; ``tests/container/test_old_python.py``).
 """
-
-from __future__ import annotations
 
 import contextlib
 import os
@@ -18,9 +20,31 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _INJECT_SUFFIX = os.path.join("remote_debug", "container", "inject")
+# Copies of remote_debug.spec.ENV_VERSION and remote_debug.container.__main__.OLD_PYTHON_REPORTED:
+# importing either module is what an old interpreter must not do (a test keeps them equal).
+_SPEC_VERSION_ENV = "REMOTE_DEBUG_SPEC_VERSION"
+_OLD_PYTHON_REPORTED = "REMOTE_DEBUG_OLD_PYTHON_REPORTED"
+
+
+def _old_python() -> bool:
+    """True on an interpreter older than the hook supports; says so once per process tree of a debug job."""
+    if tuple(sys.version_info[:2]) >= (3, 10):
+        return False
+    if _SPEC_VERSION_ENV in os.environ and not os.environ.get(_OLD_PYTHON_REPORTED):
+        os.environ[_OLD_PYTHON_REPORTED] = "1"  # this process's children stay quiet
+        found = ".".join(str(part) for part in sys.version_info[:3])
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                "[remote-debug] remote_debug needs Python >= 3.10, found " + found
+                + "; debugging is off in this process\n"
+            )
+            sys.stderr.flush()
+    return True
 
 
 def _remote_debug_activate() -> None:
+    if _old_python():
+        return
     try:
         import importlib.util
 

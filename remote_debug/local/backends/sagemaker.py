@@ -231,13 +231,16 @@ class SageMakerBackend(Backend):
         return True
 
     def describe(self, job: str) -> JobInfo:
+        return self._describe(job)[0]
+
+    def _describe(self, job: str) -> tuple[JobInfo, dict[str, Any]]:
         resp = self._raw(job)
         region = str(self.client("sagemaker").meta.region_name)
         info = job_info(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), region)
         world = self._world.get(job)
         if world and info.nodes:
             info.nproc_per_node = max(1, world // len(info.nodes))
-        return info
+        return info, resp
 
     def list_jobs(self) -> list[JobInfo]:
         """Debuggable jobs: every one in progress, and the most recent of the last day."""
@@ -268,10 +271,14 @@ class SageMakerBackend(Backend):
         return sorted(jobs, key=lambda j: j.created)
 
     def manifests(self, job: str) -> dict[str, spec.NodeManifest | None]:
-        info = self.describe(job)
+        info, resp = self._describe(job)
         reader = self._logs.get(job)
         if reader is None:
             reader = self._logs[job] = ManifestLog(lambda: self.client("logs"), job, min_interval=self.log_interval)
+        # Nothing of ours is older than the job's start: the reader need not scan the log before it.
+        # Until training has started (no TrainingStartTime yet), the job's creation bounds it.
+        reader.since = _timestamp(resp.get("TrainingStartTime")) or _timestamp(resp.get("CreationTime"))
+        reader.nodes = info.nodes
         merged = reader.manifests()
         out: dict[str, spec.NodeManifest | None] = {node: merged.get(node) for node in info.nodes}
         out.update({node: m for node, m in merged.items() if node not in out})

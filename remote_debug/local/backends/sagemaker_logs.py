@@ -6,14 +6,28 @@ stdout to the log group ``/aws/sagemaker/TrainingJobs``, one stream per node
 AWS credentials, boto3 or network access of its own to publish (S3 would need all three plus a
 bucket), and the user's own identity reads the lines, so what arrives is authenticated end to end,
 which is what makes pinning the host key from it sound.  Cost: FilterLogEvents is rate limited (a
-few calls per second per account), so one call covers every node (stream prefix ``<job>/``), reads
-only what is new since the last call, and callers poll at most every ``min_interval`` seconds.
+few calls per second per account), so one call covers every node (stream prefix ``<job>/``), and
+callers poll at most every ``min_interval`` seconds.
+
+Where a read starts, so that it scans no more of the job's log than it must:
+
+- Never before the job's TrainingStartTime (less :data:`CLOCK_SKEW_MS`: SageMaker stamps that time,
+  the node's own clock stamps the events): nothing of ours can be older, and a chatty job's log can
+  be long.  The backend passes it from DescribeTrainingJob (``since``).
+- After that, from each stream's own high-water mark (the newest manifest event read from it), the
+  oldest of them, less :data:`OVERLAP_MS`.  One global newest timestamp would be wrong: each node's
+  clock stamps its own stream and streams are delivered independently, so a node whose clock is
+  behind, or whose events arrive late, would have its next lines skipped for good.  A node expected
+  by the job that has not been heard from yet keeps the read at ``since``.
+- A scan takes at most :data:`MAX_PAGES` calls per poll (FilterLogEvents may answer a long range
+  with pages of nothing but a ``nextToken``); one that stops early (page limit, throttling) goes on
+  from its token at the next poll instead of starting over, which could never get further.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from remote_debug import manifest_lines, spec
@@ -24,33 +38,61 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # A quoted term matches the phrase with its punctuation; it keeps the training output out of the
 # answer, so a chatty job costs no more to read than a quiet one.
 FILTER_PATTERN = f'"{manifest_lines.MANIFEST_LINE_PREFIX.strip()}"'
-# Events are not visible in timestamp order across streams: re-read a margin, drop what we have.
+# Events of one stream are not visible strictly in timestamp order: re-read a margin, drop what we have.
 OVERLAP_MS = 60_000
-MAX_PAGES = 50
+CLOCK_SKEW_MS = 5 * 60_000
+MAX_PAGES = 10
+# Errors after which the scan keeps its place and the next poll tries again (botocore has retried already).
+TRY_LATER = ("ThrottlingException", "ServiceUnavailableException", "LimitExceededException")
 
 
 class ManifestLog:
     """Incremental reader of one job's manifest lines."""
 
-    def __init__(self, client: Callable[[], Any], job: str, *, min_interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        job: str,
+        *,
+        min_interval: float = 2.0,
+        since: float | None = None,
+        nodes: Iterable[str] = (),
+    ) -> None:
         self._client = client
         self.job = job
         self.min_interval = min_interval
+        self.since = since  # epoch seconds: TrainingStartTime (see the module docstring)
+        self.nodes = list(nodes)  # the job's nodes: until each was heard from, reads start at `since`
         self._events: dict[str, tuple[int, manifest_lines.ManifestLine]] = {}
-        self._newest_ms: int | None = None
+        self._marks: dict[str, int] = {}  # stream -> newest timestamp read from it (ms, the node's clock)
+        self._stream_node: dict[str, str] = {}  # stream -> the node whose lines it carries
+        self._scan: tuple[dict[str, Any], str] | None = None  # a scan left unfinished: (its request, token)
         self._last_poll = float("-inf")
         self.error: str | None = None  # the last malformed line, if any
 
-    def request(self, next_token: str | None = None) -> dict[str, Any]:
+    @property
+    def prefix(self) -> str:
+        return f"{self.job}/"
+
+    def start_ms(self) -> int | None:
+        """Where a new scan starts (ms since the epoch), None for the beginning of the log."""
+        floor = None if self.since is None else max(0, int(self.since * 1000) - CLOCK_SKEW_MS)
+        heard = set(self._stream_node.values())
+        if not self._marks or any(node not in heard for node in self.nodes):
+            return floor
+        start = max(0, min(self._marks.values()) - OVERLAP_MS)
+        return start if floor is None else max(floor, start)
+
+    def request(self) -> dict[str, Any]:
+        """FilterLogEvents parameters of a new scan."""
         params: dict[str, Any] = {
             "logGroupName": LOG_GROUP,
-            "logStreamNamePrefix": f"{self.job}/",
+            "logStreamNamePrefix": self.prefix,
             "filterPattern": FILTER_PATTERN,
         }
-        if self._newest_ms is not None:
-            params["startTime"] = max(0, self._newest_ms - OVERLAP_MS)
-        if next_token:
-            params["nextToken"] = next_token
+        start = self.start_ms()
+        if start is not None:
+            params["startTime"] = start
         return params
 
     def poll(self) -> list[manifest_lines.ManifestLine]:
@@ -64,13 +106,22 @@ class ManifestLog:
 
     def _fetch(self) -> None:
         logs = self._client()
-        token: str | None = None
+        # a token belongs to the request that produced it: a scan goes on with the same parameters
+        params, token = self._scan if self._scan is not None else (self.request(), None)
+        self._scan = None
         for _ in range(MAX_PAGES):
             try:
-                page = logs.filter_log_events(**self.request(token))
+                page = logs.filter_log_events(**params, **({"nextToken": token} if token else {}))
             except Exception as exc:
-                if aws.error_code(exc) == "ResourceNotFoundException":
+                code = aws.error_code(exc)
+                if code == "ResourceNotFoundException":
                     return  # no job in this account/region has logged yet: nothing published
+                if code in TRY_LATER:
+                    if token:
+                        self._scan = (params, token)  # keep the place: the next poll goes on from here
+                    return
+                if token and code == "InvalidParameterException":
+                    return  # an expired token: the next poll starts a new scan from the marks
                 if aws.is_error(exc):
                     what = f"reading the manifest of {self.job} from CloudWatch"
                     raise UserError(aws.describe_error(exc, what)) from None
@@ -80,13 +131,20 @@ class ManifestLog:
             token = page.get("nextToken")
             if not token:
                 return
+        if token:
+            self._scan = (params, token)  # stopped early: the next poll goes on from here
 
     def _add(self, event: dict[str, Any]) -> None:
-        event_id = str(event.get("eventId") or f"{event.get('logStreamName')}:{event.get('timestamp')}")
+        stream = str(event.get("logStreamName") or "")
+        if not stream.startswith(self.prefix):
+            return  # another job's stream (the service filters by prefix; not every stand-in does)
+        event_id = str(event.get("eventId") or f"{stream}:{event.get('timestamp')}")
         if event_id in self._events:
             return
         try:
             line = manifest_lines.parse_manifest_line(str(event.get("message", "")))
+        except manifest_lines.CutManifestLine:
+            return  # the head of a line the toolkit cut in two: the node writes it again whole
         except spec.ContractError as exc:
             self.error = str(exc)
             return
@@ -94,7 +152,8 @@ class ManifestLog:
             return
         timestamp = int(event.get("timestamp") or 0)
         self._events[event_id] = (timestamp, line)
-        self._newest_ms = max(self._newest_ms or 0, timestamp)
+        self._marks[stream] = max(self._marks.get(stream, 0), timestamp)
+        self._stream_node[stream] = line.node
 
     def manifests(self) -> dict[str, spec.NodeManifest]:
         merged = manifest_lines.merge_manifest_lines(self.poll())

@@ -10,6 +10,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
 from remote_debug.local.backends.machine import MachineBackend
 from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
-from remote_debug.local.backends.sagemaker_logs import FILTER_PATTERN, LOG_GROUP
+from remote_debug.local.backends.sagemaker_logs import CLOCK_SKEW_MS, FILTER_PATTERN, LOG_GROUP
 from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
 from remote_debug.local.paths import StatePaths
 from tests.event_log import EventLog
@@ -69,7 +70,7 @@ class Cloud:
         return SageMakerBackend(StatePaths.default(), clients=self.clients.__getitem__, cache_seconds=0,
                                 log_interval=0)
 
-    def log(self, job: str, node: str, *messages: str, stream: str = "1700000000") -> None:
+    def log(self, job: str, node: str, *messages: str, stream: str = "1700000000", at_ms: int | None = None) -> None:
         name = f"{job}/{node}-{stream}"
         try:
             self.logs.create_log_group(logGroupName=LOG_GROUP)
@@ -79,7 +80,7 @@ class Cloud:
             self.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=name)
         except self.logs.exceptions.ResourceAlreadyExistsException:
             pass
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if at_ms is None else at_ms
         self.logs.put_log_events(
             logGroupName=LOG_GROUP, logStreamName=name,
             logEvents=[{"timestamp": now, "message": m} for m in messages],
@@ -198,6 +199,19 @@ def test_manifests_come_from_the_nodes_log_lines(cloud: None) -> None:
     assert "startTime" in c.filter_requests[-1]
     assert again["algo-2"] is not None and [r.rank for r in again["algo-2"].ranks] == [3]
     assert backend.describe(JOB).nproc_per_node == 2  # world size 4 over two nodes
+
+
+def test_manifest_reads_start_at_the_jobs_training_start(cloud: None) -> None:
+    """A job that has trained for hours has a long log: the first read starts at its TrainingStartTime
+    (less a clock-skew margin), from DescribeTrainingJob, not at the beginning of the log."""
+    started = datetime.now(timezone.utc) - timedelta(hours=3)
+    start_ms = int(started.timestamp() * 1000)
+    c = Cloud(_training(instance_count=2, TrainingStartTime=started))
+    c.log(JOB, "algo-1", _line("algo-1", _rank(5), 1), at_ms=start_ms - 2 * CLOCK_SKEW_MS)  # not this run's
+    c.log(JOB, "algo-1", _line("algo-1", _node(), 2), at_ms=start_ms + 60_000)
+    got = c.backend().manifests(JOB)
+    assert c.filter_requests[0]["startTime"] == start_ms - CLOCK_SKEW_MS
+    assert got["algo-1"] is not None and got["algo-1"].ranks == [] and got["algo-2"] is None
 
 
 def test_unreadable_manifest_line_is_one_line_error(cloud: None) -> None:
