@@ -102,6 +102,14 @@ publisher.poll()  # the node's document has not changed since: only a repeat wou
 
 def run_under_toolkit(tmp_path: Path, capsys: pytest.CaptureFixture[str], cut_into_line: int) -> list[str]:
     """The lines the toolkit's output pipeline (``process.run_async`` -> ``watch``) prints for the child."""
+    # Importing the toolkit creates its directories: under /opt/ml when that exists, else under
+    # ~/sagemaker_local/jobs/<time>; SAGEMAKER_BASE_DIR keeps both out of this machine's real paths.
+    if "sagemaker_training.environment" not in sys.modules:
+        os.environ["SAGEMAKER_BASE_DIR"] = str(tmp_path / "toolkit-base")
+        try:
+            from sagemaker_training import process
+        finally:
+            os.environ.pop("SAGEMAKER_BASE_DIR", None)
     from sagemaker_training import process
 
     assert process._DEFAULT_BUF_SIZE == CHUNK
