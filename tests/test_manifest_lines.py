@@ -55,8 +55,27 @@ def test_line_found_after_other_output_and_ignored_when_absent() -> None:
      "node manifest lacks"),
 ])
 def test_bad_lines_are_contract_errors(text: str, message: str) -> None:
-    with pytest.raises(ContractError, match=message):
+    with pytest.raises(ContractError, match=message) as raised:
         manifest_lines.parse_manifest_line(text)
+    assert not isinstance(raised.value, manifest_lines.CutManifestLine)  # mangled, not merely cut short
+
+
+@pytest.mark.parametrize("document", [
+    _node(ssm_target="mi-0123456789abcdef0", exit_code=-9, errors=["sshd failed: no apt-get"]),
+    _rank(3, error=None, control_port=41999),
+], ids=["node", "rank"])
+def test_a_line_cut_anywhere_is_a_cut_line_not_a_broken_manifest(document: NodeManifest | RankEndpoint) -> None:
+    """AWS's training toolkit cuts a line that straddles its 64 KiB read in two (and strips the
+    whitespace at the cut): the head is "not yet" for a reader, never an error that stops attach."""
+    line = manifest_lines.format_manifest_line("algo-1", document, boot="b1", seq=7)
+    for end in range(len(line)):
+        for head in (line[:end], line[:end].strip()):
+            try:
+                parsed = manifest_lines.parse_manifest_line("epoch 3 " + head)
+            except manifest_lines.CutManifestLine:
+                continue
+            assert parsed is None, head  # the prefix itself was cut: not ours at all
+    assert manifest_lines.parse_manifest_line(line) is not None
 
 
 def test_bad_ssm_target_is_refused() -> None:
