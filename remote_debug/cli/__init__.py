@@ -14,7 +14,20 @@ from typer import Abort, Exit
 from typer.exceptions import TyperException
 
 # Importing the command modules registers them on ``app``.
-from remote_debug.cli import attach, demo, doctor, enable, jobs, launch, proxy, ssh, ssh_config, stacks, stop  # noqa: F401
+from remote_debug.cli import (  # noqa: F401
+    attach,
+    demo,
+    doctor,
+    emulator,
+    enable,
+    jobs,
+    launch,
+    proxy,
+    ssh,
+    ssh_config,
+    stacks,
+    stop,
+)
 from remote_debug.cli.app import app
 from remote_debug.cli.output import error_line
 from remote_debug.local.errors import UserError

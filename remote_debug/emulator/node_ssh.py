@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_debug.emulator.nodes import ClusterError, Node
+from remote_debug.emulator.node_model import ClusterError, Node
 
 SSHD = "/usr/sbin/sshd"  # absolute: sshd re-executes itself and refuses a relative path
 SSHD_CONFIG = "/etc/ssh/sshd_config"

@@ -43,11 +43,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from remote_debug.emulator import node_enter
+from remote_debug.emulator.node_model import ClusterError, Node
 from remote_debug.local.backends import netns
 
 ETC_NETNS = Path("/etc/netns")
@@ -57,22 +57,6 @@ KILL_TIMEOUT = 5.0
 READY_TIMEOUT = 15.0
 SETUP_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 _HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-class ClusterError(RuntimeError):
-    """The emulated nodes could not be set up or torn down (message is one actionable line)."""
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    namespace: str
-    address: str
-    dir: Path  # work_dir/nodes/<name>: everything of this node on the host
-
-    @property
-    def root(self) -> Path:
-        return self.dir / "opt_ml"
 
 
 def available() -> str | None:
@@ -365,7 +349,7 @@ class Cluster:
         authorized_keys, known_hosts pinning every node's host key under algo-N, a config that
         refuses unknown keys) and its sshd_config at /etc/ssh/sshd_config, so the toolkit's own
         ``/usr/sbin/sshd -D`` finds the same setup (and port 22 taken).  Idempotent."""
-        from remote_debug.emulator import node_ssh
+        from remote_debug.emulator import node_ssh  # lazily: most jobs never start it
 
         for name in self._nodes:
             self._enter(name)  # every node is up

@@ -1,0 +1,88 @@
+"""``remote-debug emulator``: SageMaker in a box, in the foreground, until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from remote_debug.cli.app import MAX_PORT, app, flag
+from remote_debug.cli.output import print_json
+from remote_debug.local import interrupts
+from remote_debug.local.errors import UserError
+from remote_debug.local.paths import StatePaths
+
+DEFAULT_REGION = "us-east-1"
+
+
+@app.command()
+def emulator(
+    port: Annotated[int, typer.Option("--port", min=0, max=MAX_PORT, help="Port on 127.0.0.1 (0 = any free one).")] = 0,
+    state: Annotated[
+        Path | None, typer.Option("--state", help="Where jobs, nodes and logs live (default: ~/.remote-debug/emulator).")
+    ] = None,
+    region: Annotated[str, typer.Option("--region", help="The region the emulator's ARNs name.")] = DEFAULT_REGION,
+    images: Annotated[
+        Path | None,
+        typer.Option("--images", help="JSON file mapping training image URIs to local Python environments."),
+    ] = None,
+    log_delay: Annotated[
+        float, typer.Option("--log-delay", min=0, max=60, help="Seconds before a node's output reaches CloudWatch.")
+    ] = 0.5,
+    as_json: Annotated[bool, flag("--json", help="Print the endpoint as one JSON line.")] = False,
+) -> None:
+    """Serve SageMaker's training-job API, SSM sessions, S3, CloudWatch Logs, STS and IAM on one local URL.
+
+    Point anything at it with AWS_ENDPOINT_URL (and any credentials): a SageMaker SDK launcher runs its
+    jobs here, on this machine, and `remote-debug attach JOB` debugs them through AWS's real Session
+    Manager plugin.  Ctrl-C stops the emulator and its jobs.
+    """
+    # Imported here: moto's server takes ~1 s to import, which no other command should pay.
+    from remote_debug.emulator.images import ImageMap, ImageMapError
+    from remote_debug.emulator.nodes import available
+    from remote_debug.emulator.service import Emulator
+
+    why_not = available()
+    if why_not is not None:
+        raise UserError(f"the emulator cannot run nodes here: {why_not}")
+    try:
+        image_map = ImageMap.load(images) if images is not None else ImageMap.default()
+    except ImageMapError as exc:
+        raise UserError(str(exc)) from None
+    state_dir = (state or StatePaths.default().root / "emulator").absolute()
+    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay)
+
+    def on_term(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt  # the same orderly end as Ctrl-C
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        try:
+            url = service.start()
+        except OSError as exc:
+            raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port") from None
+        if as_json:
+            print_json({"endpoint_url": url, "region": region, "state": str(state_dir)})
+        else:
+            print(f"AWS_ENDPOINT_URL={url}")
+            print(f"AWS_DEFAULT_REGION={region}")
+        sys.stdout.flush()
+        print(
+            f"remote-debug emulator: serving on {url} (state {state_dir}); any credentials work, "
+            "e.g. AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing; Ctrl-C stops it and its jobs",
+            file=sys.stderr,
+            flush=True,
+        )
+        while True:
+            time.sleep(0.5)
+            interrupts.check()
+    except KeyboardInterrupt:
+        print("remote-debug emulator: stopping jobs", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        service.close()

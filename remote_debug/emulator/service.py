@@ -1,0 +1,166 @@
+"""The emulator as one object: moto's server, the training-job API, SSM sessions, on one loopback URL.
+
+``Emulator(state_dir).start()`` serves ``http://127.0.0.1:<port>``: point boto3, the SDKs, the AWS
+CLI and ``remote-debug`` itself at it with ``AWS_ENDPOINT_URL`` and they run unchanged.
+:meth:`Emulator.close` stops every job (as StopTrainingJob would, with a short grace), closes the SSM
+sessions and the listeners.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from remote_debug.emulator.errors import ApiError
+from remote_debug.emulator.images import ImageMap
+from remote_debug.emulator.server import Call, Forward, Front
+from remote_debug.emulator.ssm_channel import DataChannelServer
+from remote_debug.emulator.training import TrainingJobs
+from remote_debug.spec import LOOPBACK
+
+ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too
+DEFAULT_REGION = "us-east-1"
+SESSION_DOCUMENTS = ("AWS-StartSSHSession", "AWS-StartPortForwardingSession")
+_TRAINING_JOB_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-job/")
+_OWNER = re.compile(r"[^A-Za-z0-9_.@+=-]")
+
+
+class Emulator:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        port: int = 0,
+        region: str = DEFAULT_REGION,
+        images: ImageMap | None = None,
+        log_delay: float = 0.5,
+    ) -> None:
+        self.state_dir = state_dir
+        self.port = port
+        self.region = region
+        self.images = images or ImageMap.default()
+        self.log_delay = log_delay
+        self._http: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.channel = DataChannelServer(LOOPBACK)
+        self.jobs: TrainingJobs | None = None
+
+    @property
+    def url(self) -> str:
+        if self._http is None:
+            raise RuntimeError("the emulator is not started")
+        return f"http://{LOOPBACK}:{self._http.server_port}"
+
+    def start(self) -> str:
+        """Bind, start serving in a background thread, return the endpoint URL."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        front = Front(DomainDispatcherApplication(create_backend_app), {"SageMaker": "sagemaker", "AmazonSSM": "ssm"})
+        self._http = make_server(LOOPBACK, self.port, front, threaded=True, request_handler=MotoRequestHandler)
+        self.channel.start()
+        self.jobs = TrainingJobs(
+            work_dir=self.state_dir,
+            endpoint_url=self.url,
+            region=self.region,
+            account_id=ACCOUNT_ID,
+            images=self.images,
+            log_delay=self.log_delay,
+        )
+        self._routes(front, self.jobs)
+        self._thread = threading.Thread(target=self._http.serve_forever, name="emulator-http", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def close(self) -> None:
+        """Stop the jobs, the sessions and the listeners; idempotent."""
+        if self.jobs is not None:
+            self.jobs.shutdown()
+        self.channel.close()
+        if self._http is not None and self._thread is not None:
+            self._http.shutdown()
+            self._thread.join()
+            self._http.server_close()
+            self._thread = None
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- the operations served here, not by moto -------------------------------------------------
+
+    def _routes(self, front: Front, jobs: TrainingJobs) -> None:
+        sm = "sagemaker"
+        front.route(sm, "CreateTrainingJob", lambda c: jobs.create(c.params))
+        front.route(sm, "DescribeTrainingJob", lambda c: jobs.describe(c.params["TrainingJobName"]))
+        front.route(sm, "ListTrainingJobs", lambda c: jobs.list(c.params))
+        front.route(sm, "StopTrainingJob", self._stop)
+        front.route(sm, "UpdateTrainingJob", lambda c: jobs.update(c.params))
+        front.route(sm, "AddTags", self._add_tags)
+        front.route(sm, "ListTags", self._list_tags)
+        front.route(sm, "DeleteTags", self._delete_tags)
+        front.route("ssm", "StartSession", self._start_session)
+        front.route("ssm", "ResumeSession", self._resume_session)
+        front.route("ssm", "TerminateSession", self._terminate_session)
+
+    def _stop(self, call: Call) -> dict[str, Any]:
+        assert self.jobs is not None
+        self.jobs.stop(call.params["TrainingJobName"])
+        return {}
+
+    def _training_jobs(self, call: Call) -> TrainingJobs:
+        # tags of other SageMaker resources (models, endpoints) stay moto's
+        if self.jobs is None or not _TRAINING_JOB_ARN.match(str(call.params.get("ResourceArn", ""))):
+            raise Forward
+        return self.jobs
+
+    def _add_tags(self, call: Call) -> dict[str, Any]:
+        self._training_jobs(call).add_tags(call.params["ResourceArn"], call.params["Tags"])
+        return {"Tags": call.params["Tags"]}
+
+    def _list_tags(self, call: Call) -> dict[str, Any]:
+        return {"Tags": self._training_jobs(call).list_tags(call.params["ResourceArn"])}
+
+    def _delete_tags(self, call: Call) -> dict[str, Any]:
+        self._training_jobs(call).delete_tags(call.params["ResourceArn"], call.params["TagKeys"])
+        return {}
+
+    def _start_session(self, call: Call) -> dict[str, Any]:
+        assert self.jobs is not None
+        target = call.params["Target"]
+        document = call.params.get("DocumentName", "SSM-SessionManagerRunShell")
+        if document not in SESSION_DOCUMENTS:
+            raise ApiError(
+                "ValidationException",
+                f"the emulator serves the documents {', '.join(SESSION_DOCUMENTS)}, not {document}",
+            )
+        _job, connect = self.jobs.connector(target)
+        try:
+            session = self.channel.open_session(
+                target=target,
+                document=document,
+                parameters=call.params.get("Parameters", {}),
+                connect=connect,
+                owner=_OWNER.sub("", call.access_key)[:64] or "emulator",
+            )
+        except ValueError as exc:
+            raise ApiError("ValidationException", str(exc)) from None
+        return {"SessionId": session.session_id, "TokenValue": session.token_value, "StreamUrl": session.stream_url}
+
+    def _resume_session(self, call: Call) -> dict[str, Any]:
+        try:
+            session = self.channel.resume(call.params["SessionId"])
+        except KeyError:
+            raise ApiError("DoesNotExistException", f"session {call.params['SessionId']} does not exist") from None
+        return {"SessionId": session.session_id, "TokenValue": session.token_value, "StreamUrl": session.stream_url}
+
+    def _terminate_session(self, call: Call) -> dict[str, Any]:
+        # AWS answers a terminated or unknown session's TerminateSession with its id all the same
+        self.channel.terminate(call.params["SessionId"])
+        return {"SessionId": call.params["SessionId"]}
