@@ -2,9 +2,18 @@
 
 Every check says what it found and, when it fails, how to fix it.  Checks run in dependency
 order and later ones are skipped, not failed, when an earlier one makes them meaningless (no
-region -> no credentials check).  The IAM check asks IAM itself (SimulatePrincipalPolicy) about
-the caller's effective permissions, including the SSM condition key SageMaker targets are scoped
-by, and lists what is missing.
+region -> no credentials check).
+
+The IAM check asks IAM itself (SimulatePrincipalPolicy) about the caller's effective permissions,
+each action against the resource it is really called on (the job's ARN, the CloudWatch log group,
+the ``AWS-StartSSHSession`` document, the caller's sessions), with the context values the request
+would carry and ``templates/iam`` conditions on (``aws:userid``, the owner tag ``enable()`` writes,
+SSM's ``aws:ssmmessages:*`` session and target tags).  An action IAM cannot judge without a context
+value doctor cannot know (``MissingContextValues``: a condition on a key of the caller's own
+policies) is reported as such, never as allowed.
+
+The hybrid transport needs one more account setting: Session Manager refuses sessions to hybrid
+(``mi-``) managed instances unless the region's instance tier is "advanced" (GetServiceSetting).
 """
 
 from __future__ import annotations
@@ -12,35 +21,74 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends.sagemaker import SageMakerBackend
+from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.errors import UserError
 from remote_debug.spec import Transport
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
+ALLOWED, UNDETERMINED = "allowed", "undetermined"  # UNDETERMINED: IAM needs a context value we cannot give
 
-# What attach/ssh/proxy need (required) and what launch/enable/stop need (recommended).
-REQUIRED_ACTIONS: dict[str, str] = {
-    "sagemaker:DescribeTrainingJob": "attach, jobs",
-    "sagemaker:ListTrainingJobs": "jobs",
-    "sagemaker:ListTags": "per-job transport settings",
-    "logs:FilterLogEvents": "reading the nodes' manifests",
-    "ssm:StartSession": "connecting (ssh ProxyCommand)",
-    "ssm:TerminateSession": "closing sessions",
-    "ssm:ResumeSession": "reconnecting dropped sessions",
-}
-RECOMMENDED_ACTIONS: dict[str, str] = {
-    "sagemaker:CreateTrainingJob": "launching debuggable jobs",
-    "sagemaker:UpdateTrainingJob": "remote-debug enable JOB",
-    "sagemaker:StopTrainingJob": "remote-debug stop JOB",
-    "sagemaker:AddTags": "tagging debuggable jobs",
-}
-POLICY_HINT = "attach the user policy from templates/iam (remote-debug-user.json) to your identity"
+
+@dataclass(frozen=True)
+class Permission:
+    """One action doctor simulates, on the resource it is called on (an ARN template: ``{partition}``,
+    ``{region}``, ``{account}``, ``{job}``; ``*`` for actions and targets without one)."""
+
+    action: str
+    resource: str
+    needed_for: str
+    required: bool  # attach/ssh/proxy need it; the others are for launch/enable/stop
+
+
+TRAINING_JOB_ARN = "arn:{partition}:sagemaker:{region}:{account}:training-job/{job}"
+# CloudWatch Logs authorizes a log group's actions on "log-group:<name>:*"
+LOG_GROUP_ARN = "arn:{partition}:logs:{region}:{account}:log-group:" + LOG_GROUP + ":*"
+# AWS-owned documents have no account in their ARN
+DOCUMENT_ARN = "arn:{partition}:ssm:{region}::document/" + ssm.DOCUMENT
+SESSION_ARN = "arn:{partition}:ssm:{region}:{account}:session/*"
+# SageMaker's native target has no documented resource ARN: policies (AWS's examples, templates/iam)
+# allow it on "*" by its aws:ssmmessages:target-id tag, which the simulation is given.
+NATIVE_TARGET = "*"
+PERMISSIONS: tuple[Permission, ...] = (
+    Permission("sagemaker:DescribeTrainingJob", TRAINING_JOB_ARN, "attach, jobs", True),
+    Permission("sagemaker:ListTrainingJobs", "*", "jobs", True),
+    Permission("sagemaker:ListTags", TRAINING_JOB_ARN, "per-job transport settings", True),
+    Permission("logs:FilterLogEvents", LOG_GROUP_ARN, "reading the nodes' manifests", True),
+    Permission("ssm:StartSession", NATIVE_TARGET, "connecting (ssh ProxyCommand) to the job's node", True),
+    Permission("ssm:StartSession", DOCUMENT_ARN, f"connecting: the {ssm.DOCUMENT} document", True),
+    Permission("ssm:TerminateSession", SESSION_ARN, "closing your sessions", True),
+    Permission("ssm:ResumeSession", SESSION_ARN, "reconnecting your dropped sessions", True),
+    Permission("sagemaker:CreateTrainingJob", TRAINING_JOB_ARN, "launching debuggable jobs", False),
+    Permission("sagemaker:AddTags", TRAINING_JOB_ARN, "tagging debuggable jobs", False),
+    Permission("sagemaker:UpdateTrainingJob", TRAINING_JOB_ARN, "remote-debug enable JOB", False),
+    Permission("sagemaker:StopTrainingJob", TRAINING_JOB_ARN, "remote-debug stop JOB", False),
+)
+EXAMPLE_JOB = "example-job"  # the job doctor simulates without one
+OWNER_TAG_KEYS = (f"aws:RequestTag/{aws.TAG_OWNER}", f"aws:ResourceTag/{aws.TAG_OWNER}")
+TARGET_ID_KEY = "ssm:resourceTag/aws:ssmmessages:target-id"
+SESSION_ID_KEY = "ssm:resourceTag/aws:ssmmessages:session-id"
+POLICY_HINT = "attach templates/iam/user-policy.json to your identity (see templates/iam/README.md)"
 ASSUMED_ROLE_RE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([^/]+)/.+$")
+IAM_USER_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:user/(?:.*/)?([^/]+)$")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The caller, from STS GetCallerIdentity."""
+
+    arn: str
+    user_id: str  # what IAM policies see as ${aws:userid} (and what enable() tags jobs with)
+    account: str
+
+    @property
+    def partition(self) -> str:
+        return self.arn.split(":", 2)[1] if self.arn.count(":") >= 2 else "aws"
 
 
 @dataclass
@@ -80,6 +128,7 @@ class Doctor:
         self.region = region if not aws.settings().region else None
         self.backend = backend or SageMakerBackend(clients=clients, region=self.region)
         self.checks: list[Check] = []
+        self.found_region = ""  # check_region()'s answer: the region every AWS call of doctor goes to
 
     def client(self, service: str) -> Any:
         return self._clients(service) if self._clients is not None else aws.client(service, region=self.region)
@@ -101,10 +150,11 @@ class Doctor:
         if not region:
             self.add(Check("region", FAIL, "no AWS region configured", aws.NO_REGION))
             return False
+        self.found_region = region
         self.add(Check("region", OK, f"{region} (from {source})", data={"region": region}))
         return True
 
-    def check_credentials(self) -> str | None:
+    def check_credentials(self) -> Identity | None:
         try:
             identity = self.client("sts").get_caller_identity()
         except UserError as exc:
@@ -118,7 +168,7 @@ class Doctor:
             return None
         arn = str(identity["Arn"])
         self.add(Check("credentials", OK, arn, data={"account": identity.get("Account"), "arn": arn}))
-        return arn
+        return Identity(arn, str(identity.get("UserId", "")), str(identity.get("Account", "")))
 
     def check_plugin(self) -> None:
         try:
@@ -160,44 +210,93 @@ class Doctor:
         except Exception:
             return f"arn:{partition}:iam::{account}:role/{role}"
 
-    def check_iam(self, caller_arn: str, job: str | None) -> None:
-        principal = self.principal_arn(caller_arn)
+    def simulation_context(self, caller: Identity, principal: str, job: str) -> list[dict[str, Any]]:
+        """The context values the real requests carry and our policies condition on."""
+        values: dict[str, str] = {
+            "aws:userid": caller.user_id,
+            # enable() tags each job with the caller's id; "own jobs" are the ones tagged so
+            **dict.fromkeys(OWNER_TAG_KEYS, caller.user_id),
+            TARGET_ID_KEY: ssm.native_target(job, "algo-1"),
+            # SSM tags each session with the aws:userid of whoever started it
+            SESSION_ID_KEY: caller.user_id,
+        }
+        user = IAM_USER_RE.match(principal)
+        if user:  # only IAM users have an aws:username
+            values["aws:username"] = user.group(1)
+        return [{"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}
+                for k, v in values.items() if v]
+
+    def check_iam(self, caller: Identity, job: str | None) -> None:
+        principal = self.principal_arn(caller.arn)
         if principal is None:
             self.add(Check("iam", OK, "the account root user may do everything"))
             return
-        actions = {**REQUIRED_ACTIONS, **RECOMMENDED_ACTIONS}
-        target = ssm.native_target(job or "example-job", "algo-1")
+        names = {"partition": caller.partition, "region": self.found_region, "account": caller.account,
+                 "job": job or EXAMPLE_JOB}
+        rows = [(p, p.resource.format(**names)) for p in PERMISSIONS]
+        context = self.simulation_context(caller, principal, job or EXAMPLE_JOB)
+        outcomes: dict[tuple[str, str], tuple[str, list[str]]] = {}
         try:
-            result = self.client("iam").simulate_principal_policy(
-                PolicySourceArn=principal,
-                ActionNames=sorted(actions),
-                ContextEntries=[{
-                    "ContextKeyName": "ssm:resourceTag/aws:ssmmessages:target-id",
-                    "ContextKeyValues": [target],
-                    "ContextKeyType": "string",
-                }],
-            )
+            # One call per resource: a call's ResourceArns apply to every action in it.
+            for resource in dict.fromkeys(r for _p, r in rows):
+                actions = sorted({p.action for p, r in rows if r == resource})
+                result = self.client("iam").simulate_principal_policy(
+                    PolicySourceArn=principal, ActionNames=actions, ResourceArns=[resource], ContextEntries=context,
+                )
+                outcomes.update(_outcomes(result.get("EvaluationResults", []), resource))
         except Exception as exc:  # advisory: whatever stops the simulation, the other checks still run
-            detail = aws.describe_error(exc, "iam SimulatePrincipalPolicy")
+            detail = aws.describe_error(exc, "iam SimulatePrincipalPolicy") if aws.is_error(exc) else str(exc)
             self.add(Check("iam", WARN, detail,
                            "allow iam:SimulatePrincipalPolicy on yourself to let doctor check permissions"))
             return
-        decisions = {r["EvalActionName"]: r["EvalDecision"] for r in result.get("EvaluationResults", [])}
-        table = [
-            {"action": a, "decision": decisions.get(a, "unknown"), "needed_for": why,
-             "required": a in REQUIRED_ACTIONS}
-            for a, why in sorted(actions.items())
-        ]
-        missing = [row["action"] for row in table if row["required"] and row["decision"] != "allowed"]
-        optional = [row["action"] for row in table if not row["required"] and row["decision"] != "allowed"]
+        table: list[dict[str, Any]] = []
+        for permission, resource in rows:
+            decision, missing = outcomes.get((permission.action, resource), ("unknown", []))
+            table.append({"action": permission.action, "resource": resource, "decision": decision,
+                          "missing_context": missing, "needed_for": permission.needed_for,
+                          "required": permission.required})
         data = {"principal": principal, "actions": table}
-        if missing:
-            self.add(Check("iam", FAIL, f"{principal} lacks {', '.join(missing)}", POLICY_HINT, data))
+        denied = _names(r for r in table if r["required"] and r["decision"] not in (ALLOWED, UNDETERMINED))
+        unknown = [r for r in table if r["decision"] == UNDETERMINED]
+        optional = _names(r for r in table if not r["required"] and r["decision"] not in (ALLOWED, UNDETERMINED))
+        if denied:
+            self.add(Check("iam", FAIL, f"{principal} lacks {', '.join(denied)}", POLICY_HINT, data))
+        elif unknown:
+            keys = sorted({k for r in unknown for k in r["missing_context"]})
+            self.add(Check(
+                "iam", WARN,
+                f"IAM cannot tell whether {principal} may {', '.join(_names(unknown))} without the context "
+                f"value(s) {', '.join(keys)}, which your policies' conditions use and doctor cannot know",
+                "check that those conditions hold where you connect from", data,
+            ))
         elif optional:
             self.add(Check("iam", WARN, f"{principal} lacks {', '.join(optional)} (launch/enable/stop)", POLICY_HINT,
                            data))
         else:
             self.add(Check("iam", OK, f"{principal}: every needed action is allowed", data=data))
+
+    def check_activation_tier(self, *, hybrid_job: str | None = None) -> None:
+        """Whether Session Manager may reach hybrid (``mi-``) managed instances here: the advanced tier.
+        A hybrid job fails without it; without a job it is a warning (only the hybrid transport needs it)."""
+        region = self.found_region
+        fix = ssm.advanced_tier_fix(region)
+        try:
+            tier = ssm.activation_tier(self.client("ssm"))
+        except Exception as exc:  # advisory, like the IAM check: the other checks still run
+            what = f"ssm GetServiceSetting {ssm.ACTIVATION_TIER_SETTING}"
+            detail = aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {type(exc).__name__}: {exc}"
+            self.add(Check("hybrid instance tier", WARN, f"{detail}; cannot tell whether hybrid sessions work",
+                           f"allow ssm:GetServiceSetting (templates/iam); the tier is set with: {fix}"))
+            return
+        if tier == ssm.ADVANCED_TIER:
+            self.add(Check("hybrid instance tier", OK, f"advanced in {region}", data={"tier": tier}))
+            return
+        what = f"job {hybrid_job} uses the hybrid transport, but" if hybrid_job else "transport='hybrid' only:"
+        self.add(Check(
+            "hybrid instance tier", FAIL if hybrid_job else WARN,
+            f"{what} the managed-instance tier is {tier or 'unset'} in {region}, and Session Manager refuses sessions "
+            "to hybrid (mi-) managed instances below the advanced tier", fix, {"tier": tier},
+        ))
 
     # --- one job --------------------------------------------------------------------------------
 
@@ -219,6 +318,8 @@ class Doctor:
         enabled = info.sagemaker.remote_debug_enabled if info.sagemaker else None
         self.add(Check("debugging enabled", OK, f"transport {transport}",
                        data={"transport": transport, "remote_debug_config": enabled}))
+        if transport == Transport.HYBRID:
+            self.check_activation_tier(hybrid_job=job)
         if not info.running or info.secondary_status != "Training":
             self.add(Check("ssm target", SKIP, "the job is not Training yet: its SSM target cannot be reached"))
             return
@@ -270,7 +371,35 @@ class Doctor:
         if caller:
             self.check_iam(caller, job)
             if job:
-                self.check_job(job)
+                self.check_job(job)  # checks the tier for a hybrid job
+            else:
+                self.check_activation_tier()
+
+
+def _outcomes(results: Iterable[Mapping[str, Any]], resource: str) -> dict[tuple[str, str], tuple[str, list[str]]]:
+    """(action, resource) -> (decision, missing context keys) from SimulatePrincipalPolicy's results.
+
+    With ResourceArns, IAM reports per resource (``ResourceSpecificResults``, where it also lists the
+    missing context values); for "*" at the top.  A decision that depends on a missing context value
+    is not one: unless a Deny applies anyway, it is ``undetermined``."""
+    out = {}
+    for result in results:
+        decision = str(result.get("EvalDecision", "unknown"))
+        missing = [str(k) for k in result.get("MissingContextValues") or []]
+        for specific in result.get("ResourceSpecificResults") or []:
+            if specific.get("EvalResourceName") == resource:
+                decision = str(specific.get("EvalResourceDecision", decision))
+                missing += [str(k) for k in specific.get("MissingContextValues") or []]
+        missing = sorted(set(missing))
+        if missing and decision != "explicitDeny":
+            decision = UNDETERMINED
+        out[(str(result.get("EvalActionName")), resource)] = (decision, missing)
+    return out
+
+
+def _names(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The actions of ``rows`` (once each; StartSession has two rows: the node and the document)."""
+    return list(dict.fromkeys(str(r["action"]) for r in rows))
 
 
 def passed(checks: list[Check]) -> bool:

@@ -47,6 +47,16 @@ INSTALL_HINT = (
     "https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html"
 )
 USER_SIGNALS = ("SIGINT", "SIGQUIT", "SIGTSTP")
+MANAGED_INSTANCE_PREFIX = "mi-"  # the hybrid transport's targets: SSM managed instances
+# Session Manager refuses sessions to hybrid (``mi-``) managed instances unless the account's
+# instance tier is "advanced" in that region (a charged, per-region account setting).
+ACTIVATION_TIER_SETTING = "/ssm/managed-instance/activation-tier"
+ADVANCED_TIER = "advanced"
+# what a job in a VPC needs for its SSM agent to reach SSM at all
+VPC_OUTBOUND_HINT = (
+    "a job in a VPC (VpcConfig) needs outbound access to SSM: a NAT gateway, or VPC interface endpoints "
+    "for ssm, ssmmessages and ec2messages"
+)
 
 
 class PluginError(UserError):
@@ -115,17 +125,52 @@ def ignore_user_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def advanced_tier_fix(region: str | None) -> str:
+    """The command that lets Session Manager reach hybrid managed instances in ``region``."""
+    where = f" --region {region}" if region else ""
+    return (
+        f"aws ssm update-service-setting --setting-id {ACTIVATION_TIER_SETTING} --setting-value {ADVANCED_TIER}"
+        f"{where} (the advanced-instances tier is charged per instance-hour)"
+    )
+
+
+def activation_tier(client: Any) -> str:
+    """The account's managed-instance tier in the client's region ("standard" or "advanced"); botocore
+    errors propagate (moto does not implement GetServiceSetting)."""
+    response = client.get_service_setting(SettingId=ACTIVATION_TIER_SETTING)
+    return str(response["ServiceSetting"].get("SettingValue", "")).strip().lower()
+
+
+def not_connected_message(target: str) -> str:
+    """Why a target SSM says is not connected can be unreachable, as one line."""
+    if target.startswith(MANAGED_INSTANCE_PREFIX):
+        first = (
+            f"SSM managed instance {target} is not connected: the job must be in Training and its node's "
+            "amazon-ssm-agent registered (see the node's log for 'SSM hybrid registration')"
+        )
+    else:
+        first = (
+            f"SSM target {target} is not connected: the job must be in Training with remote debugging enabled "
+            "(remote_debug.enable(...) at launch, or remote-debug enable JOB), its execution role needs the "
+            "ssmmessages:* channel actions"
+        )
+    return f"{first}, and {VPC_OUTBOUND_HINT} (remote-debug doctor JOB checks the rest)"
+
+
 def start_session(client: Any, target: str, port: int) -> dict[str, Any]:
     try:
         response: dict[str, Any] = client.start_session(**session_parameters(target, port))
     except Exception as exc:
         if not aws.is_error(exc):
             raise
-        if aws.error_code(exc) == "TargetNotConnected":
+        code = aws.error_code(exc)
+        if code == "TargetNotConnected":
+            raise UserError(not_connected_message(target)) from None
+        if "advanced-instances tier" in str(exc):  # BadRequest for mi- targets in a standard-tier account
+            region = getattr(getattr(client, "meta", None), "region_name", None)
             raise UserError(
-                f"SSM target {target} is not connected: the job must be in Training, with remote debugging "
-                "enabled and an execution role allowed the ssmmessages:* channel actions "
-                "(remote-debug doctor JOB checks this)"
+                f"SSM refuses sessions to the hybrid managed instance {target} because the account's instance tier "
+                f"is standard in {region or 'this region'}: {advanced_tier_fix(region)}"
             ) from None
         raise UserError(aws.describe_error(exc, f"ssm StartSession {target}")) from None
     return response

@@ -17,7 +17,8 @@ built once by ``enable()``; how the laptop reaches the job is one
 
 Layers, bottom up (no module imports one above it): ``common`` (EnableError, tags, JobTransport) ->
 ``bundle`` -> ``request`` -> ``hybrid_activation``, ``owner`` -> ``keyed`` (key pair + activation) ->
-``intercept``, ``sdk`` -> ``sdk_v2``, ``sdk_v3`` -> ``api`` (``enable()``); ``update`` stands apart.
+``intercept``, ``sdk`` -> ``sdk_v2``, ``sdk_v3`` -> ``api`` (``enable()``); ``update`` stands apart
+(it shares only ``common``'s network-isolation message).
 
 From the laptop side (``remote_debug.local``) this package uses only ``errors`` (UserError, the
 one-line error the CLI turns into exit code 2), ``aws`` (session(), is_error(), describe_error(),
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DebugOptions", "EnableError", "JobTransport", "enable", "enable_request"]
+__all__ = ["DebugOptions", "EnableError", "JobTransport", "RemoteDebugWarning", "enable", "enable_request"]
 
 
 def __getattr__(name: str) -> Any:
@@ -45,7 +46,7 @@ def __getattr__(name: str) -> Any:
         from remote_debug.sagemaker.request import enable_request
 
         return enable_request
-    if name in ("EnableError", "JobTransport"):
+    if name in ("EnableError", "JobTransport", "RemoteDebugWarning"):
         from remote_debug.sagemaker import common
 
         return getattr(common, name)

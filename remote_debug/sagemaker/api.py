@@ -14,7 +14,10 @@ of the estimator gets its own key and the spec names the real job.
 
 ``transport="hybrid"`` (with ``hybrid_role=``) also creates the job's SSM hybrid activation and
 puts it in the job's ``remote-debug`` input channel, never in the request; an activation whose
-CreateTrainingJob fails is deleted (see :mod:`~remote_debug.sagemaker.hybrid_activation`).
+CreateTrainingJob fails is deleted (see :mod:`~remote_debug.sagemaker.hybrid_activation`).  Sessions
+to its managed instances need the account's advanced-instances tier: ``enable()`` reads it and warns
+(``warnings``, category :class:`~remote_debug.sagemaker.common.RemoteDebugWarning`) unless it is set.
+``transport="direct"`` needs the job in a VPC (``VpcConfig``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ def enable(
 ) -> Any:
     """Make ``target`` debuggable; see the module docstring for what ``target`` may be.
 
+    The job's Python must be 3.10 or newer: an image whose tag (or an SDK v2 estimator whose
+    ``py_version``) names an older one is refused.  Without a ``ContainerEntrypoint`` to wrap (SDK v2
+    framework estimators), the hook comes in through the job's ``PYTHONPATH``, which then replaces an
+    ``ENV PYTHONPATH`` of the image: give that value in the request's (or estimator's) environment, where
+    it is kept after ours.
+
     ide, ranks ("all" or "0,2" or [0, 2]), wait (seconds each rank waits for a debugger),
     sshd_port / port_base (0: any free port), transport ("ssm" = SageMaker's native SSM target;
     "hybrid", "direct"): the debug spec.  hybrid_role (required for "hybrid", refused otherwise): the
@@ -90,6 +99,7 @@ def enable(
         )
         if activations is not None:
             hybrid_activation.watch_all(session)  # SageMaker clients made from it from now on
+            hybrid_activation.warn_unless_advanced_tier(activations.ssm)  # an account setting: not a refusal
         return out
     kind = sdk_kind(target)
     if kind is None:

@@ -23,6 +23,31 @@ class EnableError(UserError):
     """A job that cannot be made debuggable as asked (one actionable line)."""
 
 
+class RemoteDebugWarning(UserWarning):
+    """``enable()`` made the job debuggable, but something outside the request (an account setting)
+    will keep the laptop from connecting.  A ``warnings`` category, so a launcher can turn it into an
+    error (``warnings.simplefilter("error", RemoteDebugWarning)``) or silence it."""
+
+
+def network_isolation_error(setting: str) -> EnableError:
+    """The refusal for a job with network isolation (``setting``: how the caller turned it on)."""
+    return EnableError(
+        f"the job uses network isolation ({setting}), which cuts the container off from every network: no SSM "
+        "session (nor any other remote-debug transport) can reach it, so it cannot be debugged; turn network "
+        "isolation off for debugging runs"
+    )
+
+
+def direct_needs_vpc(has_vpc: bool) -> None:
+    """transport='direct' reaches a node at its address in the job's VPC: a job without one is refused."""
+    if not has_vpc:
+        raise EnableError(
+            "transport='direct' connects to the nodes inside the job's VPC, but the job has no VpcConfig: give it "
+            "subnets and security groups (boto3: VpcConfig; SDK v2: subnets=..., security_group_ids=...; "
+            "ModelTrainer: Networking(subnets=..., security_group_ids=...)) or use transport='ssm'"
+        )
+
+
 @dataclass(frozen=True)
 class JobTransport:
     """How the laptop will reach the job's nodes, chosen with ``enable(transport=...)``: part of the

@@ -43,6 +43,12 @@ The job is tagged ``remote-debug:transport=hybrid`` (the laptop picks its transp
 and ``remote-debug:ssm-activation=<activation id>`` (not a secret: the id cannot register anything
 without the code).
 
+**The account's instance tier.**  Session Manager refuses sessions to hybrid managed instances
+unless the account's managed-instance tier (``/ssm/managed-instance/activation-tier``, per region) is
+``advanced``.  That is no part of the request, so ``enable()`` does not refuse the job; once the job is
+accepted it reads the setting (``ssm:GetServiceSetting``) and, unless it is ``advanced``, warns
+(:class:`~remote_debug.sagemaker.common.RemoteDebugWarning`) with the command that changes it.
+
 **No leaked activations or registrations.**
 
 * An activation whose CreateTrainingJob fails (an error response, or no response at all) is deleted
@@ -67,7 +73,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -75,7 +83,7 @@ from typing import Any
 
 from remote_debug.local.aws import TAG_ACTIVATION, TAG_OWNER, TAG_PREFIX
 from remote_debug.sagemaker.bundle import CHANNEL_NAME
-from remote_debug.sagemaker.common import TAGS_MAX, EnableError, describe_aws_error, role_name
+from remote_debug.sagemaker.common import TAGS_MAX, EnableError, RemoteDebugWarning, describe_aws_error, role_name
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +94,10 @@ PROVISIONING = timedelta(hours=1)  # instances, image and data before the agent 
 DEFAULT_MAX_RUNTIME = 86400  # SageMaker's default MaxRuntimeInSeconds
 REGISTRATION_LIMIT_MAX = 1000  # botocore's model of CreateActivation
 _SUBMIT_DIRECTORY = "sagemaker_submit_directory"  # SDK v2: s3://.../<job>/source/sourcedir.tar.gz
+
+# local/ssm.py's ACTIVATION_TIER_SETTING (this package may not import it; a test keeps them equal)
+TIER_SETTING = "/ssm/managed-instance/activation-tier"
+ADVANCED_TIER = "advanced"
 
 EVENT_SUFFIX = "sagemaker.CreateTrainingJob"
 CONTEXT_KEY = "remote_debug_ssm_activation"  # in botocore's per-call context: our activation's id
@@ -289,6 +301,46 @@ def watch_all(boto_session: Any = None, clients: Iterable[Any] = ()) -> None:
         watch(boto_session.events)
     for client in clients:
         watch_client(client)
+
+
+# --- the account's instance tier ----------------------------------------------------------------------
+
+
+def warn_unless_advanced_tier(ssm_client: Any) -> str | None:
+    """Warn (``RemoteDebugWarning``) unless Session Manager may reach hybrid managed instances in the
+    client's region; returns the tier read, or None when it could not be read (warned too)."""
+    region = getattr(ssm_client.meta, "region_name", None) or "<region>"
+    fix = (
+        f"aws ssm update-service-setting --setting-id {TIER_SETTING} --setting-value {ADVANCED_TIER} "
+        f"--region {region} (the advanced-instances tier is charged per instance-hour)"
+    )
+    try:
+        setting = ssm_client.get_service_setting(SettingId=TIER_SETTING)["ServiceSetting"]
+        tier = str(setting.get("SettingValue", "")).strip().lower()
+    except Exception as exc:  # best effort: the job itself is fine either way
+        what = f"reading {TIER_SETTING}"
+        warnings.warn(
+            f"transport='hybrid': could not check the SSM managed-instance tier ({describe_aws_error(exc, what)}); "
+            f"Session Manager reaches the job's mi- instances only with the advanced tier: {fix}",
+            RemoteDebugWarning, stacklevel=_caller_level(),
+        )
+        return None
+    if tier != ADVANCED_TIER:
+        warnings.warn(
+            f"transport='hybrid': the SSM managed-instance tier is {tier or 'unset'} in {region}, and Session Manager "
+            f"refuses sessions to the job's hybrid (mi-) managed instances below the advanced tier: {fix}",
+            RemoteDebugWarning, stacklevel=_caller_level(),
+        )
+    return tier
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that attributes a warning to the first frame outside remote_debug (the launcher
+    line that called enable(), or fit() for SDK objects), however deep the call came from."""
+    level, frame = 1, sys._getframe(1)  # 1: the function calling warnings.warn
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("remote_debug."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 # --- creating one ------------------------------------------------------------------------------------

@@ -4,17 +4,23 @@ Everything else (the SDK wrappers, the launcher templates) ends up here, so what
 decided in one place and can be checked against botocore's model:
 
 * ``Environment`` gains the debug spec (``spec.DebugSpec.to_env()``: IDE, ranks, ports, wait,
-  the per-job client *public* key, transport) and ``PYTHONPATH`` gains our ``inject`` dir, so every
-  Python process of the job - launchers, torchrun/MPI ranks, on every node - imports our
-  sitecustomize: ranks get a debug listener, and the first process of a node without a hook starts
-  the node's sshd + manifest in the background (``container/bootstrap.py``).  That is the path for
-  jobs whose entry we cannot wrap (the SDK v2 training toolkit runs ``python <sagemaker_program>``,
-  torchrun or mpirun itself).
+  the per-job client *public* key, transport).
 * where the request names the entry (``AlgorithmSpecification.ContainerEntrypoint``: BYOC, SDK v3
   drivers), the entry is wrapped so the hook runs it: ``/bin/sh -c <find python> <hook program>
   <original entry...>``; ``ContainerArguments`` are left alone (the container still gets them
   after the entry) and the user's script is never touched.  A job whose image lacks python or the
-  shipped package runs the original entry unchanged, after one log line.
+  shipped package runs the original entry unchanged, after one log line.  The hook puts our
+  sitecustomize on the command's ``PYTHONPATH`` itself, in front of the image's own, so the request
+  sets no ``PYTHONPATH``: one in ``Environment`` would replace the image's ``ENV PYTHONPATH``.
+* where it does not (the SDK v2 training toolkit runs ``python <sagemaker_program>``, torchrun or
+  mpirun itself), ``PYTHONPATH`` = our ``inject`` dir, then the request's own ``PYTHONPATH`` if it has
+  one, so every Python process of the job - launchers, torchrun/MPI ranks, on every node - imports
+  our sitecustomize: ranks get a debug listener, and the first process of a node without a hook
+  starts the node's sshd + manifest in the background (``container/bootstrap.py``).  SageMaker's
+  ``Environment`` replaces the image's ``ENV`` of the same name, so an image's own ``PYTHONPATH`` is
+  lost on this path: pass it in the request's (or the estimator's) environment to keep it.  (The
+  toolkit hands its child processes ``PYTHONPATH`` = its own ``sys.path``, which includes ours: no
+  toolkit-side way around it.)
 * ``RemoteDebugConfig={"EnableRemoteDebug": true}`` for the ``ssm`` transport (SageMaker's native
   SSM target ``sagemaker-training-job:<job>_algo-<n>`` exists only then); never for ``hybrid``,
   which replaces it with the node's own SSM agent (see :mod:`~remote_debug.sagemaker.hybrid_activation`
@@ -27,7 +33,9 @@ decided in one place and can be checked against botocore's model:
   container environment.
 
 Refused with one line (:class:`EnableError`): network isolation and built-in / Marketplace
-algorithms (SageMaker offers no remote debugging there), bad names, values SageMaker would reject.
+algorithms (SageMaker offers no remote debugging there), images whose tag names a Python older than
+the hook's 3.10 (``...:1.13.1-gpu-py39-...``: the job would run, undebuggable), ``transport='direct'``
+without ``VpcConfig``, bad names, values SageMaker would reject.
 Every refusal happens in :func:`draft_request`, before the job's client key is known (or made):
 the draft lacks only the key, which :meth:`DraftRequest.finish` puts in.
 """
@@ -45,7 +53,13 @@ from typing import Any
 
 from remote_debug.local.aws import TAG_ACTIVATION, TAG_ENABLED, TAG_OWNER, TAG_TRANSPORT
 from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, inject_dir
-from remote_debug.sagemaker.common import TAGS_MAX, EnableError, JobTransport
+from remote_debug.sagemaker.common import (
+    TAGS_MAX,
+    EnableError,
+    JobTransport,
+    direct_needs_vpc,
+    network_isolation_error,
+)
 from remote_debug.spec import (
     ENV_CLIENT_KEY,
     SPEC_VERSION,
@@ -88,6 +102,13 @@ BUILTIN_ALGORITHM_REPOS = frozenset({
 SCRIPT_MODE_ONLY_REPOS = frozenset({"sagemaker-xgboost"})
 PROGRAM_HYPERPARAMETER = "sagemaker_program"
 
+# The container side is Python 3.10+ code (pyproject's requires-python).  SageMaker's framework images
+# name their Python in the tag ("2.5-gpu-py311", "1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker") and SDK
+# v2 estimators in py_version ("py39"); "py3" alone (old images) says nothing.
+MIN_PYTHON = (3, 10)
+_PY_TAG_RE = re.compile(r"(?:^|[-_.])py([23])(\d{1,2})(?=$|[-_.])")
+_PY_VERSION_RE = re.compile(r"^py([23])(\d{1,2})$")
+
 # SDK v2 training toolkit: (flag, mpirun options) hyperparameters of the runners that use mpirun.
 MPI_HYPERPARAMETERS = (
     ("sagemaker_mpi_enabled", "sagemaker_mpi_custom_mpi_options"),
@@ -111,6 +132,7 @@ class DraftRequest:
     transport: JobTransport
     package_root: str
     user_environment: dict[str, Any]  # the request's own Environment, as given
+    env_hook: bool = True  # no entry to wrap: the hook comes in through PYTHONPATH (see the module doc)
 
     def finish(self, public_key: str) -> dict[str, Any]:
         """The debuggable request, with ``public_key`` (the job's client key, ``keys.ensure_job_key``)."""
@@ -123,8 +145,8 @@ class DraftRequest:
             raise EnableError(str(exc)) from None
         out = copy.deepcopy(self.request)
         env = spec.to_env()
-        out["Environment"] = _environment(self.user_environment, env, self.package_root)
-        _forward_to_mpi(out, [*env, "PYTHONPATH"])
+        out["Environment"] = _environment(self.user_environment, env, self.package_root, env_hook=self.env_hook)
+        _forward_to_mpi(out, [*env, *(["PYTHONPATH"] if "PYTHONPATH" in out["Environment"] else [])])
         return out
 
 
@@ -152,14 +174,19 @@ def draft_request(
     except ContractError as exc:
         raise EnableError(str(exc)) from None
     check_supported(out)
+    if transport.kind == Transport.DIRECT:
+        direct_needs_vpc(bool((out.get("VpcConfig") or {}).get("Subnets")))
 
+    algorithm = out.get("AlgorithmSpecification")
+    wrapped = isinstance(algorithm, Mapping) and bool(algorithm.get("ContainerEntrypoint"))
     user_environment = copy.deepcopy(dict(out.get("Environment") or {}))
     # every spec variable but the key, which is not made yet (its name is counted)
     out["Environment"] = _environment(
-        user_environment, spec_env(name, transport.kind, options), package_root, to_come=(ENV_CLIENT_KEY,)
+        user_environment, spec_env(name, transport.kind, options), package_root, env_hook=not wrapped,
+        to_come=(ENV_CLIENT_KEY,),
     )
-    algorithm = out.get("AlgorithmSpecification")
-    if isinstance(algorithm, Mapping) and algorithm.get("ContainerEntrypoint"):
+    if wrapped:
+        assert isinstance(algorithm, Mapping)
         out["AlgorithmSpecification"] = {
             **algorithm, "ContainerEntrypoint": wrap_entrypoint(list(algorithm["ContainerEntrypoint"]), package_root)
         }
@@ -168,7 +195,7 @@ def draft_request(
     out["Tags"] = _tags(out.get("Tags"), owner, transport.kind)
     if package_uri:
         out["InputDataConfig"] = _with_package_channel(out.get("InputDataConfig"), package_uri)
-    return DraftRequest(out, name, options, transport, package_root, user_environment)
+    return DraftRequest(out, name, options, transport, package_root, user_environment, env_hook=not wrapped)
 
 
 def enable_request(
@@ -201,12 +228,10 @@ def enable_request(
 
 
 def check_supported(request: Mapping[str, Any]) -> None:
-    """Refuse jobs SageMaker cannot debug remotely (network isolation, built-in/Marketplace algorithms)."""
+    """Refuse jobs that cannot be debugged remotely (network isolation, built-in/Marketplace algorithms,
+    a Python too old for the hook)."""
     if request.get("EnableNetworkIsolation"):
-        raise EnableError(
-            "the job uses network isolation (EnableNetworkIsolation), which blocks SSM and so remote debugging: "
-            "turn it off for debugging runs"
-        )
+        raise network_isolation_error("EnableNetworkIsolation")
     algorithm = request.get("AlgorithmSpecification") or {}
     if algorithm.get("AlgorithmName"):
         raise EnableError(
@@ -220,11 +245,34 @@ def check_supported(request: Mapping[str, Any]) -> None:
 def check_image(image: Any, *, has_script: bool) -> None:
     if not isinstance(image, str) or not image:
         return
-    repository = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
-    if repository in BUILTIN_ALGORITHM_REPOS or (repository in SCRIPT_MODE_ONLY_REPOS and not has_script):
+    name, _, tag = image.rsplit("/", 1)[-1].split("@", 1)[0].partition(":")
+    if name in BUILTIN_ALGORITHM_REPOS or (name in SCRIPT_MODE_ONLY_REPOS and not has_script):
         raise EnableError(
-            f"{repository!r} is a SageMaker built-in algorithm image, which cannot be debugged remotely: "
+            f"{name!r} is a SageMaker built-in algorithm image, which cannot be debugged remotely: "
             "use a framework estimator with your own script, or your own image"
+        )
+    found = _PY_TAG_RE.search(tag)
+    if found:
+        check_python((int(found.group(1)), int(found.group(2))), f"image {name}:{tag}")
+
+
+def check_py_version(py_version: Any) -> None:
+    """An SDK v2 estimator's ``py_version`` ("py39"), where it names a Python."""
+    found = _PY_VERSION_RE.match(py_version) if isinstance(py_version, str) else None
+    if found:
+        check_python((int(found.group(1)), int(found.group(2))), f"py_version={py_version!r}")
+
+
+def check_python(python: tuple[int, int], source: str) -> None:
+    """Refuse a job whose Python is older than the hook's: it would start, pay for its instances and
+    run the training undebugged (the hook steps aside on an old Python), which is not what enable() is
+    for; the image's tag or ``py_version`` says so for certain, so the launcher hears it now."""
+    if python < MIN_PYTHON:
+        wanted = ".".join(map(str, MIN_PYTHON))
+        raise EnableError(
+            f"{source} runs Python {python[0]}.{python[1]}, but remote-debug runs in the job and needs Python >= "
+            f"{wanted} there: use an image with py{MIN_PYTHON[0]}{MIN_PYTHON[1]} or newer (SDK v2: a "
+            f"framework_version that has py_version='py{MIN_PYTHON[0]}{MIN_PYTHON[1]}' or later)"
         )
 
 
@@ -232,15 +280,27 @@ def check_image(image: Any, *, has_script: bool) -> None:
 
 
 def _environment(
-    existing: Any, spec_vars: Mapping[str, str], package_root: str, *, to_come: Sequence[str] = ()
+    existing: Any, spec_vars: Mapping[str, str], package_root: str, *, env_hook: bool = True,
+    to_come: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The job's environment: the request's own, the spec, our sitecustomize first on PYTHONPATH;
-    checked against SageMaker's limits, with room for the variables named in ``to_come``."""
+    """The job's environment: the request's own, the spec, and (``env_hook``: no entry to wrap) our
+    sitecustomize first on PYTHONPATH; checked against SageMaker's limits, with room for the variables
+    named in ``to_come``."""
     env = {str(k): str(v) for k, v in dict(existing or {}).items()}
     env.update(spec_vars)
     ours = inject_dir(package_root)
-    theirs = [p for p in env.get("PYTHONPATH", "").split(":") if p and p != ours]
-    env["PYTHONPATH"] = ":".join([ours, *theirs])  # ours first: Python imports the first sitecustomize
+    given = env.get("PYTHONPATH")
+    if env_hook:
+        theirs = [p for p in (given or "").split(":") if p and p != ours]
+        env["PYTHONPATH"] = ":".join([ours, *theirs])  # ours first: Python imports the first sitecustomize
+    elif given is not None and ours in given.split(":"):  # set by an earlier enable(): the user's part stays
+        theirs = [p for p in given.split(":") if p != ours]
+        if any(theirs):
+            env["PYTHONPATH"] = ":".join(theirs)
+        else:
+            del env["PYTHONPATH"]
+    # else: the request's own PYTHONPATH as given, or none.  The hook puts ours in front of whatever the
+    # container has - the image's ENV PYTHONPATH, which a value here would replace.
     count = len(env.keys() | set(to_come))
     if count > ENV_MAX:
         raise EnableError(f"the job would have {count} environment variables; SageMaker allows {ENV_MAX}")

@@ -17,6 +17,12 @@ then runs ``python <sagemaker_program>`` (or torchrun / mpirun) from ``/opt/ml/c
 entry to wrap (``ContainerEntrypoint`` is not set), so the job relies on ``PYTHONPATH``: the first
 Python process started from the extracted code imports our sitecustomize, which starts the node's
 sshd + manifest in the background (``container/bootstrap.py``) and a debug listener in each rank.
+The estimator's own ``PYTHONPATH`` (``environment=``) is kept after ours; an image's ``ENV PYTHONPATH``
+is not (the job's environment replaces it, and the toolkit passes its own ``sys.path`` on as the
+children's ``PYTHONPATH``): repeat it in ``environment=`` if the image needs it.
+
+Refused at ``enable()`` already where the estimator says so: network isolation, a ``py_version`` (or
+``image_uri`` tag) older than Python 3.10, ``transport='direct'`` without ``subnets``.
 """
 
 from __future__ import annotations
@@ -27,11 +33,11 @@ from typing import Any
 import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.bundle import CODE_ROOT, bundle_dir, is_bundle_part
-from remote_debug.sagemaker.common import EnableError, JobTransport
+from remote_debug.sagemaker.common import EnableError, JobTransport, direct_needs_vpc, network_isolation_error
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_image
+from remote_debug.sagemaker.request import check_image, check_py_version
 from remote_debug.sagemaker.sdk import require_sdk
 from remote_debug.spec import DebugOptions, Transport
 
@@ -50,16 +56,16 @@ def enable_estimator(
     if not hasattr(estimator, "_enable_remote_debug"):
         raise EnableError("this sagemaker version has no enable_remote_debug: upgrade to sagemaker >= 2.222")
     if estimator.enable_network_isolation():
-        raise EnableError(
-            "the estimator uses network isolation (enable_network_isolation=True), which blocks SSM and so "
-            "remote debugging: turn it off for debugging runs"
-        )
+        raise network_isolation_error("enable_network_isolation=True")
     if getattr(estimator, "algorithm_arn", None):
         raise EnableError(
             "AlgorithmEstimator runs a built-in or Marketplace algorithm, which SageMaker cannot debug remotely"
         )
     entry_point = getattr(estimator, "entry_point", None)
     check_image(getattr(estimator, "image_uri", None), has_script=bool(entry_point))
+    check_py_version(getattr(estimator, "py_version", None))
+    if transport.kind == Transport.DIRECT:
+        direct_needs_vpc(bool(getattr(estimator, "subnets", None)))
 
     resolved_owner = resolve_owner(owner, session.boto_session)  # may fail: before changing anything
 
@@ -75,6 +81,7 @@ def enable_estimator(
     pending.install(boto_session=session.boto_session, clients=[session.sagemaker_client])
     if transport.hybrid:
         hybrid_activation.watch_all(session.boto_session, [session.sagemaker_client])
+        hybrid_activation.warn_unless_advanced_tier(session.boto_session.client("ssm"))
     return estimator
 
 

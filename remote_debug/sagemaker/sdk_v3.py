@@ -29,7 +29,7 @@ from typing import Any
 import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, bundle_dir, is_bundle_part
-from remote_debug.sagemaker.common import EnableError, JobTransport
+from remote_debug.sagemaker.common import EnableError, JobTransport, direct_needs_vpc, network_isolation_error
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
@@ -59,12 +59,11 @@ def enable_model_trainer(
         )
     networking = getattr(trainer, "networking", None)
     if networking is not None and getattr(networking, "enable_network_isolation", False):
-        raise EnableError(
-            "the trainer uses network isolation (Networking(enable_network_isolation=True)), which blocks SSM "
-            "and so remote debugging: turn it off for debugging runs"
-        )
+        raise network_isolation_error("Networking(enable_network_isolation=True)")
     image = getattr(trainer, "training_image", None)
     check_image(image if isinstance(image, str) else None, has_script=getattr(trainer, "source_code", None) is not None)
+    if transport.kind == Transport.DIRECT:
+        direct_needs_vpc(networking is not None and bool(getattr(networking, "subnets", None)))
 
     if not hasattr(trainer, "with_remote_debug_config"):
         raise EnableError("this ModelTrainer has no with_remote_debug_config: upgrade the SageMaker SDK")
@@ -91,6 +90,7 @@ def enable_model_trainer(
     pending.install(boto_session=boto_session, clients=clients)
     if activations is not None:
         hybrid_activation.watch_all(boto_session, clients)
+        hybrid_activation.warn_unless_advanced_tier(activations.ssm)
     return trainer
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from remote_debug.local.aws import parse_training_job
 from remote_debug.local.errors import UserError
+from remote_debug.sagemaker.common import network_isolation_error
 from remote_debug.spec import ENV_VERSION
 
 UPDATABLE_STATES = ("Downloading", "Training")
@@ -48,7 +49,7 @@ def enable_running_job(client: Any, job: str) -> EnableResult:
     if (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
         return EnableResult(name, False, status, secondary, has_spec)
     if description.get("EnableNetworkIsolation"):
-        raise NotUpdatableError(f"job {name} uses network isolation, which rules out remote debugging")
+        raise NotUpdatableError(f"job {name}: {network_isolation_error('EnableNetworkIsolation')}")
     if secondary not in UPDATABLE_STATES:
         raise NotUpdatableError(
             f"job {name} is {secondary or status} ({status}): SageMaker turns on remote debugging only while a job "

@@ -1,11 +1,13 @@
 """``remote-debug doctor``: a missing plugin and a missing IAM action are reported with their fix, and a
-correct setup passes (moto for STS/Logs, Stubber for IAM's SimulatePrincipalPolicy and SSM, a scripted
-DescribeTrainingJob)."""
+correct setup passes (moto for STS/Logs, a policy-evaluating stand-in for IAM's SimulatePrincipalPolicy
+on botocore's model, Stubber for SSM, a scripted DescribeTrainingJob)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -13,20 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.awsrequest import AWSResponse
+from botocore.stub import Stubber
+from botocore.validate import validate_parameters
 from typer.testing import CliRunner
 
 from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
-from remote_debug.local.doctor import RECOMMENDED_ACTIONS, REQUIRED_ACTIONS, Doctor, passed
+from remote_debug.local.doctor import PERMISSIONS, Doctor, passed
 from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin, moto_cloud
 
 REGION = "us-west-2"
+ACCOUNT = "123456789012"  # moto's
+USER_ID = "AKIAIOSFODNN7EXAMPLE"  # what moto's GetCallerIdentity answers as UserId
 JOB = "doc-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-ALL_ACTIONS = sorted({**REQUIRED_ACTIONS, **RECOMMENDED_ACTIONS})
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
+USER_POLICY: dict[str, Any] = json.loads((TEMPLATES / "user-policy.json").read_text())
+_IAM = botocore.session.get_session().get_service_model("iam")
+TIER = "/ssm/managed-instance/activation-tier"
 
 
 @pytest.fixture
@@ -35,15 +45,111 @@ def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def _simulation(denied: set[str]) -> dict[str, Any]:
-    return {"EvaluationResults": [
-        {"EvalActionName": a, "EvalResourceName": "*", "EvalDecision": "implicitDeny" if a in denied else "allowed"}
-        for a in ALL_ACTIONS
-    ], "IsTruncated": False}
+def _glob(pattern: str, value: str, *, case: bool = True) -> bool:
+    """IAM's wildcards: ``*`` any run of characters, ``?`` one."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
+
+
+class PolicySimulator:
+    """IAM's SimulatePrincipalPolicy over ``policies`` (the principal's identity policies), served on a
+    real botocore IAM client after botocore validated the request; the answer is checked against the
+    output shape.  Enough of IAM's evaluation for templates/iam: Allow/Deny, wildcards in Action
+    (case-insensitive) and Resource, ``${...}`` policy variables from the context, StringEquals /
+    StringLike / ArnLike.  A condition key (or policy variable) without a context value makes its
+    statement not apply and is reported in ``MissingContextValues``: per resource when the call names
+    resources, at the top for "*" (as IAM documents it).  A requested "*" matches only "*" resources."""
+
+    def __init__(self, client: Any, policies: list[dict[str, Any]]) -> None:
+        self.statements = [s for policy in policies for s in policy["Statement"]]
+        self.calls: list[dict[str, Any]] = []
+        client.meta.events.register("before-parameter-build.iam.SimulatePrincipalPolicy", self._remember)
+        client.meta.events.register("before-call.iam.SimulatePrincipalPolicy", self._answer)
+
+    def _remember(self, params: dict[str, Any], context: dict[str, Any], **_kwargs: Any) -> None:
+        context["simulate"] = copy.deepcopy(params)
+
+    def _answer(self, params: dict[str, Any], context: dict[str, Any], model: Any, **_kwargs: Any) -> Any:
+        request = context["simulate"]
+        self.calls.append(request)
+        values = {e["ContextKeyName"]: e["ContextKeyValues"] for e in request.get("ContextEntries", [])}
+        resources = request.get("ResourceArns") or ["*"]
+        results = []
+        for action in request["ActionNames"]:
+            per_resource = [(r, *self.evaluate(action, r, values)) for r in resources]
+            decisions = [d for _r, d, _m in per_resource]
+            overall = "explicitDeny" if "explicitDeny" in decisions else (
+                "allowed" if all(d == "allowed" for d in decisions) else "implicitDeny")
+            result: dict[str, Any] = {"EvalActionName": action, "EvalResourceName": resources[0],
+                                      "EvalDecision": overall}
+            if resources == ["*"]:
+                result["MissingContextValues"] = per_resource[0][2]
+            else:
+                result["ResourceSpecificResults"] = [
+                    {"EvalResourceName": r, "EvalResourceDecision": d, "MissingContextValues": m}
+                    for r, d, m in per_resource
+                ]
+            results.append(result)
+        parsed = {"EvaluationResults": results, "IsTruncated": False}
+        validate_parameters(parsed, model.output_shape)
+        return AWSResponse(params["url"], 200, {}, None), parsed
+
+    def evaluate(self, action: str, resource: str, values: dict[str, list[str]]) -> tuple[str, list[str]]:
+        missing: set[str] = set()
+
+        def resolve(text: str) -> str | None:
+            unknown = [k for k in re.findall(r"\$\{([^}]+)\}", text) if k not in values]
+            missing.update(unknown)
+            return None if unknown else re.sub(r"\$\{([^}]+)\}", lambda m: values[m.group(1)][0], text)
+
+        allow = deny = False
+        for statement in self.statements:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if not any(_glob(a, action, case=False) for a in actions):
+                continue
+            patterns = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            if not any(p is not None and _glob(p, resource) for p in map(resolve, patterns)):
+                continue
+            applies = True
+            for operator, keys in statement.get("Condition", {}).items():
+                for key, wanted in keys.items():
+                    if key not in values:
+                        missing.add(key)
+                        applies = False
+                        continue
+                    resolved = [resolve(w) for w in (wanted if isinstance(wanted, list) else [wanted])]
+                    if operator == "StringEquals":
+                        ok = any(w == v for w in resolved for v in values[key])
+                    elif operator in ("StringLike", "ArnLike"):
+                        ok = any(w is not None and _glob(w, v) for w in resolved for v in values[key])
+                    else:
+                        raise AssertionError(f"the stand-in does not know {operator}")
+                    applies = applies and ok
+            if applies:
+                deny = deny or statement["Effect"] == "Deny"
+                allow = allow or statement["Effect"] == "Allow"
+        decision = "explicitDeny" if deny else "allowed" if allow else "implicitDeny"
+        return decision, sorted(missing)
+
+
+def without(policy: dict[str, Any], *actions: str) -> dict[str, Any]:
+    """``policy`` with ``actions`` taken out of every statement."""
+    out = copy.deepcopy(policy)
+    for statement in out["Statement"]:
+        if isinstance(statement["Action"], list):
+            statement["Action"] = [a for a in statement["Action"] if a not in actions] or ["none:None"]
+        elif statement["Action"] in actions:
+            statement["Action"] = "none:None"
+    return out
+
+
+def tier_response(value: str) -> dict[str, Any]:
+    return {"ServiceSetting": {"SettingId": TIER, "SettingValue": value, "Status": "Default"}}
 
 
 class Clients:
-    def __init__(self, denied: set[str], job_script: Any = None) -> None:
+    def __init__(self, policies: list[dict[str, Any]] | None = None, job_script: Any = None,
+                 tier: str | None = "advanced") -> None:
         self.sts = boto3.client("sts", region_name=REGION)
         self.iam = boto3.client("iam", region_name=REGION)
         self.ssm = boto3.client("ssm", region_name=REGION)
@@ -51,13 +157,10 @@ class Clients:
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
         if job_script is not None:
             ScriptedSageMaker(self.sagemaker, job_script)
-        self.iam_stub = Stubber(self.iam)
-        caller = self.sts.get_caller_identity()["Arn"]
-        self.iam_stub.add_response("simulate_principal_policy", _simulation(denied), {
-            "PolicySourceArn": caller, "ActionNames": ALL_ACTIONS, "ContextEntries": ANY,
-        })
-        self.iam_stub.activate()
+        self.simulator = PolicySimulator(self.iam, [USER_POLICY] if policies is None else policies)
         self.ssm_stub = Stubber(self.ssm)
+        if tier is not None:
+            self.ssm_stub.add_response("get_service_setting", tier_response(tier), {"SettingId": TIER})
         self.ssm_stub.activate()
 
     def __call__(self, service: str) -> Any:
@@ -70,7 +173,7 @@ def _by_name(checks: list[Any]) -> dict[str, Any]:
 
 
 def test_missing_plugin_and_missing_iam_action_say_how_to_fix(cloud: None) -> None:
-    clients = Clients(denied={"ssm:StartSession", "sagemaker:UpdateTrainingJob"})
+    clients = Clients([without(USER_POLICY, "ssm:StartSession", "sagemaker:UpdateTrainingJob")])
     checks = _by_name(Doctor(clients=clients, which=lambda name: None if name == "session-manager-plugin"
                              else shutil.which(name)).run())
     plugin = checks["session-manager-plugin"]
@@ -79,15 +182,69 @@ def test_missing_plugin_and_missing_iam_action_say_how_to_fix(cloud: None) -> No
     iam = checks["iam"]
     assert iam.status == "fail" and "ssm:StartSession" in iam.detail
     assert "sagemaker:UpdateTrainingJob" not in iam.detail  # only recommended: listed in the table
-    assert "templates/iam" in iam.fix
-    table = {row["action"]: row for row in iam.data["actions"]}
-    assert table["ssm:StartSession"]["decision"] == "implicitDeny" and table["ssm:StartSession"]["required"]
-    assert table["sagemaker:UpdateTrainingJob"]["decision"] == "implicitDeny"
-    assert not table["sagemaker:UpdateTrainingJob"]["required"]
+    assert "templates/iam/user-policy.json" in iam.fix
+    table = {(row["action"], row["resource"]): row for row in iam.data["actions"]}
+    start = table[("ssm:StartSession", "*")]
+    assert start["decision"] == "implicitDeny" and start["required"]
+    update = table[("sagemaker:UpdateTrainingJob", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/example-job")]
+    assert update["decision"] == "implicitDeny" and not update["required"]
     assert checks["credentials"].status == "ok" and checks["credentials"].detail.startswith("arn:aws:")
     assert checks["openssh"].status == "ok" and checks["openssh"].detail.startswith("OpenSSH_")
     assert not passed(list(checks.values()))
-    clients.iam_stub.assert_no_pending_responses()
+
+
+def test_the_template_user_policy_passes_the_simulation_of_each_action_on_its_resource(cloud: None) -> None:
+    clients = Clients()
+    iam = _by_name(Doctor(clients=clients).run())["iam"]
+    assert iam.status == "ok", iam.to_json()
+    rows = {(row["action"], row["resource"]): row["decision"] for row in iam.data["actions"]}
+    job_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/example-job"
+    assert rows == {
+        ("sagemaker:DescribeTrainingJob", job_arn): "allowed",
+        ("sagemaker:ListTrainingJobs", "*"): "allowed",
+        ("sagemaker:ListTags", job_arn): "allowed",
+        ("logs:FilterLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{LOG_GROUP}:*"): "allowed",
+        ("ssm:StartSession", "*"): "allowed",  # the node, by its target-id tag
+        ("ssm:StartSession", f"arn:aws:ssm:{REGION}::document/AWS-StartSSHSession"): "allowed",
+        ("ssm:TerminateSession", f"arn:aws:ssm:{REGION}:{ACCOUNT}:session/*"): "allowed",
+        ("ssm:ResumeSession", f"arn:aws:ssm:{REGION}:{ACCOUNT}:session/*"): "allowed",
+        ("sagemaker:CreateTrainingJob", job_arn): "allowed",
+        ("sagemaker:AddTags", job_arn): "allowed",
+        ("sagemaker:UpdateTrainingJob", job_arn): "allowed",
+        ("sagemaker:StopTrainingJob", job_arn): "allowed",
+    }
+    assert len(rows) == len(PERMISSIONS)
+    # what the requests carry: the caller's id, which SSM tags their sessions with and enable() their jobs
+    for call in clients.simulator.calls:
+        context = {e["ContextKeyName"]: e["ContextKeyValues"] for e in call["ContextEntries"]}
+        assert context["aws:userid"] == [USER_ID]
+        assert context["ssm:resourceTag/aws:ssmmessages:session-id"] == [USER_ID]
+        assert context["ssm:resourceTag/aws:ssmmessages:target-id"] == ["sagemaker-training-job:example-job_algo-1"]
+        for owner_tag in ("aws:RequestTag/remote-debug:owner", "aws:ResourceTag/remote-debug:owner"):
+            assert context[owner_tag] == [USER_ID]
+        assert len(call["ResourceArns"]) == 1
+
+
+def test_sessions_named_after_the_user_id_never_match(cloud: None) -> None:
+    """The form the templates had: a session id starts with the user or role-session name, never with
+    ``${aws:userid}`` (AIDA.../AROA...:name), so ending or resuming one's own session was denied."""
+    old = copy.deepcopy(USER_POLICY)
+    [statement] = [s for s in old["Statement"] if s["Sid"] == "EndAndResumeOwnSessionsOnly"]
+    statement.pop("Condition")
+    statement["Resource"] = "arn:aws:ssm:*:*:session/${aws:userid}-*"
+    iam = _by_name(Doctor(clients=Clients([old])).run())["iam"]
+    assert iam.status == "fail" and iam.detail.endswith("lacks ssm:TerminateSession, ssm:ResumeSession")
+
+
+def test_an_action_iam_cannot_judge_without_a_context_value_is_not_allowed(cloud: None) -> None:
+    policy = copy.deepcopy(USER_POLICY)
+    [statement] = [s for s in policy["Statement"] if s["Sid"] == "TheSshSessionDocument"]
+    statement["Condition"] = {"StringLike": {"aws:SourceVpce": "vpce-0123*"}}  # a key doctor cannot know
+    iam = _by_name(Doctor(clients=Clients([policy])).run())["iam"]
+    start = [row for row in iam.data["actions"] if row["resource"].endswith(":document/AWS-StartSSHSession")]
+    assert start[0]["decision"] == "undetermined" and start[0]["missing_context"] == ["aws:SourceVpce"]
+    assert iam.status == "warn" and "ssm:StartSession" in iam.detail and "aws:SourceVpce" in iam.detail
+    assert "every needed action is allowed" not in iam.detail
 
 
 def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
@@ -95,8 +252,8 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
     install_fake_plugin(tmp_path / "bin", tmp_path / "log")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="ssm").to_env()
-    clients = Clients(denied=set(), job_script=lambda _n, job: describe_response(
-        job, "InProgress", "Training", environment=env))
+    clients = Clients(job_script=lambda _n, job: describe_response(
+        job, "InProgress", "Training", environment=env), tier=None)
     node = spec.NodeManifest(job_name=JOB, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
                              ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running")
     clients.logs.create_log_group(logGroupName=LOG_GROUP)
@@ -117,12 +274,13 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
     assert by_name["debugging enabled"].detail == "transport ssm"
     assert by_name["manifests"].detail == "published by algo-1"
     assert by_name["ssm target"].detail == f"{target} accepts sessions"
+    assert "hybrid instance tier" not in by_name  # an ssm job does not need it
     clients.ssm_stub.assert_no_pending_responses()  # the probe session was terminated at once
 
 
 def test_job_without_debugging_and_unreachable_target(cloud: None) -> None:
-    clients = Clients(denied=set(), job_script=lambda _n, job: describe_response(
-        job, "InProgress", "Training", environment={}, remote_debug=False))
+    clients = Clients(job_script=lambda _n, job: describe_response(
+        job, "InProgress", "Training", environment={}, remote_debug=False), tier=None)
     checks = _by_name(Doctor(clients=clients).run(JOB))
     assert checks["debugging enabled"].status == "fail"
     assert "was not started with remote-debug" in checks["debugging enabled"].detail
@@ -156,3 +314,34 @@ def test_cli_json_and_exit_code(cloud: None, tmp_path: Path, monkeypatch: pytest
     assert all(c["fix"] for c in data["checks"] if c["status"] == "fail")
     # moto does not implement SimulatePrincipalPolicy: reported as a warning with what to allow
     assert checks["iam"].status == "warn" and "iam:SimulatePrincipalPolicy" in checks["iam"].fix
+    # nor GetServiceSetting: the tier is a warning too, and doctor goes on (no "doctor" failure)
+    assert checks["hybrid instance tier"].status == "warn" and "doctor" not in checks
+
+
+def test_standard_tier_fails_a_hybrid_job_with_the_command_that_fixes_it(cloud: None) -> None:
+    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="hybrid").to_env()
+    clients = Clients(job_script=lambda _n, job: describe_response(
+        job, "InProgress", "Downloading", environment=env, remote_debug=False), tier="standard")
+    checks = _by_name(Doctor(clients=clients).run(JOB))
+    tier = checks["hybrid instance tier"]
+    assert tier.status == "fail" and f"job {JOB} uses the hybrid transport" in tier.detail
+    assert tier.fix.startswith("aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier "
+                               f"--setting-value advanced --region {REGION}")
+    assert not passed(list(checks.values()))
+    clients.ssm_stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("tier", "status"), [("advanced", "ok"), ("standard", "warn")])
+def test_without_a_job_the_tier_is_a_warning_at_most(cloud: None, tier: str, status: str) -> None:
+    clients = Clients(tier=tier)
+    check = _by_name(Doctor(clients=clients).run())["hybrid instance tier"]
+    assert check.status == status and (status == "ok" or "transport='hybrid' only" in check.detail)
+    assert status == "ok" or "--setting-value advanced" in check.fix
+    clients.ssm_stub.assert_no_pending_responses()
+
+
+def test_an_unreadable_tier_is_a_warning_with_the_permission_to_add(cloud: None) -> None:
+    clients = Clients(tier=None)
+    clients.ssm_stub.add_client_error("get_service_setting", "AccessDeniedException", "not authorized")
+    check = _by_name(Doctor(clients=clients).run())["hybrid instance tier"]
+    assert check.status == "warn" and "ssm:GetServiceSetting" in check.fix and "\n" not in check.detail

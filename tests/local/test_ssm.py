@@ -155,7 +155,34 @@ def test_target_not_connected_is_one_actionable_line(client: tuple[Any, Stubber]
     with pytest.raises(UserError) as info:
         ssm.start_session(ssm_client, TARGET, 2222)
     message = str(info.value)
-    assert "\n" not in message and "is not connected" in message and "Training" in message
+    assert "\n" not in message and "is not connected" in message
+    # the two causes a user can act on: the job's state, and a VPC without a way out to SSM
+    assert "Training" in message and "remote debugging enabled" in message
+    assert "VPC" in message and "NAT gateway" in message
+    assert "VPC interface endpoints for ssm, ssmmessages and ec2messages" in message
+
+
+def test_hybrid_target_not_connected_says_the_same_about_the_vpc(client: tuple[Any, Stubber]) -> None:
+    ssm_client, stubber = client
+    stubber.add_client_error("start_session", "TargetNotConnected", "mi-0123456789abcdef0 is not connected.")
+    with pytest.raises(UserError) as info:
+        ssm.start_session(ssm_client, "mi-0123456789abcdef0", 2222)
+    message = str(info.value)
+    assert "\n" not in message and "amazon-ssm-agent" in message and "NAT gateway" in message
+
+
+def test_standard_tier_refusal_names_the_setting_to_change(client: tuple[Any, Stubber]) -> None:
+    ssm_client, stubber = client
+    stubber.add_client_error(
+        "start_session", "BadRequest", "Enable advanced-instances tier to use Session Manager with your on-premises "
+        "instances",
+    )
+    with pytest.raises(UserError) as info:
+        ssm.start_session(ssm_client, "mi-0123456789abcdef0", 2222)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier " \
+           f"--setting-value advanced --region {REGION}" in message
 
 
 def test_access_denied_points_at_doctor(client: tuple[Any, Stubber]) -> None:

@@ -34,8 +34,10 @@ def public_key(state_dir: Path, job: str) -> str:
 
 def spec_env(
     job: str, key: str, *, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
-    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm",
+    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm", env_hook: bool = True,
 ) -> dict[str, str]:
+    """What enable() puts in Environment; ``env_hook``: no entry to wrap, so our sitecustomize comes in
+    through PYTHONPATH (a wrapped entry gets it from the hook, and keeps the image's PYTHONPATH)."""
     return {
         "REMOTE_DEBUG_SPEC_VERSION": "1",
         "REMOTE_DEBUG_JOB": job,
@@ -46,7 +48,7 @@ def spec_env(
         "REMOTE_DEBUG_WAIT": wait,
         "REMOTE_DEBUG_CLIENT_PUBKEY": key,
         "REMOTE_DEBUG_TRANSPORT": transport,
-        "PYTHONPATH": inject_dir(package_root),
+        **({"PYTHONPATH": inject_dir(package_root)} if env_hook else {}),
     }
 
 
@@ -56,7 +58,9 @@ def assert_debuggable(request: dict[str, Any], state_dir: Path, *, package_root:
     validate("CreateTrainingJob", request)
     job = request["TrainingJobName"]
     key = public_key(state_dir, job)
-    assert request["Environment"] == {**(user_env or {}), **spec_env(job, key, package_root=package_root, **spec)}
+    wrapped = bool(request["AlgorithmSpecification"].get("ContainerEntrypoint"))
+    expected = spec_env(job, key, package_root=package_root, env_hook=not wrapped, **spec)
+    assert request["Environment"] == {**(user_env or {}), **expected}
     assert MARKER_ENV not in request["Environment"]
     assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": True}
     ours = [t for t in request["Tags"] if t["Key"].startswith("remote-debug:")]

@@ -97,8 +97,13 @@ def test_already_enabled_is_not_updated_again(stubbed: tuple[Any, Stubber]) -> N
 def test_network_isolation_is_refused(stubbed: tuple[Any, Stubber]) -> None:
     client, stubber = stubbed
     expect_describe(stubber, describe("Training", isolation=True))
-    with pytest.raises(UserError, match="network isolation"):
+    with pytest.raises(UserError) as info:
         update.enable_running_job(client, JOB)
+    message = str(info.value)
+    # why (no SSM session can reach it) and what to do, in one line
+    assert f"job {JOB}: the job uses network isolation (EnableNetworkIsolation)" in message
+    assert "no SSM session" in message and "turn network isolation off for debugging runs" in message
+    assert "\n" not in message
 
 
 def test_job_arns_and_bad_names() -> None:

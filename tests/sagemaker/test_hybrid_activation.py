@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,13 +23,14 @@ from botocore.stub import Stubber
 
 import remote_debug
 from remote_debug.container.hybrid import DEFAULT_ACTIVATION_FILE
+from remote_debug.local import ssm
 from remote_debug.local.backends import sagemaker as backend
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker import hybrid_activation as ha
 from remote_debug.sagemaker import sdk_v2
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
-from remote_debug.sagemaker.common import JobTransport
+from remote_debug.sagemaker.common import JobTransport, RemoteDebugWarning
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.spec import DebugOptions
@@ -44,6 +46,7 @@ MI_ROLE_NAME = "service-role/RemoteDebugManagedInstance"
 ACTIVATION_ID = "0a1b2c3d-1111-2222-3333-444455556666"
 CODE = "Xq7Z2sPk9LmN4vB8cD1e"  # what an activation code looks like; must never leave the S3 object
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+TIER = "/ssm/managed-instance/activation-tier"
 
 REQUEST: dict[str, Any] = {
     "TrainingJobName": JOB,
@@ -89,10 +92,19 @@ class StubbedSession:
     def client(self, name: str, **kwargs: Any) -> Any:
         return self.ssm if name == "ssm" else self.real.client(name, **kwargs)
 
-    def expect_create(self, activation_id: str = ACTIVATION_ID, code: str = CODE, **expected: Any) -> None:
+    def expect_create(self, activation_id: str = ACTIVATION_ID, code: str = CODE, tier: str | None = "advanced",
+                      **expected: Any) -> None:
+        """CreateActivation, then (``tier``: enable() accepted the job) the instance tier it reads."""
         self.stub.add_response(
             "create_activation", {"ActivationId": activation_id, "ActivationCode": code}, expected_create(**expected)
         )
+        if tier is not None:
+            self.expect_tier(tier)
+
+    def expect_tier(self, value: str) -> None:
+        self.stub.add_response("get_service_setting", {"ServiceSetting": {
+            "SettingId": TIER, "SettingValue": value, "Status": "Default",
+        }}, {"SettingId": TIER})
 
     def expect_delete(self, activation_id: str = ACTIVATION_ID) -> None:
         self.stub.add_response("delete_activation", {}, {"ActivationId": activation_id})
@@ -158,7 +170,9 @@ def enable_hybrid(request: dict[str, Any], session: StubbedSession, state: Path,
 def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session: StubbedSession, state: Path) -> None:
     session.expect_create()
     original = copy.deepcopy(REQUEST)
-    out = enable_hybrid(REQUEST, session, state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RemoteDebugWarning)  # the tier is advanced: nothing to say
+        out = enable_hybrid(REQUEST, session, state)
     assert original == REQUEST
     assert ha.pending() == {ACTIVATION_ID: JOB}
 
@@ -179,7 +193,7 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
 
     assert "RemoteDebugConfig" not in request  # hybrid replaces native remote debugging
     assert request["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "hybrid"
-    assert request["Environment"]["PYTHONPATH"] == inject_dir(CHANNEL_ROOT)
+    assert "PYTHONPATH" not in request["Environment"]  # the wrapped entry's hook sets it (keeping the image's)
     assert request["Tags"] == [
         {"Key": "team", "Value": "ml"},
         {"Key": "remote-debug:owner", "Value": MOTO_USER_ID},
@@ -268,7 +282,7 @@ def test_discard_and_enabling_again_leave_no_activation_behind(session: StubbedS
 
 
 def test_an_unwritable_channel_deletes_the_activation_and_leaves_no_key(session: StubbedSession, state: Path) -> None:
-    session.expect_create()
+    session.expect_create(tier=None)
     session.expect_delete()
     with pytest.raises(UserError, match=r"writing the SSM activation of job rd-hybrid-1 to s3://missing-bucket/"):
         enable_hybrid(REQUEST, session, state, package_uri="s3://missing-bucket/x/remote-debug")
@@ -284,13 +298,42 @@ def test_create_activation_errors_are_one_line(session: StubbedSession, state: P
     assert not (state / "keys" / JOB).exists()
 
 
+# --- the account's instance tier ---------------------------------------------------------------------
+
+
+def test_a_standard_tier_is_a_warning_with_the_command_that_fixes_it(session: StubbedSession, state: Path) -> None:
+    session.expect_create(tier="standard")
+    with pytest.warns(RemoteDebugWarning) as caught:
+        out = enable_hybrid(REQUEST, session, state)
+    [warning] = caught
+    message = str(warning.message)
+    assert "standard in us-east-1" in message
+    assert "refuses sessions to the job's hybrid (mi-) managed instances" in message
+    assert (f"aws ssm update-service-setting --setting-id {TIER} --setting-value advanced --region {REGION}"
+            in message)
+    assert "\n" not in message
+    assert warning.filename == __file__  # shown at the launcher's line, not inside remote_debug
+    assert ha.tag_value(out["Tags"], "remote-debug:ssm-activation") == ACTIVATION_ID  # the job is still made
+
+
+def test_an_unreadable_tier_is_a_warning_too(session: StubbedSession, state: Path) -> None:
+    session.expect_create(tier=None)
+    session.stub.add_client_error("get_service_setting", "AccessDeniedException", "not authorized")
+    with pytest.warns(RemoteDebugWarning, match=r"could not check the SSM managed-instance tier .*--setting-value"):
+        enable_hybrid(REQUEST, session, state)
+
+
+def test_the_tier_setting_is_the_one_doctor_reads() -> None:
+    assert ha.TIER_SETTING == ssm.ACTIVATION_TIER_SETTING == TIER
+
+
 # --- the SDK paths' requests (no SDK needed: the requests they send, through the same hook) ----------
 
 
 def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession, state: Path) -> None:
     job = "rd-test-2030-01-02-03-04-05-678"
     submit = f"s3://{BUCKET}/{job}/source/sourcedir.tar.gz"
-    session.expect_create(job=job, count=1, runtime=timedelta(days=1), owner="alice")
+    session.expect_create(job=job, count=1, runtime=timedelta(days=1), owner="alice", tier=None)
     hybrid = JobTransport.parse("hybrid", MI_ROLE)
     apply = sdk_v2.request_rewriter(
         DebugOptions(), hybrid, owner="alice", paths=StatePaths(state), boto_session=session
@@ -321,7 +364,8 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
         "InputMode": "File",
     }]
     assert s3_object(session, channel_uri)["ActivationCode"] == CODE
-    assert request["Environment"]["PYTHONPATH"] == inject_dir(CODE_ROOT)  # the package still runs from the code
+    # no entry to wrap (the toolkit runs the script): the environment carries the hook, from the code dir
+    assert request["Environment"]["PYTHONPATH"] == inject_dir(CODE_ROOT)
     assert "RemoteDebugConfig" not in request
     assert {"Key": "remote-debug:transport", "Value": "hybrid"} in request["Tags"]
     assert ha.pending() == {}
@@ -330,7 +374,7 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
 def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSession, state: Path) -> None:
     job = "rd-test-20300102030405"
     channel_uri = f"s3://{BUCKET}/rd-test/{job}/input/remote-debug"
-    session.expect_create(job=job, count=3, runtime=timedelta(hours=1), owner="alice")
+    session.expect_create(job=job, count=3, runtime=timedelta(hours=1), owner="alice", tier=None)
     request = {
         **{k: v for k, v in REQUEST.items() if k != "Tags"},
         "TrainingJobName": job,

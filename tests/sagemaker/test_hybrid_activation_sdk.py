@@ -40,13 +40,23 @@ def assert_hybrid_job(run: SdkRun, scenario: str, *, package_root: str, instance
     assert CODE not in json.dumps(request)  # environment, hyperparameters, tags, entry: nowhere
     assert "RemoteDebugConfig" not in request
     assert request["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "hybrid"
-    assert request["Environment"]["PYTHONPATH"] == inject_dir(package_root)
+    if package_root == CODE_ROOT:  # SDK v2's toolkit path: the environment carries the hook
+        assert request["Environment"]["PYTHONPATH"] == inject_dir(package_root)
+    else:  # a wrapped entry: the hook sets it, in front of the image's own
+        assert "PYTHONPATH" not in request["Environment"]
     tags = {t["Key"]: t["Value"] for t in request["Tags"]}
     assert tags["remote-debug:transport"] == "hybrid" and tags["remote-debug:ssm-activation"] == ACTIVATION_ID
     assert tags["remote-debug:owner"] == "alice"
 
-    [create] = info["ssm_calls"]
-    validate_ssm(create)
+    tier, create = info["ssm_calls"]  # the tier when enable() is called, the activation when the job starts
+    for call in (tier, create):
+        validate_ssm(call)
+    assert (tier["operation"], tier["request"]) == (
+        "GetServiceSetting", {"SettingId": "/ssm/managed-instance/activation-tier"})
+    # the driver's account is on the standard tier: one warning, with the fix, at the launcher's line
+    [warning] = run.scenario(scenario)["warnings"]
+    assert "--setting-value advanced --region us-east-1" in warning["message"]
+    assert warning["filename"].endswith("capture_sdk.py")
     params = create["request"]
     assert {k: v for k, v in params.items() if k != "ExpirationDate"} == {
         "Description": f"remote-debug hybrid transport of SageMaker training job {job}",
@@ -90,10 +100,11 @@ def test_failed_sdk_create_training_job_deletes_the_activation(sdk_runs: dict[st
     scenario = f"{major}-hybrid-create-fails"
     info = run.scenario(scenario)["info"]
     assert "ResourceLimitExceeded" in info["error"]
-    create, delete = info["ssm_calls"]
-    for call in (create, delete):
+    tier, create, delete = info["ssm_calls"]
+    for call in (tier, create, delete):
         validate_ssm(call)
-    assert (create["operation"], delete["operation"]) == ("CreateActivation", "DeleteActivation")
+    assert [c["operation"] for c in (tier, create, delete)] == [
+        "GetServiceSetting", "CreateActivation", "DeleteActivation"]
     assert delete["request"] == {"ActivationId": ACTIVATION_ID}
     assert info["activation_file"] == "NoSuchKey"  # the file went with it
     assert info["pending"] == {}

@@ -125,11 +125,24 @@ def test_wrapped_entry_runs_under_the_hook(job: dict[str, Any], bundle: Path) ->
     proc = _run(request["AlgorithmSpecification"]["ContainerEntrypoint"], job, request)
     assert proc.returncode == 7, proc.stderr  # the command's exit code is the job's
     assert re.search(r"^hook=\d+$", proc.stdout, re.M), proc.stdout + proc.stderr
-    # The hook puts its own inject dir first (resolved), the request's stays after it.
+    # The hook puts its own inject dir (resolved) on the command's PYTHONPATH; the request sets none.
     [pythonpath] = re.findall(r"^pythonpath=(.*)$", proc.stdout, re.M)
-    assert pythonpath.split(":") == [inject_dir(str(bundle.resolve())), inject_dir(str(bundle))]
+    assert pythonpath.split(":") == [inject_dir(str(bundle.resolve()))]
     node = json.loads(next(job["manifest"].rglob("node.json")).read_text())
     assert (node["job_name"], node["exit_code"]) == ("rd-start-1", 7)
+
+
+def test_wrapped_entry_keeps_the_images_pythonpath(job: dict[str, Any], bundle: Path) -> None:
+    """An image with ``ENV PYTHONPATH=/image/lib``: SageMaker's Environment replaces an image ENV of the
+    same name, so the request must not carry PYTHONPATH for the image's to reach the training command."""
+    request = _request(job["dir"], str(bundle), ["/bin/sh", "-c", COMMAND])
+    image_env = {"PYTHONPATH": "/image/lib"}
+    env = {**job["env"], **image_env, **request["Environment"]}  # docker run -e over the image's ENV
+    proc = subprocess.run(request["AlgorithmSpecification"]["ContainerEntrypoint"], env=env, cwd=job["dir"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 7, proc.stderr
+    [pythonpath] = re.findall(r"^pythonpath=(.*)$", proc.stdout, re.M)
+    assert pythonpath.split(":") == [inject_dir(str(bundle.resolve())), "/image/lib"]
 
 
 def test_without_the_package_the_entry_runs_unchanged(job: dict[str, Any], tmp_path: Path) -> None:

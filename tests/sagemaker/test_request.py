@@ -58,8 +58,7 @@ def test_raw_request_exactly(state: Path) -> None:
     assert original == BASE  # the input is not modified
     key = public_key(state, "rd-raw-1")
     env = spec_env("rd-raw-1", key, package_root=CHANNEL_ROOT, ranks="0,1", wait="120", sshd_port="2222",
-                   port_base="5678")
-    env["PYTHONPATH"] += ":/opt/ml/code/lib"  # ours first, the user's kept
+                   port_base="5678", env_hook=False)
     assert out == {
         **BASE,
         "AlgorithmSpecification": {
@@ -80,7 +79,8 @@ def test_raw_request_exactly(state: Path) -> None:
                 "InputMode": "File",
             },
         ],
-        "Environment": {"USER_VAR": "kept", **env},
+        # the user's PYTHONPATH as given: the hook that runs the entry adds ours in front
+        "Environment": {"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib", **env},
         "RemoteDebugConfig": {"EnableRemoteDebug": True},
         "Tags": [
             {"Key": "team", "Value": "ml"},
@@ -114,9 +114,12 @@ def test_enabling_twice_changes_nothing_more(state: Path) -> None:
     assert twice == once
 
 
+VPC = {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]}
+
+
 def test_other_transports(state: Path) -> None:
     # (hybrid, which also makes an SSM activation: test_hybrid_activation.py)
-    request = {k: v for k, v in BASE.items() if k != "AlgorithmSpecification"}
+    request = {**{k: v for k, v in BASE.items() if k != "AlgorithmSpecification"}, "VpcConfig": VPC}
     out = remote_debug.enable(request, owner="alice", key_dir=state, transport="direct")
     assert "RemoteDebugConfig" not in out  # the native SSM target is not used: leave it as it was
     assert out["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "direct"
@@ -130,7 +133,7 @@ def test_mpi_runs_forward_the_spec(state: Path) -> None:
     }}
     out = remote_debug.enable(remote_debug.enable(request, owner="a", key_dir=state), owner="a", key_dir=state)
     options = json.loads(out["HyperParameters"]["sagemaker_mpi_custom_mpi_options"])
-    names = [n for n in out["Environment"] if n.startswith("REMOTE_DEBUG_")] + ["PYTHONPATH"]
+    names = [n for n in out["Environment"] if n.startswith("REMOTE_DEBUG_")] + ["PYTHONPATH"]  # the user's
     assert options.split() == ["--NCCL_DEBUG", "WARN", "-x", "REMOTE_DEBUG_JOB"] + [
         t for n in names if n != "REMOTE_DEBUG_JOB" for t in ("-x", n)
     ]
@@ -164,7 +167,20 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 
 REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
-    ("network-isolation", _with(EnableNetworkIsolation=True), {}, "network isolation"),
+    ("network-isolation", _with(EnableNetworkIsolation=True), {},
+     "network isolation (EnableNetworkIsolation), which cuts the container off from every network: no SSM session"),
+    ("python-3.9-image", _with(AlgorithmSpecification={
+        **BASE["AlgorithmSpecification"],
+        "TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.13.1-gpu-py39-cu117-"
+                         "ubuntu20.04-sagemaker"}), {},
+     "image pytorch-training:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker runs Python 3.9, but remote-debug runs "
+     "in the job and needs Python >= 3.10 there: use an image with py310 or newer"),
+    ("python-2.7-image", _with(AlgorithmSpecification={
+        **BASE["AlgorithmSpecification"], "TrainingImage": "520713654638.dkr.ecr.us-east-1.amazonaws.com/"
+                                                           "sagemaker-pytorch:0.4.0-cpu-py27"}), {},
+     "runs Python 2.7"),
+    ("direct-without-vpc", BASE, {"transport": "direct"},
+     "transport='direct' connects to the nodes inside the job's VPC, but the job has no VpcConfig"),
     ("algorithm-resource", _with(AlgorithmSpecification={"AlgorithmName": "my-marketplace-algo",
                                                          "TrainingInputMode": "File"}), {}, "algorithm resource"),
     ("builtin-image", _with(AlgorithmSpecification={
@@ -231,3 +247,32 @@ def test_the_environment_limit_counts_the_key_before_it_is_made(state: Path) -> 
     # enabling an enabled request again: its spec variables (the old key too) are replaced, not added
     again = remote_debug.enable(remote_debug.enable(fits, owner="alice", key_dir=state), owner="alice", key_dir=state)
     assert len(again["Environment"]) == 100
+
+
+def test_python_3_10_and_unnamed_pythons_are_fine(state: Path) -> None:
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    for image in ("pytorch-training:2.0.0-gpu-py310-cu118-ubuntu20.04-sagemaker", "pytorch-training:2.5-gpu-py311",
+                  "pytorch-training:1.0.0-cpu-py3", "my-byoc:happy39", "my-byoc@sha256:" + "a" * 64):
+        algorithm = {**BASE["AlgorithmSpecification"], "TrainingImage": f"{registry}/{image}"}
+        request = _with(AlgorithmSpecification=algorithm)
+        remote_debug.enable(request, owner="alice", key_dir=state)
+
+
+def test_pythonpath_only_where_the_environment_carries_the_hook(state: Path) -> None:
+    """A wrapped entry's hook puts our sitecustomize in front of the container's PYTHONPATH itself, so the
+    request sets none (SageMaker's Environment would replace the image's ENV PYTHONPATH).  Without an entry
+    (the SDK v2 toolkit path) the environment is the hook: ours first, the user's after it."""
+    no_path = _with(Environment={"USER_VAR": "kept"})
+    wrapped = remote_debug.enable(no_path, owner="alice", key_dir=state)
+    assert "PYTHONPATH" not in wrapped["Environment"]
+    assert "PYTHONPATH" not in remote_debug.enable(wrapped, owner="alice", key_dir=state)["Environment"]
+    assert remote_debug.enable(BASE, owner="alice", key_dir=state)["Environment"]["PYTHONPATH"] == "/opt/ml/code/lib"
+
+    no_entry = {k: v for k, v in BASE.items() if k != "AlgorithmSpecification"}
+    no_entry["AlgorithmSpecification"] = {"TrainingImage": IMAGE, "TrainingInputMode": "File"}
+    env_hook = remote_debug.enable(no_entry, owner="alice", key_dir=state)
+    ours = f"{CHANNEL_ROOT}/remote_debug/container/inject"
+    assert env_hook["Environment"]["PYTHONPATH"] == f"{ours}:/opt/ml/code/lib"
+    # an entry added later: ours goes, the user's stays
+    later = {**env_hook, "AlgorithmSpecification": BASE["AlgorithmSpecification"]}
+    assert remote_debug.enable(later, owner="alice", key_dir=state)["Environment"]["PYTHONPATH"] == "/opt/ml/code/lib"

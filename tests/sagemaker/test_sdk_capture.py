@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT
+from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT, inject_dir
 from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
 from tests.sagemaker.conftest import SdkRun
 from tests.sagemaker.helpers import MOTO_USER_ID, assert_debuggable, validate
@@ -84,6 +84,21 @@ def test_v2_mpi_forwards_the_spec_to_other_nodes(v2: SdkRun) -> None:
     )
 
 
+def test_v2_keeps_the_estimators_pythonpath_after_ours(v2: SdkRun) -> None:
+    [request] = v2.requests("v2-user-pythonpath")
+    assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]  # the toolkit path: env-based hook
+    assert request["Environment"]["PYTHONPATH"] == f"{inject_dir(CODE_ROOT)}:/opt/ml/code/lib"
+
+
+def test_v2_direct_transport_in_a_vpc(v2: SdkRun) -> None:
+    [request] = v2.requests("v2-direct")
+    validate("CreateTrainingJob", request)
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"],
+                                    "Subnets": ["subnet-0123456789abcdef0"]}
+    assert request["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "direct"
+    assert "RemoteDebugConfig" not in request
+
+
 def test_v2_each_fit_gets_its_own_job_spec_and_key(v2: SdkRun) -> None:
     first, second = v2.requests("v2-pytorch-fit-twice")
     assert (first["TrainingJobName"], second["TrainingJobName"]) == ("rd-twice-1", "rd-twice-2")
@@ -105,10 +120,14 @@ def test_v2_container_entry_point_is_wrapped(v2: SdkRun) -> None:
 def test_v2_refusals_are_one_line(v2: SdkRun) -> None:
     refusals = v2.scenario("v2-refusals")["info"]
     expected = {
-        "network-isolation": "network isolation",
+        "network-isolation": "network isolation (enable_network_isolation=True), which cuts the container off "
+                             "from every network: no SSM session",
         "builtin-algorithm": "'kmeans' is a SageMaker built-in algorithm",
         "job-name-on-sdk": "fit(job_name=...)",
         "s3-source-dir": "source_dir is on S3",
+        "python-3.9": "py_version='py39' runs Python 3.9, but remote-debug runs in the job and needs Python >= 3.10",
+        "direct-without-vpc": "transport='direct' connects to the nodes inside the job's VPC, but the job has no "
+                              "VpcConfig",
     }
     for case, needle in expected.items():
         message = refusals[case]
@@ -165,9 +184,26 @@ def test_v3_model_trainer_torchrun_multi_node(v3: SdkRun) -> None:
 
 
 def test_v3_refusals_are_one_line(v3: SdkRun) -> None:
-    message = v3.scenario("v3-refusals")["info"]["network-isolation"]
-    assert message is not None and "network isolation" in message and "\n" not in message
+    refusals = v3.scenario("v3-refusals")["info"]
+    expected = {
+        "network-isolation": "network isolation (Networking(enable_network_isolation=True)), which cuts the "
+                             "container off from every network: no SSM session",
+        "python-3.9": "image pytorch-training:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker runs Python 3.9",
+        "direct-without-vpc": "the job has no VpcConfig",
+    }
+    for case, needle in expected.items():
+        message = refusals[case]
+        assert message is not None and needle in message and "\n" not in message, (case, message)
     assert v3.requests("v3-refusals") == []
+
+
+def test_v3_direct_transport_in_a_vpc(v3: SdkRun) -> None:
+    [request] = v3.requests("v3-direct")
+    validate("CreateTrainingJob", request)
+    assert request["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]
+    assert request["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "direct"
+    assert "RemoteDebugConfig" not in request
+    assert "PYTHONPATH" not in request["Environment"]  # a wrapped entry (sm_train.sh): the hook sets it
 
 
 def test_v3_launcher_examples(v3: SdkRun) -> None:

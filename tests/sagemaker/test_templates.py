@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import py_compile
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +90,156 @@ def test_user_policy_scopes_what_the_issue_asks() -> None:
     own = by_sid["EnableAndStopOwnJobsOnly"]
     assert set(own["Action"]) == {"sagemaker:UpdateTrainingJob", "sagemaker:StopTrainingJob"}
     assert own["Condition"] == {"StringEquals": {"aws:ResourceTag/remote-debug:owner": "${aws:userid}"}}
-    assert set(by_sid["EndAndResumeOwnSessionsOnly"]["Action"]) == {"ssm:TerminateSession", "ssm:ResumeSession"}
+    assert_own_sessions_only(by_sid["EndAndResumeOwnSessionsOnly"])
     assert {"sagemaker:DescribeTrainingJob", "ssm:StartSession"} <= set(_actions(policy))
+    # what doctor calls: the role behind an assumed-role session, the hybrid instance tier
+    assert by_sid["DoctorFindsTheRoleBehindAnAssumedRoleSession"]["Action"] == "iam:GetRole"
+    assert by_sid["DoctorReadsTheManagedInstanceTier"]["Resource"] == ACTIVATION_TIER
     role = json.loads((TEMPLATES / "iam" / "execution-role-policy.json").read_text())
     assert sorted(_actions(role)) == sorted(a for a in PERMISSION_ONLY if a.startswith("ssmmessages:"))
 
 
-def test_byoc_snippet() -> None:
-    text = (TEMPLATES / "byoc" / "Dockerfile.snippet").read_text()
-    assert "openssh-server" in text and "pip install --no-cache-dir remote-debug" in text
-    assert 'ENTRYPOINT ["python", "-m", "remote_debug.container", "--"]' in text
+SNIPPET = TEMPLATES / "byoc" / "Dockerfile.snippet"
+# pip options that take a value (the value is not a requirement)
+_PIP_VALUE_OPTIONS = {
+    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
+    "-t", "--target", "--prefix", "--root", "--platform", "--python-version", "--implementation", "--abi",
+}
+
+
+def dockerfile(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile: comments dropped, continuation lines joined."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue  # (Docker also drops comment lines inside a continued instruction)
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        instruction, _, arguments = (pending + stripped).partition(" ")
+        out.append((instruction.upper(), arguments.strip()))
+        pending = ""
+    return out
+
+
+def pip_installs(run: str) -> list[list[str]]:
+    """The arguments after ``install`` of each pip install in a RUN line's shell commands."""
+    installs = []
+    for command in re.split(r"&&|\|\||;", run):
+        words = shlex.split(command)
+        for i, word in enumerate(words[:-1]):
+            if re.fullmatch(r"(.*/)?pip3?", word) and words[i + 1] == "install":  # also `python -m pip install`
+                installs.append(words[i + 2:])
+    return installs
+
+
+def requirements(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """(project names asked of an index, local paths) among pip install's arguments."""
+    names, paths = [], []
+    skip = False
+    for word in arguments:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in _PIP_VALUE_OPTIONS
+        elif "/" in word or word.endswith(".whl") or word.startswith("."):
+            paths.append(word)
+        else:
+            match = re.match(r"[A-Za-z0-9._-]+", word)
+            assert match, word
+            names.append(re.sub(r"[-_.]+", "-", match.group()).lower())
+    return names, paths
+
+
+ACTIVATION_TIER = "arn:aws:ssm:*:*:servicesetting/ssm/managed-instance/activation-tier"
+
+
+def assert_own_sessions_only(statement: dict[str, Any]) -> None:
+    """AWS's form ("Allow a user to end only sessions they started"): SSM tags each session with the
+    ``aws:userid`` of whoever started it.  A session's id starts with the user or role-session name, so
+    ``session/${aws:userid}-*`` matches no session at all."""
+    assert set(statement["Action"]) == {"ssm:TerminateSession", "ssm:ResumeSession"}
+    assert statement["Resource"] == "arn:aws:ssm:*:*:session/*"
+    assert statement["Condition"] == {"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": "${aws:userid}"}}
+
+
+def test_hybrid_user_policy_ends_own_sessions_and_reads_the_tier() -> None:
+    policy = json.loads((TEMPLATES / "iam" / "hybrid-user-policy.json").read_text())
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert_own_sessions_only(by_sid["EndAndResumeOwnSessionsOnly"])
+    tier = by_sid["CheckTheManagedInstanceTier"]  # enable(transport="hybrid") checks it
+    assert tier["Action"] == "ssm:GetServiceSetting" and tier["Resource"] == ACTIVATION_TIER
+
+
+def test_no_policy_scopes_sessions_by_an_id_prefix() -> None:
+    for path in POLICIES:
+        assert "session/${aws:userid}" not in path.read_text(), path.name
+
+
+def test_byoc_snippet_installs_this_project_from_a_wheel_not_pypi() -> None:
+    text = SNIPPET.read_text()
+    instructions = dockerfile(text)
+    runs = [args for name, args in instructions if name == "RUN"]
+    installs = [pip_installs(run) for run in runs]
+    asked = [requirements(args) for per_run in installs for args in per_run]
+    # PyPI's "remote-debug" is another project (and would shadow the bundle enable() ships)
+    assert all("remote-debug" not in names for names, _ in asked), asked
+    wheels = [(args, paths) for per_run in installs for args in per_run
+              for names, paths in [requirements(args)] if any("remote_debug-" in p for p in paths)]
+    assert len(wheels) == 1, asked
+    args, [wheel] = wheels[0]
+    assert wheel.endswith(".whl") and "--no-deps" in args  # the laptop's dependencies stay out of the image
+    copies = [shlex.split(args) for name, args in instructions if name == "COPY"]
+    assert any(wheel.startswith(dest) for *_sources, dest in copies), (wheel, copies)
+    assert "pip wheel" in text and "python -m build" in text  # how to make that wheel is documented
+    assert "openssh-server" in text
+    assert any(names == ["debugpy"] for names, _ in asked)
     # amazon-ssm-agent only when asked for (hybrid transport), never started at build time
     assert "ARG REMOTE_DEBUG_HYBRID=0" in text and "amazon-ssm-agent.deb" in text
     assert 'if [ "$REMOTE_DEBUG_HYBRID" = "1" ]' in text
+
+
+def test_byoc_entrypoint_runs_the_training_command_when_sagemaker_says_train(tmp_path: Path) -> None:
+    """``docker run <image> train``, as SageMaker runs a training image: the image's training command
+    runs, under the hook, with its exit code passed on.  The image's files are under ``root``."""
+    instructions = dockerfile(SNIPPET.read_text())
+    [entrypoint] = [json.loads(args) for name, args in instructions if name == "ENTRYPOINT"]
+    [cmd] = [json.loads(args) for name, args in instructions if name == "CMD"]
+    image_env: dict[str, str] = {}
+    for name, args in instructions:
+        if name == "ENV":
+            key, _, value = shlex.split(args)[0].partition("=")
+            image_env[key] = value
+    root = tmp_path / "image"
+    bin_dir = root / "usr" / "local" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    code = root / "opt" / "ml" / "code"
+    code.mkdir(parents=True)
+    report = tmp_path / "report.json"
+    (code / "train.py").write_text(
+        "import json, os, sys\n"
+        f"with open({str(report)!r}, 'w') as out:\n"
+        "    parent = open(f'/proc/{os.getppid()}/cmdline').read().split('\\0')\n"
+        "    json.dump({'argv': sys.argv, 'parent': parent}, out)\n"
+        "sys.exit(7)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REMOTE_DEBUG_", "SM_", "PYTHON"))}
+    env.update({k: v.replace("/opt/", f"{root}/opt/") for k, v in image_env.items()})
+    env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+    proc = subprocess.run([*entrypoint, "train"], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert report.exists(), (proc.returncode, proc.stderr)
+    assert cmd == ["train"]  # and `docker run <image>` trains too
+    ran = json.loads(report.read_text())
+    assert ran["argv"] == [str(code / "train.py")]
+    assert ran["parent"][1:4] == ["-m", "remote_debug.container", "--"]  # the hook is its parent
+    assert proc.returncode == 7  # SageMaker sees the training command's exit code
+    # Any other command runs as given (under the hook too): `docker run <image> sh -c 'exit 3'`.
+    other = subprocess.run([*entrypoint, "sh", "-c", "exit 3"], cwd=root, env=env, timeout=60)
+    assert other.returncode == 3
 
 
 @pytest.mark.parametrize("path", sorted((TEMPLATES / "launchers").rglob("*.py")), ids=lambda p: p.name)

@@ -24,6 +24,7 @@ import tarfile
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,11 +55,16 @@ FAKE_ACTIVATION = {"ActivationId": "0a1b2c3d-1111-2222-3333-444455556666", "Acti
 FAIL_CREATE_TRAINING_JOB: list[bool] = []  # non-empty: CreateTrainingJob answers ResourceLimitExceeded
 
 
+# The account's managed-instance tier the driver's SSM reports: "standard", so enable() warns.
+FAKE_TIER = {"ServiceSetting": {"SettingId": "/ssm/managed-instance/activation-tier", "SettingValue": "standard"}}
+
+
 def _fake_ssm(params: dict[str, Any], model: Any, **_kwargs: Any) -> Any:
     from botocore.awsrequest import AWSResponse
 
     SSM_CALLS.append({"operation": model.name, "request": json.loads(params.get("body") or b"{}")})
-    return AWSResponse(params["url"], 200, {}, None), (FAKE_ACTIVATION if model.name == "CreateActivation" else {})
+    answer = {"CreateActivation": FAKE_ACTIVATION, "GetServiceSetting": FAKE_TIER}.get(model.name, {})
+    return AWSResponse(params["url"], 200, {}, None), answer
 
 
 def _maybe_fail(params: dict[str, Any], **_kwargs: Any) -> Any:
@@ -70,7 +76,7 @@ def _maybe_fail(params: dict[str, Any], **_kwargs: Any) -> Any:
     return AWSResponse(params["url"], 400, {}, None), error
 
 
-for _op in ("CreateActivation", "DeleteActivation"):
+for _op in ("CreateActivation", "DeleteActivation", "GetServiceSetting"):
     botocore.handlers.BUILTIN_HANDLERS.append((f"before-call.ssm.{_op}", _fake_ssm))
 botocore.handlers.BUILTIN_HANDLERS.append(("before-call.sagemaker.CreateTrainingJob", _maybe_fail))  # after _capture
 
@@ -200,6 +206,19 @@ def v2_pytorch_mpi(tmp: Path) -> dict[str, Any]:
 
 
 @scenario
+def v2_user_pythonpath(tmp: Path) -> dict[str, Any]:
+    """The estimator's own PYTHONPATH is kept, after ours (the toolkit path's environment is the hook)."""
+    estimator = _v2_pytorch(tmp, environment={"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib"})
+    return _v2_fit(estimator, owner="alice")
+
+
+@scenario
+def v2_direct(tmp: Path) -> dict[str, Any]:
+    estimator = _v2_pytorch(tmp, subnets=["subnet-0123456789abcdef0"], security_group_ids=["sg-0123456789abcdef0"])
+    return _v2_fit(estimator, owner="alice", transport="direct")
+
+
+@scenario
 def v2_pytorch_fit_twice(tmp: Path) -> dict[str, Any]:
     import remote_debug
 
@@ -261,12 +280,15 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
         ),
         "job-name-on-sdk": lambda: _v2_pytorch(tmp),
         "s3-source-dir": lambda: _v2_pytorch(tmp, source_dir="s3://bucket/sourcedir.tar.gz"),
+        "python-3.9": lambda: _v2_pytorch(tmp, framework_version="1.13.1", py_version="py39"),
+        "direct-without-vpc": lambda: _v2_pytorch(tmp),
     }
+    extra: dict[str, dict[str, Any]] = {"job-name-on-sdk": {"job_name": "x"},
+                                        "direct-without-vpc": {"transport": "direct"}}
     out: dict[str, Any] = {}
     for name, make in cases.items():
         try:
-            kwargs = {"job_name": "x"} if name == "job-name-on-sdk" else {}
-            remote_debug.enable(make(), owner="alice", **kwargs)
+            remote_debug.enable(make(), owner="alice", **extra.get(name, {}))
             out[name] = None
         except UserError as exc:
             out[name] = str(exc)
@@ -356,6 +378,14 @@ def v3_torchrun(tmp: Path) -> dict[str, Any]:
 
 
 @scenario
+def v3_direct(tmp: Path) -> dict[str, Any]:
+    from sagemaker.train.configs import Networking
+
+    networking = Networking(subnets=["subnet-0123456789abcdef0"], security_group_ids=["sg-0123456789abcdef0"])
+    return _v3_train(_v3_trainer(tmp, networking=networking), owner="alice", transport="direct")
+
+
+@scenario
 def v3_hybrid(tmp: Path) -> dict[str, Any]:
     from sagemaker.train.configs import Compute
 
@@ -381,12 +411,19 @@ def v3_refusals(tmp: Path) -> dict[str, Any]:
     import remote_debug
     from remote_debug.local.errors import UserError
 
+    old_image = f"{IMAGE.partition(':')[0]}:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker"
+    cases: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
+        "network-isolation": (lambda: _v3_trainer(tmp, networking=Networking(enable_network_isolation=True)), {}),
+        "python-3.9": (lambda: _v3_trainer(tmp, training_image=old_image), {}),
+        "direct-without-vpc": (lambda: _v3_trainer(tmp), {"transport": "direct"}),
+    }
     out: dict[str, Any] = {}
-    try:
-        remote_debug.enable(_v3_trainer(tmp, networking=Networking(enable_network_isolation=True)), owner="a")
-        out["network-isolation"] = None
-    except UserError as exc:
-        out["network-isolation"] = str(exc)
+    for name, (make, kwargs) in cases.items():
+        try:
+            remote_debug.enable(make(), owner="a", **kwargs)
+            out[name] = None
+        except UserError as exc:
+            out[name] = str(exc)
     return out
 
 
@@ -430,13 +467,17 @@ def run(name: str) -> dict[str, Any]:
     SSM_CALLS.clear()
     result: dict[str, Any] = {"requests": [], "error": None, "info": {}}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, mock_aws():
+    with tempfile.TemporaryDirectory() as tmp, mock_aws(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         try:
             result["info"] = SCENARIOS[name](Path(tmp))
         except Exception as exc:
             result["error"] = f"{type(exc).__name__}: {exc}"
             result["traceback"] = traceback.format_exc()
         result["requests"] = list(CAPTURED)
+    # remote-debug's own warnings, and where Python shows them (the line that called remote_debug)
+    result["warnings"] = [{"message": str(w.message), "filename": w.filename} for w in caught
+                          if w.category.__name__ == "RemoteDebugWarning"]
     result["seconds"] = round(time.monotonic() - started, 2)
     return result
 
