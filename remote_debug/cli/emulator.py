@@ -24,7 +24,7 @@ DEFAULT_REGION = "us-east-1"
 def emulator(
     port: Annotated[int, typer.Option("--port", min=0, max=MAX_PORT, help="Port on 127.0.0.1 (0 = any free one).")] = 0,
     state: Annotated[
-        Path | None, typer.Option("--state", help="Where jobs, nodes and logs live (default: ~/.remote-debug/emulator).")
+        Path | None, typer.Option("--state", help="Where jobs and nodes live (default: ~/.remote-debug/emulator).")
     ] = None,
     region: Annotated[str, typer.Option("--region", help="The region the emulator's ARNs name.")] = DEFAULT_REGION,
     images: Annotated[
