@@ -13,7 +13,9 @@ from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+# Options may follow the job name (`ssh JOB --node algo-2 -- CMD`); the remote command comes after
+# `--`, so its own options (`-- ls -la`) are never taken for ours.
+@app.command()
 def ssh(
     job: Annotated[str, typer.Argument(help="Job name.")],
     command: Annotated[list[str] | None, typer.Argument(help="Remote command, after '--' (default: a shell).")] = None,

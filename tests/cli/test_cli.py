@@ -192,6 +192,9 @@ def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
 
     who = cli("ssh", "longrun", "--", "echo", "$SSH_CONNECTION")
     assert who.returncode == 0 and who.stdout.startswith("127.0.0.1 "), who.stderr
+    # options after the job name, as the help and the README write it: `ssh JOB --node N -- CMD`
+    named = cli("ssh", "longrun", "--node", "algo-1", "--", "hostname")
+    assert named.returncode == 0 and named.stdout.strip() == socket.gethostname(), named.stderr
 
     job_dir = StatePaths.default().job_dir("longrun")
     state = json.loads((job_dir / "job.json").read_text())
