@@ -37,7 +37,7 @@ from remote_debug.container.log import log, one_line
 from remote_debug.spec import SSM_INSTANCE_RE
 
 ENV_ACTIVATION_FILE = "REMOTE_DEBUG_SSM_ACTIVATION_FILE"
-DEFAULT_ACTIVATION_FILE = "/opt/ml/input/data/remote-debug/ssm-activation.json"
+DEFAULT_ACTIVATION_FILE = "/opt/ml/input/data/remote_debug/ssm-activation.json"
 REGISTRATION_FILE = Path("/var/lib/amazon/ssm/registration")
 REGISTER_TIMEOUT = 120.0
 _INSTANCE_IN_OUTPUT = re.compile(r"\b(mi-[0-9a-f]{8,17})\b")

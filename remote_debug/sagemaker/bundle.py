@@ -12,7 +12,7 @@ Where the bundle lands in the container (the *package root*, the directory that 
 * SDK v2 framework estimators: ``dependencies`` are copied into the root of ``sourcedir.tar.gz``,
   which the training toolkit extracts to ``/opt/ml/code``;
 * SDK v3 ``ModelTrainer`` and raw boto3 requests: an input channel named ``remote-debug``, i.e.
-  ``/opt/ml/input/data/remote-debug`` (the channel the hybrid transport also reads its activation
+  ``/opt/ml/input/data/remote_debug`` (the channel the hybrid transport also reads its activation
   from), which keeps the user's source directory untouched.
 
 Bundles are cached under the state dir by content hash, built in a temp dir and renamed into
@@ -31,7 +31,7 @@ from pathlib import Path
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.common import EnableError
 
-CHANNEL_NAME = "remote-debug"
+CHANNEL_NAME = "remote_debug"  # an identifier: SDK v3 drivers export SM_CHANNEL_<NAME> in bash
 CHANNEL_ROOT = "/opt/ml/input/data/" + CHANNEL_NAME
 CODE_ROOT = "/opt/ml/code"  # where the v2 training toolkit extracts sourcedir.tar.gz
 INJECT_SUBDIR = "remote_debug/container/inject"  # holds the sitecustomize every process imports

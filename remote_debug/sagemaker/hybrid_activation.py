@@ -24,7 +24,7 @@ CreateTrainingJob, see ``intercept``)::
 the job) and onto no local disk.  It is written from memory, with ``s3:PutObject``, as
 ``ssm-activation.json`` = ``{"ActivationId", "ActivationCode", "Region"}`` at the root of the job's
 ``remote-debug`` input channel, which SageMaker downloads to
-``/opt/ml/input/data/remote-debug/ssm-activation.json`` - the path the container reads by default
+``/opt/ml/input/data/remote_debug/ssm-activation.json`` - the path the container reads by default
 (``container/hybrid.DEFAULT_ACTIVATION_FILE``).  The channel is, per path:
 
 * raw request dicts: ``package_uri`` (the prefix holding the bundle; it must be the job's own, as in

@@ -6,7 +6,7 @@ What the trainer gets, with the SDK's own means:
   and ``debugpy/``): the SDK uploads a local directory given as a channel, and ``train(input_data_config=...)``
   merges its channels with these by name.  The user's ``source_dir`` stays untouched (copying
   ``remote_debug`` into it would change their tree, and ``SourceCode`` has no ``dependencies``).
-  Package root in the container: ``/opt/ml/input/data/remote-debug``;
+  Package root in the container: ``/opt/ml/input/data/remote_debug``;
 * ``with_remote_debug_config(RemoteDebugConfig(enable_remote_debug=True))`` for the ``ssm`` transport;
   ``hybrid`` instead: on CreateTrainingJob, the job's SSM activation is written into the per-job S3
   prefix the SDK uploaded the ``remote-debug`` channel to (see :mod:`~remote_debug.sagemaker.hybrid_activation`);

@@ -6,7 +6,7 @@
     remote-debug attach <job name printed above>
 
 The code (``code/``) and remote_debug's bundle (remote_debug + debugpy, see
-``remote_debug.sagemaker.bundle``) go to S3 and become the ``code`` and ``remote-debug`` channels.
+``remote_debug.sagemaker.bundle``) go to S3 and become the ``code`` and ``remote_debug`` channels.
 ``remote_debug.enable(request, package_uri=...)`` returns a new request with the debug spec, native
 remote debugging, owner tags and the entry (python / torchrun) wrapped by the debug hook.
 """

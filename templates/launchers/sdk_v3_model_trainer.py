@@ -4,7 +4,7 @@
     python sdk_v3_model_trainer.py --role ... --nodes 2 --instance-type ml.g5.12xlarge           # torchrun
     remote-debug attach <job name printed above>
 
-``remote_debug.enable`` adds a ``remote-debug`` input channel with the package, turns on native
+``remote_debug.enable`` adds a ``remote_debug`` input channel with the package, turns on native
 remote debugging (``with_remote_debug_config``) and, when ``train()`` creates the job, adds the
 spec and runs the SDK's ``sm_train.sh`` under the debug hook.  ``code/train.py`` is not changed.
 (With SDK 2.2xx the same classes live in ``sagemaker.modules.train`` / ``sagemaker.modules.configs``.)

@@ -1,5 +1,5 @@
 """``enable(..., transport="hybrid")``: the job's SSM activation is created, handed over in the
-``remote-debug`` channel and nowhere else, and deleted when CreateTrainingJob fails.
+``remote_debug`` channel and nowhere else, and deleted when CreateTrainingJob fails.
 
 moto has no CreateActivation / DeleteActivation, so SSM goes through ``botocore.stub.Stubber``
 (which still validates every parameter against botocore's SSM model); S3, STS and SageMaker are moto.
@@ -185,8 +185,8 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     # The code is in no part of the request: not the environment, hyperparameters, tags nor argv.
     assert CODE not in json.dumps(request) and CODE not in json.dumps(out)
     no_secret_on_disk(state)
-    # It is in the remote-debug channel, which SageMaker puts at the container's default path.
-    [channel] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "remote-debug"]
+    # It is in the remote_debug channel, which SageMaker puts at the container's default path.
+    [channel] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug"]
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == PACKAGE_URI and channel["InputMode"] == "File"
     assert s3_object(session, PACKAGE_URI) == {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION}
     assert f"{CHANNEL_ROOT}/{ha.ACTIVATION_FILE}" == DEFAULT_ACTIVATION_FILE  # where the container looks
@@ -355,9 +355,9 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
     [request] = sent
     validate("CreateTrainingJob", request)
     assert CODE not in json.dumps(request)
-    channel_uri = f"s3://{BUCKET}/{job}/source/remote-debug"
+    channel_uri = f"s3://{BUCKET}/{job}/source/remote_debug"
     assert request["InputDataConfig"] == [{
-        "ChannelName": "remote-debug",
+        "ChannelName": "remote_debug",
         "DataSource": {"S3DataSource": {
             "S3DataType": "S3Prefix", "S3Uri": channel_uri, "S3DataDistributionType": "FullyReplicated",
         }},
@@ -373,14 +373,14 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
 
 def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSession, state: Path) -> None:
     job = "rd-test-20300102030405"
-    channel_uri = f"s3://{BUCKET}/rd-test/{job}/input/remote-debug"
+    channel_uri = f"s3://{BUCKET}/rd-test/{job}/input/remote_debug"
     session.expect_create(job=job, count=3, runtime=timedelta(hours=1), owner="alice", tier=None)
     request = {
         **{k: v for k, v in REQUEST.items() if k != "Tags"},
         "TrainingJobName": job,
         "AlgorithmSpecification": {**REQUEST["AlgorithmSpecification"], "ContainerEntrypoint": ["/bin/bash"]},
         "InputDataConfig": [{
-            "ChannelName": "remote-debug",
+            "ChannelName": "remote_debug",
             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": channel_uri,
                                             "S3DataDistributionType": "FullyReplicated"}},
             "InputMode": "File",
@@ -431,7 +431,7 @@ def test_hybrid_refusals_happen_before_any_aws_call(state: Path, kwargs: dict[st
 
 def test_pipe_mode_channel_is_refused() -> None:
     request = {**REQUEST, "AlgorithmSpecification": {**REQUEST["AlgorithmSpecification"], "TrainingInputMode": "Pipe"},
-               "InputDataConfig": [{"ChannelName": "remote-debug", "DataSource": {"S3DataSource": {
+               "InputDataConfig": [{"ChannelName": "remote_debug", "DataSource": {"S3DataSource": {
                    "S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}}}]}
     with pytest.raises(UserError, match="Pipe mode"):
         ha.channel_uri(request)
@@ -453,5 +453,5 @@ def test_role_names_counts_and_lifetimes() -> None:
     long_spot = {"StoppingCondition": {"MaxRuntimeInSeconds": 28 * 86400, "MaxWaitTimeInSeconds": 40 * 86400}}
     assert ha.lifetime(long_spot) == timedelta(days=30) - hour  # SSM takes 30 days at most
     assert ha.sdk_v2_channel_uri({"TrainingJobName": "j", "OutputDataConfig": {"S3OutputPath": "s3://b/out/"}}) == (
-        "s3://b/out/j/remote-debug"  # an estimator without code (BYOC)
+        "s3://b/out/j/remote_debug"  # an estimator without code (BYOC)
     )

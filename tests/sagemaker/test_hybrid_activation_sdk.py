@@ -2,7 +2,7 @@
 ModelTrainer), in their cached venvs (``drivers/capture_sdk.py``: moto, with the SSM calls answered
 by the driver after botocore has validated and serialized them).
 
-Shows that the activation is made for the job the SDK names, lands in the job's ``remote-debug``
+Shows that the activation is made for the job the SDK names, lands in the job's ``remote_debug``
 channel and nowhere in the request, and is deleted when the SDK's own CreateTrainingJob fails -
 i.e. the failure hooks sit on the clients the SDKs really use.
 """
@@ -85,13 +85,13 @@ def test_hybrid_job_through_the_sdk(sdk_runs: dict[str, SdkRun], major: str) -> 
         assert "remote_debug/container/hybrid.py" in info["sourcedir"]
         assert not any("ssm-activation" in name for name in info["sourcedir"])
         [request] = run.requests("v2-hybrid")
-        assert info["channel_uri"].endswith(f"/{request['TrainingJobName']}/source/remote-debug")
+        assert info["channel_uri"].endswith(f"/{request['TrainingJobName']}/source/remote_debug")
         assert info["enable_remote_debug"] is False
     else:
         info = assert_hybrid_job(run, "v3-hybrid", package_root=CHANNEL_ROOT, instances=2)
         [request] = run.requests("v3-hybrid")
         # The SDK's own per-job channel (the bundle's), not one of ours.
-        assert info["channel_uri"].endswith(f"/{request['TrainingJobName']}/input/remote-debug")
+        assert info["channel_uri"].endswith(f"/{request['TrainingJobName']}/input/remote_debug")
 
 
 @pytest.mark.parametrize("major", ["v2", "v3"])

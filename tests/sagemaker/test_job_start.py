@@ -57,7 +57,7 @@ def python3() -> str:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bundle under a short path: the hook program names it, and must stay within 256 characters
-    (as ``/opt/ml/input/data/remote-debug`` does)."""
+    (as ``/opt/ml/input/data/remote_debug`` does)."""
     real = bundle_dir(StatePaths(tmp_path_factory.mktemp("state")))
     short = Path(tempfile.mkdtemp(prefix="rd-", dir="/tmp"))
     (short / "b").symlink_to(real)

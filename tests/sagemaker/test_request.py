@@ -71,7 +71,7 @@ def test_raw_request_exactly(state: Path) -> None:
         "InputDataConfig": [
             *BASE["InputDataConfig"],
             {
-                "ChannelName": "remote-debug",
+                "ChannelName": "remote_debug",
                 "DataSource": {"S3DataSource": {
                     "S3DataType": "S3Prefix", "S3Uri": "s3://b/rd/remote-debug",
                     "S3DataDistributionType": "FullyReplicated",
@@ -198,7 +198,7 @@ REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     ("negative-rank", BASE, {"ranks": [-1]}, "ranks are 0 or more"),
     ("bad-port", BASE, {"sshd_port": 22}, "port 22 is reserved"),
     ("bad-package-uri", BASE, {"package_uri": "/tmp/bundle"}, "s3:// prefix"),
-    ("channel-taken", _with(InputDataConfig=[{"ChannelName": "remote-debug", "DataSource": {
+    ("channel-taken", _with(InputDataConfig=[{"ChannelName": "remote_debug", "DataSource": {
         "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}}}]),
      {"package_uri": "s3://b/rd"}, "already has an input channel"),
     ("not-a-target", ["not", "a", "dict"], {}, "request dict, a SageMaker SDK v2 estimator or a ModelTrainer"),
@@ -276,3 +276,15 @@ def test_pythonpath_only_where_the_environment_carries_the_hook(state: Path) -> 
     # an entry added later: ours goes, the user's stays
     later = {**env_hook, "AlgorithmSpecification": BASE["AlgorithmSpecification"]}
     assert remote_debug.enable(later, owner="alice", key_dir=state)["Environment"]["PYTHONPATH"] == "/opt/ml/code/lib"
+
+
+def test_the_package_channel_name_is_a_shell_identifier() -> None:
+    """SDK v3's sm_train.sh sources ``export SM_CHANNEL_<NAME>=...`` for every channel under ``set -e``:
+    a name like ``remote-debug`` is not a valid identifier there and failed every v3 job (found by the
+    emulator's ModelTrainer case, tests/emulator/test_sagemaker_e2e.py)."""
+    import re
+
+    from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT
+
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f"SM_CHANNEL_{CHANNEL_NAME.upper()}")
+    assert f"/opt/ml/input/data/{CHANNEL_NAME}" == CHANNEL_ROOT

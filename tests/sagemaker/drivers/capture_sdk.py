@@ -128,7 +128,7 @@ def _s3_keys(uri: str) -> list[str]:
 
 
 def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
-    """Start a hybrid job (train() after enable()); what went to SSM and into the remote-debug channel."""
+    """Start a hybrid job (train() after enable()); what went to SSM and into the remote_debug channel."""
     FAIL_CREATE_TRAINING_JOB[:] = [True] if fail else []
     error = None
     try:
@@ -138,7 +138,7 @@ def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
     finally:
         FAIL_CREATE_TRAINING_JOB.clear()
     request = CAPTURED[-1]["request"]
-    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote-debug")
+    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug")
     uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
     bucket, _, prefix = uri[len("s3://"):].partition("/")
     try:
@@ -356,7 +356,7 @@ def _v3_train(trainer: Any, **enable_kwargs: Any) -> dict[str, Any]:
     assert remote_debug.enable(trainer, **enable_kwargs) is trainer
     trainer.train(wait=False, logs=False)
     request = CAPTURED[-1]["request"]
-    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote-debug")
+    channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug")
     return {"remote_debug_channel": _s3_keys(channel["DataSource"]["S3DataSource"]["S3Uri"])}
 
 
