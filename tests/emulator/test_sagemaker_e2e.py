@@ -101,7 +101,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     sdk_config = home / ".config" / "sagemaker"
     sdk_config.mkdir(parents=True)
     (sdk_config / "config.yaml").write_text(
-        f"SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      Session:\n        DefaultS3Bucket: {BUCKET}\n"
+        "SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      Session:\n"
+        f"        DefaultS3Bucket: {BUCKET}\n"
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_", "SM_"))}
     base.update(
