@@ -266,9 +266,21 @@ def test_host_files_unchanged(tmp_path: Path) -> None:
         c.create()
         c.start_mpi_sshd()
         # what the toolkit's MPI worker does inside a node, and a write to the node's own /root
-        script = "echo X=1 >> /etc/environment && touch /root/.ssh/extra /root/node-file && ssh algo-2 hostname"
-        rc, out = _run(c, "algo-1", ["sh", "-c", script])
-        assert (rc, out.strip()) == (0, "algo-2"), out
+        # -v -E: a hang (seen once, under a loaded full-suite run) then says where ssh waited
+        script = (
+            "echo X=1 >> /etc/environment && touch /root/.ssh/extra /root/node-file && "
+            "ssh -v -E /root/ssh-debug.log -o ConnectTimeout=20 algo-2 hostname"
+        )
+        debug_log = c.work_dir / "nodes" / "algo-1" / "home" / "ssh-debug.log"
+
+        def ssh_said() -> str:
+            return debug_log.read_text()[-2000:] if debug_log.exists() else ""
+
+        try:
+            rc, out = _run(c, "algo-1", ["sh", "-c", script], timeout=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; ssh -v: {ssh_said()}") from None
+        assert (rc, out.strip()) == (0, "algo-2"), (out, ssh_said())
         assert (c.work_dir / "nodes" / "algo-1" / "home" / "node-file").exists()
     finally:
         c.destroy()
