@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from remote_debug.emulator import nodes
-from remote_debug.emulator.nodes import Cluster, ClusterError
+from remote_debug.emulator.node_model import ClusterError
+from remote_debug.emulator.nodes import Cluster
 from remote_debug.local.backends import netns
 
 REASON = nodes.available()
