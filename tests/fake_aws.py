@@ -7,7 +7,10 @@
 - :func:`install_fake_plugin`: an executable ``session-manager-plugin`` that checks the AWS CLI's
   invocation contract (argv shape, the response in the environment variable named by argv[1], no
   token in argv), records it, and relays stdio to ``127.0.0.1:<portNumber>`` - what the SSM agent
-  in the node does with an AWS-StartSSHSession session.
+  in the node does with an AWS-StartSSHSession session.  It is OUR reading of the contract: new tests
+  use AWS's real plugin against the emulator instead (:mod:`tests.ssm_plugin`, as tests/local/test_ssm.py
+  and test_doctor.py do); it stays only for tests/local/backends/test_sagemaker.py and
+  tests/security/test_transport_secrets.py until they move over.
 - :class:`ScriptedSageMaker`: DescribeTrainingJob answers that follow a status script
   (Starting -> Downloading -> Training -> Completed/Failed), served on a real botocore client
   (a ``before-call`` handler, as botocore's Stubber does) and validated against the output shape.

@@ -213,7 +213,8 @@ def run_session(
     )
     argv = plugin_command(plugin, client, target, port, profile)
     stopped: list[int] = []
-    # Like the CLI, the plugin starts with the user signals ignored too; it installs its own handlers.
+    # Like the CLI, the plugin starts with the user signals ignored too (for an SSH session it installs
+    # no handlers of its own: SIGINT/SIGTSTP stay ignored, SIGQUIT still kills it - Go's runtime).
     with ignore_user_signals():
         try:
             proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout)
@@ -222,8 +223,10 @@ def run_session(
             raise PluginError(f"cannot run {plugin.path} ({exc.strerror or exc}): {INSTALL_HINT}") from None
         with forward_stop_signals(proc, stopped):
             code = proc.wait()
-    if code != 0 or stopped:
-        terminate(client, session_id)
+    # Always: the real plugin exits 0 when its stdin closes (upstream standardstreamforwarding.go)
+    # without closing the session, which the agent would then keep until it times out. AWS answers
+    # TerminateSession for an already-closed session with its id all the same.
+    terminate(client, session_id)
     return code
 
 

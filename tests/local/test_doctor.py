@@ -1,6 +1,6 @@
 """``remote-debug doctor``: a missing plugin and a missing IAM action are reported with their fix, and a
-correct setup passes (moto for STS/Logs, a policy-evaluating stand-in for IAM's SimulatePrincipalPolicy
-on botocore's model, Stubber for SSM, a scripted DescribeTrainingJob)."""
+correct setup passes (AWS's real session-manager-plugin on PATH, moto for STS/Logs, a policy-evaluating stand-in
+for IAM's SimulatePrincipalPolicy on botocore's model, Stubber for SSM, a scripted DescribeTrainingJob)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.doctor import PERMISSIONS, Doctor, passed
-from tests.fake_aws import ScriptedSageMaker, describe_response, install_fake_plugin, moto_cloud
+from tests.fake_aws import ScriptedSageMaker, describe_response, moto_cloud
+from tests.ssm_plugin import needs_plugin, plugin_bin, plugin_version
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's
@@ -247,15 +248,17 @@ def test_an_action_iam_cannot_judge_without_a_context_value_is_not_allowed(cloud
     assert "every needed action is allowed" not in iam.detail
 
 
+@needs_plugin
 def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    install_fake_plugin(tmp_path / "bin", tmp_path / "log")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="ssm").to_env()
+    bin_dir = plugin_bin(tmp_path / "bin")  # AWS's real session-manager-plugin, found on PATH
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.SSM).to_env()
     clients = Clients(job_script=lambda _n, job: describe_response(
         job, "InProgress", "Training", environment=env), tier=None)
     node = spec.NodeManifest(job_name=JOB, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
-                             ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running")
+                             ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code",
+                             state=spec.NodeState.RUNNING)
     clients.logs.create_log_group(logGroupName=LOG_GROUP)
     clients.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000")
     clients.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000", logEvents=[
@@ -269,7 +272,10 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
     checks = Doctor(clients=clients).run(JOB)
     assert passed(checks), [c.to_json() for c in checks if c.status != "ok"]
     by_name = _by_name(checks)
-    assert by_name["session-manager-plugin"].detail.startswith("1.2.707.0 at ")
+    plugin = by_name["session-manager-plugin"]
+    # the version the binary itself prints (1.2.650.0 for the shared build), and where it was found
+    assert plugin.detail == f"{plugin_version()} at {bin_dir / 'session-manager-plugin'}"
+    assert plugin.data == {"version": plugin_version(), "path": str(bin_dir / "session-manager-plugin")}
     assert by_name["job state"].detail == "InProgress / Training"
     assert by_name["debugging enabled"].detail == "transport ssm"
     assert by_name["manifests"].detail == "published by algo-1"
@@ -319,7 +325,7 @@ def test_cli_json_and_exit_code(cloud: None, tmp_path: Path, monkeypatch: pytest
 
 
 def test_standard_tier_fails_a_hybrid_job_with_the_command_that_fixes_it(cloud: None) -> None:
-    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="hybrid").to_env()
+    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.HYBRID).to_env()
     clients = Clients(job_script=lambda _n, job: describe_response(
         job, "InProgress", "Downloading", environment=env, remote_debug=False), tier="standard")
     checks = _by_name(Doctor(clients=clients).run(JOB))

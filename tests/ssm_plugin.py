@@ -1,0 +1,264 @@
+"""AWS's real ``session-manager-plugin`` against the emulator's SSM API, for the tests of the SSM transport.
+
+- :data:`PLUGIN` / :data:`needs_plugin`: the binary built from AWS's sources (``REMOTE_DEBUG_SSM_PLUGIN``, else
+  ``<repo>/../shared/tools/session-manager-plugin/``); tests skip with the reason where it is missing.
+  :func:`plugin_bin` makes a directory whose ``session-manager-plugin`` is that binary, to put first on PATH.
+- :class:`LocalSsm`: :class:`remote_debug.emulator.service.Emulator` in-process - its StartSession, ResumeSession
+  and TerminateSession (validated against botocore's model both ways) and its data channel server, which the real
+  plugin speaks to - with one change: the targets a test registers are this machine, so a session to port P of
+  one relays to ``127.0.0.1:P`` (an echo server, a private sshd).  Other targets get the emulator's own
+  TargetNotConnected.  It records the sessions it started, resumed and terminated.
+- :data:`RELAY` / :func:`relay_argv`: what ``SageMakerBackend.relay`` does for the ssm transport
+  (``ssm.run_session`` with the product's client), in a process of its own, as a ProxyCommand runs it.
+- :class:`EchoServer`: a TCP echo server on 127.0.0.1, the target of a session where no sshd is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from unittest import mock
+
+import pytest
+
+from remote_debug.emulator.service import Emulator
+from remote_debug.emulator.ssm_channel import Connector, DataChannelServer, Session
+from remote_debug.spec import LOOPBACK
+from tests.container.helpers import all_pids, parent_of
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN_NAME = "session-manager-plugin"
+
+
+def _find_plugin() -> Path | None:
+    override = os.environ.get("REMOTE_DEBUG_SSM_PLUGIN")
+    candidate = Path(override) if override else REPO.parent / "shared" / "tools" / PLUGIN_NAME / PLUGIN_NAME
+    return candidate.absolute() if os.access(candidate, os.X_OK) else None
+
+
+PLUGIN = _find_plugin()
+needs_plugin = pytest.mark.skipif(
+    PLUGIN is None,
+    reason=f"AWS's {PLUGIN_NAME} is not at "
+    f"{os.environ.get('REMOTE_DEBUG_SSM_PLUGIN') or REPO.parent / 'shared' / 'tools' / PLUGIN_NAME / PLUGIN_NAME} "
+    "(REMOTE_DEBUG_SSM_PLUGIN names another)",
+)
+
+
+def real_plugin() -> Path:
+    assert PLUGIN is not None, "mark the test with needs_plugin"
+    return PLUGIN
+
+
+@functools.cache
+def plugin_version() -> str:
+    """What the real binary itself prints for ``--version`` (1.2.650.0 for the shared build)."""
+    out = subprocess.run([real_plugin(), "--version"], capture_output=True, text=True, timeout=20, check=True)
+    return out.stdout.strip()
+
+
+def plugin_bin(directory: Path) -> Path:
+    """``directory`` with ``session-manager-plugin`` -> the real binary: put it first on PATH."""
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / PLUGIN_NAME
+    if not link.exists():
+        link.symlink_to(real_plugin())
+    return directory
+
+
+def plugin_pids(parent: int) -> list[int]:
+    """The real plugin's session processes started by ``parent`` (not its ``--version`` run, which
+    ``ssm.find_plugin`` makes first)."""
+    binary = os.path.realpath(real_plugin())
+    found = []
+    for pid in all_pids():
+        with contextlib.suppress(OSError):
+            if (parent_of(pid) == parent and os.readlink(f"/proc/{pid}/exe") == binary
+                    and proc_strings(pid, "cmdline")[1:] != ["--version"]):
+                found.append(pid)
+    return found
+
+
+def proc_strings(pid: int, what: str) -> list[str]:
+    """``/proc/<pid>/cmdline`` or ``environ``, split at its NULs."""
+    return Path(f"/proc/{pid}/{what}").read_bytes().decode().split("\0")[:-1]
+
+
+# --- the emulator's SSM API with targets on this machine ------------------------------------------------
+
+
+class RecordingChannel(DataChannelServer):
+    """The emulator's data channel server, recording what the API asked of it (only the API's StartSession,
+    ResumeSession and TerminateSession call these)."""
+
+    def __init__(self) -> None:
+        super().__init__(LOOPBACK)
+        self.started: list[Session] = []
+        self.resumed: list[str] = []
+        self.terminated: list[str] = []
+
+    def open_session(self, *, target: str, document: str, parameters: dict[str, list[str]], connect: Connector,
+                     owner: str) -> Session:
+        session = super().open_session(target=target, document=document, parameters=parameters, connect=connect,
+                                       owner=owner)
+        self.started.append(session)
+        return session
+
+    def resume(self, session_id: str) -> Session:
+        self.resumed.append(session_id)
+        return super().resume(session_id)
+
+    def terminate(self, session_id: str) -> bool:
+        self.terminated.append(session_id)
+        return super().terminate(session_id)
+
+    def open_ids(self) -> list[str]:
+        return [s.session_id for s in self.sessions()]
+
+
+def _connect_here(port: int) -> socket.socket:
+    return socket.create_connection((LOOPBACK, port), timeout=10)
+
+
+class LocalSsm:
+    """The emulator's SSM endpoint; sessions to ``targets`` reach ports of this machine."""
+
+    def __init__(self, state_dir: Path, region: str) -> None:
+        self.channel = RecordingChannel()
+        self.emulator = Emulator(state_dir, region=region)
+        self.emulator.channel = self.channel  # not started yet: the one the emulator made is dropped unused
+        self.targets: set[str] = set()
+        self._patches = contextlib.ExitStack()
+        self.url = ""
+
+    def start(self) -> str:
+        self.url = self.emulator.start()
+        jobs = self.emulator.jobs
+        assert jobs is not None
+        refuse = jobs.connector  # the emulator's answer for a target that is none of its running jobs' nodes
+
+        def connector(target: str) -> tuple[str, Connector]:
+            if target in self.targets:
+                return target, _connect_here
+            return refuse(target)
+
+        self._patches.enter_context(mock.patch.object(jobs, "connector", connector))
+        return self.url
+
+    def close(self) -> None:
+        self._patches.close()
+        self.emulator.close()
+
+    def __enter__(self) -> LocalSsm:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+# --- the ProxyCommand's process ------------------------------------------------------------------------
+
+# SageMakerBackend.relay for the ssm transport: the product's client (region, profile and endpoint from the
+# environment, AWS_ENDPOINT_URL_SSM here), then ssm.run_session on this process's stdin/stdout.
+RELAY = (
+    "import sys; from remote_debug.local import aws, ssm; "
+    "sys.exit(ssm.run_session(aws.client('ssm'), sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, "
+    "sys.stdout.buffer, profile=aws.profile() or ''))"
+)
+
+
+def relay_argv(target: str, port: int | str) -> list[str]:
+    return [sys.executable, "-c", RELAY, target, str(port)]
+
+
+def relay_env(*, endpoint: str, region: str, bin_dir: Path, token: str, scratch: Path) -> dict[str, str]:
+    """The relay's environment: test credentials, the emulator as the SSM endpoint, the plugin first on PATH, no
+    AWS or remote-debug setting of the user's, and ``RD_TEST_TOKEN`` to find every process it started."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
+    env.update(
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=region,
+        AWS_ENDPOINT_URL_SSM=endpoint, AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(scratch / "no-aws-config"), AWS_SHARED_CREDENTIALS_FILE=str(scratch / "no-aws-credentials"),
+        PYTHONPATH=str(REPO), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", RD_TEST_TOKEN=token,
+    )
+    return env
+
+
+# --- a target ------------------------------------------------------------------------------------------
+
+
+class EchoServer:
+    """A TCP echo server on 127.0.0.1; :meth:`close` stops it and every connection's thread."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server((LOOPBACK, 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.accepted = 0
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, name="echo-accept", daemon=True)
+        self._accept.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._conns.append(conn)
+            thread = threading.Thread(target=self._echo, args=(conn,), name="echo", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close() alone does not)
+        self.listener.close()
+        self._accept.join(10)
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(10)
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[EchoServer]:
+    server = EchoServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def read_all(fd: int, into: bytearray) -> None:
+    """Read ``fd`` until EOF into ``into`` (a reader thread's body)."""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 65536):
+            into += chunk
+
+
+def banner(session_id: str) -> bytes:
+    """What the real plugin writes to stdout before the stream (ssh and paramiko skip lines before SSH-2.0-)."""
+    return f"\nStarting session with SessionId: {session_id}\n".encode()
+
