@@ -10,6 +10,8 @@
   TargetNotConnected.  It records the sessions it started, resumed and terminated.
 - :data:`RELAY` / :func:`relay_argv`: what ``SageMakerBackend.relay`` does for the ssm transport
   (``ssm.run_session`` with the product's client), in a process of its own, as a ProxyCommand runs it.
+- :func:`roundtrip_in_process`: a relay of this process (``ssm.run_session``, ``SageMakerBackend.relay``) on
+  pipes, sent bytes that must come back through the session before its stdin closes.
 - :class:`EchoServer`: a TCP echo server on 127.0.0.1, the target of a session where no sshd is needed.
 """
 
@@ -18,13 +20,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 from unittest import mock
 
 import pytest
@@ -256,6 +261,57 @@ def read_all(fd: int, into: bytearray) -> None:
     with contextlib.suppress(OSError):
         while chunk := os.read(fd, 65536):
             into += chunk
+
+
+def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
+                         timeout: float = 30) -> tuple[int, bytes]:
+    """``run(stdin, stdout)`` on pipes in this (the main) thread, where ``ssm.run_session`` installs its signal
+    handlers, while a thread writes ``data`` and waits until stdout ends with it (the target echoes), then
+    closes stdin as ssh does when it is done with its ProxyCommand - not sooner: the real plugin exits at EOF on
+    stdin without waiting for what the node still sends.  Returns ``run``'s exit code and everything written to
+    stdout.  A plugin that outlives ``run`` is killed by its pid."""
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    out = bytearray()
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+    finished = threading.Event()
+
+    def feed() -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(stdin_w, view):]
+            deadline = time.monotonic() + timeout
+            while not out.endswith(data) and not finished.is_set():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{len(data)} bytes did not come back through the session within "
+                                         f"{timeout} s (have {len(out)}: {bytes(out[:200])!r})")
+                time.sleep(0.02)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            seen.update(plugin_pids(os.getpid()))
+            os.close(stdin_w)
+
+    reader = threading.Thread(target=read_all, args=(stdout_r, out), name="relay-stdout", daemon=True)
+    feeder = threading.Thread(target=feed, name="relay-stdin", daemon=True)
+    reader.start()
+    feeder.start()
+    try:
+        with os.fdopen(stdin_r, "rb") as stdin, os.fdopen(stdout_w, "wb") as stdout:
+            code = run(stdin, stdout)
+    finally:
+        finished.set()
+        feeder.join(timeout + 10)
+        for pid in seen & set(plugin_pids(os.getpid())):  # still our child (not reaped, so not reused)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reader.join(10)
+        os.close(stdout_r)
+    if errors:
+        raise errors[0]
+    return code, bytes(out)
 
 
 def banner(session_id: str) -> bytes:

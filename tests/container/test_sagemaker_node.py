@@ -122,14 +122,19 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
     (training would not wait for it), then sshd starts and is published."""
     if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
         pytest.skip("sshd is not installed")
+    from remote_debug.container import install
     from remote_debug.container import node as node_module
+    from remote_debug.container.sshd import find_sshd as real_find
 
     installed: list[str] = []
-    real_find = node_module.find_sshd
+
+    def install_sshd(env: object) -> None:
+        installed.append("yes")
+
     monkeypatch.setattr(node_module, "find_sshd", lambda: str(tmp_path / "no-sshd-yet"))
-    monkeypatch.setattr(node_module.install, "install_sshd", lambda env: installed.append("yes") or None)
+    monkeypatch.setattr(install, "install_sshd", install_sshd)
     env = {
-        **spec.DebugSpec(job_name="inst", client_public_key=KEY, transport="ssm").to_env(),
+        **spec.DebugSpec(job_name="inst", client_public_key=KEY, transport=spec.Transport.SSM).to_env(),
         "TRAINING_JOB_ARN": "arn:aws:sagemaker:us-west-2:123456789012:training-job/inst",
         spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
         "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
@@ -140,11 +145,12 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
         assert services.installer is not None
         services.installer.join(30)
         assert installed == ["yes"] and services.sshd is not None
-        assert real_find() == services.sshd.process.args[0]
+        argv = services.sshd.process.args
+        assert isinstance(argv, list) and real_find() == argv[0]
         node = json.loads((tmp_path / "manifest" / "node.json").read_text())
         assert node["sshd_port"] == services.sshd.port
     finally:
-        services.finish("completed", 0)
+        services.finish(spec.NodeState.COMPLETED, 0)
     out = capfd.readouterr().out
     merged = mlines.merge_manifest_lines(filter(None, map(mlines.parse_manifest_line, out.splitlines())))
     assert merged["algo-1"].state == "completed" and merged["algo-1"].sshd_port > 0
@@ -189,12 +195,12 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
         now[0] = 1000.0 + t
         sent.append(publisher.poll())
     assert sent == [1, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0]
-    spec.write_node_manifest(directory, replace(node, state="completed"))  # a change starts a new schedule
+    spec.write_node_manifest(directory, replace(node, state=spec.NodeState.COMPLETED))  # a change starts a new schedule
     spec.write_rank_manifest(directory, spec.RankEndpoint(rank=0, local_rank=0, world_size=1, port=3000, pid=1))
     assert publisher.poll() == 2
     now[0] += 200  # a poll long overdue: one copy of each, not three
     assert publisher.poll() == 2 and publisher.poll() == 0
-    spec.write_node_manifest(directory, replace(node, state="stopped"))
+    spec.write_node_manifest(directory, replace(node, state=spec.NodeState.STOPPED))
     publisher.stop()  # the final state, then its copy at once: there is no later
     os.close(write_fd)
     with os.fdopen(read_fd) as fh:
@@ -208,7 +214,7 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
 def test_lines_only_for_sagemaker_transports() -> None:
     local = spec.DebugSpec(job_name="j", client_public_key=KEY)
     assert not lines_enabled(local, {}) and lines_enabled(local, {"REMOTE_DEBUG_MANIFEST_LINES": "1"})
-    assert lines_enabled(spec.DebugSpec(job_name="j", client_public_key=KEY, transport="ssm"), {})
+    assert lines_enabled(spec.DebugSpec(job_name="j", client_public_key=KEY, transport=spec.Transport.SSM), {})
 
 
 @pytest.mark.parametrize("transport", ["ssm", "direct"])
@@ -378,7 +384,7 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
         {**env, **_activation(tmp_path)}, agent=FakeAgent(),  # type: ignore[arg-type]
         deregister=lambda mi, region: gone.append(mi)))
     env = {
-        **spec.DebugSpec(job_name="hyb", client_public_key=KEY, transport="hybrid").to_env(),
+        **spec.DebugSpec(job_name="hyb", client_public_key=KEY, transport=spec.Transport.HYBRID).to_env(),
         spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
         "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
     }
@@ -388,7 +394,7 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
         wait_for(lambda: json.loads((tmp_path / "manifest" / "node.json").read_text())["ssm_target"], 30,
                  "the managed instance id in the manifest")
     finally:
-        services.finish("completed", 0)
+        services.finish(spec.NodeState.COMPLETED, 0)
     assert gone == ["mi-0123456789abcdef0"]
     lines = filter(None, map(mlines.parse_manifest_line, capfd.readouterr().out.splitlines()))
     assert mlines.merge_manifest_lines(lines)["algo-1"].ssm_target == "mi-0123456789abcdef0"

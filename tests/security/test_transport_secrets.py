@@ -1,8 +1,11 @@
 """Secrets of the AWS transports, scanned in /proc while they are in use.
 
-- SSM: the StartSession token travels to session-manager-plugin in its ENVIRONMENT only (the fake
-  StartSession of tests/fake_aws.py returns a recognisable TokenValue; the stand-in plugin relays to a
-  socket of this test), never in any process's command line.
+- SSM, with AWS's real session-manager-plugin against the emulator's SSM API and data channel
+  (:mod:`tests.ssm_plugin`): the StartSession token travels to the plugin in its ENVIRONMENT only, never in
+  any process's command line (world-readable); the user's AWS keys are where the AWS CLI has them too, in the
+  environment of the relay and its plugin, and in no command line.  A second user (``nobody``, by
+  ``setpriv``) plays the attacker: it finds neither in any command line it can read, and cannot read the
+  environment of the plugin or the relay (``/proc/<pid>/environ`` is for the same uid and root only).
 - Hybrid: the activation code reaches amazon-ssm-agent's ``-register`` command line (the agent takes
   it nowhere else: its flag parser has no file or stdin input) and nothing else - not the hook's
   environment or command line, not the training process, not the running agent, not the node's log
@@ -12,19 +15,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import socket
+import pwd
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from remote_debug.container import hybrid
 from remote_debug.container.hybrid import Activation, AgentCli, HybridError
+from remote_debug.emulator.ssm_channel import Session
+from remote_debug.local import ssm
 from tests.container.helpers import (
     PYTHON,
     REPO,
@@ -38,27 +49,30 @@ from tests.container.helpers import (
     scan_for_secrets,
     wait_for,
 )
-from tests.fake_aws import TOKEN_PREFIX, FakeSsm, install_fake_plugin, plugin_records
+from tests.fake_aws import FakeSsm
+from tests.ssm_plugin import (
+    LocalSsm,
+    banner,
+    echo_server,
+    needs_plugin,
+    plugin_bin,
+    plugin_pids,
+    read_all,
+    relay_argv,
+    relay_env,
+)
 
+AWS_ACCESS_KEY = "AKIDSECURITYTEST"
 AWS_SECRET = "rdSecretAccessKey0123456789abcdefTRANSPORT"
 REGION = "us-west-2"
 ACTIVATION_CODE = "rdActivationCode-SECURITY-0123456789"
-
-# What SageMakerBackend.relay does for the ssm transport (the ProxyCommand's work), in its own process.
-RELAY = textwrap.dedent(
-    """
-    import sys, boto3
-    from remote_debug.local import ssm
-    client = boto3.client("ssm", region_name=sys.argv[3])
-    sys.exit(ssm.run_session(client, sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer))
-    """
-)
+SSM_TARGET = "sagemaker-training-job:sec-job_algo-1"
 
 
 def _aws_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
     env.update({
-        "AWS_ACCESS_KEY_ID": "AKIDSECURITYTEST", "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
         "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL_SSM": endpoint, "PYTHONPATH": str(REPO),
         "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", TOKEN_ENV: str(tmp_path),
         "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
@@ -66,47 +80,145 @@ def _aws_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     return env
 
 
-def test_ssm_session_token_reaches_only_the_plugin_environment(tmp_path: Path) -> None:
-    install_fake_plugin(tmp_path / "bin", tmp_path / "plugin-log")
-    # The node's end of the session: what the agent connects the plugin's stream to.
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
-    relay: subprocess.Popen[bytes] | None = None
-    try:
-        with FakeSsm() as fake:
-            env = _aws_env(tmp_path, fake.url)
-            env["FAKE_PLUGIN_LOG"] = str(tmp_path / "plugin-log")
-            relay = subprocess.Popen(
-                [PYTHON, "-c", RELAY, "sagemaker-training-job:sec-job_algo-1", str(server.getsockname()[1]), REGION],
-                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            )
-            wait_for(lambda: accepted, 30, "the plugin to open the session's stream")
-            assert relay.stdin is not None and relay.stdout is not None
+# --- ssm ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LiveSsm:
+    """A relay (``SageMakerBackend.relay``'s work, as a ProxyCommand runs it) with the real plugin under it and
+    its session live: bytes went to the node's port and back."""
+
+    local_ssm: LocalSsm
+    relay: subprocess.Popen[bytes]
+    plugin: int
+    session: Session
+    out: bytearray = field(default_factory=bytearray)
+
+
+@contextlib.contextmanager
+def live_ssm_session(tmp_path: Path) -> Iterator[LiveSsm]:
+    """The relay, its plugin and the session; afterwards all of them gone (by the relay's process group, then
+    by the test's token in their environment), and the emulator and the node's echo server stopped."""
+    with LocalSsm(tmp_path / "emulator", REGION) as local_ssm, echo_server() as node:
+        local_ssm.targets.add(SSM_TARGET)
+        env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
+                        token=str(tmp_path), scratch=tmp_path)
+        env.update(AWS_ACCESS_KEY_ID=AWS_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=AWS_SECRET)  # recognisable keys
+        relay = subprocess.Popen(relay_argv(SSM_TARGET, node.port), env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, start_new_session=True)
+        assert relay.stdin is not None and relay.stdout is not None
+        out = bytearray()
+        reader = threading.Thread(target=read_all, args=(relay.stdout.fileno(), out), daemon=True)
+        reader.start()
+        try:
             relay.stdin.write(b"ping\n")
             relay.stdin.flush()
-            assert accepted[0].recv(5) == b"ping\n"  # the session is live while we scan
+            session = wait_for(lambda: local_ssm.channel.started[0] if local_ssm.channel.started else None, 30,
+                               "StartSession")
+            wait_for(lambda: bytes(out) == banner(session.session_id) + b"ping\n" or None, 30,
+                     "ping back through the session")  # the session is live while we scan
+            [plugin] = plugin_pids(relay.pid)
+            yield LiveSsm(local_ssm, relay, plugin, session, out)
+        finally:
+            if relay.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(relay.pid, signal.SIGKILL)  # the group we made: the relay and its plugin
+            relay.wait(10)
+            kill_all(f"{TOKEN_ENV}={tmp_path}\0")  # a plugin that outlived its relay (it carries our token)
+            reader.join(10)
+            for pipe in (relay.stdin, relay.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
-            [record] = plugin_records(tmp_path / "plugin-log")
-            token = f"{TOKEN_PREFIX}0001"
-            argv = scan_for_secrets([token, AWS_SECRET], "cmdline")
-            environ = scan_for_secrets([token], "environ")
-            assert argv.offenders == []
-            assert [pid for pid, _ in environ.offenders] == [record["pid"]]  # the plugin, and no one else
-            assert fake.calls("StartSession")
 
-            relay.stdin.close()
-            accepted[0].close()
-            assert relay.wait(30) == 0
-        print(f"\n[security] ssm: {argv.scanned} command lines, {environ.scanned} environments scanned; token in "
-              f"the environment of {environ.offenders}, in no command line")
-    finally:
-        if relay is not None and relay.poll() is None:
-            relay.kill()
-        kill_all(f"{TOKEN_ENV}={tmp_path}\0")
-        server.close()
-        for conn in accepted:
-            conn.close()
+@needs_plugin
+def test_ssm_session_token_reaches_only_the_plugin_environment(tmp_path: Path) -> None:
+    with live_ssm_session(tmp_path) as live:
+        token = live.session.token_value
+        argv = scan_for_secrets([token, AWS_SECRET], "cmdline")
+        environ = scan_for_secrets([token], "environ")
+        keys = scan_for_secrets([AWS_SECRET], "environ")
+        assert argv.offenders == []  # in no command line, where any local user could read it
+        assert [pid for pid, _ in environ.offenders] == [live.plugin]  # the plugin, and no one else
+        assert sorted(pid for pid, _ in keys.offenders) == sorted([live.relay.pid, live.plugin])
+        assert argv_of(live.plugin)[1] == ssm.RESPONSE_ENV  # the plugin is told the variable's NAME
+        assert live.session.session_id.startswith(f"{AWS_ACCESS_KEY}-")  # StartSession signed with those keys
+
+        assert live.relay.stdin is not None
+        live.relay.stdin.close()  # ssh is done: the plugin exits, the relay ends the session
+        assert live.relay.wait(30) == 0
+        assert live.local_ssm.channel.terminated == [live.session.session_id]
+    print(f"\n[security] ssm: {argv.scanned} command lines, {environ.scanned} environments scanned; token in "
+          f"the environment of {environ.offenders}, in no command line")
+
+
+# The attacker: another local user, scanning every command line and environment it can read for the secrets
+# (given on stdin: never in its own command line), and trying the relay's and the plugin's environment.
+ATTACKER = textwrap.dedent(
+    """
+    import errno, json, os, sys
+    task = json.load(sys.stdin)
+    needles = [s.encode() for s in task["secrets"]]
+    report = {"uid": os.getuid(), "read": {"cmdline": 0, "environ": 0}, "found": [], "tried": {}}
+    for entry in os.listdir("/proc"):
+        for what in ("cmdline", "environ") if entry.isdigit() else ():
+            try:
+                with open(f"/proc/{entry}/{what}", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            report["read"][what] += 1
+            if any(n in data for n in needles):
+                report["found"].append([int(entry), what])
+    for pid in task["pids"]:
+        for what in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{pid}/{what}", "rb") as fh:
+                    fh.read()
+                outcome = "read"
+            except OSError as exc:
+                outcome = errno.errorcode.get(exc.errno or 0, str(exc))
+            report["tried"].setdefault(str(pid), {})[what] = outcome
+    json.dump(report, sys.stdout)
+    """
+)
+# The venv's interpreter may live where another user cannot enter (/root/.pyenv): the system's plays the attacker.
+ATTACKER_PYTHON = "/usr/bin/python3"
+needs_second_user = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
+    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
+)
+
+
+def _as_nobody(task: dict[str, Any]) -> dict[str, Any]:
+    nobody = pwd.getpwnam("nobody")
+    result = subprocess.run(
+        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+         ATTACKER_PYTHON, "-I", "-S", "-c", ATTACKER],
+        input=json.dumps(task), capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["uid"] == nobody.pw_uid
+    return report
+
+
+@needs_plugin
+@needs_second_user
+def test_another_user_reads_neither_the_token_nor_the_keys(tmp_path: Path) -> None:
+    """The token and the keys are in the environment of the relay and its plugin, which their own user (and
+    root) can read: another local user cannot, and finds them in no command line it can read."""
+    with live_ssm_session(tmp_path) as live:
+        report = _as_nobody({"secrets": [live.session.token_value, AWS_SECRET], "pids": [live.plugin, live.relay.pid]})
+        assert live.relay.poll() is None and plugin_pids(live.relay.pid) == [live.plugin]  # alive all along
+    assert report["found"] == []
+    # it sees both processes and their command lines; their environments are refused
+    assert report["tried"] == {str(pid): {"cmdline": "read", "environ": "EACCES"}
+                               for pid in (live.plugin, live.relay.pid)}
+    assert report["read"]["cmdline"] > report["read"]["environ"]  # every command line, only its own environments
+    print(f"\n[security] ssm as {pwd.getpwuid(report['uid']).pw_name}: {report['read']['cmdline']} command lines "
+          f"and {report['read']['environ']} environments readable, no secret in any; the plugin's and the relay's "
+          "environment refused (EACCES)")
 
 
 # --- hybrid -------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """SageMakerBackend against botocore's models: moto (SageMaker list/tags, CloudWatch Logs), a scripted
-DescribeTrainingJob for the status transitions moto lacks, Stubber for SSM; and the attach flow
-driven by status sequences."""
+DescribeTrainingJob for the status transitions moto lacks; the attach flow driven by status sequences;
+and the relay of each transport - for ssm and hybrid, AWS's real session-manager-plugin against the
+emulator's SSM API and data channel (:mod:`tests.ssm_plugin`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
 
 from remote_debug import manifest_lines, spec
-from remote_debug.local import aws
+from remote_debug.local import aws, ssm
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
 from remote_debug.local.backends.machine import MachineBackend
@@ -28,20 +28,13 @@ from remote_debug.local.backends.sagemaker_logs import CLOCK_SKEW_MS, FILTER_PAT
 from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
 from remote_debug.local.paths import StatePaths
 from tests.event_log import EventLog
-from tests.fake_aws import (
-    AWS_VARS,
-    ScriptedSageMaker,
-    describe_response,
-    echo_server,
-    install_fake_plugin,
-    moto_cloud,
-    plugin_records,
-)
+from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
+from tests.ssm_plugin import LocalSsm, banner, echo_server, needs_plugin, plugin_bin, roundtrip_in_process
 
 REGION = "us-west-2"
 JOB = "sm-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport="ssm").to_env()
+SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.SSM).to_env()
 
 
 @pytest.fixture
@@ -51,7 +44,7 @@ def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 class Cloud:
-    """Clients for one test: SageMaker (scripted describe, moto for the rest), Logs (moto), SSM (Stubber)."""
+    """Clients for one test: SageMaker (scripted describe, moto for the rest), Logs (moto), SSM (moto)."""
 
     def __init__(self, script: Callable[[int, str], dict[str, Any]] | None = None,
                  tags: list[dict[str, str]] | None = None) -> None:
@@ -162,7 +155,7 @@ def test_list_jobs_only_debuggable(cloud: None) -> None:
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
             StoppingCondition={"MaxRuntimeInSeconds": 60},
         )
-    answers = {
+    answers: dict[str, dict[str, Any]] = {
         "dbg-1": dict(environment=SPEC_ENV),
         "plain-1": dict(environment={}),
         "off-1": dict(environment=SPEC_ENV, remote_debug=False),
@@ -357,8 +350,9 @@ def test_unknown_job_without_aws_says_how_to_look(home: Path, monkeypatch: pytes
 
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    with echo_server() as port:
-        yield port
+    """What the node's sshd is to a session, for these tests: its port."""
+    with echo_server() as server:
+        yield server.port
 
 
 def _relay(backend: SageMakerBackend, node: str, port: int, tmp_path: Path) -> tuple[int, bytes]:
@@ -368,26 +362,28 @@ def _relay(backend: SageMakerBackend, node: str, port: int, tmp_path: Path) -> t
     return code, (tmp_path / "out").read_bytes()
 
 
+@needs_plugin
 @pytest.mark.parametrize("transport", ["ssm", "hybrid"])
 def test_relay_starts_the_transports_session(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              echo_port: int, transport: str) -> None:
-    install_fake_plugin(tmp_path / "bin", tmp_path / "plugin-log")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PLUGIN_LOG", str(tmp_path / "plugin-log"))
+    """The ProxyCommand's relay with nothing but the hint the nodes' manifests left: StartSession for the
+    transport's target (built for ssm, the node's managed instance for hybrid), then the real plugin relays
+    through the emulator's data channel to the node's port; the session is terminated when the relay ends."""
+    target = "mi-0123456789abcdef0" if transport == "hybrid" else ssm.native_target(JOB, "algo-1")
     c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: transport}))
     c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=echo_port, ssm_target="mi-0123456789abcdef0"), 1))
-    backend = c.backend()
-    backend.manifests(JOB)
-    target = "mi-0123456789abcdef0" if transport == "hybrid" else "sagemaker-training-job:sm-job_algo-1"
-    with Stubber(c.ssm) as stubber:
-        stubber.add_response(
-            "start_session", {"SessionId": "s-1", "TokenValue": "SECRET-TOKEN-1", "StreamUrl": "wss://x"},
-            {"Target": target, "DocumentName": "AWS-StartSSHSession", "Parameters": {"portNumber": [str(echo_port)]}},
-        )
-        assert _relay(SageMakerBackend(StatePaths.default(), clients=c.clients.__getitem__), "algo-1", echo_port,
-                      tmp_path) == (0, b"SSH-2.0-x\r\n")
-        stubber.assert_no_pending_responses()
-    assert plugin_records(tmp_path / "plugin-log")[0]["request"]["Target"] == target
+    c.backend().manifests(JOB)
+    with LocalSsm(tmp_path / "emulator", REGION) as local_ssm:
+        local_ssm.targets.add(target)
+        monkeypatch.setenv("PATH", f"{plugin_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", local_ssm.url)  # how the user's environment names an endpoint
+        backend = SageMakerBackend(StatePaths.default())  # the proxy's: the hint and the product's own SSM client
+        hello = b"SSH-2.0-x\r\n"
+        code, out = roundtrip_in_process(lambda i, o: backend.relay(JOB, "algo-1", echo_port, i, o), hello)
+        [session] = local_ssm.channel.started
+        assert (code, out) == (0, banner(session.session_id) + hello)
+        assert (session.target, session.document, session.port) == (target, ssm.DOCUMENT, echo_port)
+        assert local_ssm.channel.terminated == [session.session_id] and local_ssm.channel.open_ids() == []
 
 
 def test_relay_direct_is_ssh_w_through_the_bastion(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
