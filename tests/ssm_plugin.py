@@ -206,14 +206,15 @@ def relay_env(*, endpoint: str, region: str, bin_dir: Path, token: str, scratch:
 
 
 class EchoServer:
-    """A TCP echo server on 127.0.0.1; :meth:`close` stops it and every connection's thread."""
+    """A TCP echo server on 127.0.0.1; :meth:`close` stops it and every connection's thread. A
+    connection that sends ``QUIT`` is closed by the server (a target that hangs up first)."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self.listener.getsockname()[1]
         self.accepted = 0
-        self._conns: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
+        self.conns: list[socket.socket] = []
+        self.threads: list[threading.Thread] = []
         self._accept = threading.Thread(target=self._serve, name="echo-accept", daemon=True)
         self._accept.start()
 
@@ -224,15 +225,17 @@ class EchoServer:
             except OSError:
                 return
             self.accepted += 1
-            self._conns.append(conn)
+            self.conns.append(conn)
             thread = threading.Thread(target=self._echo, args=(conn,), name="echo", daemon=True)
-            self._threads.append(thread)
+            self.threads.append(thread)
             thread.start()
 
     @staticmethod
     def _echo(conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
             while data := conn.recv(65536):
+                if data.startswith(b"QUIT"):
+                    return
                 conn.sendall(data)
 
     def close(self) -> None:
@@ -240,10 +243,10 @@ class EchoServer:
             self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close() alone does not)
         self.listener.close()
         self._accept.join(10)
-        for conn in self._conns:
+        for conn in self.conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
+        for thread in self.threads:
             thread.join(10)
 
 

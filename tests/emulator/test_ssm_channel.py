@@ -33,6 +33,7 @@ from remote_debug.emulator import ssm_messages as m
 from remote_debug.emulator.ssm_channel import DataChannelServer, Session
 from tests.container.helpers import free_port, kill_all, listen_addresses, make_key, wait_for
 from tests.sshd import private_sshd
+from tests.ssm_plugin import EchoServer
 
 PLUGIN = Path(os.environ.get("REMOTE_DEBUG_SSM_PLUGIN")
               or "/work/shared/tools/session-manager-plugin/session-manager-plugin")
@@ -164,50 +165,6 @@ def test_open_session_validates_like_the_api(server: DataChannelServer) -> None:
     assert server.terminate(s.session_id) and not server.terminate(s.session_id)
     with pytest.raises(KeyError):
         server.resume(s.session_id)
-
-
-class EchoServer:
-    """A TCP echo server on 127.0.0.1 (a connection that sends ``QUIT`` is closed by the server)."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.accepted = 0
-        self.threads: list[threading.Thread] = []
-        self.conns: list[socket.socket] = []
-        self._accept = threading.Thread(target=self._serve, daemon=True)
-        self._accept.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            self.conns.append(conn)
-            t = threading.Thread(target=self._echo, args=(conn,), daemon=True)
-            self.threads.append(t)
-            t.start()
-
-    @staticmethod
-    def _echo(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError), conn:
-            while data := conn.recv(65536):
-                if data.startswith(b"QUIT"):
-                    return
-                conn.sendall(data)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close() alone does not)
-        self.listener.close()
-        self._accept.join(10)
-        for conn in self.conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        for t in self.threads:
-            t.join(10)
 
 
 @pytest.fixture
