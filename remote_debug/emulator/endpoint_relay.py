@@ -11,49 +11,25 @@ relays each connection to the emulator on the host.  Code in the job, the toolki
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import socket
 import threading
-from pathlib import Path
 
-NETNS_DIR = Path("/run/netns")
-CLONE_NEWNET = 0x40000000
+from remote_debug.local.backends import netns
+
 _CHUNK = 64 * 1024
 
 
 def listen_in(namespace: str, host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` inside the network namespace ``namespace``."""
-    result: list[socket.socket] = []
-    errors: list[BaseException] = []
 
-    def enter_and_listen() -> None:
-        # setns moves only this short-lived thread; the socket stays in the namespace it was made in
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(NETNS_DIR / namespace, os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(64)
-            result.append(sock)
-        except BaseException as exc:  # handed to the caller's thread
-            errors.append(exc)
+    def listen() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(64)
+        return sock
 
-    thread = threading.Thread(target=enter_and_listen, name="emulator-netns-listen", daemon=True)
-    thread.start()
-    thread.join(15)
-    if errors:
-        raise errors[0]
-    if not result:
-        raise TimeoutError(f"listening on {host}:{port} in namespace {namespace} timed out")
-    return result[0]
+    return netns.socket_in(namespace, listen, f"listening on {host}:{port}")
 
 
 class EndpointRelay:

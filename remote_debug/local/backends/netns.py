@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +123,8 @@ def exec_prefix(namespace: str) -> list[str]:
     return ["ip", "netns", "exec", namespace]
 
 
-def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> socket.socket:
-    """A TCP connection to host:port made from inside ``namespace``.
+def socket_in(namespace: str, make: Callable[[], socket.socket], what: str, timeout: float = 15.0) -> socket.socket:
+    """The socket ``make()`` returns, made from inside ``namespace``.
 
     setns(CLONE_NEWNET) changes the namespace of the calling thread only, so a short-lived thread
     enters it and creates the socket; the socket keeps its namespace, this process does not move.
@@ -131,7 +132,7 @@ def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> s
     result: list[socket.socket] = []
     errors: list[BaseException] = []
 
-    def enter_and_connect() -> None:
+    def enter_and_make() -> None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fd = os.open(NETNS_DIR / namespace, os.O_RDONLY)
@@ -141,15 +142,25 @@ def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> s
                     raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
             finally:
                 os.close(fd)
-            result.append(socket.create_connection((host, port), timeout=timeout))
+            result.append(make())
         except BaseException as exc:  # handed to the caller's thread
             errors.append(exc)
 
-    thread = threading.Thread(target=enter_and_connect, name="remote-debug-netns", daemon=True)
+    thread = threading.Thread(target=enter_and_make, name="remote-debug-netns", daemon=True)
     thread.start()
-    thread.join(timeout + 5)
+    thread.join(timeout)
     if errors:
         raise errors[0]
     if not result:
-        raise TimeoutError(f"connecting to {host}:{port} in namespace {namespace} timed out")
+        raise TimeoutError(f"{what} in namespace {namespace} timed out")
     return result[0]
+
+
+def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> socket.socket:
+    """A TCP connection to host:port made from inside ``namespace``."""
+    return socket_in(
+        namespace,
+        lambda: socket.create_connection((host, port), timeout=timeout),
+        f"connecting to {host}:{port}",
+        timeout + 5,
+    )
