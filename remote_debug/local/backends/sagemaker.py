@@ -94,7 +94,10 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
             f"is off): run 'remote-debug enable {job}' while it is Downloading or Training"
         )
     elif transport == spec.Transport.SSM and resp.get("EnableNetworkIsolation"):
-        why = f"job {job} runs with network isolation, which SSM cannot reach: relaunch it with the direct transport"
+        why = (
+            f"job {job} runs with network isolation, which cuts the container off from every network (no SSM "
+            "session or other transport reaches it): relaunch it without EnableNetworkIsolation to debug it"
+        )
     transitions = resp.get("SecondaryStatusTransitions") or []
     message = str(transitions[-1].get("StatusMessage", "")) if transitions else ""
     message = "; ".join(m for m in (unknown_status, message) if m)
