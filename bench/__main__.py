@@ -13,6 +13,11 @@ P4 attach time: attach -> every rank stopped at a breakpoint, 1 vs N ranks (8 = 
 P5 DAP ``next`` latency through the SSH tunnel vs a direct connection to the rank
 P6 attach discovery on SageMaker: the first ``manifests()`` that returns the node, when 100,000 log events
    came before the manifest line (moto's server for SageMaker and CloudWatch Logs); goal <= 5 s
+
+``python -m bench --emulator [--short]`` runs, instead, the SageMaker path's rows against ``remote-debug
+emulator`` (root and AWS's session-manager-plugin; skipped with the reason without them), see bench/emulator.py:
+P7 ssh login through the proxy + plugin + SSM channel vs plain ssh (goal <= 1.5 s), P8 attach to all 4 ranks of
+a 2-node job from Training (goal <= 5 s), P5-SSM DAP ``next`` latency over SSM vs direct.
 """
 
 from __future__ import annotations
@@ -440,31 +445,46 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--short", action="store_true", help="fewer repeats and ranks (CI)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--emulator", action="store_true", help="only the SageMaker path's rows, against `remote-debug emulator`"
+    )
     args = parser.parse_args(argv)
     repeats = 1 if args.short else 3
     with tempfile.TemporaryDirectory(prefix="rd-bench-") as tmp:
         work = Path(tmp)
         paths = StatePaths(work / "state")
         results: dict[str, dict[str, float]] = {}
-        results["P1 hook ready (2-rank torchrun, trivial script)"] = p1_hook_ready(work, paths, repeats)
-        results["P2 idle overhead (call-heavy loop)"] = p2_idle_overhead(
-            work, paths, 300_000 if args.short else 2_000_000, repeats
-        )
-        results["P3 torch CPU DDP step (attached, no breakpoints; then detached)"] = p3_ddp_step(
-            work, paths, 30 if args.short else 50, repeats
-        )
-        shapes = [(1, 1), (1, 2)] if args.short else [(1, 1), (1, 2), (1, 4), (2, 4)]
-        results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
-        results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if args.short else 20)
-        results["P6 attach discovery, 100,000 log events before the manifest"] = p6_log_discovery(paths, 100_000)
+        if args.emulator:
+            from bench.emulator import emulator_rows
+
+            results.update(emulator_rows(work, args.short))
+        else:
+            standard_rows(results, work, paths, args.short, repeats)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    width = max(len(k) for k in results)
+    width = max((len(k) for k in results), default=0)
     for name, row in results.items():
         cells = ", ".join(f"{k}={v:.3f}" for k, v in row.items())
         print(f"{name:<{width}}  {cells}")
     return 0
+
+
+def standard_rows(
+    results: dict[str, dict[str, float]], work: Path, paths: StatePaths, short: bool, repeats: int
+) -> None:
+    """P1..P6 (see the module docstring), into ``results``."""
+    results["P1 hook ready (2-rank torchrun, trivial script)"] = p1_hook_ready(work, paths, repeats)
+    results["P2 idle overhead (call-heavy loop)"] = p2_idle_overhead(
+        work, paths, 300_000 if short else 2_000_000, repeats
+    )
+    results["P3 torch CPU DDP step (attached, no breakpoints; then detached)"] = p3_ddp_step(
+        work, paths, 30 if short else 50, repeats
+    )
+    shapes = [(1, 1), (1, 2)] if short else [(1, 1), (1, 2), (1, 4), (2, 4)]
+    results["P4 attach -> all ranks stopped"] = p4_attach_time(paths, work, shapes)
+    results["P5 DAP next latency"] = p5_step_latency(paths, work, 5 if short else 20)
+    results["P6 attach discovery, 100,000 log events before the manifest"] = p6_log_discovery(paths, 100_000)
 
 
 if __name__ == "__main__":

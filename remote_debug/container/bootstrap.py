@@ -129,6 +129,10 @@ def _start(env: Mapping[str, str], argv: list[str]) -> int | None:
     watch = watched_pid(os.getpid(), os.getppid())
     child_env = dict(env)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), PACKAGE_ROOT) if p)
+    # Claimed: under MPI the first Python process of a node is a rank, and the daemon would inherit
+    # its OMPI_COMM_WORLD_RANK and take itself for that rank (sitecustomize), waiting for a debugger
+    # instead of starting sshd. run_daemon drops the claim.
+    child_env[ENV_CLAIMED_BY] = "node-daemon"
     proc = subprocess.Popen(
         [sys.executable, "-m", "remote_debug.container", DAEMON_FLAG, "--parent-pid", str(watch)],
         env=child_env, stdin=subprocess.DEVNULL, close_fds=True,

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +38,9 @@ from tests.sagemaker import sdk_env
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHERS = REPO / "templates" / "launchers"
+HERE = Path(__file__).resolve().parent
+MPI_LAUNCHER = HERE / "mpi_launcher.py"
+MPI_CODE = HERE / "mpi_code"
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 BUCKET = "rd-e2e"
@@ -159,8 +165,23 @@ def break_line(train: Path) -> int:
     return next(i for i, text in enumerate(train.read_text().splitlines(), 1) if "a good breakpoint" in text)
 
 
-def debug_every_rank(emu: Emulator, job: str, ranks: int, nodes: int) -> None:
-    """What a user does with a running job, each step through the real plugin; then the job completes."""
+Stop = dict[str, Any]
+
+
+def debug_every_rank(
+    emu: Emulator,
+    job: str,
+    ranks: int,
+    nodes: int,
+    *,
+    code: Path = LAUNCHERS / "code",
+    script: str = "train.py",
+    vscode_node: str | None = None,
+) -> dict[int, Stop]:
+    """What a user does with a running job, each step through the real plugin; then the job completes.
+
+    ``vscode_node``: also connect to that node the way VS Code Remote-SSH does (see :func:`vscode_remote_ssh`)
+    while the ranks wait for their debugger.  Returns each rank's ``stopped`` event."""
     wait_for_training(emu, job)
     hostname = emu.cli("ssh", job, "--node", f"algo-{nodes}", "--", "hostname")
     assert hostname.returncode == 0 and hostname.stdout.strip() == f"algo-{nodes}", hostname.stderr
@@ -176,9 +197,12 @@ def debug_every_rank(emu: Emulator, job: str, ranks: int, nodes: int) -> None:
         time.sleep(1)
     assert seen == list(range(ranks))
 
+    if vscode_node is not None:
+        vscode_remote_ssh(emu, job, vscode_node)
+
     workspace = emu.tmp / f"ws-{job}"
-    shutil.copytree(LAUNCHERS / "code", workspace)
-    train = workspace / "train.py"
+    shutil.copytree(code, workspace)
+    train = workspace / script
     attach = emu.cli(
         "attach", job, "--headless", "--break", f"{train}:{break_line(train)}", "--json",
         "--workspace", str(workspace), "--no-ssh-include", "--timeout", "180",
@@ -198,10 +222,136 @@ def debug_every_rank(emu: Emulator, job: str, ranks: int, nodes: int) -> None:
     final = emu.client("sagemaker").describe_training_job(TrainingJobName=job)
     assert final["TrainingJobStatus"] == "Completed"
     assert [t["Status"] for t in final["SecondaryStatusTransitions"]][-2:] == ["Uploading", "Completed"]
+    return stops
+
+
+# --- VS Code Remote-SSH's pattern -----------------------------------------------------------------
+
+VSCODE_MARKER = "remote-debug-vscode-e2e"
+
+
+def _lines(pipe: Any, out: queue.Queue[str | None]) -> None:
+    for raw in iter(pipe.readline, b""):
+        out.put(raw.decode(errors="replace").rstrip("\r\n"))
+    out.put(None)
+
+
+def _read_until(lines: queue.Queue[str | None], wanted: str, seen: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no {wanted!r} within {timeout} s; the session printed {seen}") from None
+        if line is None:
+            raise AssertionError(f"the session ended before {wanted!r}; it printed {seen}")
+        seen.append(line)
+
+
+def socks5_connect(proxy_port: int, host: str, port: int, timeout: float = 30) -> socket.socket:
+    """A SOCKS5 CONNECT (no auth, IPv4) through ssh's dynamic forward; returns the connected socket."""
+    sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
+    try:
+        sock.sendall(b"\x05\x01\x00")  # version 5, one method: no authentication
+        assert _recv_exact(sock, 2) == b"\x05\x00"
+        sock.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(host) + port.to_bytes(2, "big"))
+        reply = _recv_exact(sock, 10)  # VER REP RSV ATYP=1 BND.ADDR(4) BND.PORT(2)
+        assert reply[:2] == b"\x05\x00", f"SOCKS5 CONNECT to {host}:{port} refused: {reply!r}"
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise AssertionError(f"the SOCKS proxy closed the connection after {data!r}")
+        data += chunk
+    return data
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def vscode_remote_ssh(emu: Emulator, job: str, node: str) -> None:
+    """VS Code Remote-SSH's connection, with the OpenSSH client and the Host entries we generate.
+
+    VS Code runs ``ssh -T -D <port> <alias> bash`` and writes its install script on stdin; the SOCKS
+    forward is how it then reaches its server in the remote.  Here: the entries ``ssh-config JOB``
+    writes (``-F`` the generated config under the test HOME's state dir: pinned host keys, the proxy,
+    AWS's plugin, the emulator's SSM channel), a script that prints a marker and ``hostname`` and
+    stays open, a SOCKS5 CONNECT through ``-D`` to the node's sshd port (a listener only inside the
+    node: its banner comes back), then the rest of the script and a clean exit."""
+    config = emu.cli("ssh-config", job, "--json")
+    assert config.returncode == 0, config.stderr[-2000:]
+    written = json.loads(config.stdout)
+    alias = f"{node}.{job}"
+    assert alias in written["aliases"], written
+    ssh_config = written["config"]
+    assert Path(ssh_config).is_relative_to(emu.home), ssh_config  # the test HOME's state dir, not the user's
+    ssh = shutil.which("ssh")
+    assert ssh is not None
+    # ssh's own reading of the entry: the node's sshd port (dialled through the proxy), pinned keys
+    resolved = subprocess.run([ssh, "-G", "-F", ssh_config, alias], capture_output=True, text=True, check=True,
+                              timeout=30).stdout
+    options = dict(line.split(" ", 1) for line in resolved.splitlines() if " " in line)
+    # the host key is pinned: our own known_hosts (under the test HOME), looked up by a HostKeyAlias
+    assert options["stricthostkeychecking"] == "true" and options["hostkeyalias"].endswith(alias), options
+    assert Path(options["userknownhostsfile"]).is_relative_to(emu.home), options
+    sshd_port = int(options["port"])
+
+    socks_port = _free_port()
+    session = subprocess.Popen(
+        [ssh, "-F", ssh_config, "-T", "-D", f"127.0.0.1:{socks_port}", "-o", "ConnectTimeout=15",
+         "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes", alias, "bash"],
+        env=emu.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert session.stdin is not None and session.stdout is not None and session.stderr is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    errors: list[bytes] = []
+    stderr = session.stderr
+    readers = [
+        threading.Thread(target=_lines, args=(session.stdout, lines), daemon=True),
+        threading.Thread(target=lambda: errors.append(stderr.read()), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    seen: list[str] = []
+    try:
+        session.stdin.write(f"echo {VSCODE_MARKER}-start\nhostname\necho {VSCODE_MARKER}-ready\n".encode())
+        session.stdin.flush()
+        _read_until(lines, f"{VSCODE_MARKER}-ready", seen, timeout=60)
+        assert seen == [f"{VSCODE_MARKER}-start", node, f"{VSCODE_MARKER}-ready"], seen
+
+        # the dynamic forward, while the session is open: a listener that exists only inside the node
+        with socks5_connect(socks_port, "127.0.0.1", sshd_port) as tunnel:
+            banner = tunnel.makefile("rb").readline()
+        assert banner.startswith(b"SSH-2.0-"), banner
+
+        session.stdin.write(f"echo {VSCODE_MARKER}-end\nexit 0\n".encode())
+        session.stdin.close()
+        _read_until(lines, f"{VSCODE_MARKER}-end", seen, timeout=30)
+        assert session.wait(timeout=30) == 0
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+        for reader in readers:
+            reader.join(10)
+    assert session.returncode == 0, b"".join(errors).decode(errors="replace")[-2000:]
 
 
 def test_boto3_byoc_launcher_unchanged_torchrun_two_nodes(emulator: Emulator) -> None:
-    job = "rd-e2e-boto3"
+    # a name of this run only: the emulated nodes share the host's /tmp, where a node's manifest dir
+    # (/tmp/remote-debug/<job>/<node>) would otherwise hold an earlier run's rank documents
+    job = f"rd-e2e-boto3-{time.strftime('%H%M%S')}-{os.getpid()}"
     launch = subprocess.run(
         [sys.executable, str(LAUNCHERS / "boto3_request.py"), "--role", ROLE, "--bucket", BUCKET,
          "--image", f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
@@ -209,7 +359,7 @@ def test_boto3_byoc_launcher_unchanged_torchrun_two_nodes(emulator: Emulator) ->
         env=emulator.env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
-    debug_every_rank(emulator, job, ranks=4, nodes=2)
+    debug_every_rank(emulator, job, ranks=4, nodes=2, vscode_node="algo-2")
 
 
 def test_sdk_v2_pytorch_estimator_torch_distributed_through_the_toolkit(emulator: Emulator) -> None:
@@ -235,3 +385,32 @@ def test_sdk_v3_model_trainer_torchrun_two_nodes(emulator: Emulator) -> None:
     jobs = emulator.client("sagemaker").list_training_jobs(NameContains="rd-v3-torchrun")["TrainingJobSummaries"]
     assert len(jobs) == 1, jobs
     debug_every_rank(emulator, jobs[0]["TrainingJobName"], ranks=4, nodes=2)
+
+
+def test_sdk_v2_pytorch_estimator_mpi_two_nodes_two_processes(emulator: Emulator) -> None:
+    """SDK v2 ``PyTorch(distribution={"mpi": ...})``: the toolkit on algo-1 runs mpirun over every node's sshd
+    on port 22, each rank knows itself only from ``OMPI_COMM_WORLD_*``, and ``mpirun -x`` hands every
+    rank the master's ``SM_CURRENT_HOST``; ranks 2 and 3 must still be reported (and stop) on algo-2."""
+    python = sdk_env.ensure("v2")
+    launch = subprocess.run(
+        [str(python), str(MPI_LAUNCHER), "--role", ROLE, "--nodes", "2", "--processes-per-host", "2",
+         "--instance-type", "ml.c5.xlarge"],  # a CPU type: the count is processes_per_host's, not a GPU shim's
+        env=emulator.env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    job = launch.stdout.split("started ", 1)[1].split()[0]
+    hyperparameters = emulator.client("sagemaker").describe_training_job(TrainingJobName=job)["HyperParameters"]
+    assert json.loads(hyperparameters["sagemaker_mpi_enabled"]) is True
+    assert json.loads(hyperparameters["sagemaker_mpi_num_of_processes_per_host"]) == 2
+
+    stops = debug_every_rank(emulator, job, ranks=4, nodes=2, code=MPI_CODE, script="train_mpi.py")
+    for rank, stop in stops.items():
+        values = stop["variables"]
+        node = f"algo-{rank // 2 + 1}"
+        assert values["size"] == "4" and values["total"] == "6", values  # the allreduce crossed both nodes
+        assert values["node"] == repr(node), values  # the rank really runs there (its own UTS namespace)
+        assert values["torchrun_vars"] == "[]", values  # MPI only: no RANK / LOCAL_RANK / WORLD_SIZE
+        # the trap: every rank inherited the master's SM_CURRENT_HOST, yet stop["node"] above came out
+        # right because the rank reads its node's resourceconfig.json first (container/node_env.py)
+        assert values["sm_current_host"] == "'algo-1'", values
+    assert {stops[2]["node"], stops[3]["node"]} == {"algo-2"}
