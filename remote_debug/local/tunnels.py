@@ -418,7 +418,10 @@ class NodeTunnel:
             try:
                 _pump(client, chan)
             finally:
-                chan.close()
+                # closing a channel sends a message: on a transport that just dropped (the ProxyCommand
+                # gone) that raises, and the forward thread must still end quietly
+                with contextlib.suppress(Exception):
+                    chan.close()
                 client.close()
         finally:
             if exclusive is not None:
