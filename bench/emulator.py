@@ -21,7 +21,6 @@ P5-SSM DAP ``next`` latency through attach's forward over SSM vs a direct connec
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import queue
@@ -243,31 +242,10 @@ class EventStream:
 
 def in_namespace(namespace: str, fn: Callable[[], T], timeout: float = 120) -> T:
     """``fn()`` on a thread that entered ``namespace``: the sockets it makes stay there, this process does not move."""
-    result: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(netns.NETNS_DIR / namespace, os.O_RDONLY)
-            try:
-                if libc.setns(fd, netns.CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="bench-netns", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if errors:
-        raise errors[0]
-    if not result:
-        raise BenchError(f"nothing came back from {namespace} within {timeout} s")
-    return result[0]
+    try:
+        return netns.run_in(namespace, fn, "the bench's call", timeout)
+    except TimeoutError as exc:
+        raise BenchError(f"nothing came back from {namespace} within {timeout} s") from exc
 
 
 def _launch_single(run: EmulatorRun, job: str) -> None:

@@ -29,7 +29,7 @@ def listen_in(namespace: str, host: str, port: int) -> socket.socket:
         sock.listen(64)
         return sock
 
-    return netns.socket_in(namespace, listen, f"listening on {host}:{port}")
+    return netns.run_in(namespace, listen, f"listening on {host}:{port}")
 
 
 class EndpointRelay:

@@ -24,12 +24,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 NETNS_DIR = Path("/run/netns")
 IFNAME = "eth0"
 SUBNET = "10.213"
 CLONE_NEWNET = 0x40000000
 IP_TIMEOUT = 15.0
+T = TypeVar("T")
 
 # What torch.distributed's gloo/NCCL and tensorpipe use to pick their interface: in a node's
 # namespace the machine's hostname resolves to an address that does not exist there.
@@ -123,13 +125,13 @@ def exec_prefix(namespace: str) -> list[str]:
     return ["ip", "netns", "exec", namespace]
 
 
-def socket_in(namespace: str, make: Callable[[], socket.socket], what: str, timeout: float = 15.0) -> socket.socket:
-    """The socket ``make()`` returns, made from inside ``namespace``.
+def run_in(namespace: str, make: Callable[[], T], what: str, timeout: float = 15.0) -> T:
+    """What ``make()`` returns, run on a thread inside ``namespace`` (sockets it makes stay there).
 
     setns(CLONE_NEWNET) changes the namespace of the calling thread only, so a short-lived thread
     enters it and creates the socket; the socket keeps its namespace, this process does not move.
     """
-    result: list[socket.socket] = []
+    result: list[T] = []
     errors: list[BaseException] = []
 
     def enter_and_make() -> None:
@@ -158,7 +160,7 @@ def socket_in(namespace: str, make: Callable[[], socket.socket], what: str, time
 
 def connect_in(namespace: str, host: str, port: int, timeout: float = 10.0) -> socket.socket:
     """A TCP connection to host:port made from inside ``namespace``."""
-    return socket_in(
+    return run_in(
         namespace,
         lambda: socket.create_connection((host, port), timeout=timeout),
         f"connecting to {host}:{port}",
