@@ -212,7 +212,6 @@ def run_session(
         {"SessionId": session_id, "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]}
     )
     argv = plugin_command(plugin, client, target, port, profile)
-    stopped: list[int] = []
     # Like the CLI, the plugin starts with the user signals ignored too (for an SSH session it installs
     # no handlers of its own: SIGINT/SIGTSTP stay ignored, SIGQUIT still kills it - Go's runtime).
     with ignore_user_signals():
@@ -221,7 +220,7 @@ def run_session(
         except OSError as exc:
             terminate(client, session_id)
             raise PluginError(f"cannot run {plugin.path} ({exc.strerror or exc}): {INSTALL_HINT}") from None
-        with forward_stop_signals(proc, stopped):
+        with forward_stop_signals(proc):
             code = proc.wait()
     # Always: the real plugin exits 0 when its stdin closes (upstream standardstreamforwarding.go)
     # without closing the session, which the agent would then keep until it times out. AWS answers
@@ -231,15 +230,14 @@ def run_session(
 
 
 @contextlib.contextmanager
-def forward_stop_signals(proc: subprocess.Popen[bytes], received: list[int]) -> Iterator[None]:
+def forward_stop_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
     """SIGTERM/SIGHUP (ssh sends SIGHUP to its ProxyCommand when it exits) end the plugin, and the
     caller then terminates the session: the plugin dies on SIGTERM without closing its session."""
     if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
         yield
         return
 
-    def on_stop(signum: int, _frame: object) -> None:
-        received.append(signum)
+    def on_stop(_signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
 
