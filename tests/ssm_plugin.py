@@ -80,14 +80,15 @@ def plugin_bin(directory: Path) -> Path:
 
 
 def plugin_pids(parent: int) -> list[int]:
-    """The real plugin's session processes started by ``parent`` (not its ``--version`` run, which
-    ``ssm.find_plugin`` makes first)."""
+    """The real plugin's session processes started by ``parent``: identified by their ``StartSession``
+    argument, never by the absence of ``--version`` (the probe ``ssm.find_plugin`` runs first reads as an
+    empty cmdline for a moment around its exec, which once, under load in CI, passed for a session)."""
     binary = os.path.realpath(real_plugin())
     found = []
     for pid in all_pids():
         with contextlib.suppress(OSError):
             if (parent_of(pid) == parent and os.readlink(f"/proc/{pid}/exe") == binary
-                    and proc_strings(pid, "cmdline")[1:] != ["--version"]):
+                    and proc_strings(pid, "cmdline")[3:4] == ["StartSession"]):
                 found.append(pid)
     return found
 
