@@ -44,7 +44,7 @@ from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.dap_client import attach_and_configure, inspect_stop
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.keys import ensure_job_key
+from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths
 
 CALL_HEAVY = textwrap.dedent(
@@ -128,10 +128,11 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None
 
 
 def hook_env(paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0) -> dict[str, str]:
-    _, public_key = ensure_job_key(paths, job)
+    key_path, public_key = ensure_job_key(paths, job)
     env = dict(os.environ)
     options = spec.DebugOptions(wait_seconds=wait)
-    env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, options=options).to_env())
+    secret = job_secret(key_path)
+    env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=secret, options=options).to_env())
     env[spec.ENV_MANIFEST_DIR] = str(manifest_dir)
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
@@ -400,8 +401,10 @@ def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
         host, port = server.get_host_and_port()
         session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region)
         clients = {name: session.client(name, endpoint_url=f"http://{host}:{port}") for name in ("sagemaker", "logs")}
-        _, public_key = ensure_job_key(paths, job)
-        debug_env = spec.DebugSpec(job_name=job, client_public_key=public_key, transport=spec.Transport.SSM).to_env()
+        key_path, public_key = ensure_job_key(paths, job)
+        debug_env = spec.DebugSpec(
+            job_name=job, client_public_key=public_key, job_secret=job_secret(key_path), transport=spec.Transport.SSM
+        ).to_env()
         clients["sagemaker"].create_training_job(
             TrainingJobName=job, AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
             RoleArn="arn:aws:iam::123456789012:role/r", OutputDataConfig={"S3OutputPath": "s3://b/o"},

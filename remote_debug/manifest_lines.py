@@ -85,7 +85,7 @@ def parse_manifest_line(text: str) -> ManifestLine | None:
             f"{MANIFEST_LINE_VERSION}): use the same remote-debug version in the job and on the laptop"
         )
     node, boot, kind = d.get("node"), d.get("boot"), d.get("kind")
-    if not isinstance(node, str) or not NODE_NAME_RE.match(node) or not isinstance(boot, str):
+    if not isinstance(node, str) or not NODE_NAME_RE.fullmatch(node) or not isinstance(boot, str):
         raise ContractError("manifest log line lacks a valid 'node' or 'boot'")
     document: NodeManifest | RankEndpoint
     if kind == "node":

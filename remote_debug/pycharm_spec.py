@@ -82,7 +82,7 @@ class Hello:
 def normalize_build(build: str) -> str:
     """``"PY-241.14494.241"`` -> ``"241.14494.241"``; ContractError for builds pip cannot match."""
     text = build.strip()
-    m = _BUILD_RE.match(text)
+    m = _BUILD_RE.fullmatch(text)
     if not m:
         raise ContractError(
             f"PyCharm build {text[:60]!r} is not a release build like 241.14494.241 "

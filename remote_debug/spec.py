@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from remote_debug.job_secret import SecretError, check_job_secret
 from remote_debug.osutil import atomic_write_text
 
 # Versions: a reader refuses a document of another version (one line: use the same remote-debug on both
@@ -63,6 +64,8 @@ ENV_PORT_BASE = "REMOTE_DEBUG_PORT_BASE"
 ENV_SSHD_PORT = "REMOTE_DEBUG_SSHD_PORT"
 ENV_WAIT = "REMOTE_DEBUG_WAIT"
 ENV_CLIENT_KEY = "REMOTE_DEBUG_CLIENT_PUBKEY"
+# The per-job secret (``remote_debug.job_secret``): proves control requests and manifest lines.
+ENV_JOB_SECRET = "REMOTE_DEBUG_JOB_SECRET"
 ENV_TRANSPORT = "REMOTE_DEBUG_TRANSPORT"
 # Seconds a rank that dies of an uncaught exception stays alive for a post-mortem debugger (0 = off).
 # Optional: written only when set, so specs without it look exactly as before.
@@ -76,6 +79,7 @@ SPEC_ENV_NAMES = (
     ENV_SSHD_PORT,
     ENV_WAIT,
     ENV_CLIENT_KEY,
+    ENV_JOB_SECRET,
     ENV_TRANSPORT,
 )
 SPEC_OPTIONAL_ENV_NAMES = (ENV_HOLD_ON_FAILURE,)
@@ -216,7 +220,7 @@ def format_ranks(ranks: RankSelection) -> str:
 
 
 def check_job_name(name: str) -> str:
-    if not JOB_NAME_RE.match(name):
+    if not JOB_NAME_RE.fullmatch(name):
         raise ContractError(
             f"bad job name {name[:80]!r}: use 1-63 letters, digits and hyphens, starting with a letter or digit"
         )
@@ -297,6 +301,7 @@ class DebugSpec:
 
     job_name: str
     client_public_key: str  # an OpenSSH public key line; public, so fine in the job environment
+    job_secret: str  # derived from the private key (job_secret.py): as private as the job environment
     transport: Transport = Transport.LOCAL
     options: DebugOptions = field(default_factory=DebugOptions)
     version: int = SPEC_VERSION
@@ -305,6 +310,10 @@ class DebugSpec:
         check_job_name(self.job_name)
         object.__setattr__(self, "transport", parse_choice(Transport, self.transport, "transport"))
         check_client_key(self.client_public_key)
+        try:
+            check_job_secret(self.job_secret)
+        except SecretError as exc:
+            raise ContractError(str(exc)) from None
 
     # The options, read where the job uses them (``spec.ide``, ``spec.wait_seconds``...).
     @property
@@ -335,7 +344,9 @@ class DebugSpec:
         return self.options.selects(rank)
 
     def to_env(self) -> dict[str, str]:
-        return spec_env(self.job_name, self.transport, self.options, self.client_public_key, version=self.version)
+        return spec_env(
+            self.job_name, self.transport, self.options, self.client_public_key, self.job_secret, version=self.version
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DebugSpec | None:
@@ -353,7 +364,7 @@ class DebugSpec:
                 f"debug spec version {version} is not supported by this remote_debug (speaks {SPEC_VERSION}): "
                 "install the same remote-debug version in the job as on the laptop"
             )
-        missing = [n for n in (ENV_JOB, ENV_CLIENT_KEY) if not env.get(n)]
+        missing = [n for n in (ENV_JOB, ENV_CLIENT_KEY, ENV_JOB_SECRET) if not env.get(n)]
         if missing:
             raise ContractError(f"debug spec is missing {', '.join(missing)}")
         try:
@@ -371,6 +382,7 @@ class DebugSpec:
         return cls(
             job_name=env[ENV_JOB],
             client_public_key=env[ENV_CLIENT_KEY],
+            job_secret=env[ENV_JOB_SECRET],
             transport=parse_choice(Transport, env.get(ENV_TRANSPORT, Transport.LOCAL), "transport"),
             options=options,
             version=version,
@@ -382,13 +394,16 @@ def spec_env(
     transport: Transport,
     options: DebugOptions,
     client_public_key: str | None = None,
+    job_secret: str | None = None,
     *,
     version: int = SPEC_VERSION,
 ) -> dict[str, str]:
-    """The spec's environment variables (``DebugSpec.to_env``).  Without ``client_public_key`` the
-    key's variable is left out: a job's environment as far as it is known before its key pair is made
-    (``enable()`` refuses a request it cannot take before it makes a key)."""
+    """The spec's environment variables (``DebugSpec.to_env``).  Without ``client_public_key`` and
+    ``job_secret`` their variables are left out: a job's environment as far as it is known before its
+    key pair is made (``enable()`` refuses a request it cannot take before it makes a key)."""
     key = {} if client_public_key is None else {ENV_CLIENT_KEY: client_public_key.strip()}
+    if job_secret is not None:
+        key[ENV_JOB_SECRET] = job_secret
     hold = {ENV_HOLD_ON_FAILURE: f"{options.hold_on_failure:g}"} if options.hold_on_failure else {}
     return {
         ENV_VERSION: str(version),
@@ -529,12 +544,12 @@ class NodeManifest:
             raise ContractError(f"node manifest lacks or mangles {exc.args[0]!r}") from None
         _check_version(m.version, "node manifest")
         check_job_name(m.job_name)
-        if not NODE_NAME_RE.match(m.node):
+        if not NODE_NAME_RE.fullmatch(m.node):
             raise ContractError(f"node manifest has a bad node name {m.node[:80]!r}")
         check_port(m.sshd_port, "node manifest sshd port")
         if m.host_public_key and (len(m.host_public_key.split()) < 2 or "\n" in m.host_public_key):
             raise ContractError("node manifest host key is not one OpenSSH public key line")
-        if m.ssm_target and not SSM_INSTANCE_RE.match(m.ssm_target):
+        if m.ssm_target and not SSM_INSTANCE_RE.fullmatch(m.ssm_target):
             raise ContractError(f"node manifest has a bad SSM target {m.ssm_target[:80]!r}")
         return m
 

@@ -24,12 +24,14 @@ from remote_debug.spec import (
 )
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX laptop"
+SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
 
 
 def _spec(**fields: Any) -> DebugSpec:
     """A spec; DebugOptions' fields (ide=, ranks=...) go into its options."""
     chosen = {f.name: fields.pop(f.name) for f in dataclasses.fields(DebugOptions) if f.name in fields}
-    return DebugSpec(**{"job_name": "my-job-1", "client_public_key": KEY, "options": DebugOptions(**chosen), **fields})
+    wiring = {"job_name": "my-job-1", "client_public_key": KEY, "job_secret": SECRET}
+    return DebugSpec(**{**wiring, "options": DebugOptions(**chosen), **fields})
 
 
 def _node(**fields: Any) -> NodeManifest:
@@ -67,8 +69,10 @@ def test_no_spec_in_env() -> None:
 
 
 def test_from_env_fills_optional_fields() -> None:
-    parsed = DebugSpec.from_env({spec.ENV_VERSION: "1", spec.ENV_JOB: "j", spec.ENV_CLIENT_KEY: KEY})
-    assert parsed == DebugSpec(job_name="j", client_public_key=KEY)
+    parsed = DebugSpec.from_env(
+        {spec.ENV_VERSION: "1", spec.ENV_JOB: "j", spec.ENV_CLIENT_KEY: KEY, spec.ENV_JOB_SECRET: SECRET}
+    )
+    assert parsed == DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -263,7 +267,8 @@ def test_env_format_is_unchanged_byte_for_byte() -> None:
     assert list(env.items()) == [
         (spec.ENV_VERSION, "1"), (spec.ENV_JOB, "my-job-1"), (spec.ENV_IDE, "pycharm"), (spec.ENV_RANKS, "0,2"),
         (spec.ENV_PORT_BASE, "5700"), (spec.ENV_SSHD_PORT, "2222"), (spec.ENV_WAIT, "1.5"),
-        (spec.ENV_CLIENT_KEY, KEY), (spec.ENV_TRANSPORT, "hybrid"), (spec.ENV_HOLD_ON_FAILURE, "90"),
+        (spec.ENV_CLIENT_KEY, KEY), (spec.ENV_JOB_SECRET, SECRET), (spec.ENV_TRANSPORT, "hybrid"),
+        (spec.ENV_HOLD_ON_FAILURE, "90"),
     ]
     assert all(type(v) is str for v in env.values())  # plain str, not enum members
 
@@ -332,7 +337,7 @@ def test_options_validate_themselves() -> None:
 def test_spec_is_options_plus_wiring() -> None:
     options = DebugOptions(ide=IDE.PYCHARM, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3,
                            hold_on_failure=4)
-    debug = DebugSpec(job_name="j", client_public_key=KEY, transport=Transport.SSM, options=options)
+    debug = DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET, transport=Transport.SSM, options=options)
     assert (debug.ide, debug.ranks, debug.port_base, debug.sshd_port, debug.wait_seconds, debug.hold_on_failure) == (
         IDE.PYCHARM, (1,), 5700, 2222, 3, 4
     )
@@ -340,7 +345,9 @@ def test_spec_is_options_plus_wiring() -> None:
     assert DebugSpec.from_env(debug.to_env()) == debug
     # what a job's environment holds before its key pair exists (enable() drafts with it)
     without_key = spec.spec_env("j", Transport.SSM, options)
-    assert without_key == {k: v for k, v in debug.to_env().items() if k != spec.ENV_CLIENT_KEY}
+    assert without_key == {
+        k: v for k, v in debug.to_env().items() if k not in (spec.ENV_CLIENT_KEY, spec.ENV_JOB_SECRET)
+    }
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

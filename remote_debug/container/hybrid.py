@@ -128,7 +128,7 @@ class AgentCli:
         with contextlib.suppress(OSError, ValueError):
             data = json.loads(self.registration_file.read_text())
             found = str(data.get("ManagedInstanceID", ""))
-            if SSM_INSTANCE_RE.match(found):
+            if SSM_INSTANCE_RE.fullmatch(found):
                 return found
         match = _INSTANCE_IN_OUTPUT.search(self._output)
         if match:

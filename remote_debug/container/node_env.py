@@ -55,7 +55,7 @@ def safe_node_name(name: str) -> str:
     Host names come from the platform and are normally ``algo-N``; anything odd is mapped to the
     allowed alphabet rather than rejected, because a node without a manifest cannot be debugged.
     """
-    if NODE_NAME_RE.match(name):
+    if NODE_NAME_RE.fullmatch(name):
         return name
     cleaned = re.sub(r"[^a-zA-Z0-9._-]", "-", name).lstrip("._-")[:63]
     return cleaned or DEFAULT_NODE

@@ -214,7 +214,7 @@ def _entry(value: Any, where: str) -> _Entry:
         raise ImageMapError(f"{where}.env: expected an object of strings")
     env: dict[str, str] = {}
     for name, text in env_raw.items():
-        if not _ENV_NAME.match(str(name)):
+        if not _ENV_NAME.fullmatch(str(name)):
             raise ImageMapError(f"{where}.env: {name!r} is not an environment variable name")
         env[str(name)] = _string(text, f"{where}.env[{name!r}]")
     train_raw = value.get("train", [])

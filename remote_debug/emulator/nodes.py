@@ -105,7 +105,7 @@ class Cluster:
         if len(set(hosts)) != len(hosts) or len(hosts) > 250:
             raise ClusterError(f"hosts must be distinct and at most 250: {hosts}")
         for host in hosts:
-            if not _HOST_RE.match(host):
+            if not _HOST_RE.fullmatch(host):
                 raise ClusterError(f"{host!r} is not a usable hostname (lowercase letters, digits, '-')")
         self.job = job
         self.work_dir = work_dir.resolve()

@@ -101,7 +101,7 @@ def _one(parameters: dict[str, list[str]], name: str, default: str | None, docum
 
 
 def _port(value: str, name: str, lowest: int) -> int:
-    if not _PORT.match(value) or not lowest <= int(value) <= 65535:
+    if not _PORT.fullmatch(value) or not lowest <= int(value) <= 65535:
         raise ValueError(f"Parameter {name} must be a port number from {lowest} to 65535, not {value!r}.")
     return int(value)
 
@@ -707,7 +707,7 @@ class DataChannelServer:
         loop = self._loop
         if loop is None or self._closed:
             raise RuntimeError("the data channel server is not running")
-        if not _OWNER.match(owner):
+        if not _OWNER.fullmatch(owner):
             raise ValueError(f"owner {owner!r} is not a valid user or role session name")
         port, properties, forwarding = _properties(document, parameters)
         session_id = f"{owner}-{secrets.token_hex(9)[:17]}"

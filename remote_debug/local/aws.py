@@ -73,7 +73,7 @@ def configure(profile: str | None = None, region: str | None = None) -> None:
 
 def parse_training_job(job_or_arn: str) -> tuple[str, str | None]:
     """A training-job name or ARN -> (its name, the ARN's region or None); ContractError for a bad name."""
-    match = TRAINING_JOB_ARN_RE.match(job_or_arn.strip())
+    match = TRAINING_JOB_ARN_RE.fullmatch(job_or_arn.strip())
     name, region = (match.group(2), match.group(1)) if match else (job_or_arn.strip(), None)
     return check_job_name(name), region
 

@@ -201,7 +201,7 @@ class Doctor:
 
     def principal_arn(self, caller_arn: str) -> str | None:
         """The IAM user/role behind the caller (an assumed-role session maps to its role)."""
-        match = ASSUMED_ROLE_RE.match(caller_arn)
+        match = ASSUMED_ROLE_RE.fullmatch(caller_arn)
         if not match:
             return None if caller_arn.endswith(":root") else caller_arn
         partition, account, role = match.groups()
@@ -220,7 +220,7 @@ class Doctor:
             # SSM tags each session with the aws:userid of whoever started it
             SESSION_ID_KEY: caller.user_id,
         }
-        user = IAM_USER_RE.match(principal)
+        user = IAM_USER_RE.fullmatch(principal)
         if user:  # only IAM users have an aws:username
             values["aws:username"] = user.group(1)
         return [{"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}

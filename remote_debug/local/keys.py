@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from remote_debug.job_secret import derive_job_secret
 from remote_debug.local.paths import StatePaths, private_dir
 
 
@@ -54,3 +55,10 @@ def remove_job_key(paths: StatePaths, job: str) -> None:
         key_path.parent.rmdir()
     except OSError:
         pass
+
+
+def job_secret(key_path: Path) -> str:
+    """The job secret (``remote_debug.job_secret``) of the key pair whose private key is at ``key_path``.
+
+    Derived, not stored: whoever holds the private key can attach, so nothing else needs keeping."""
+    return derive_job_secret(key_path.read_bytes())

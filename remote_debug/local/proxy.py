@@ -36,7 +36,7 @@ def proxy_command(paths: StatePaths) -> str:
 def split_alias(alias: str) -> tuple[str, str]:
     """``algo-1.my-job`` -> (``my-job``, ``algo-1``)."""
     node, sep, job = alias.partition(".")
-    if not sep or not NODE_NAME_RE.match(node) or not job:
+    if not sep or not NODE_NAME_RE.fullmatch(node) or not job:
         raise UserError(f"bad host {alias[:80]!r}: expected <node>.<job>, e.g. algo-1.my-job")
     return job, node
 

@@ -95,17 +95,17 @@ class HostEntry:
 
     def __post_init__(self) -> None:
         spec.check_job_name(self.job)
-        if not spec.NODE_NAME_RE.match(self.node):
+        if not spec.NODE_NAME_RE.fullmatch(self.node):
             raise spec.ContractError(f"bad node name {self.node[:80]!r}: use letters, digits, . _ and -")
-        if not _USER_RE.match(self.user):
+        if not _USER_RE.fullmatch(self.user):
             raise spec.ContractError(f"bad ssh user {self.user[:80]!r} for node {self.node}")
         spec.check_port(self.port, f"sshd port of node {self.node}", allow_zero=False)
         parts = self.host_public_key.split()
         if (
             len(parts) < 2
             or "\n" in self.host_public_key
-            or not _KEY_TYPE_RE.match(parts[0])
-            or not _BASE64_RE.match(parts[1])
+            or not _KEY_TYPE_RE.fullmatch(parts[0])
+            or not _BASE64_RE.fullmatch(parts[1])
         ):
             raise spec.ContractError(f"host key of node {self.node} is not one OpenSSH public key line")
         if not self.proxy_command.strip() or any(c in self.proxy_command for c in "\n\r\0"):

@@ -98,7 +98,7 @@ def role_name(role: str) -> str:
             raise EnableError(
                 f"hybrid_role {str(role)[:120]!r} is not an IAM role ARN (arn:aws:iam::<account>:role/...)"
             )
-    if not name or len(name) > ROLE_MAX or not _ROLE_RE.match(name):
+    if not name or len(name) > ROLE_MAX or not _ROLE_RE.fullmatch(name):
         raise EnableError(
             f"hybrid_role {str(role)[:120]!r} is not an IAM role name SSM accepts "
             f"(up to {ROLE_MAX} characters: a name or path/name, or the role's ARN)"

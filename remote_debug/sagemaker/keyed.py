@@ -11,7 +11,7 @@ from typing import Any
 
 import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 from remote_debug.local.aws import TAG_ACTIVATION
-from remote_debug.local.keys import ensure_job_key
+from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT
 from remote_debug.sagemaker.common import EnableError, JobTransport
@@ -46,12 +46,12 @@ def enable_with_key(
     if previous:  # an earlier enable() of this request, not submitted: its activation goes (if ours)
         hybrid_activation.release(previous, "replaced by a new enable()")
     if activations is None:
-        _key_path, public_key = ensure_job_key(paths, draft.job_name)
-        return draft.finish(public_key)
+        key_path, public_key = ensure_job_key(paths, draft.job_name)
+        return draft.finish(public_key, job_secret(key_path))
     activation_id = activations.create(draft.request, owner=owner)
     try:
-        _key_path, public_key = ensure_job_key(paths, draft.job_name)
-        return hybrid_activation.with_activation_tag(draft.finish(public_key), activation_id)
+        key_path, public_key = ensure_job_key(paths, draft.job_name)
+        return hybrid_activation.with_activation_tag(draft.finish(public_key, job_secret(key_path)), activation_id)
     except BaseException:
         hybrid_activation.release(activation_id, "enable() failed")
         raise

@@ -62,6 +62,7 @@ from remote_debug.sagemaker.common import (
 )
 from remote_debug.spec import (
     ENV_CLIENT_KEY,
+    ENV_JOB_SECRET,
     SPEC_VERSION,
     ContractError,
     DebugOptions,
@@ -134,12 +135,13 @@ class DraftRequest:
     user_environment: dict[str, Any]  # the request's own Environment, as given
     env_hook: bool = True  # no entry to wrap: the hook comes in through PYTHONPATH (see the module doc)
 
-    def finish(self, public_key: str) -> dict[str, Any]:
-        """The debuggable request, with ``public_key`` (the job's client key, ``keys.ensure_job_key``)."""
+    def finish(self, public_key: str, job_secret: str) -> dict[str, Any]:
+        """The debuggable request, with ``public_key`` (the job's client key, ``keys.ensure_job_key``)
+        and ``job_secret`` (derived from its private key, ``keys.job_secret``)."""
         try:
             spec = DebugSpec(
-                job_name=self.job_name, client_public_key=public_key, transport=self.transport.kind,
-                options=self.options,
+                job_name=self.job_name, client_public_key=public_key, job_secret=job_secret,
+                transport=self.transport.kind, options=self.options,
             )
         except ContractError as exc:
             raise EnableError(str(exc)) from None
@@ -183,7 +185,7 @@ def draft_request(
     # every spec variable but the key, which is not made yet (its name is counted)
     out["Environment"] = _environment(
         user_environment, spec_env(name, transport.kind, options), package_root, env_hook=not wrapped,
-        to_come=(ENV_CLIENT_KEY,),
+        to_come=(ENV_CLIENT_KEY, ENV_JOB_SECRET),
     )
     if wrapped:
         assert isinstance(algorithm, Mapping)
@@ -205,6 +207,7 @@ def enable_request(
     transport: JobTransport | None = None,
     owner: str,
     public_key: str,
+    job_secret: str,
     job_name: str | None = None,
     package_root: str = CHANNEL_ROOT,
     package_uri: str | None = None,
@@ -221,7 +224,7 @@ def enable_request(
         request, options, transport=transport, owner=owner, job_name=job_name, package_root=package_root,
         package_uri=package_uri,
     )
-    return draft.finish(public_key)
+    return draft.finish(public_key, job_secret)
 
 
 # --- refusals --------------------------------------------------------------------------------------
@@ -258,7 +261,7 @@ def check_image(image: Any, *, has_script: bool) -> None:
 
 def check_py_version(py_version: Any) -> None:
     """An SDK v2 estimator's ``py_version`` ("py39"), where it names a Python."""
-    found = _PY_VERSION_RE.match(py_version) if isinstance(py_version, str) else None
+    found = _PY_VERSION_RE.fullmatch(py_version) if isinstance(py_version, str) else None
     if found:
         check_python((int(found.group(1)), int(found.group(2))), f"py_version={py_version!r}")
 
@@ -305,7 +308,7 @@ def _environment(
     if count > ENV_MAX:
         raise EnableError(f"the job would have {count} environment variables; SageMaker allows {ENV_MAX}")
     for key, value in env.items():
-        if not ENV_KEY_RE.match(key) or len(key) > ENV_VALUE_MAX:
+        if not ENV_KEY_RE.fullmatch(key) or len(key) > ENV_VALUE_MAX:
             raise EnableError(
                 f"environment variable name {key[:80]!r} is not accepted by SageMaker ([A-Za-z_][A-Za-z0-9_]*)"
             )

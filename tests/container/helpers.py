@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from remote_debug import spec
+from remote_debug import job_secret, spec
 from remote_debug.local.rank_control import exchange
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 T = TypeVar("T")
 TOKEN_ENV = "RD_TEST_TOKEN"
+# The job secret of every hook these tests start (unless one passes its own): the control channel
+# wants its token, as the laptop sends it.
+JOB_SECRET = job_secret.derive_job_secret(b"tests/container")
 
 # Variables of the surrounding environment that would change what the hook or a rank decides.
 _SCRUB_PREFIXES = ("REMOTE_DEBUG_", "SM_", "OMPI_", "PMI_")
@@ -277,6 +280,7 @@ def debug_spec(job: str, public_key: str, **spec_fields: Any) -> spec.DebugSpec:
     (``transport=``) is the job's wiring."""
     chosen = {f.name: spec_fields.pop(f.name) for f in dataclasses.fields(spec.DebugOptions) if f.name in spec_fields}
     options = spec.DebugOptions(**chosen)
+    spec_fields.setdefault("job_secret", JOB_SECRET)
     return spec.DebugSpec(job_name=job, client_public_key=public_key, options=options, **spec_fields)
 
 
@@ -498,9 +502,13 @@ def with_descendants(pids: list[int]) -> list[int]:
     return sorted(found)
 
 
-def control_request(port: int, op: str, timeout: float = 20) -> dict[str, Any]:
-    """One request to a rank's control channel on 127.0.0.1:``port`` (a JSON line each way)."""
+def control_request(port: int, op: str, timeout: float = 20, secret: str | None = JOB_SECRET) -> dict[str, Any]:
+    """One request to a rank's control channel on 127.0.0.1:``port`` (a JSON line each way), with the
+    token of ``secret`` (None: without one)."""
+    payload: dict[str, Any] = {"op": op}
+    if secret is not None:
+        payload["auth"] = job_secret.control_token(secret)
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        data = exchange(sock, {"op": op})  # the laptop's side of the protocol, without the SSH tunnel
+        data = exchange(sock, payload)  # the laptop's side of the protocol, without the SSH tunnel
     reply: dict[str, Any] = json.loads(data or b"{}")
     return reply

@@ -147,12 +147,15 @@ def test_client_breaking_on_uncaught_sees_one_stop_and_detaching_ends_the_hold(r
 # --- the option on its way into the job: spec <-> env, SageMaker's enable() -------------------------
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey test"
+SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
 
 
 def test_spec_carries_the_hold_only_when_set() -> None:
-    plain = spec.DebugSpec(job_name="j", client_public_key=KEY)
+    plain = spec.DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET)
     assert spec.ENV_HOLD_ON_FAILURE not in plain.to_env()  # jobs without it look exactly as before
-    held = spec.DebugSpec(job_name="j", client_public_key=KEY, options=spec.DebugOptions(hold_on_failure=90))
+    held = spec.DebugSpec(
+        job_name="j", client_public_key=KEY, job_secret=SECRET, options=spec.DebugOptions(hold_on_failure=90)
+    )
     env = held.to_env()
     assert env[spec.ENV_HOLD_ON_FAILURE] == "90" and spec.DebugSpec.from_env(env) == held
     for bad in ("-1", "nan", "inf", "1e9", "soon"):

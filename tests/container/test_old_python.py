@@ -31,7 +31,9 @@ EARLY_FILES = [
     REPO / "remote_debug" / "container" / "inject" / "sitecustomize.py",
 ]
 OLD = (3, 8, 10)
-SPEC_ENV = spec.DebugSpec(job_name="old-py", client_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APP"
+SPEC_ENV = spec.DebugSpec(
+    job_name="old-py", job_secret="5e" * 32,
+    client_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APP"
                           "dGydAYq4clP4mmQ5PSEGTtS4BX").to_env()
 
 

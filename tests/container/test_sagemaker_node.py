@@ -22,6 +22,7 @@ from tests.container.helpers import PYTHON, WAIT_SCRIPT, HookRun, wait_for
 from tests.fake_aws import FakeSsm
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
+SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
 
 
 # --- code dir and address ---------------------------------------------------------------------------
@@ -134,7 +135,9 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
     monkeypatch.setattr(node_module, "find_sshd", lambda: str(tmp_path / "no-sshd-yet"))
     monkeypatch.setattr(install, "install_sshd", install_sshd)
     env = {
-        **spec.DebugSpec(job_name="inst", client_public_key=KEY, transport=spec.Transport.SSM).to_env(),
+        **spec.DebugSpec(
+            job_name="inst", client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM
+        ).to_env(),
         "TRAINING_JOB_ARN": "arn:aws:sagemaker:us-west-2:123456789012:training-job/inst",
         spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
         "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
@@ -212,9 +215,10 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
 
 
 def test_lines_only_for_sagemaker_transports() -> None:
-    local = spec.DebugSpec(job_name="j", client_public_key=KEY)
+    local = spec.DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET)
     assert not lines_enabled(local, {}) and lines_enabled(local, {"REMOTE_DEBUG_MANIFEST_LINES": "1"})
-    assert lines_enabled(spec.DebugSpec(job_name="j", client_public_key=KEY, transport=spec.Transport.SSM), {})
+    ssm = spec.DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM)
+    assert lines_enabled(ssm, {})
 
 
 @pytest.mark.parametrize("transport", ["ssm", "direct"])
@@ -384,7 +388,9 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
         {**env, **_activation(tmp_path)}, agent=FakeAgent(),  # type: ignore[arg-type]
         deregister=lambda mi, region: gone.append(mi)))
     env = {
-        **spec.DebugSpec(job_name="hyb", client_public_key=KEY, transport=spec.Transport.HYBRID).to_env(),
+        **spec.DebugSpec(
+            job_name="hyb", client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.HYBRID
+        ).to_env(),
         spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
         "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
     }

@@ -34,6 +34,7 @@ ACCOUNT = "123456789012"  # moto's
 USER_ID = "AKIAIOSFODNN7EXAMPLE"  # what moto's GetCallerIdentity answers as UserId
 JOB = "doc-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
+SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
 USER_POLICY: dict[str, Any] = json.loads((TEMPLATES / "user-policy.json").read_text())
 _IAM = botocore.session.get_session().get_service_model("iam")
@@ -253,7 +254,7 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = plugin_bin(tmp_path / "bin")  # AWS's real session-manager-plugin, found on PATH
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.SSM).to_env()
+    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM).to_env()
     clients = Clients(job_script=lambda _n, job: describe_response(
         job, "InProgress", "Training", environment=env), tier=None)
     node = spec.NodeManifest(job_name=JOB, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
@@ -325,7 +326,8 @@ def test_cli_json_and_exit_code(cloud: None, tmp_path: Path, monkeypatch: pytest
 
 
 def test_standard_tier_fails_a_hybrid_job_with_the_command_that_fixes_it(cloud: None) -> None:
-    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.HYBRID).to_env()
+    hybrid = spec.Transport.HYBRID
+    env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=hybrid).to_env()
     clients = Clients(job_script=lambda _n, job: describe_response(
         job, "InProgress", "Downloading", environment=env, remote_debug=False), tier="standard")
     checks = _by_name(Doctor(clients=clients).run(JOB))

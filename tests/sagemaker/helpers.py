@@ -9,6 +9,7 @@ from typing import Any
 import botocore.session
 from botocore.validate import validate_parameters
 
+from remote_debug.job_secret import derive_job_secret
 from remote_debug.sagemaker.bundle import inject_dir
 from remote_debug.sagemaker.intercept import MARKER_ENV
 
@@ -32,8 +33,13 @@ def public_key(state_dir: Path, job: str) -> str:
     return (key.parent / "id_ed25519.pub").read_text().strip()
 
 
+def job_secret_of(state_dir: Path, job: str) -> str:
+    """The job secret the laptop derives from the job's private key (what the request must carry)."""
+    return derive_job_secret((state_dir / "keys" / job / "id_ed25519").read_bytes())
+
+
 def spec_env(
-    job: str, key: str, *, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
+    job: str, key: str, *, secret: str, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
     port_base: str = "0", sshd_port: str = "0", transport: str = "ssm", env_hook: bool = True,
 ) -> dict[str, str]:
     """What enable() puts in Environment; ``env_hook``: no entry to wrap, so our sitecustomize comes in
@@ -47,6 +53,7 @@ def spec_env(
         "REMOTE_DEBUG_SSHD_PORT": sshd_port,
         "REMOTE_DEBUG_WAIT": wait,
         "REMOTE_DEBUG_CLIENT_PUBKEY": key,
+        "REMOTE_DEBUG_JOB_SECRET": secret,
         "REMOTE_DEBUG_TRANSPORT": transport,
         **({"PYTHONPATH": inject_dir(package_root)} if env_hook else {}),
     }
@@ -59,7 +66,9 @@ def assert_debuggable(request: dict[str, Any], state_dir: Path, *, package_root:
     job = request["TrainingJobName"]
     key = public_key(state_dir, job)
     wrapped = bool(request["AlgorithmSpecification"].get("ContainerEntrypoint"))
-    expected = spec_env(job, key, package_root=package_root, env_hook=not wrapped, **spec)
+    expected = spec_env(
+        job, key, secret=job_secret_of(state_dir, job), package_root=package_root, env_hook=not wrapped, **spec
+    )
     assert request["Environment"] == {**(user_env or {}), **expected}
     assert MARKER_ENV not in request["Environment"]
     assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": True}

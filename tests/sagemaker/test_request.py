@@ -18,7 +18,16 @@ from remote_debug.sagemaker.bundle import CHANNEL_ROOT
 from remote_debug.sagemaker.common import EnableError
 from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
 from tests.fake_aws import moto_cloud
-from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, assert_debuggable, public_key, spec_env, validate
+from tests.sagemaker.helpers import (
+    IMAGE,
+    MOTO_USER_ID,
+    ROLE,
+    assert_debuggable,
+    job_secret_of,
+    public_key,
+    spec_env,
+    validate,
+)
 
 BASE: dict[str, Any] = {
     "TrainingJobName": "rd-raw-1",
@@ -57,7 +66,8 @@ def test_raw_request_exactly(state: Path) -> None:
     )
     assert original == BASE  # the input is not modified
     key = public_key(state, "rd-raw-1")
-    env = spec_env("rd-raw-1", key, package_root=CHANNEL_ROOT, ranks="0,1", wait="120", sshd_port="2222",
+    env = spec_env("rd-raw-1", key, secret=job_secret_of(state, "rd-raw-1"), package_root=CHANNEL_ROOT, ranks="0,1",
+                   wait="120", sshd_port="2222",
                    port_base="5678", env_hook=False)
     assert out == {
         **BASE,
@@ -237,10 +247,10 @@ def test_a_long_package_root_is_refused() -> None:
 
 
 def test_the_environment_limit_counts_the_key_before_it_is_made(state: Path) -> None:
-    # 100 variables with the spec's 9 (the client key among them, made only after every check)
-    fits = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(90)}})
+    # 100 variables with the spec's 10 (the client key and job secret among them, made only after every check)
+    fits = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(89)}})
     assert len(remote_debug.enable(fits, owner="alice", key_dir=state)["Environment"]) == 100
-    over = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(91)}})
+    over = _with(Environment={"PYTHONPATH": "/x", **{f"V{i}": "1" for i in range(90)}})
     with pytest.raises(EnableError, match="would have 101 environment variables"):
         remote_debug.enable(over, owner="alice", key_dir=state / "other")
     assert not (state / "other").exists()

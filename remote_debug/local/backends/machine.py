@@ -36,7 +36,7 @@ from remote_debug.local.backends.machine_job import (
 )
 from remote_debug.local.errors import UnknownJobError, UserError
 from remote_debug.local.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails
-from remote_debug.local.keys import ensure_job_key
+from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths, private_dir
 from remote_debug.spec import LOOPBACK
 
@@ -142,9 +142,10 @@ class MachineBackend(Backend):
         # Everything is checked before the first file, the job's key pair, is written: the options
         # when they were made, the rest here.
         self.validate(req)
-        _, public_key = ensure_job_key(self.paths, req.name)
+        key_path, public_key = ensure_job_key(self.paths, req.name)
         debug = spec.DebugSpec(
-            job_name=req.name, client_public_key=public_key, transport=spec.Transport.LOCAL, options=req.options
+            job_name=req.name, client_public_key=public_key, job_secret=job_secret(key_path),
+            transport=spec.Transport.LOCAL, options=req.options,
         )
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
@@ -245,7 +246,7 @@ class MachineBackend(Backend):
     # --- queries --------------------------------------------------------------------------------
 
     def has_job(self, job: str) -> bool:
-        return spec.JOB_NAME_RE.match(job) is not None and (self.paths.job_dir(job) / "job.json").exists()
+        return spec.JOB_NAME_RE.fullmatch(job) is not None and (self.paths.job_dir(job) / "job.json").exists()
 
     def _supervisor_pid(self, job_dir: Path) -> int:
         try:

@@ -34,7 +34,8 @@ from tests.ssm_plugin import LocalSsm, banner, echo_server, needs_plugin, plugin
 REGION = "us-west-2"
 JOB = "sm-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, transport=spec.Transport.SSM).to_env()
+SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
+SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM).to_env()
 
 
 @pytest.fixture
