@@ -12,27 +12,41 @@ debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spe
   "function"}]}]}``: every thread's current Python stack, from ``sys._current_frames()`` (no
   tracing installed, no ptrace).
 
+Every request carries ``"auth"``: the job's control token (``job_secret.control_token``), which only
+a process that can read the job's environment (the laptop derives it from the job's key) can know.
+A connection from another local user is closed before it is read (``peer_uid``).
+
 Stdlib only; torch is used only when the rank already imported ``torch.distributed``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import queue
+import selectors
 import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from remote_debug import job_secret, peer_uid
 from remote_debug.container.common import quiet_thread, seconds_knob
 from remote_debug.container.log import describe, log
-from remote_debug.spec import ENV_PG_TIMEOUT, LOOPBACK, ControlOp
+from remote_debug.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT, LOOPBACK, ControlOp
 
 MAX_REQUEST = 4096
+REQUEST_DEADLINE = 5.0  # seconds from accept to a complete request line (and to send the reply)
+MAX_PENDING = 32  # connections waiting for their request line; a new one evicts the oldest
+MAX_WORKERS = 4  # threads running requests ("listen" may take seconds)
+LOGGED_REFUSALS = 5  # refusals logged one by one; the rest are only counted
 DEFAULT_PG_TIMEOUT_SECONDS = 7200.0  # long enough for a debugging session
 MAX_PG_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # anything beyond is a typo (and timedelta has a limit)
 PENDING_POLL_SECONDS = 0.05  # raise the timeout this soon after a late init_process_group
@@ -78,43 +92,192 @@ def thread_stacks() -> list[dict[str, Any]]:
     return result
 
 
+@dataclass
+class _Waiting:
+    deadline: float  # monotonic
+    data: bytes = b""
+
+
 class ControlServer:
+    """The rank's control listener: one thread multiplexes every connection (``selectors``), and at
+    most :data:`MAX_WORKERS` threads run requests.
+
+    Why not a thread per connection: a local process trickling bytes into many connections held a
+    thread each (480 after 36 s), and when threads ran out the accept loop died.  Now a connection
+    costs a socket until its line is complete or :data:`REQUEST_DEADLINE` s have passed since it
+    was accepted (whichever first), at most :data:`MAX_PENDING` wait at once (a new one evicts the
+    oldest: a real client sends its line at once, a trickle is what waits), and nothing that a
+    client does makes the loop raise.
+
+    A connection is served only if it comes from our own uid (``peer_uid``) and the request carries
+    the job's control token (``job_secret``): proof that the sender can read the job's environment.
+    """
+
     def __init__(self, on_listen: Callable[[], int], env: Mapping[str, str]) -> None:
         self.on_listen = on_listen
         self.pg_timeout = pg_timeout_seconds(env)
+        self._secret = env.get(ENV_JOB_SECRET, "").strip()
+        self._check_uid = peer_uid.supported()
         self._lock = threading.Lock()
         self._pending = False
+        self.refused = 0  # connections or requests turned away (uid, token, eviction, deadline)
         self._server = socket.socket()
         self._server.bind((LOOPBACK, 0))
-        self._server.listen(8)
+        self._server.listen(64)
+        self._server.setblocking(False)
         self.port = int(self._server.getsockname()[1])
-        quiet_thread(self._accept_loop, "remote-debug-control").start()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server, selectors.EVENT_READ)
+        self._waiting: dict[socket.socket, _Waiting] = {}  # insertion order = accept order
+        self._work: queue.SimpleQueue[tuple[socket.socket, bytes]] = queue.SimpleQueue()
+        self._workers = 0
+        self._idle_workers = 0
+        quiet_thread(self._loop, "remote-debug-control").start()
 
-    def _accept_loop(self) -> None:
+    # --- the one loop ------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
         while True:
             try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            quiet_thread(lambda c=conn: self._serve(c), "remote-debug-control-conn").start()  # type: ignore[misc]
+                if not self._turn():
+                    return
+            except Exception as exc:  # a bug or a resource shortage: never stop answering
+                log(f"control channel: {describe(exc)}")
+                time.sleep(0.05)
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _turn(self) -> bool:
+        """One round of the loop; False once the listener is closed."""
+        now = time.monotonic()
+        timeout = min((w.deadline for w in self._waiting.values()), default=now + 60) - now
+        for key, _ in self._selector.select(max(0.0, timeout)):
+            if key.fileobj is self._server:
+                if not self._accept():
+                    return False
+            else:
+                self._read(key.fileobj)  # type: ignore[arg-type]
+        now = time.monotonic()
+        for conn in [c for c, w in self._waiting.items() if w.deadline <= now]:
+            self._drop(conn, "no complete request in time")
+        return True
+
+    def _accept(self) -> bool:
+        for _ in range(64):  # everything queued, but let the waiting connections have their turn
+            try:
+                conn, _ = self._server.accept()
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log(f"control channel: cannot accept: {describe(exc)}")
+                    time.sleep(0.05)  # the backlog keeps them; try again soon
+                    return True
+                return False  # closed
+            if self._check_uid:
+                verdict = peer_uid.peer_verdict(conn)
+                if not verdict.allowed:
+                    self._refuse(conn, verdict.reason)
+                    continue
+            if len(self._waiting) >= MAX_PENDING:
+                self._drop(next(iter(self._waiting)), f"more than {MAX_PENDING} connections waiting")
+            conn.setblocking(False)
+            self._waiting[conn] = _Waiting(time.monotonic() + REQUEST_DEADLINE)
+            self._selector.register(conn, selectors.EVENT_READ)
+        return True
+
+    def _read(self, conn: socket.socket) -> None:
+        waiting = self._waiting.get(conn)
+        if waiting is None:
+            return
+        try:
+            chunk = conn.recv(MAX_REQUEST)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        waiting.data += chunk
+        if chunk and b"\n" not in waiting.data and len(waiting.data) < MAX_REQUEST:
+            return
+        self._selector.unregister(conn)
+        del self._waiting[conn]
+        if not chunk and not waiting.data:
+            conn.close()  # connected and went away
+            return
+        self._hand_over(conn, waiting.data.split(b"\n", 1)[0])
+
+    def _drop(self, conn: socket.socket, why: str) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn)
+        self._waiting.pop(conn, None)
+        self._refuse(conn, why)
+
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        self.refused += 1
+        if self.refused <= LOGGED_REFUSALS:
+            log(f"control channel refused a connection: {why}"
+                + (" (further refusals are counted, not logged)" if self.refused == LOGGED_REFUSALS else ""))
+        conn.close()
+
+    # --- requests ------------------------------------------------------------------------------------
+
+    def _hand_over(self, conn: socket.socket, line: bytes) -> None:
+        """Run the request on a worker: "listen" may take seconds, and the loop must keep answering."""
+        self._work.put((conn, line))
+        with self._lock:
+            start = self._idle_workers == 0 and self._workers < MAX_WORKERS
+            if start:
+                self._workers += 1
+        if start:
+            try:
+                quiet_thread(self._worker, "remote-debug-control-worker").start()
+            except RuntimeError as exc:  # no thread to be had: the ones running will get to it
+                with self._lock:
+                    self._workers -= 1
+                    alone = self._workers == 0
+                log(f"control channel: cannot start a worker: {describe(exc)}")
+                if alone:  # nobody will: answer here, late rather than never
+                    self._serve(*self._work.get())
+
+    def _worker(self) -> None:
+        while True:
+            with self._lock:
+                self._idle_workers += 1
+            try:
+                conn, line = self._work.get()
+            finally:
+                with self._lock:
+                    self._idle_workers -= 1
+            try:
+                self._serve(conn, line)
+            except Exception as exc:
+                log(f"control channel: {describe(exc)}")
+
+    def _serve(self, conn: socket.socket, line: bytes) -> None:
         with conn:
             try:
-                conn.settimeout(10)
-                data = b""
-                while b"\n" not in data and len(data) < MAX_REQUEST:
-                    chunk = conn.recv(MAX_REQUEST)
-                    if not chunk:
-                        break
-                    data += chunk
-                reply = self.handle(json.loads(data.split(b"\n", 1)[0] or b"{}"))
+                request = json.loads(line or b"{}")
+                if not self._authorised(request):
+                    self.refused += 1
+                    if self.refused <= LOGGED_REFUSALS:
+                        log("control channel refused a request without the job's control token")
+                    reply: dict[str, Any] = {"ok": False, "error": "not authorised: the request lacks the job's token"}
+                else:
+                    reply = self.handle(request)
             except Exception as exc:  # a bad request never takes the rank down
                 reply = {"ok": False, "error": describe(exc)}
             try:
+                conn.setblocking(True)
+                conn.settimeout(REQUEST_DEADLINE)
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError:
                 pass
+
+    def _authorised(self, request: Any) -> bool:
+        if not self._secret or not isinstance(request, dict):
+            return False
+        try:
+            return job_secret.token_matches(self._secret, request.get("auth"))
+        except job_secret.SecretError:  # a malformed secret in the environment: nobody gets in
+            return False
 
     def handle(self, request: Any) -> dict[str, Any]:
         op = request.get("op") if isinstance(request, dict) else None

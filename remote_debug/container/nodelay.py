@@ -42,10 +42,10 @@ def enable(*, debuggee: bool = False, argv: Sequence[str] | None = None) -> bool
     try:
         if debuggee:
             return _patch_debuggee()
-        adapter_parent = _adapter_parent(sys.orig_argv if argv is None else argv)
-        if adapter_parent is None or not os.environ.get(ENV_CLAIMED_BY):
+        parent = adapter_parent(sys.orig_argv if argv is None else argv)
+        if parent is None or not os.environ.get(ENV_CLAIMED_BY):
             return False
-        return _patch_adapter(adapter_parent)
+        return _patch_adapter(parent)
     except Exception as exc:  # never break the process for a latency optimisation
         log(f"TCP_NODELAY not set on debugpy sockets in pid {os.getpid()}: {describe(exc)}")
         return False
@@ -89,7 +89,7 @@ def _patch_debuggee() -> bool:
     return True
 
 
-def _adapter_parent(argv: Sequence[str]) -> str | None:
+def adapter_parent(argv: Sequence[str]) -> str | None:
     """The dir holding the ``debugpy`` package when ``argv`` runs debugpy's adapter, else None.
 
     debugpy.listen() starts ``python <site-packages>/debugpy/adapter --for-server ...``.
@@ -105,8 +105,14 @@ def _adapter_parent(argv: Sequence[str]) -> str | None:
 
 
 def _patch_adapter(parent: str) -> bool:
-    # Import the adapter's own copy of debugpy, the way its __main__ would (it then skips its own
-    # sys.path dance because debugpy is already in sys.modules).
+    import_adapter_debugpy(parent)
+    _patch_sockets_module()
+    return True
+
+
+def import_adapter_debugpy(parent: str) -> None:
+    """Import the adapter's own copy of debugpy, the way its __main__ would (it then skips its own
+    sys.path dance because debugpy is already in sys.modules)."""
     if "debugpy" not in sys.modules:
         sys.path.insert(0, parent)
         try:
@@ -114,5 +120,3 @@ def _patch_adapter(parent: str) -> bool:
         finally:
             with contextlib.suppress(ValueError):
                 sys.path.remove(parent)
-    _patch_sockets_module()
-    return True

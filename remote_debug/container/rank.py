@@ -354,6 +354,9 @@ class _Listener:
     def start_debugpy(self) -> int:
         check_port(self.requested, f"debug port for local rank {self.local_rank}")
         __import__("remote_debug.container.nodelay", fromlist=["enable"]).enable(debuggee=True)
+        # pydevd connects only to an adapter of our own uid (the adapter gates its listeners itself,
+        # from sitecustomize); raises rather than listen ungated
+        __import__("remote_debug.container.debugpy_gate", fromlist=["gate_debuggee"]).gate_debuggee()
         import debugpy
 
         _host, port = debugpy.listen((LOOPBACK, self.requested))

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from remote_debug import spec
+from remote_debug import peer_uid, spec
 from remote_debug.local import events, interrupts
 from remote_debug.local.backends.base import Backend
 from remote_debug.local.connection import POLL_SECONDS, JobConnection
@@ -25,6 +25,12 @@ from remote_debug.local.ide import IdeSide, PyCharmOptions, RankForward, ide_sid
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pause_safe import PauseSafe
+
+# Said once per attach where the owner of a loopback connection cannot be told (not Linux).
+UID_CHECK_UNAVAILABLE = (
+    "this system cannot tell which local user opens a connection: any user of this machine who finds the "
+    "forwarded ports can reach the ranks' debuggers while this attach runs"
+)
 
 __all__ = ["AttachOptions", "AttachResult", "Attacher", "RankForward"]
 
@@ -102,6 +108,8 @@ class Attacher:
         if self.options.write_launch_json and not self.options.workspace.is_dir():
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
         self.ide.prepare()  # e.g. PyCharm's version check and run configuration, before any tunnel
+        if not peer_uid.supported():  # once per attach: the forwards cannot tell who connects
+            self.emit(events.WarningEvent(code="uid-check-unavailable", message=UID_CHECK_UNAVAILABLE))
         try:
             try:
                 manifests = self.connection.wait_for_manifests(self.options.ready_timeout)

@@ -10,12 +10,13 @@ end.  Nothing here knows about IDEs.
 
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 
 from remote_debug import spec
-from remote_debug.local import events, interrupts, ssh_config
+from remote_debug.local import events, interrupts, keys, ssh_config
 from remote_debug.local.backends import backend_for, job_ref
 from remote_debug.local.backends.base import Backend
 from remote_debug.local.errors import JobNotRunningError, UserError
@@ -170,7 +171,7 @@ class JobConnection:
     def connect(self) -> dict[str, NodeTunnel]:
         """One SSH connection per node of :meth:`write_ssh_entries`, opened in parallel; raises the
         first node's one-line error."""
-        tunnels = {e.node: NodeTunnel(endpoint_for(e, self.paths)) for e in self.entries}
+        tunnels = {e.node: self._new_tunnel(e) for e in self.entries}
         self.tunnels = tunnels
         with ThreadPoolExecutor(max_workers=max(1, len(tunnels))) as pool:
             for node, fut in [(n, pool.submit(t.connect)) for n, t in tunnels.items()]:
@@ -185,12 +186,31 @@ class JobConnection:
             entry = next((e for e in self.entries if e.node == node), None)
             if entry is None:
                 raise UserError(f"job {self.job} has no node {node!r} with ssh entries")
-            tunnel = self.tunnels[node] = NodeTunnel(endpoint_for(entry, self.paths))
+            tunnel = self.tunnels[node] = self._new_tunnel(entry)
         return tunnel
+
+    def _new_tunnel(self, entry: ssh_config.HostEntry) -> NodeTunnel:
+        tunnel = NodeTunnel(endpoint_for(entry, self.paths))
+        # another local user's connection to one of our forwards: closed, and the user told
+        tunnel.on_foreign = lambda message: self.emit(
+            events.WarningEvent(code="connection-refused", node=entry.node, message=message)
+        )
+        return tunnel
+
+    @functools.cached_property
+    def secret(self) -> str:
+        """The job secret (``remote_debug.job_secret``), derived from the job's private key."""
+        try:
+            return keys.job_secret(self.paths.job_key(self.job))
+        except OSError:
+            raise UserError(
+                f"job {self.job} has no client key on this machine ({self.paths.job_key(self.job)}): "
+                "attach from the machine that launched or enabled it"
+            ) from None
 
     def control(self, node: str) -> RankControl:
         """The control channels of the ranks on ``node``."""
-        return RankControl(self.tunnel(node))
+        return RankControl(self.tunnel(node), self.secret)
 
     def keep_up(self) -> None:
         """Reconnect dropped tunnels; says so (``reconnected`` / ``tunnel-down``) for each node."""

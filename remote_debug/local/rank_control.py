@@ -2,8 +2,8 @@
 
 A rank answers on its node's 127.0.0.1:``control_port`` (a daemon thread of the rank, so it answers
 while the main thread is blocked in a collective).  One JSON line in, one JSON line out, per
-connection (the ops: :class:`remote_debug.spec.ControlOp`); reached through the node's SSH connection
-(:meth:`NodeTunnel.open_channel`).
+connection (the ops: :class:`remote_debug.spec.ControlOp`), each with the job's control token;
+reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
 
 - ``listen``: start the rank's debug listener (lazy ranks), or put tracing back after a detach;
   the reply's ``port`` is the listener on the node.  It also makes the rank pause-safe.
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import paramiko
 
-from remote_debug import spec
+from remote_debug import job_secret, spec
 from remote_debug.local.errors import UserError
 from remote_debug.local.tunnels import NodeTunnel
 
@@ -47,10 +47,12 @@ class ThreadStack:
 
 
 class RankControl:
-    """The control channels of the ranks on one node."""
+    """The control channels of the ranks on one node; ``secret`` is the job's (``keys.job_secret``):
+    every request carries its control token, without which a rank answers nothing."""
 
-    def __init__(self, tunnel: NodeTunnel) -> None:
+    def __init__(self, tunnel: NodeTunnel, secret: str) -> None:
         self.tunnel = tunnel
+        self._token = job_secret.control_token(secret)
 
     def request(self, control_port: int, payload: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
         """One JSON-line request; raises ``OSError`` (connection or protocol trouble) or ``UserError``
@@ -62,7 +64,7 @@ class RankControl:
             raise OSError(f"cannot reach {where}: {exc}") from None
         try:
             chan.settimeout(timeout)
-            data = exchange(chan, payload)
+            data = exchange(chan, {**payload, "auth": self._token})
         except (TimeoutError, paramiko.SSHException, EOFError) as exc:
             raise OSError(f"{where}: {exc or 'timed out'}") from None
         finally:

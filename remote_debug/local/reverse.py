@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 from dataclasses import dataclass
 
 import paramiko
 
+from remote_debug import peer_uid
 from remote_debug.local import events as ev
 from remote_debug.local.events import Emit
 from remote_debug.local.tunnels import ReverseHandler, _pump
@@ -75,7 +77,16 @@ class IdeBridge:
         try:
             ide = socket.create_connection((self.ide_host, self.ide_port), timeout=self.connect_timeout)
         except OSError as exc:
-            self._refuse(chan, origin, exc)
+            self._refuse(chan, origin, (
+                f"nothing listens on the laptop's {self.ide_host}:{self.ide_port} "
+                f"({type(exc).__name__}): start PyCharm's Python Debug Server on that port"
+            ))
+            return
+        stranger = self._stranger(ide)
+        if stranger:
+            with contextlib.suppress(OSError):
+                ide.close()
+            self._refuse(chan, origin, stranger)
             return
         try:
             ide.settimeout(None)
@@ -97,11 +108,28 @@ class IdeBridge:
                 ide.close()
             chan.close()
 
-    def _refuse(self, chan: paramiko.Channel, origin: RankOrigin, exc: OSError) -> None:
-        reason = (
-            f"nothing listens on the laptop's {self.ide_host}:{self.ide_port} "
-            f"({type(exc).__name__}): start PyCharm's Python Debug Server on that port"
+    def _stranger(self, ide: socket.socket) -> str:
+        """Why the program behind ``ide`` is not ours to hand a rank to ("" if it is).
+
+        Whoever accepts the rank's connection drives pydevd in the rank, i.e. runs code in the job.
+        PyCharm's port is a well-known one, and when PyCharm is not running another local user may
+        listen there: the socket that accepted us (in the kernel, it has its listener's owner) must
+        belong to our own uid.  Checked before the rank's first byte goes anywhere."""
+        if not peer_uid.supported():
+            return ""  # attach said so once
+        try:
+            owner = peer_uid.socket_owner(ide.getpeername()[:2], ide.getsockname()[:2])
+        except OSError:
+            owner = None
+        if owner == os.geteuid():
+            return ""
+        who = "an unknown user" if owner is None else f"uid {owner}"
+        return (
+            f"the program listening on the laptop's {self.ide_host}:{self.ide_port} belongs to {who}, not to "
+            "you: not connecting the rank to it (start PyCharm's Python Debug Server there yourself)"
         )
+
+    def _refuse(self, chan: paramiko.Channel, origin: RankOrigin, reason: str) -> None:
         try:
             chan.sendall(Hello(ok=False, error=reason).encode())
         except (OSError, EOFError, paramiko.SSHException):

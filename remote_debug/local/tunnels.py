@@ -27,6 +27,7 @@ from typing import Any
 
 import paramiko
 
+from remote_debug import peer_uid
 from remote_debug.local import dap_wire
 from remote_debug.local.errors import UserError
 from remote_debug.spec import LOOPBACK
@@ -159,6 +160,9 @@ class NodeTunnel:
         self._exclusive: dict[int, tuple[str, Callable[[str], None] | None]] = {}
         self._sessions: dict[int, int] = {}  # remote port -> connections the forward carries now
         self._session_lock = threading.Lock()  # not self._lock: a reconnect holds that one for long
+        # Told (with a one-line message) when a connection from another local user is refused.
+        self.on_foreign: Callable[[str], None] | None = None
+        self.refused_foreign = 0
 
     # --- connection -----------------------------------------------------------------------------
 
@@ -394,6 +398,8 @@ class NodeTunnel:
             threading.Thread(target=self._serve, args=(client, origin, remote_port), daemon=True).start()
 
     def _serve(self, client: socket.socket, origin: tuple[str, int], remote_port: int) -> None:
+        if not self._admit(client, remote_port):
+            return
         exclusive = self._exclusive.get(remote_port)
         if exclusive is not None:
             with self._session_lock:
@@ -427,6 +433,28 @@ class NodeTunnel:
             if exclusive is not None:
                 with self._session_lock:
                     self._sessions[remote_port] = 0
+
+    def _admit(self, client: socket.socket, remote_port: int) -> bool:
+        """Whether the connection comes from our own uid (see ``peer_uid``); closes it if not.
+
+        127.0.0.1 keeps other machines out, not other users of this one, and whoever reaches a
+        rank's debugpy runs code in the job.  Where the owner of a socket cannot be told, everyone
+        is let in: attach said so when it started."""
+        if not peer_uid.supported():
+            return True
+        verdict = peer_uid.peer_verdict(client)
+        if verdict.allowed:
+            return True
+        self.refused_foreign += 1
+        message = (f"refused a connection to the forward of {self.endpoint.alias} port {remote_port}: "
+                   f"{verdict.reason}")
+        log.warning("%s", message)
+        if self.on_foreign is not None:
+            with contextlib.suppress(Exception):  # a callback's bug must not kill the forward
+                self.on_foreign(message)
+        with contextlib.suppress(OSError):
+            client.close()
+        return False
 
     def close(self) -> None:
         self._closed.set()

@@ -37,7 +37,7 @@ def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> Non
         tunnel.connect()
         # an idle rank (lazy listeners) starts debugpy when asked through its control channel
         assert ranks[0].state == "idle" and ranks[0].port == 0
-        rank_port = RankControl(tunnel).listen(ranks[0]).port
+        rank_port = RankControl(tunnel, JobConnection(backend, "flaky", paths).secret).listen(ranks[0]).port
         # probe the rank's control listener: a bare connect+close on debugpy's own port can leave its
         # adapter without an answer for the next client, so nothing of ours probes debug ports
         assert tunnel.probe(ranks[0].control_port)

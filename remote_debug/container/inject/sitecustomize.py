@@ -53,10 +53,12 @@ def _remote_debug_activate() -> None:
             # package: make it importable.  Appended, so it never shadows the user's modules.
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
         from remote_debug.container.bootstrap import maybe_start_node_daemon
+        from remote_debug.container.debugpy_gate import gate_adapter
         from remote_debug.container.nodelay import enable as enable_nodelay
         from remote_debug.container.rank import activate
 
         enable_nodelay()  # only acts in debugpy's adapter for one of our ranks (before rank's claim guard)
+        gate_adapter()  # the same: our uid gate on the adapter's listeners (exits if it cannot)
         maybe_start_node_daemon()  # only when no hook serves this node (env-only injection)
         activate()
     except Exception as exc:  # activate() never raises; this covers a broken install

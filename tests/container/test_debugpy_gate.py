@@ -1,0 +1,82 @@
+"""The uid gate on debugpy's sockets, piece by piece (the live session in tests/security/test_other_users.py
+plays the whole attack): a gated listener hands over only our own connections, and pydevd refuses an
+"adapter" that another user accepted it on."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from remote_debug.container import debugpy_gate
+
+ATTACKER_PYTHON = "/usr/bin/python3"
+needs_second_user = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
+    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
+)
+
+
+def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
+    nobody = pwd.getpwnam("nobody")
+    return subprocess.Popen(
+        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+         ATTACKER_PYTHON, "-I", "-S", "-c", code, *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
+    )
+
+
+@pytest.fixture
+def stranger_listener() -> Iterator[int]:
+    """A port that nobody listens on (and never accepts)."""
+    proc = _as_nobody("import socket, sys\ns = socket.create_server(('127.0.0.1', 0))\n"
+                      "print(s.getsockname()[1], flush=True)\nsys.stdin.read()\n")
+    try:
+        assert proc.stdout is not None
+        yield int(proc.stdout.readline())
+    finally:
+        proc.communicate(timeout=10)
+
+
+@needs_second_user
+def test_a_gated_listener_skips_a_strangers_connection() -> None:
+    listener = debugpy_gate.gate(socket.create_server(("127.0.0.1", 0)))
+    port = listener.getsockname()[1]
+    stranger = _as_nobody("import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+                          "s.sendall(b'initialize')\nprint('sent', flush=True)\n"
+                          "try:\n    print(s.recv(10) or 'closed', flush=True)\n"
+                          "except OSError:\n    print('closed', flush=True)\n",
+                          str(port))
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline().strip() == "sent"
+        ours = socket.create_connection(("127.0.0.1", port))
+        listener.settimeout(10)
+        conn, _ = listener.accept()  # the stranger's came first: closed, and ours returned
+        assert conn.getpeername() == ours.getsockname()
+        assert stranger.stdout.readline().strip() == "closed"  # without an answer
+        conn.close()
+        ours.close()
+    finally:
+        stranger.kill()
+        stranger.wait(10)
+        listener.close()
+
+
+@needs_second_user
+def test_pydevd_refuses_an_adapter_another_user_accepted_it_on(stranger_listener: int) -> None:
+    def connect(port: int) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+    checked = debugpy_gate._check_server(connect)
+    with pytest.raises(ConnectionRefusedError, match="belongs to uid"):
+        checked(stranger_listener)
+    ours = socket.create_server(("127.0.0.1", 0))
+    try:
+        checked(ours.getsockname()[1]).close()  # our own adapter: connected (not even accepted yet)
+    finally:
+        ours.close()
