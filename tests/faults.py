@@ -342,11 +342,13 @@ class BeatJob:
             raise self.error
         return self.result
 
-    def control_forward(self) -> int:
+    def control_forward(self) -> ControlForward:
         """A local forward (on attach's own tunnel) to the rank's control channel, for tunnel_usable."""
         manifest = self.job.backend.manifests(self.name)["algo-1"]
         assert manifest is not None and manifest.ranks
-        return int(self.attacher.connection.tunnel("algo-1").forward(manifest.ranks[0].control_port))
+        connection = self.attacher.connection
+        port = connection.tunnel("algo-1").forward(manifest.ranks[0].control_port)
+        return ControlForward(int(port), connection.secret)
 
     def ide(self, port: int) -> Any:
         """Our DAP client as the IDE on local forward ``port``: attached, a breakpoint on the heartbeat line."""
@@ -364,7 +366,13 @@ class BeatJob:
         return [e for e in list(self.events) if e["event"] == name]
 
 
-def tunnel_usable(port: int, timeout: float) -> float:
+@dataclass(frozen=True)
+class ControlForward:
+    port: int  # on this machine's loopback
+    secret: str  # the job's: its control token goes with each request
+
+
+def tunnel_usable(forward: ControlForward, timeout: float) -> float:
     """Seconds until a request through local forward ``port`` (to a rank's control channel) is answered.
 
     Not a DAP ``initialize`` on the debug port: debugpy 1.8's adapter can stop listening for good
@@ -379,14 +387,15 @@ def tunnel_usable(port: int, timeout: float) -> float:
     last = "no attempt"
     while time.monotonic() < deadline:
         try:
-            reply = control_request(port, "stacks", timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            reply = control_request(forward.port, "stacks", timeout=max(0.1, min(2.0, deadline - time.monotonic())),
+                                    secret=forward.secret)
             if reply.get("ok"):
                 return time.monotonic() - start
             last = f"answer {str(reply)[:80]}"
         except (OSError, ValueError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(0.05)
-    raise AssertionError(f"no answer through 127.0.0.1:{port} within {timeout} s ({last})")
+    raise AssertionError(f"no answer through 127.0.0.1:{forward.port} within {timeout} s ({last})")
 
 
 # --- the wrapper (a process per connection) ---------------------------------------------------

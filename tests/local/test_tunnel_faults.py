@@ -16,12 +16,12 @@ from remote_debug.local import connection as attach_mod
 from remote_debug.local import tunnels
 from remote_debug.local.proxy import proxy_command as real_proxy_command
 from tests.container.helpers import wait_for
-from tests.faults import BeatJob, FaultRelay, Snapshot, tunnel_usable
+from tests.faults import BeatJob, ControlForward, FaultRelay, Snapshot, tunnel_usable
 
 RECONNECT_BUDGET = 5.0  # issue 7: attach reconnects within 5 s once the path is back
 
 
-def restore_and_reconnect(relay: FaultRelay, control: int) -> float:
+def restore_and_reconnect(relay: FaultRelay, control: ControlForward) -> float:
     """Restore the link; seconds until a request through attach's forward is answered again."""
     relay.restore()
     restored = time.monotonic()
