@@ -428,7 +428,9 @@ def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
         )
         logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{
             "timestamp": start_ms + events_before,
-            "message": manifest_lines.format_manifest_line("algo-1", manifest, boot="b1", seq=1),
+            "message": manifest_lines.format_manifest_line(
+                "algo-1", manifest, boot="b1", started=int(time.time() * 1000), seq=1, secret=job_secret(key_path)
+            ),
         }])
         backend = SageMakerBackend(paths, clients=clients.__getitem__)  # as attach polls it
         started = time.perf_counter()

@@ -91,7 +91,7 @@ class NodeServices:
             self.error(f"sshd failed: {exc}")
         listen = node_env.node_address(self.env) if self.spec.transport == Transport.DIRECT else LOOPBACK
         if lines_enabled(self.spec, self.env):
-            self.publisher = ManifestPublisher(self.manifest_dir, identity.node)
+            self.publisher = ManifestPublisher(self.manifest_dir, identity.node, secret=self.spec.job_secret)
         self.manifest = NodeManifest(
             job_name=self.spec.job_name, node=identity.node, hosts=identity.hosts, sshd_host=listen,
             sshd_port=0, ssh_user=user, host_public_key="", code_dir=node_env.code_dir(self.env),

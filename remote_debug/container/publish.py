@@ -22,6 +22,10 @@ lands elsewhere and is lost only if it, too, is cut (each cut is unlikely: a few
 change prints nothing, so a long job's log is not filled with copies, and copies of one document
 cost a few lines per change.  Stopping writes the copies still due at once (there is no later).
 The laptop (``sagemaker_logs``) takes a cut line for "not yet" rather than for a broken manifest.
+
+Each line carries a MAC of the job's secret (``manifest_lines``): the log group is writable by more
+principals than the job, and only a MAC'd line moves what the laptop pins.  ``started`` (this
+publisher's wall-clock start) tells the laptop which boot of the node is the newest.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class ManifestPublisher:
         directory: Path,
         node: str,
         *,
+        secret: str,
         fd: int = 1,
         interval: float = POLL_SECONDS,
         repeat_after: Sequence[float] | None = None,
@@ -88,7 +93,9 @@ class ManifestPublisher:
         self.interval = interval
         self.repeat_after = tuple(REPEAT_AFTER if repeat_after is None else repeat_after)
         self.clock = clock
+        self.secret = secret  # the job's (spec.job_secret): the key of every line's MAC
         self.boot = f"{os.getpid()}-{os.urandom(4).hex()}"
+        self.started = int(time.time() * 1000)  # this boot's wall-clock start (ms): the newest boot wins
         self._seq = 0
         self._seen: dict[str, _Published] = {}  # file name -> what was last published for it
         self._lock = threading.Lock()
@@ -126,7 +133,10 @@ class ManifestPublisher:
                         log(f"not publishing {path.name}: {describe(exc)}")
                     continue
                 self._seq += 1
-                line = (format_manifest_line(self.node, document, boot=self.boot, seq=self._seq) + "\n").encode()
+                text_line = format_manifest_line(
+                    self.node, document, boot=self.boot, started=self.started, seq=self._seq, secret=self.secret
+                )
+                line = (text_line + "\n").encode()
                 if not self._write(line):
                     return sent  # stdout is gone: try again at the next poll
                 self._seen[path.name] = _Published(text, line, [now + delay for delay in self.repeat_after])
@@ -148,7 +158,7 @@ class ManifestPublisher:
                 try:
                     self.poll()
                 except Exception as exc:  # never let the publisher take the hook down
-                    log(f"manifest publisher: {describe(exc)}")
+                    log(f"publishing the manifest: {describe(exc)}")
 
         self._thread = threading.Thread(target=loop, name="remote-debug-publish", daemon=True)
         self._thread.start()
@@ -163,4 +173,4 @@ class ManifestPublisher:
             self.poll()
             self.poll(flush=True)
         except Exception as exc:
-            log(f"manifest publisher: {describe(exc)}")
+            log(f"publishing the manifest: {describe(exc)}")

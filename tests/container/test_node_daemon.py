@@ -108,7 +108,8 @@ def test_first_python_process_starts_one_node_daemon(tmp_path: Path, client_key:
         assert not alive(int(node.hook_pid)) and (manifest_dir / LOCK_NAME).read_text() == ""
         assert not list(tmp_path.glob("remote-debug-sshd-*"))  # its private dir (host key) is gone
         assert pids_with_env(token) == []  # sshd, adapters, ranks: nothing outlived the job
-        lines = [mlines.parse_manifest_line(line) for line in (tmp_path / "stdout.log").read_text().splitlines()]
+        lines = [mlines.parse_manifest_line(line, secret=env[spec.ENV_JOB_SECRET])
+                 for line in (tmp_path / "stdout.log").read_text().splitlines()]
         boots = {line.boot for line in lines if line}
         assert len(boots) == 1  # exactly one daemon ever published for this node
         merged = mlines.merge_manifest_lines(line for line in lines if line)

@@ -22,7 +22,12 @@ from tests.container.helpers import PYTHON, WAIT_SCRIPT, HookRun, wait_for
 from tests.fake_aws import FakeSsm
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
+SECRET = "5e" * 32  # the job secret: the key of the manifest lines' MAC
+
+
+def _lines(text: str, secret: str = SECRET) -> list[mlines.ManifestLine]:
+    """The manifest lines in ``text`` (a node's stdout), each proven with the job's ``secret``."""
+    return [line for t in text.splitlines() if (line := mlines.parse_manifest_line(t, secret=secret))]
 
 
 # --- code dir and address ---------------------------------------------------------------------------
@@ -155,7 +160,7 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
     finally:
         services.finish(spec.NodeState.COMPLETED, 0)
     out = capfd.readouterr().out
-    merged = mlines.merge_manifest_lines(filter(None, map(mlines.parse_manifest_line, out.splitlines())))
+    merged = mlines.merge_manifest_lines(_lines(out))
     assert merged["algo-1"].state == "completed" and merged["algo-1"].sshd_port > 0
 
 
@@ -168,16 +173,16 @@ def test_publisher_emits_one_line_per_changed_document(tmp_path: Path) -> None:
                              sshd_port=2222, ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code")
     spec.write_node_manifest(directory, node)
     read_fd, write_fd = os.pipe()
-    publisher = ManifestPublisher(directory, "algo-1", fd=write_fd)
+    publisher = ManifestPublisher(directory, "algo-1", secret=SECRET, fd=write_fd)
     assert publisher.poll() == 1 and publisher.poll() == 0  # unchanged: nothing new
     spec.write_rank_manifest(directory, spec.RankEndpoint(rank=0, local_rank=0, world_size=1, port=3000, pid=1))
     (directory / "rank-1.json").write_text("{broken")
     assert publisher.poll() == 1
     os.close(write_fd)
     with os.fdopen(read_fd) as fh:
-        lines = [mlines.parse_manifest_line(line) for line in fh.read().splitlines()]
-    assert [line.seq for line in lines if line] == [1, 2]
-    merged = mlines.merge_manifest_lines(line for line in lines if line)
+        lines = _lines(fh.read())
+    assert [line.seq for line in lines] == [1, 2]
+    merged = mlines.merge_manifest_lines(lines)
     assert merged["algo-1"].sshd_port == 2222 and [r.port for r in merged["algo-1"].ranks] == [3000]
 
 
@@ -191,7 +196,7 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
     spec.write_node_manifest(directory, node)
     read_fd, write_fd = os.pipe()
     now = [1000.0]
-    publisher = ManifestPublisher(directory, "algo-1", fd=write_fd, clock=lambda: now[0])
+    publisher = ManifestPublisher(directory, "algo-1", secret=SECRET, fd=write_fd, clock=lambda: now[0])
     assert publisher.repeat_after == (5.0, 30.0, 120.0)
     sent = []
     for t in (0, 4.9, 5, 6, 29, 30, 31, 119, 120, 121, 5000):
@@ -208,7 +213,7 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
     os.close(write_fd)
     with os.fdopen(read_fd) as fh:
         raw = fh.read().splitlines()
-    lines = [mlines.parse_manifest_line(text) for text in raw]
+    lines = [mlines.parse_manifest_line(text, secret=SECRET) for text in raw]
     assert len(raw) == 4 + 2 + 2 + 2
     assert len(set(raw[:4])) == 1  # copies are the same line, byte for byte (same boot and seq)
     assert [line.document.state for line in lines[-2:] if line] == ["stopped", "stopped"]
@@ -231,8 +236,7 @@ def test_hook_publishes_node_and_rank_lines_on_stdout(run: HookRun, transport: s
     wait_for(lambda: (run.marks / "started").exists(), 60, "the command to start")
 
     def published() -> dict[str, spec.NodeManifest] | None:
-        lines = [mlines.parse_manifest_line(line) for line in run.stdout.splitlines()]
-        merged = mlines.merge_manifest_lines(line for line in lines if line)
+        merged = mlines.merge_manifest_lines(_lines(run.stdout, run.env[spec.ENV_JOB_SECRET]))
         node = merged.get("algo-1")
         return merged if node is not None and node.sshd_port and node.ranks else None
 
@@ -243,7 +247,7 @@ def test_hook_publishes_node_and_rank_lines_on_stdout(run: HookRun, transport: s
     assert node.state == "running"
     run.release()
     assert run.wait(30) == 0
-    final = mlines.merge_manifest_lines(filter(None, map(mlines.parse_manifest_line, run.stdout.splitlines())))
+    final = mlines.merge_manifest_lines(_lines(run.stdout, run.env[spec.ENV_JOB_SECRET]))
     assert final["algo-1"].state == "completed" and final["algo-1"].exit_code == 0
     assert final["algo-1"].ranks[0].state == "finished"
     assert "[remote-debug] manifest" not in run.stderr  # the channel is stdout; diagnostics stay on stderr
@@ -402,5 +406,5 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
     finally:
         services.finish(spec.NodeState.COMPLETED, 0)
     assert gone == ["mi-0123456789abcdef0"]
-    lines = filter(None, map(mlines.parse_manifest_line, capfd.readouterr().out.splitlines()))
+    lines = _lines(capfd.readouterr().out)
     assert mlines.merge_manifest_lines(lines)["algo-1"].ssm_target == "mi-0123456789abcdef0"

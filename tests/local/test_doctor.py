@@ -34,7 +34,7 @@ ACCOUNT = "123456789012"  # moto's
 USER_ID = "AKIAIOSFODNN7EXAMPLE"  # what moto's GetCallerIdentity answers as UserId
 JOB = "doc-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
+SECRET = "5e" * 32  # the job secret (in its environment; the manifest lines' MAC key)
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
 USER_POLICY: dict[str, Any] = json.loads((TEMPLATES / "user-policy.json").read_text())
 _IAM = botocore.session.get_session().get_service_model("iam")
@@ -264,7 +264,8 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
     clients.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000")
     clients.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000", logEvents=[
         {"timestamp": int(time.time() * 1000),
-         "message": mlines.format_manifest_line("algo-1", node, boot="b", seq=1)}])
+         "message": mlines.format_manifest_line("algo-1", node, boot="b", started=int(time.time() * 1000), seq=1,
+                                                secret=SECRET)}])
     target = f"sagemaker-training-job:{JOB}_algo-1"
     clients.ssm_stub.add_response(
         "start_session", {"SessionId": "probe-1", "TokenValue": "tok", "StreamUrl": "wss://x"},

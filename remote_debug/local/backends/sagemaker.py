@@ -3,7 +3,10 @@
 - ``describe``: DescribeTrainingJob (+ ListTags once) mapped onto :class:`JobInfo`: SageMaker's own
   TrainingJobStatus / SecondaryStatus, nodes ``algo-1..N`` from the resource config (instance
   groups included), and whether the job is debuggable, with the reason when it is not.
-- ``manifests``: the nodes' manifest lines from CloudWatch Logs (``sagemaker_logs``).
+- ``manifests``: the nodes' manifest lines from CloudWatch Logs (``sagemaker_logs``), each checked
+  against the job's secret: derived from this machine's key for the job (``keys.job_secret``), or,
+  without that key, read from the job's Environment (the same trust: whoever may describe the job).
+  Lines that fail are dropped, with one warning per job (docs/SECURITY.md).
 - ``relay``: the ProxyCommand's byte stream, per the job's transport: ``ssm`` (SageMaker's native
   remote-debug target), ``hybrid`` (the node's own ``mi-`` managed instance) or ``direct`` (the
   node's VPC address through the user's bastion).
@@ -21,6 +24,7 @@ environment, else ``ssm``.  Direct: the bastion comes from the tag ``remote-debu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,7 +36,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, BinaryIO
 
 from remote_debug import osutil, spec
-from remote_debug.local import aws, ssm
+from remote_debug.job_secret import SecretError, check_job_secret
+from remote_debug.local import aws, keys, ssm
 from remote_debug.local.backends.base import Backend, Capabilities
 from remote_debug.local.backends.sagemaker_logs import ManifestLog
 from remote_debug.local.errors import UnknownJobError, UserError
@@ -50,6 +55,7 @@ LIST_LIMIT = 25
 HINT_VERSION = 1
 
 ClientFactory = Callable[[str], Any]
+log = logging.getLogger(__name__)
 
 
 def nodes_of(resource_config: dict[str, Any]) -> list[str]:
@@ -139,12 +145,30 @@ class JobHint:
     version: int = HINT_VERSION
 
 
+# [user@]host[:port]: a user, then a DNS name, an IPv4 or a bracketed IPv6 address; neither may
+# start with "-" (ssh would read an option) nor hold a shell metacharacter (OpenSSH before 9.6 hands
+# the host to a user's ProxyCommand through a shell).
+_BASTION_RE = re.compile(
+    r"(?:[A-Za-z0-9_][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::\d+)?"
+)
+
+
 def bastion_argv(bastion: str) -> list[str]:
-    """``[user@]host[:port]`` -> ssh arguments naming the jump host."""
+    """``[user@]host[:port]`` -> ssh arguments naming the jump host, after ``--``.
+
+    The value comes from a job tag anyone who may tag the job can set: one starting with ``-``
+    would be an ssh option (``-oProxyCommand=...`` runs a command here), so it is refused, and the
+    ``--`` keeps ssh from reading the destination as an option whatever it holds.
+    """
+    if not _BASTION_RE.fullmatch(bastion):
+        raise UserError(
+            f"bad bastion {bastion[:80]!r} (tag {aws.TAG_BASTION} or {ENV_BASTION}): use [user@]host[:port], "
+            "letters, digits, '.', '_' and '-', not starting with '-'"
+        )
     host, sep, port = bastion.rpartition(":")
     if sep and port.isdigit() and host and "]" not in port:
-        return ["-p", port, host]
-    return [bastion]
+        return ["-p", port, "--", host]
+    return ["--", bastion]
 
 
 class SageMakerBackend(Backend):
@@ -170,6 +194,7 @@ class SageMakerBackend(Backend):
         self._described: dict[str, tuple[float, dict[str, Any]]] = {}
         self._tags: dict[str, dict[str, str]] = {}
         self._logs: dict[str, ManifestLog] = {}
+        self._warned: set[str] = set()  # jobs whose refused manifest lines were reported (once per job)
         self._world: dict[str, int] = {}
 
     # --- clients --------------------------------------------------------------------------------
@@ -277,12 +302,25 @@ class SageMakerBackend(Backend):
         info, resp = self._describe(job)
         reader = self._logs.get(job)
         if reader is None:
-            reader = self._logs[job] = ManifestLog(lambda: self.client("logs"), job, min_interval=self.log_interval)
+            reader = self._logs[job] = ManifestLog(
+                lambda: self.client("logs"), job, min_interval=self.log_interval, secret=self._secret(job, resp)
+            )
         # Nothing of ours is older than the job's start: the reader need not scan the log before it.
         # Until training has started (no TrainingStartTime yet), the job's creation bounds it.
         reader.since = _timestamp(resp.get("TrainingStartTime")) or _timestamp(resp.get("CreationTime"))
+        reader.created = _timestamp(resp.get("CreationTime"))  # and nothing older than its creation is the job's
         reader.nodes = info.nodes
         merged = reader.manifests()
+        if reader.refused and job not in self._warned:
+            self._warned.add(job)
+            if reader.secret is None:
+                log.warning(
+                    "cannot trust any manifest line of job %s: this machine has no key for it (%s) and its "
+                    "environment no %s; attach from the machine that launched it",
+                    job, self.paths.job_key(job), spec.ENV_JOB_SECRET,
+                )
+            else:
+                log.warning("%s", reader.refusal_summary())
         out: dict[str, spec.NodeManifest | None] = {node: merged.get(node) for node in info.nodes}
         out.update({node: m for node, m in merged.items() if node not in out})
         world = next((r.world_size for m in merged.values() for r in m.ranks), 0)
@@ -290,6 +328,18 @@ class SageMakerBackend(Backend):
             self._world[job] = world
         self._save_hint(job, info, out)
         return out
+
+    def _secret(self, job: str, resp: dict[str, Any]) -> str | None:
+        """The job's secret: from this machine's key for the job, else from the job's Environment (None:
+        neither, and no manifest line of the job can be trusted)."""
+        try:
+            return keys.job_secret(self.paths.job_key(job))
+        except OSError:
+            pass
+        try:
+            return check_job_secret(str((resp.get("Environment") or {}).get(spec.ENV_JOB_SECRET, "")))
+        except SecretError:
+            return None
 
     # --- control --------------------------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 """Reading the nodes' manifests of a SageMaker job back from CloudWatch Logs.
 
-Why this channel (see ``spec`` for the line format): SageMaker already ships every container's
-stdout to the log group ``/aws/sagemaker/TrainingJobs``, one stream per node
+Why this channel (see ``manifest_lines`` for the line format): SageMaker already ships every
+container's stdout to the log group ``/aws/sagemaker/TrainingJobs``, one stream per node
 (``<job>/algo-<n>-<epoch>``), for every job, image and SDK, with no set-up.  The container needs no
 AWS credentials, boto3 or network access of its own to publish (S3 would need all three plus a
-bucket), and the user's own identity reads the lines, so what arrives is authenticated end to end,
-which is what makes pinning the host key from it sound.  Cost: FilterLogEvents is rate limited (a
+bucket), and the user's own identity reads the lines; each line's MAC (below) is what makes pinning
+the host key from it sound.  Cost: FilterLogEvents is rate limited (a
 few calls per second per account), so one call covers every node (stream prefix ``<job>/``), and
 callers poll at most every ``min_interval`` seconds.
 
@@ -22,6 +22,21 @@ Where a read starts, so that it scans no more of the job's log than it must:
 - A scan takes at most :data:`MAX_PAGES` calls per poll (FilterLogEvents may answer a long range
   with pages of nothing but a ``nextToken``); one that stops early (page limit, throttling) goes on
   from its token at the next poll instead of starting over, which could never get further.
+
+What a read believes (issue 13; the trust boundary is in docs/SECURITY.md).  The user's identity
+authenticates the *log group*, not the writer: whoever may PutLogEvents there can log a line in any
+stream, with any timestamp.  So the reader keeps only lines with a valid MAC of the job's secret
+(``manifest_lines``), from whichever stream under ``<job>/`` they come (under MPI the workers' output
+is in algo-1's stream: a stream says nothing about a node), and refuses:
+
+- events stamped before the job's CreationTime, and lines whose boot started before it (less
+  :data:`CLOCK_SKEW_MS`): nothing of this job is older; the MAC'd ``started`` is what a replay of
+  another job's genuine line (same name, same key) cannot change;
+- within a boot, a document that changes a pinned field (``merge_manifest_lines``).
+
+Refused lines are counted (:attr:`ManifestLog.refused`), never raised: a forger must not be able to stop
+an attach either.  Only accepted lines move the read position, and never past the reading time: a
+(replayed) line stamped hours ahead would otherwise make later reads skip the node's real lines.
 """
 
 from __future__ import annotations
@@ -55,20 +70,41 @@ class ManifestLog:
         job: str,
         *,
         min_interval: float = 2.0,
+        secret: str | None,
         since: float | None = None,
+        created: float | None = None,
         nodes: Iterable[str] = (),
     ) -> None:
         self._client = client
         self.job = job
         self.min_interval = min_interval
+        self.secret = secret  # the job's secret: lines without its MAC are refused (None: every line is)
         self.since = since  # epoch seconds: TrainingStartTime (see the module docstring)
+        self.created = created  # epoch seconds: the job's CreationTime; nothing older is the job's
         self.nodes = list(nodes)  # the job's nodes: until each was heard from, reads start at `since`
         self._events: dict[str, tuple[int, manifest_lines.ManifestLine]] = {}
-        self._marks: dict[str, int] = {}  # stream -> newest timestamp read from it (ms, the node's clock)
-        self._stream_node: dict[str, str] = {}  # stream -> the node whose lines it carries
+        self._marks: dict[str, int] = {}  # stream -> newest timestamp accepted from it (ms, capped at read time)
+        self._heard: set[str] = set()  # nodes with an accepted line (in any stream: MPI shares algo-1's)
         self._scan: tuple[dict[str, Any], str] | None = None  # a scan left unfinished: (its request, token)
         self._last_poll = float("-inf")
-        self.error: str | None = None  # the last malformed line, if any
+        self.error: str | None = None  # the last proven but unreadable line, if any
+        self._refused: dict[str, str] = {}  # event id (or node/boot/seq) -> why it was refused
+
+    @property
+    def refused(self) -> int:
+        """How many manifest lines were refused so far (forged, replayed, another job's or version's)."""
+        return len(self._refused)
+
+    def refusal_summary(self) -> str:
+        """One line for the user about the refused lines ("" when there are none)."""
+        if not self._refused:
+            return ""
+        last = " ".join(next(reversed(self._refused.values())).split())  # one line, whatever a stream name holds
+        return (
+            f"ignored {len(self._refused)} manifest log line(s) of job {self.job} that it did not provably write "
+            f"(last: {last}): forged by someone who can write to its CloudWatch log group, replayed, or from "
+            "another remote-debug version or job key; see docs/SECURITY.md"
+        )
 
     @property
     def prefix(self) -> str:
@@ -77,8 +113,7 @@ class ManifestLog:
     def start_ms(self) -> int | None:
         """Where a new scan starts (ms since the epoch), None for the beginning of the log."""
         floor = None if self.since is None else max(0, int(self.since * 1000) - CLOCK_SKEW_MS)
-        heard = set(self._stream_node.values())
-        if not self._marks or any(node not in heard for node in self.nodes):
+        if not self._marks or any(node not in self._heard for node in self.nodes):
             return floor
         start = max(0, min(self._marks.values()) - OVERLAP_MS)
         return start if floor is None else max(floor, start)
@@ -139,24 +174,39 @@ class ManifestLog:
         if not stream.startswith(self.prefix):
             return  # another job's stream (the service filters by prefix; not every stand-in does)
         event_id = str(event.get("eventId") or f"{stream}:{event.get('timestamp')}")
-        if event_id in self._events:
+        if event_id in self._events or event_id in self._refused:
             return
         try:
-            line = manifest_lines.parse_manifest_line(str(event.get("message", "")))
+            line = manifest_lines.parse_manifest_line(str(event.get("message", "")), secret=self.secret)
         except manifest_lines.CutManifestLine:
             return  # the head of a line the toolkit cut in two: the node writes it again whole
+        except manifest_lines.UnprovenManifestLine as exc:
+            self._refused[event_id] = f"{exc} in stream {stream[:200]}"
+            return
         except spec.ContractError as exc:
             self.error = str(exc)
             return
         if line is None:
             return
         timestamp = int(event.get("timestamp") or 0)
+        floor = None if self.created is None else int(self.created * 1000) - CLOCK_SKEW_MS
+        if floor is not None and timestamp < floor:
+            self._refused[event_id] = f"a line logged before job {self.job} was created, in stream {stream[:200]}"
+            return
+        if floor is not None and line.started < floor:
+            self._refused[event_id] = f"{line.node}'s boot {line.boot[:40]!r} started before job {self.job} was created"
+            return
         self._events[event_id] = (timestamp, line)
-        self._marks[stream] = max(self._marks.get(stream, 0), timestamp)
-        self._stream_node[stream] = line.node
+        # never past the reading time: a line stamped ahead must not make the next reads skip anything
+        mark = min(timestamp, int(time.time() * 1000))
+        self._marks[stream] = max(self._marks.get(stream, 0), mark)
+        self._heard.add(line.node)
+
+    def _conflict(self, line: manifest_lines.ManifestLine, why: str) -> None:
+        self._refused[f"{line.node}/{line.boot}/{line.started}/{line.seq}"] = why
 
     def manifests(self) -> dict[str, spec.NodeManifest]:
-        merged = manifest_lines.merge_manifest_lines(self.poll())
+        merged = manifest_lines.merge_manifest_lines(self.poll(), on_refused=self._conflict)
         if not merged and self.error:
             raise spec.ContractError(f"job {self.job} published an unreadable manifest: {self.error}")
         return merged

@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 import pytest
 
-from remote_debug import manifest_lines, spec
+from remote_debug import job_secret, manifest_lines, spec
 from remote_debug.local import aws, ssm
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
@@ -34,12 +34,14 @@ from tests.ssm_plugin import LocalSsm, banner, echo_server, needs_plugin, plugin
 REGION = "us-west-2"
 JOB = "sm-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
-SECRET = "5e" * 32  # any well-formed job secret: nothing here checks a proof
+SECRET = "5e" * 32  # the job's secret; there is no key for JOB on this "laptop", so the backend reads it from
 SPEC_ENV = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM).to_env()
+_BOOTS: dict[str, int] = {}  # boot -> when it started (ms): one value per boot, as a node's publisher has
 
 
 @pytest.fixture
 def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    _BOOTS.clear()
     with moto_cloud(monkeypatch, REGION):
         yield
 
@@ -94,7 +96,8 @@ def _rank(rank: int, world: int = 4) -> spec.RankEndpoint:
 
 
 def _line(node: str, doc: spec.NodeManifest | spec.RankEndpoint, seq: int, boot: str = "b1") -> str:
-    return manifest_lines.format_manifest_line(node, doc, boot=boot, seq=seq)
+    started = _BOOTS.setdefault(boot, int(time.time() * 1000))
+    return manifest_lines.format_manifest_line(node, doc, boot=boot, started=started, seq=seq, secret=SECRET)
 
 
 def _training(env: dict[str, str] | None = None, **kw: Any) -> Callable[[int, str], dict[str, Any]]:
@@ -200,7 +203,7 @@ def test_manifest_reads_start_at_the_jobs_training_start(cloud: None) -> None:
     (less a clock-skew margin), from DescribeTrainingJob, not at the beginning of the log."""
     started = datetime.now(timezone.utc) - timedelta(hours=3)
     start_ms = int(started.timestamp() * 1000)
-    c = Cloud(_training(instance_count=2, TrainingStartTime=started))
+    c = Cloud(_training(instance_count=2, TrainingStartTime=started, CreationTime=started - timedelta(minutes=10)))
     c.log(JOB, "algo-1", _line("algo-1", _rank(5), 1), at_ms=start_ms - 2 * CLOCK_SKEW_MS)  # not this run's
     c.log(JOB, "algo-1", _line("algo-1", _node(), 2), at_ms=start_ms + 60_000)
     got = c.backend().manifests(JOB)
@@ -208,11 +211,26 @@ def test_manifest_reads_start_at_the_jobs_training_start(cloud: None) -> None:
     assert got["algo-1"] is not None and got["algo-1"].ranks == [] and got["algo-2"] is None
 
 
-def test_unreadable_manifest_line_is_one_line_error(cloud: None) -> None:
+def test_unreadable_manifest_line_is_one_line_error(cloud: None, caplog: pytest.LogCaptureFixture) -> None:
+    """A line the job provably wrote (its MAC) but this version cannot read is a one-line error; one that
+    proves nothing cannot stop anything (anyone who can write to the log group could log it): a warning."""
     c = Cloud(_training())
+    backend = c.backend()
     c.log(JOB, "algo-1", '[remote-debug] manifest {"v": 9}')
+    assert backend.manifests(JOB) == {"algo-1": None}
+    assert "carries no MAC (and says version 9, this remote-debug speaks 1" in caplog.text
+    payload = json.dumps({"v": 9}, separators=(",", ":"), sort_keys=True).encode()
+    c.log(JOB, "algo-1", manifest_lines.MANIFEST_LINE_PREFIX + json.dumps(
+        {"v": 9, "mac": job_secret.manifest_mac(SECRET, payload)}))
     with pytest.raises(spec.ContractError, match="version 9 is not supported"):
-        c.backend().manifests(JOB)
+        backend.manifests(JOB)
+
+
+def test_without_the_jobs_key_or_secret_no_line_is_trusted(cloud: None, caplog: pytest.LogCaptureFixture) -> None:
+    c = Cloud(_training(env={k: v for k, v in SPEC_ENV.items() if k != spec.ENV_JOB_SECRET}))
+    c.log(JOB, "algo-1", _line("algo-1", _node(), 1))
+    assert c.backend().manifests(JOB) == {"algo-1": None}
+    assert f"this machine has no key for it ({StatePaths.default().job_key(JOB)})" in caplog.text
 
 
 def test_hint_for_the_proxy_is_private_and_complete(cloud: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -400,9 +418,9 @@ def test_relay_direct_is_ssh_w_through_the_bastion(cloud: None, tmp_path: Path, 
     c.log(JOB, "algo-1", _line("algo-1", _node(sshd_host="10.0.3.7", sshd_port=2222), 1))
     c.backend().manifests(JOB)
     assert _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path) == (0, b"SSH-2.0-x\r\n")
-    assert (tmp_path / "ssh-argv").read_text().split() == ["-W", "10.0.3.7:2222", "-p", "2200",
+    assert (tmp_path / "ssh-argv").read_text().split() == ["-W", "10.0.3.7:2222", "-p", "2200", "--",
                                                            "ec2-user@bastion.example"]
-    assert bastion_argv("bastion") == ["bastion"]
+    assert bastion_argv("bastion") == ["--", "bastion"]
 
 
 def test_direct_without_bastion_says_how_to_set_one(cloud: None, tmp_path: Path) -> None:

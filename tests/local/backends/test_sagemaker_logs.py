@@ -19,7 +19,7 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from remote_debug import manifest_lines, spec
+from remote_debug import job_secret, manifest_lines, spec
 from remote_debug.local.backends.sagemaker_logs import (
     CLOCK_SKEW_MS,
     FILTER_PATTERN,
@@ -35,6 +35,8 @@ JOB = "sm-job"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
 REPO = Path(__file__).resolve().parents[3]
 CHUNK = 64 * 1024  # sagemaker_training.process._DEFAULT_BUF_SIZE (checked below)
+SECRET = job_secret.derive_job_secret(b"tests/sagemaker_logs")
+STARTED = int(time.time() * 1000)  # when the boots of these tests started (one value per boot, as a node's)
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ def rank(number: int) -> spec.RankEndpoint:
 
 
 def line(name: str, doc: spec.NodeManifest | spec.RankEndpoint, seq: int, boot: str = "b1") -> str:
-    return manifest_lines.format_manifest_line(name, doc, boot=boot, seq=seq)
+    return manifest_lines.format_manifest_line(name, doc, boot=boot, started=STARTED, seq=seq, secret=SECRET)
 
 
 # --- a manifest line cut in two by the training toolkit ---------------------------------------------
@@ -87,7 +89,7 @@ from remote_debug.container import publish
 marks, manifest_dir, cut_at = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 18)  # the whole output fits while the reader is held
 publish.REPEAT_AFTER = (0.2,)  # the schedule, shortened for the test
-publisher = publish.ManifestPublisher(manifest_dir, "algo-1")
+publisher = publish.ManifestPublisher(manifest_dir, "algo-1", secret=os.environ["TEST_JOB_SECRET"])
 (marks / "started").touch()
 while not (marks / "go").exists():
     time.sleep(0.01)
@@ -118,6 +120,7 @@ def run_under_toolkit(tmp_path: Path, capsys: pytest.CaptureFixture[str], cut_in
     spec.write_node_manifest(manifest_dir, node())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REMOTE_DEBUG_", "SM_"))}
     env["PYTHONPATH"] = str(REPO)
+    env["TEST_JOB_SECRET"] = SECRET  # the job's secret, as the hook has it (from the environment, not argv)
     cmd = [sys.executable, "-c", TRAINING_UNDER_PUBLISHER, str(marks), str(manifest_dir), str(CHUNK - cut_into_line)]
 
     async def drive() -> tuple[int, Any, Any]:
@@ -148,7 +151,7 @@ def test_manifest_line_cut_at_the_toolkits_64k_read_still_reaches_the_laptop(
     assert len(head) == 100 and manifest_lines.MANIFEST_LINE_PREFIX not in tail
     json.loads((head + tail)[len(manifest_lines.MANIFEST_LINE_PREFIX):])  # the cut was the only damage
     put(logs, "algo-1-1700000000", printed)
-    reader = ManifestLog(lambda: logs, JOB, min_interval=0)
+    reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET)
     got = reader.manifests()
     assert got["algo-1"].sshd_port == 40022 and got["algo-1"].host_public_key == KEY
     assert reader.error is None  # a cut copy is not a broken manifest
@@ -183,7 +186,7 @@ def test_a_scan_that_stops_early_goes_on_from_its_token() -> None:
     found = event("algo-1-1", line("algo-1", node(), 1), 1_700_000_005_000, "e1")
     stubber.add_response("filter_log_events", {"events": [found]},
                          {**PAGE_REQUEST, "nextToken": f"token-{MAX_PAGES}"})
-    reader = ManifestLog(lambda: client, JOB, min_interval=0)
+    reader = ManifestLog(lambda: client, JOB, min_interval=0, secret=SECRET)
     with stubber:
         assert reader.manifests() == {}  # MAX_PAGES empty pages: the poll stops there
         assert reader.manifests() == {}  # throttled (after botocore's own retries): keeps its place
@@ -200,7 +203,7 @@ def test_reads_resume_from_each_streams_own_high_water_mark(logs: Any) -> None:
                               lambda params, **_: requests.append(dict(params)))
     put(logs, "algo-1-1", [line("algo-1", node(), 1)], at_ms=now + 600_000)
     put(logs, "algo-2-1", [line("algo-2", node("algo-2"), 1)], at_ms=now)
-    reader = ManifestLog(lambda: logs, JOB, min_interval=0, nodes=["algo-1", "algo-2"])
+    reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET, nodes=["algo-1", "algo-2"])
     assert set(reader.manifests()) == {"algo-1", "algo-2"}
     put(logs, "algo-2-1", [line("algo-2", rank(2), 2)], at_ms=now + 1000)
     put(logs, "algo-1-1", [line("algo-1", rank(0), 2)], at_ms=now + 601_000)
@@ -217,7 +220,8 @@ def test_reads_start_at_the_job_start_while_a_node_is_not_heard_from(logs: Any) 
                               lambda params, **_: requests.append(dict(params)))
     put(logs, "algo-1-1", [line("algo-1", rank(7), 5)], at_ms=now - 3_600_000)  # before the job started
     put(logs, "algo-1-1", [line("algo-1", node(), 1)], at_ms=now)
-    reader = ManifestLog(lambda: logs, JOB, min_interval=0, since=now / 1000 - 600, nodes=["algo-1", "algo-2"])
+    reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET, since=now / 1000 - 600,
+                         nodes=["algo-1", "algo-2"])
     assert reader.manifests()["algo-1"].ranks == []  # nothing from before the start was read
     assert requests[0]["startTime"] == now - 600_000 - CLOCK_SKEW_MS  # the job's start, not the log's
     assert reader.start_ms() == now - 600_000 - CLOCK_SKEW_MS  # algo-2 may have logged anywhere since
@@ -234,4 +238,4 @@ def test_other_jobs_streams_are_not_read(logs: Any) -> None:
     logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName="sm-job-2/algo-1-1")
     logs.put_log_events(logGroupName=LOG_GROUP, logStreamName="sm-job-2/algo-1-1", logEvents=[
         {"timestamp": now, "message": line("algo-1", node(job_name="sm-job-2", sshd_port=1), 5)}])
-    assert ManifestLog(lambda: logs, JOB, min_interval=0).manifests()["algo-1"].sshd_port == 40022
+    assert ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET).manifests()["algo-1"].sshd_port == 40022
