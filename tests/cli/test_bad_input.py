@@ -34,6 +34,8 @@ HOSTILE_NAMES = [
     "`id`",
     "job\nHost *\n  ProxyCommand evil",
     "job\r",
+    "nl\n",  # a trailing newline: re's $ matches before it (issue 13)
+    "algo\t1",
     "a b",
     "..",
     "../../etc",
