@@ -22,9 +22,16 @@ from typing import Any
 
 import pytest
 
+from remote_debug import peer_uid
+from remote_debug.local.attach import UID_CHECK_UNAVAILABLE, Attacher, AttachOptions
+from remote_debug.local.backends import MachineBackend
 from remote_debug.local.connection import endpoint_for, host_entries
+from remote_debug.local.headless import HeadlessPlan
+from remote_debug.local.paths import StatePaths
 from remote_debug.local.tunnels import NodeTunnel
 from tests.container.helpers import wait_for
+from tests.event_log import EventLog
+from tests.local.test_local_faults import make_fake_job
 from tests.security.session import Session, live_session
 from tests.ssm_plugin import echo_server
 
@@ -157,3 +164,22 @@ def test_another_user_holding_a_forward_does_not_lock_the_ide_out(session: Sessi
         finally:
             tunnel.close()
     assert len(refused) == 1 and "belongs to uid" in refused[0] and tunnel.refused_foreign == 1
+
+
+def test_where_no_uid_can_be_told_attach_says_so_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not Linux: the forwards cannot tell who connects, and the user hears it once, at the start."""
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        paths = StatePaths.default()
+        make_fake_job(paths, "nouid", sleeper.pid)  # its sshd (port 2222) is not there: attach then fails
+        monkeypatch.setattr(peer_uid, "supported", lambda *_: False)
+        events = EventLog()
+        options = AttachOptions(workspace=home, headless=HeadlessPlan(breakpoints={}), ready_timeout=3)
+        with pytest.raises(Exception):  # noqa: B017 - whichever way connecting fails; the warning came first
+            Attacher(MachineBackend(paths), "nouid", options, events.append, paths).run()
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+    warned = [e for e in events if e.get("code") == "uid-check-unavailable"]
+    assert len(warned) == 1 and warned[0]["message"] == UID_CHECK_UNAVAILABLE
+    assert events.index(warned[0]) < next(i for i, e in enumerate(events) if e["event"] == "ssh-config")
