@@ -112,7 +112,16 @@ def render_config(state: Path, port: int, user: str, listen_address: str = LOOPB
         "PermitRootLogin prohibit-password",
         f"AllowUsers {user}",
         "AllowTcpForwarding yes",  # the debug ports are forwarded through this connection
+        # Only TCP forwards (-L, -W, -D, and -R for PyCharm's reverse tunnels, bound to loopback):
+        # nothing of the laptop's (agent, X display) reaches the job, and a login runs no ~/.ssh/rc
+        # or ~/.ssh/environment that the image (or a training script) left in the user's home.
+        "GatewayPorts no",
+        "AllowAgentForwarding no",
+        "AllowStreamLocalForwarding no",  # our control channel and ranks are TCP on loopback
         "X11Forwarding no",
+        "PermitTunnel no",
+        "PermitUserRC no",
+        "PermitUserEnvironment no",
         "PermitTTY yes",
         "UseDNS no",
         "PrintMotd no",

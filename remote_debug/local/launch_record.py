@@ -8,6 +8,10 @@ itself, a top-level key, the blanks of an empty array), so that removing the las
 gives the user their bytes back.  The record and the file change together: a record is written
 before the edit (a crash between leaves a note, never an unnoted change) and put back when the
 edit does not happen, including when an editor's save makes the write a no-op.
+
+The repository the user cloned decides what ``.vscode`` and ``launch.json`` are, so both are opened
+with ``O_NOFOLLOW`` (:class:`osutil.NoFollowDir`) and a link is refused: read through it, the file
+it points at (a secret elsewhere in HOME) would end up in the workspace next to our entries.
 """
 
 from __future__ import annotations
@@ -48,25 +52,41 @@ class EditableDocument(Protocol):
 Doc = TypeVar("Doc", bound=EditableDocument)
 
 
-def read_launch_json(path: Path) -> tuple[bytes | None, str | None]:
-    """(bytes, text) of the file; (None, None) when it does not exist."""
+def _unsafe(exc: osutil.UnsafePathError, kind: str = "file") -> LaunchJsonError:
+    # a link here is the repository's choice, not the user's: following it would copy the file it
+    # points at into the workspace, or write ours somewhere else
+    return LaunchJsonError(
+        f"{exc.filename}: {exc.strerror}; remote-debug edits launch.json only in a real {kind} "
+        "(never through a link): replace it, or attach with --no-launch-json"
+    )
+
+
+def read_launch_json(folder: osutil.NoFollowDir, name: str) -> tuple[bytes | None, str | None]:
+    """(bytes, text) of the file; (None, None) when it does not exist.  Never through a symlink."""
+    path = folder.path / name
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, None
+        data = folder.read(name)
+    except osutil.UnsafePathError as exc:
+        raise _unsafe(exc) from None
     except OSError as exc:
         raise LaunchJsonError(f"{path}: cannot read it ({exc.strerror})") from None
+    if data is None:
+        return None, None
     try:
         return data, data.decode("utf-8")
     except UnicodeDecodeError:
         raise LaunchJsonError(f"{path}: not UTF-8 text; remote-debug did not change it") from None
 
 
-def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
+def replace_if_unchanged(folder: osutil.NoFollowDir, name: str, expected: bytes | None, data: bytes) -> bool:
     """Atomically write ``data`` unless someone (an editor) changed the file meanwhile; False then."""
-    mode = stat.S_IMODE(path.stat().st_mode) if expected is not None else 0o644
+    path = folder.path / name
     try:
-        return osutil.atomic_write_bytes(path, data, mode, unless_changed=lambda: read_launch_json(path)[0] == expected)
+        st = folder.check_file(name)
+        mode = stat.S_IMODE(st.st_mode) if expected is not None and st is not None else 0o644
+        return folder.write(name, data, mode, unless_changed=lambda: read_launch_json(folder, name)[0] == expected)
+    except osutil.UnsafePathError as exc:
+        raise _unsafe(exc) from None
     except OSError as exc:
         raise LaunchJsonError(f"{path}: cannot write it ({exc.strerror}); remote-debug did not change it") from None
 
@@ -122,15 +142,18 @@ class LaunchRecord:
         self.notes = copy.deepcopy(notes)
 
 
-def _make_dir(path: Path) -> bool:
-    """Create ``path`` if missing; True if this call created it."""
+def _open_folder(path: Path, *, create: bool) -> osutil.NoFollowDir | None:
+    """``.vscode``, opened without following a link (None: it is missing and ``create`` is False)."""
     try:
-        os.mkdir(path)
-    except FileExistsError:
-        return False
+        return osutil.NoFollowDir(path.parent.parent, [path.parent.name], create=create)
+    except osutil.UnsafePathError as exc:
+        raise _unsafe(exc, "folder") from None
+    except FileNotFoundError:
+        if not create:
+            return None
+        raise LaunchJsonError(f"{path.parent}: cannot create it (its workspace is missing)") from None
     except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot create it ({exc.strerror})") from None
-    return True
+        raise LaunchJsonError(f"{path.parent}: cannot create it ({exc.strerror})") from None
 
 
 def edit_launch_json(
@@ -146,26 +169,25 @@ def edit_launch_json(
 
     ``parse`` makes the document, ``skeleton(nl)`` is the text of a file we create.  The folder's
     lock keeps other remote-debug runs out; the unless-changed check at the rename still catches
-    an editor that saved meanwhile (retried).
+    an editor that saved meanwhile (retried).  ``.vscode`` and the file are never followed through
+    a symlink: a cloned repository decides what they are, and a link would copy the file it points
+    at into the workspace (or write ours elsewhere).
     """
     paths = paths or StatePaths.default()
-    created_dir = False
-    if not path.parent.is_dir():
-        if remove:
-            return False
-        created_dir = _make_dir(path.parent)
+    folder = _open_folder(path, create=not remove)
+    if folder is None:
+        return False
     try:
-        with locked(path.parent, what=str(path)):
-            return _edit_locked(path, change, remove, paths, created_dir, parse, skeleton)
+        with folder, locked(path.parent, what=str(path)):
+            return _edit_locked(path, folder, change, remove, paths, bool(folder.created), parse, skeleton)
     except BaseException:
-        if created_dir:  # nothing was written (or Ctrl-C): the folder we made goes too
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()
+        folder.remove_created()  # nothing was written (or Ctrl-C): the folder we made goes too
         raise
 
 
 def _edit_locked(
     path: Path,
+    folder: osutil.NoFollowDir,
     change: Callable[[Doc, Notes], None],
     remove: bool,
     paths: StatePaths,
@@ -175,7 +197,7 @@ def _edit_locked(
 ) -> bool:
     record = LaunchRecord(paths, path)
     for _ in range(WRITE_ATTEMPTS):
-        data, text = read_launch_json(path)
+        data, text = read_launch_json(folder, path.name)
         notes = copy.deepcopy(record.notes)
         if text is not None and text.strip(" \t\r\n\ufeff"):
             fresh, text_in = False, text
@@ -193,7 +215,7 @@ def _edit_locked(
         out = doc.render()
         created = notes.get("created")
         if remove and isinstance(created, dict) and out == skeleton(doc.nl):
-            if not give_back_original(path, data, created):
+            if not give_back_original(folder, path.name, data, created):
                 continue  # an editor saved meanwhile: keep the record, look again
             record.save({})
             return True
@@ -204,7 +226,7 @@ def _edit_locked(
         if not remove:
             record.save(notes)  # first: a crash after it leaves a note, never an unnoted change
         try:
-            replaced = replace_if_unchanged(path, data, out.encode("utf-8"))
+            replaced = replace_if_unchanged(folder, path.name, data, out.encode("utf-8"))
         except LaunchJsonError:
             with contextlib.suppress(LaunchJsonError):  # the edit did not happen: neither did its note
                 record.save(before)
@@ -220,23 +242,23 @@ def _edit_locked(
     raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
 
 
-def give_back_original(path: Path, data: bytes | None, created: dict[str, Any]) -> bool:
+def give_back_original(folder: osutil.NoFollowDir, name: str, data: bytes | None, created: dict[str, Any]) -> bool:
     """Our last entry is gone from a file we created (or that was blank): back to how it was.
 
     ``data`` is the file as read; False (nothing done) when an editor changed it since.
     """
     original = created.get("text")
     if isinstance(original, str):
-        return replace_if_unchanged(path, data, original.encode("utf-8"))
-    if read_launch_json(path)[0] != data:
+        return replace_if_unchanged(folder, name, data, original.encode("utf-8"))
+    if read_launch_json(folder, name)[0] != data:
         return False
     try:
-        path.unlink()
+        folder.unlink(name)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise LaunchJsonError(f"{path}: cannot remove it ({exc.strerror})") from None
+        raise LaunchJsonError(f"{folder.path / name}: cannot remove it ({exc.strerror})") from None
     if created.get("dir"):
         with contextlib.suppress(OSError):  # not empty: something else lives there now
-            path.parent.rmdir()
+            os.rmdir(folder.path)  # rmdir never follows a link
     return True

@@ -8,7 +8,8 @@
   Local jobs run in this interpreter, so we check what is installed here; SageMaker jobs get the
   requirement string (:func:`job_requirement`) added to their dependencies.
 * **Run configuration**: ``.idea/runConfigurations/<job>.xml``, a "Python Debug Server" on the
-  port the reverse tunnels lead to.  Written with ElementTree (no string templates), atomically.
+  port the reverse tunnels lead to.  Written with ElementTree (no string templates), atomically, and
+  never through a symlink (``.idea``, ``runConfigurations`` or the file): the repository decides those.
 """
 
 from __future__ import annotations
@@ -257,20 +258,46 @@ def run_config_xml(job: str, port: int, module: str) -> bytes:
     return bytes(ET.tostring(component, encoding="utf-8", xml_declaration=False)) + b"\n"
 
 
+RUN_CONFIG_DIRS = (".idea", "runConfigurations")
+
+
+def _refuse_link(exc: osutil.UnsafePathError) -> UserError:
+    # a link here is the repository's choice, not the user's: we would write (or read) elsewhere
+    return UserError(
+        f"{exc.filename}: {exc.strerror}; remote-debug writes PyCharm run configurations only into real "
+        "folders and files (never through a link): replace it with a real one, or attach with another --workspace"
+    )
+
+
 def write_run_config(workspace: Path, job: str, port: int) -> Path:
+    """Write ``.idea/runConfigurations/<job>.xml``, never through a symlink (folder or file)."""
     path = run_config_path(workspace, job)
-    xml = run_config_xml(job, port, workspace.name or "project").decode("utf-8")
+    xml = run_config_xml(job, port, workspace.name or "project")
+    folder: osutil.NoFollowDir | None = None
     try:
-        osutil.atomic_write_text(path, xml)  # atomic: a Ctrl-C or a full disk leaves the old file whole
+        folder = osutil.NoFollowDir(workspace, RUN_CONFIG_DIRS, create=True)
+        with folder:
+            folder.write(path.name, xml)  # atomic: a Ctrl-C or a full disk leaves the old file whole
     except OSError as exc:
+        if folder is not None:
+            folder.remove_created()  # a folder we made for a file that was never written
+        if isinstance(exc, osutil.UnsafePathError):
+            raise _refuse_link(exc) from None
         raise UserError(f"{path}: cannot write it ({exc.strerror}); free space or fix permissions and retry") from None
     return path
 
 
 def existing_port(workspace: Path, job: str) -> int | None:
-    """The port of a run configuration written earlier for ``job`` (so re-attaching keeps it)."""
+    """The port of a run configuration written earlier for ``job`` (so re-attaching keeps it).
+
+    Read without following links: a linked file is not ours (write_run_config then refuses it)."""
     try:
-        root = ET.parse(run_config_path(workspace, job)).getroot()
+        name = run_config_path(workspace, job).name
+        with osutil.NoFollowDir(workspace, RUN_CONFIG_DIRS) as folder:
+            data = folder.read(name)
+        if data is None:
+            return None
+        root = ET.fromstring(data)
     except (OSError, ET.ParseError, spec.ContractError):
         return None
     option = root.find("./configuration/option[@name='PORT']")

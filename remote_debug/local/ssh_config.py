@@ -43,6 +43,21 @@ STATE_VERSION = 1
 SERVER_ALIVE_INTERVAL = 15
 SERVER_ALIVE_COUNT_MAX = 4
 
+# What a user's own ``Host *`` may turn on for every host, and must not for a job node (our block is
+# read first, and the first value wins): their agent (anyone root on the node could use the laptop's
+# keys), their X display, a local command run at every connect, and forwards bound to every address
+# of the laptop (a -D or -L without a bind address would let the LAN reach the job's debug ports:
+# debugpy runs whatever a client sends).  ForwardX11Trusted no: if someone still passes -X, the X
+# client is untrusted.  Not here: ClearAllForwardings (it also clears -L/-R/-D given on the command
+# line, which the IDEs need) and Tunnel (sshd refuses tun devices anyway: PermitTunnel no).
+HARDENING = (
+    "ForwardAgent no",
+    "ForwardX11 no",
+    "ForwardX11Trusted no",
+    "PermitLocalCommand no",
+    "GatewayPorts no",
+)
+
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@$-]{0,63}$")  # no '%': ssh expands tokens in User
 _KEY_TYPE_RE = re.compile(r"^[A-Za-z0-9@._-]+$")
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
@@ -164,6 +179,7 @@ def render_job_config(entries: Sequence[HostEntry], paths: StatePaths | None = N
             "    IdentitiesOnly yes",
             f"    ServerAliveInterval {SERVER_ALIVE_INTERVAL}",
             f"    ServerAliveCountMax {SERVER_ALIVE_COUNT_MAX}",
+            *(f"    {line}" for line in HARDENING),
         ]
     return "\n".join(out) + "\n"
 

@@ -15,7 +15,7 @@ moves the gaps, and keeps any comment in them, the way a person editing the file
 Removing the last of our entries gives the user their bytes back: what we added besides entries
 (the file itself, a ``"compounds"`` key, the blanks of an empty array we appended to) is noted in a
 record under the state dir (:mod:`launch_record`, which also does the locked, atomic
-read-modify-write of the file) and undone then.
+read-modify-write of the file, never through a symlink) and undone then.
 """
 
 from __future__ import annotations

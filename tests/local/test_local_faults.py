@@ -376,7 +376,7 @@ def _check_user_files(home: Path, workspace: Path, paths: StatePaths, job: str) 
     conf = paths.job_ssh_config(job)
     if conf.exists():
         text = conf.read_text()
-        assert text.endswith("    ServerAliveCountMax 4\n") and f"Host algo-1.{job}\n" in text, text
+        assert text.endswith(f"    {ssh_config.HARDENING[-1]}\n") and f"Host algo-1.{job}\n" in text, text
         for config in (conf, home / ".ssh" / "config"):
             if ssh is not None:  # OpenSSH itself parses it
                 argv = [ssh, "-G", "-F", str(config), f"algo-1.{job}"]

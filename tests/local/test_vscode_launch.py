@@ -416,10 +416,10 @@ def test_property_update_then_remove_is_identity(original: str | None, ranks: in
 def race_editor(monkeypatch: pytest.MonkeyPatch, path: Path, saves: list[bytes]) -> None:
     """Each of the next ``len(saves)`` writes of ``path`` finds that "the editor" saved ``saves[i]``
     just before the rename: the unless-changed check must see it and the write must not happen."""
-    real = osutil.atomic_write_bytes
+    real = osutil.NoFollowDir.write  # launch.json is written relative to its folder, never through a link
 
-    def write(target: Path, data: bytes, *args: Any, **kwargs: Any) -> bool:
-        if target == path and saves:
+    def write(folder: osutil.NoFollowDir, name: str, data: bytes, *args: Any, **kwargs: Any) -> bool:
+        if folder.path / name == path and saves:
             inner = kwargs.get("unless_changed")
             text = saves.pop(0)
 
@@ -428,9 +428,9 @@ def race_editor(monkeypatch: pytest.MonkeyPatch, path: Path, saves: list[bytes])
                 return inner() if inner else True
 
             kwargs["unless_changed"] = editor_saved
-        return real(target, data, *args, **kwargs)
+        return real(folder, name, data, *args, **kwargs)
 
-    monkeypatch.setattr(osutil, "atomic_write_bytes", write)
+    monkeypatch.setattr(osutil.NoFollowDir, "write", write)
 
 
 def test_a_key_the_user_saves_during_our_write_is_never_removed_by_us(

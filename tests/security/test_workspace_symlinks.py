@@ -1,0 +1,202 @@
+"""The files we edit inside a user's workspace are never read or written through a symlink (issue 13,
+item 8).
+
+A cloned repository decides what ``.vscode/launch.json`` or ``.idea/runConfigurations/<job>.xml``
+are.  A link there to ``~/somewhere/secret`` used to be read (launch.json is edited in place, JSONC
+preserved) and its content written back into the workspace, next to our entries - where the next
+``git commit`` publishes it; a linked folder sent our writes elsewhere.  Each attack here: a link at
+the file or at one of its folders.  Each time: a one-line UserError (exit 2 in the CLI), the link
+and what it points at unchanged, no temp file left, and the secret's bytes in nothing we wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from remote_debug.local import pycharm, vscode_launch
+from remote_debug.local.errors import UserError
+from remote_debug.local.paths import StatePaths
+from tests.cli.test_cli import cli
+from tests.jobs import launch_job
+
+JOB = "train-42"
+
+
+def _secret() -> bytes:
+    return f"rd-secret-{secrets.token_hex(16)}".encode()
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every entry under ``root`` without following links: ("link", target) / ("file", bytes) / ("dir", b"")."""
+    out: dict[str, tuple[str, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                out[key] = ("link", os.readlink(path).encode())
+            elif path.is_dir():
+                out[key] = ("dir", b"")
+            else:
+                out[key] = ("file", path.read_bytes())
+    return out
+
+
+def _leaks(secret: bytes, *roots: Path) -> list[str]:
+    """Regular files under ``roots`` (links not followed) holding ``secret``."""
+    return [name for root in roots if root.exists() for name, (kind, data) in _snapshot(root).items()
+            if kind == "file" and secret in data]
+
+
+def _check_untouched(before: dict[str, tuple[str, bytes]], *roots: Path) -> None:
+    after: dict[str, tuple[str, bytes]] = {}
+    for root in roots:
+        after.update({f"{root}/{k}": v for k, v in _snapshot(root).items()})
+    assert after == before
+    assert not [k for k in after if k.endswith(".tmp")]  # no partial file anywhere
+
+
+def _before(*roots: Path) -> dict[str, tuple[str, bytes]]:
+    out: dict[str, tuple[str, bytes]] = {}
+    for root in roots:
+        out.update({f"{root}/{k}": v for k, v in _snapshot(root).items()})
+    return out
+
+
+def _targets(workspace: Path) -> list[vscode_launch.RankTarget]:
+    return [vscode_launch.RankTarget(JOB, rank, "algo-1", "127.0.0.1", 40000 + rank, str(workspace), "/opt/ml/code")
+            for rank in range(2)]
+
+
+def _one_line_refusal(exc: BaseException, path: Path) -> str:
+    message = str(exc)
+    assert isinstance(exc, UserError)  # the CLI prints it as one line and exits 2
+    assert "\n" not in message and message.startswith(f"{path}: ")
+    assert "symbolic link" in message
+    return message
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Path, Path, StatePaths]:
+    """(workspace, a folder outside it - "~/somewhere" -, our state dir)."""
+    workspace, outside = tmp_path / "repo", tmp_path / "somewhere"
+    workspace.mkdir()
+    outside.mkdir()
+    return workspace, outside, StatePaths(tmp_path / "state")
+
+
+def test_launch_json_linked_to_a_secret_is_refused(layout: tuple[Path, Path, StatePaths]) -> None:
+    """Attack: ``.vscode/launch.json -> ~/somewhere/secret``, the secret being valid JSON (so the
+    JSONC editor would happily merge our entries into it and write the result into the repo)."""
+    workspace, outside, paths = layout
+    secret = _secret()
+    (outside / "secret").write_bytes(b'{"configurations": [], "token": "' + secret + b'"}\n')
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "launch.json").symlink_to(outside / "secret")
+    before = _before(workspace, outside)
+    with pytest.raises(UserError) as raised:
+        vscode_launch.update_launch_json(workspace, JOB, _targets(workspace), paths=paths)
+    message = _one_line_refusal(raised.value, workspace / ".vscode" / "launch.json")
+    assert "--no-launch-json" in message
+    with pytest.raises(UserError):  # and taking "our" entries out does not go through it either
+        vscode_launch.remove_job_configs(workspace, JOB, paths=paths)
+    _check_untouched(before, workspace, outside)
+    assert _leaks(secret, workspace, paths.root) == []
+    assert secret not in message.encode()
+
+
+def test_a_linked_vscode_folder_is_refused(layout: tuple[Path, Path, StatePaths]) -> None:
+    """Attack: ``.vscode -> ~/somewhere`` (a folder holding a JSON secret named launch.json): our
+    edit would read it and write into that folder, outside the workspace."""
+    workspace, outside, paths = layout
+    secret = _secret()
+    (outside / "launch.json").write_bytes(b'{"version": "0.2.0", "configurations": [], "key": "' + secret + b'"}')
+    (workspace / ".vscode").symlink_to(outside, target_is_directory=True)
+    before = _before(workspace, outside)
+    with pytest.raises(UserError) as raised:
+        vscode_launch.update_launch_json(workspace, JOB, _targets(workspace), paths=paths)
+    _one_line_refusal(raised.value, workspace / ".vscode")
+    _check_untouched(before, workspace, outside)
+    assert _leaks(secret, workspace, paths.root) == []
+
+
+def test_a_dangling_vscode_link_is_refused_and_nothing_is_created_where_it_points(
+    layout: tuple[Path, Path, StatePaths],
+) -> None:
+    """Attack: ``.vscode -> ~/somewhere/new`` (not there yet): nothing may be created through it."""
+    workspace, outside, paths = layout
+    (workspace / ".vscode").symlink_to(outside / "new", target_is_directory=True)
+    before = _before(workspace, outside)
+    with pytest.raises(UserError) as raised:
+        vscode_launch.update_launch_json(workspace, JOB, _targets(workspace), paths=paths)
+    _one_line_refusal(raised.value, workspace / ".vscode")
+    _check_untouched(before, workspace, outside)
+
+
+def test_a_plain_launch_json_is_still_edited(layout: tuple[Path, Path, StatePaths]) -> None:
+    """Control: without links, the same call writes the entries (the refusals are not "always fail")."""
+    workspace, _, paths = layout
+    path = vscode_launch.update_launch_json(workspace, JOB, _targets(workspace), paths=paths)
+    assert path == workspace / ".vscode" / "launch.json" and not path.is_symlink()
+    assert b"remote-debug: train-42" in path.read_bytes()
+    assert vscode_launch.remove_job_configs(workspace, JOB, paths=paths)
+    assert not (workspace / ".vscode").exists()  # we made it, we took it away again
+
+
+SECRET_XML = (
+    b'<component name="ProjectRunConfigurationManager"><configuration name="%s">'
+    b'<option name="PORT" value="31337" /></configuration></component>\n'
+)
+
+
+@pytest.mark.parametrize("linked", [".idea", ".idea/runConfigurations", f".idea/runConfigurations/{JOB}.xml"])
+def test_pycharm_run_config_is_never_written_through_a_link(layout: tuple[Path, Path, StatePaths],
+                                                           linked: str) -> None:
+    """Attack: a link at ``.idea``, ``.idea/runConfigurations`` or the run configuration itself, to a
+    place outside the workspace that already holds a file of that name (with a secret in it)."""
+    workspace, outside, _ = layout
+    secret = _secret()
+    rel = Path(".idea") / "runConfigurations" / f"{JOB}.xml"
+    link = workspace / linked
+    below = rel.relative_to(linked)  # what lies under the link's target
+    target = outside / "target"
+    victim = target / below if str(below) != "." else target
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_bytes(SECRET_XML % secret)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=victim != target)
+    before = _before(workspace, outside)
+    with pytest.raises(UserError) as raised:
+        pycharm.write_run_config(workspace, JOB, 23456)
+    _one_line_refusal(raised.value, link)
+    assert pycharm.existing_port(workspace, JOB) is None  # nor is the linked file's port read back
+    _check_untouched(before, workspace, outside)
+    assert _leaks(secret, workspace) == []
+
+
+def test_a_plain_pycharm_run_config_is_still_written(layout: tuple[Path, Path, StatePaths]) -> None:
+    workspace, _, _ = layout
+    path = pycharm.write_run_config(workspace, JOB, 23456)
+    assert path == workspace / ".idea" / "runConfigurations" / f"{JOB}.xml"
+    assert pycharm.existing_port(workspace, JOB) == 23456
+
+
+def test_attach_with_a_linked_idea_folder_exits_2_before_any_tunnel(home: Path, tmp_path: Path) -> None:
+    """The CLI path: ``remote-debug attach JOB --ide pycharm`` in a repository whose ``.idea`` is a link
+    refuses with one line and exit 2 (the run configuration is written before any tunnel)."""
+    project, workspace, outside = tmp_path / "project", tmp_path / "repo", tmp_path / "somewhere"
+    for d in (project, workspace, outside):
+        d.mkdir()
+    (project / "train.py").write_text("import time\ntime.sleep(60)\n")
+    (workspace / ".idea").symlink_to(outside, target_is_directory=True)
+    job = launch_job("symlinked-idea", project, wait_seconds=0)
+    proc = cli("attach", job.name, "--ide", "pycharm", "--pycharm-build", "any", "--workspace", str(workspace))
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("remote-debug: error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"remote-debug: error: {workspace / '.idea'}: is a symbolic link;")
+    assert "never through a link" in errors[0]
+    assert list(outside.iterdir()) == [] and (workspace / ".idea").is_symlink()
