@@ -2,8 +2,9 @@
 
 * ``remote_debug/container/**`` runs inside the training image: it imports the standard library,
   debugpy / pydevd (or pydevd-pycharm), the contract modules (``remote_debug.spec``,
-  ``remote_debug.pycharm_spec``, ``remote_debug.manifest_lines``, ``remote_debug.job_secret``), the
-  stdlib helpers both sides share (``remote_debug.osutil``, ``remote_debug.peer_uid``) and itself - nothing from the laptop side, no other package.
+  ``remote_debug.pycharm_spec``, ``remote_debug.manifest_lines``, ``remote_debug.job_secret``),
+  the stdlib helpers both sides share (``remote_debug.osutil``, ``remote_debug.peer_uid``) and itself -
+  nothing from the laptop side, no other package.
 * No import cycles between ``remote_debug`` modules: module-level and function-level imports both
   count (a function-level import still makes the two modules depend on each other); imports under
   ``if TYPE_CHECKING:`` do not (they never run).

@@ -16,6 +16,7 @@ from typer.exceptions import TyperException
 # Importing the command modules registers them on ``app``.
 from remote_debug.cli import (  # noqa: F401
     attach,
+    cleanup,
     demo,
     doctor,
     emulator,

@@ -1,4 +1,4 @@
-"""The hybrid transport's SSM activation: created by ``enable()``, handed to the job, never leaked.
+"""The hybrid transport's SSM activation: created by ``enable()``, handed to the job, retired early.
 
 ``transport="hybrid"`` replaces SageMaker's native remote debugging (``RemoteDebugConfig`` stays
 off): every node runs its own amazon-ssm-agent, registered as an SSM managed instance (``mi-...``)
@@ -13,19 +13,33 @@ CreateTrainingJob, see ``intercept``)::
                          AmazonSSMManagedInstanceCore; templates/iam/managed-instance-role-trust.json);
                          an ARN is reduced to the [path/]name SSM wants
     RegistrationLimit  = the job's instance count (instance groups included)
-    ExpirationDate     = now + max(MaxRuntimeInSeconds + 1 h for provisioning, MaxWaitTimeInSeconds),
-                         capped one hour under SSM's 30 days
+    ExpirationDate     = now + the registration window (REGISTRATION_WINDOW, 2 h; the laptop's
+                         REMOTE_DEBUG_HYBRID_REGISTRATION_WINDOW seconds override it) + for managed spot
+                         the capacity wait (MaxWaitTimeInSeconds - MaxRuntimeInSeconds); see lifetime()
     DefaultInstanceName= the job name
     Tags               = remote-debug:owner (managed instances inherit the activation's tags: that is
-                         what templates/iam/hybrid-user-policy.json scopes sessions by) and remote-debug:job
+                         what templates/iam/hybrid-user-policy.json scopes sessions by), remote-debug:job,
+                         and remote-debug:execution-role = the job's RoleArn (what
+                         templates/iam/hybrid-execution-role-policy.json scopes deregistration by:
+                         ``ssm:resourceTag/remote-debug:execution-role`` = ``${aws:PrincipalArn}``)
+
+The activation only has to outlive the wait for the job's instances: a node registers when its hook
+starts, right after SageMaker has started the instance, pulled the image and downloaded the inputs
+(``Starting`` + ``Downloading``: minutes, tens of minutes for big GPU instances and images); the
+registration of an instance outlives the activation's expiry and deletion.  SSM documents no minimum
+``ExpirationDate`` (botocore's model has none; at most 30 days, 24 h when omitted).
 
 **Delivery.**  The activation code is a credential: it goes into no part of the request
 (``Environment``, ``HyperParameters``, tags and the entry are shown to anyone allowed to describe
 the job) and onto no local disk.  It is written from memory, with ``s3:PutObject``, as
-``ssm-activation.json`` = ``{"ActivationId", "ActivationCode", "Region"}`` at the root of the job's
-``remote-debug`` input channel, which SageMaker downloads to
-``/opt/ml/input/data/remote_debug/ssm-activation.json`` - the path the container reads by default
-(``container/hybrid.DEFAULT_ACTIVATION_FILE``).  The channel is, per path:
+``ssm-activation.json`` = ``{"ActivationId", "ActivationCode", "Region", "S3Uri"}`` (``S3Uri``: where
+the file itself is, so that the node can retire it) at the root of the job's ``remote-debug`` input
+channel, which SageMaker downloads to ``/opt/ml/input/data/remote_debug/ssm-activation.json`` - the
+path the container reads by default (``container/hybrid.DEFAULT_ACTIVATION_FILE``).  Next to it goes
+``ssm-activation.txt`` (:data:`NOTE_FILE`, no secret): the channel must never become empty when the
+activation file is deleted while the job runs - SageMaker fails a (restarted) job whose S3Prefix
+channel has no object.  Both carry the activation id as S3 metadata (:data:`METADATA_ACTIVATION`), so
+that retiring one job's files never deletes another job's in a shared prefix.  The channel is, per path:
 
 * raw request dicts: ``package_uri`` (the prefix holding the bundle; it must be the job's own, as in
   ``templates/launchers/boto3_request.py``), or a ``remote-debug`` channel the request already has;
@@ -36,8 +50,8 @@ the job) and onto no local disk.  It is written from memory, with ``s3:PutObject
   the activation - and an estimator without ``entry_point`` ships no code at all.  So the request
   gets a ``remote-debug`` channel of its own next to the job's code
   (``.../<job>/source/remote-debug``; no code: ``<S3OutputPath>/<job>/remote-debug``) holding only
-  the activation file.  The package still runs from ``/opt/ml/code``, and the container finds the
-  file at its default path.
+  the activation file (and its note).  The package still runs from ``/opt/ml/code``, and the
+  container finds the file at its default path.
 
 The job is tagged ``remote-debug:transport=hybrid`` (the laptop picks its transport from that tag)
 and ``remote-debug:ssm-activation=<activation id>`` (not a secret: the id cannot register anything
@@ -57,22 +71,26 @@ accepted it reads the setting (``ssm:GetServiceSetting``) and, unless it is ``ad
   created from ``enable(boto_session=...)`` after ``enable()``, and on any client given to
   :func:`watch_client`.  :func:`discard` deletes the activation of a request that will not be
   submitted after all; enabling a request again replaces (deletes) its earlier activation.
-* Once the job runs, each node deregisters its own managed instance when it exits
-  (``ssm:DeregisterManagedInstance``, ``container/hybrid.py``;
-  ``templates/iam/hybrid-execution-role-policy.json``); a node that could not logs the exact
-  ``aws ssm deregister-managed-instance`` command that finishes the job.
-* The activation itself expires at ``ExpirationDate`` and registers at most ``RegistrationLimit``
-  instances; expiry does not affect instances that registered before it.  Whatever escapes the
-  above (a process killed between ``enable()`` and CreateTrainingJob, a request botocore refuses
-  before sending it) expires the same way.  The ``ssm-activation.json`` of a started job stays with
-  the job's other inputs: it can register nothing once the nodes have used the registrations or
-  the activation has expired.
+* Once the job runs, the activation and its ``ssm-activation.json`` are *retired* (deleted) as soon as
+  every node has registered (``RegistrationsCount`` reached ``RegistrationLimit``) or the job has
+  ended, whichever comes first, by whoever sees it first (:mod:`~remote_debug.sagemaker.leftovers`):
+  the job's first node, which watches the activation after registering (``container/hybrid.py``; the
+  execution role needs ``templates/iam/hybrid-execution-role-retire-policy.json``), and the laptop
+  (:func:`~remote_debug.sagemaker.leftovers.retire_job`; ``remote-debug cleanup``).
+* Each node deregisters its own managed instance when it exits (``ssm:DeregisterManagedInstance``,
+  ``container/hybrid.py``; ``templates/iam/hybrid-execution-role-policy.json``); a node that could not
+  logs the exact ``aws ssm deregister-managed-instance`` command, and ``remote-debug cleanup`` finds it.
+* Whatever escapes all that (a process killed between ``enable()`` and CreateTrainingJob, a job that
+  ends while nobody looks, an execution role without the retire policy) expires with the short
+  ``ExpirationDate`` above and registers at most ``RegistrationLimit`` instances; ``remote-debug
+  cleanup`` lists and deletes it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import warnings
@@ -88,9 +106,26 @@ from remote_debug.sagemaker.common import TAGS_MAX, EnableError, RemoteDebugWarn
 log = logging.getLogger(__name__)
 
 ACTIVATION_FILE = "ssm-activation.json"
+# Next to it, no secret: keeps the channel non-empty once the activation file is retired (a restarted
+# job downloads its channels again, and SageMaker fails an S3Prefix channel without objects).
+NOTE_FILE = "ssm-activation.txt"
+NOTE_TEXT = (
+    "remote-debug: this channel carried the SSM hybrid activation of a training job (ssm-activation.json).\n"
+    "It is deleted once every node of the job has registered, or when the job ends; this note stays so that\n"
+    "the channel is never empty.  'remote-debug cleanup' removes both once the job has ended.\n"
+)
 TAG_JOB = TAG_PREFIX + "job"  # on the activation: the job it was made for
+METADATA_ACTIVATION = "remote-debug-activation"  # S3 metadata of both files: the activation they belong to
+TAG_ROLE = TAG_PREFIX + "execution-role"  # on the activation: the job's RoleArn (the deregistration scope)
+TAG_VALUE_MAX = 256  # SSM's limit
 MAX_LIFETIME = timedelta(days=30) - timedelta(hours=1)  # SSM takes up to 30 days; an hour for clock skew
-PROVISIONING = timedelta(hours=1)  # instances, image and data before the agent registers
+# From CreateTrainingJob to the last node's hook: SageMaker starts the instances (minutes; big GPU
+# instances tens of minutes), pulls the image (DLC GPU images are 10-20 GB) and downloads File-mode
+# inputs.  Twice the slow end of that; a job that needs longer (huge inputs, a training plan that
+# starts later) sets ENV_REGISTRATION_WINDOW on the laptop.
+REGISTRATION_WINDOW = timedelta(hours=2)
+ENV_REGISTRATION_WINDOW = "REMOTE_DEBUG_HYBRID_REGISTRATION_WINDOW"  # seconds, read by enable()
+MIN_REGISTRATION_WINDOW = timedelta(minutes=10)
 DEFAULT_MAX_RUNTIME = 86400  # SageMaker's default MaxRuntimeInSeconds
 REGISTRATION_LIMIT_MAX = 1000  # botocore's model of CreateActivation
 _SUBMIT_DIRECTORY = "sagemaker_submit_directory"  # SDK v2: s3://.../<job>/source/sourcedir.tar.gz
@@ -119,12 +154,53 @@ def instance_count(request: Mapping[str, Any]) -> int:
     return count
 
 
-def lifetime(request: Mapping[str, Any]) -> timedelta:
-    """How long the activation must stay usable: until the last node can (re)start and register."""
+def registration_window(env: Mapping[str, str] | None = None) -> timedelta:
+    """:data:`REGISTRATION_WINDOW`, or the laptop's ``REMOTE_DEBUG_HYBRID_REGISTRATION_WINDOW`` (seconds)."""
+    raw = (os.environ if env is None else env).get(ENV_REGISTRATION_WINDOW, "").strip()
+    if not raw:
+        return REGISTRATION_WINDOW
+    try:
+        window = timedelta(seconds=float(raw))
+    except (ValueError, OverflowError):
+        window = timedelta(0)
+    if not MIN_REGISTRATION_WINDOW <= window <= MAX_LIFETIME:
+        raise EnableError(
+            f"{ENV_REGISTRATION_WINDOW}={raw[:40]!r} is not a number of seconds from "
+            f"{MIN_REGISTRATION_WINDOW.total_seconds():g} to {MAX_LIFETIME.total_seconds():g} (the time the job's "
+            "instances may take to start and register with SSM)"
+        )
+    return window
+
+
+def lifetime(request: Mapping[str, Any], env: Mapping[str, str] | None = None) -> timedelta:
+    """How long the activation stays usable: the shortest time that still lets every node register.
+
+    A node registers as soon as its hook starts, i.e. once SageMaker has started its instance and
+    downloaded the image and the inputs: the registration window.  A managed spot job may first wait
+    for capacity, as long as ``MaxWaitTimeInSeconds - MaxRuntimeInSeconds`` and still get its whole
+    runtime.  The job's runtime itself does not count: a registered instance stays registered after
+    its activation expires (or is deleted), and a restarted job has no registration left anyway
+    (``RegistrationLimit`` is the instance count).
+    """
     stopping = request.get("StoppingCondition") or {}
     runtime = timedelta(seconds=int(stopping.get("MaxRuntimeInSeconds") or DEFAULT_MAX_RUNTIME))
     wait = timedelta(seconds=int(stopping.get("MaxWaitTimeInSeconds") or 0))  # spot: waiting + running
-    return min(max(runtime + PROVISIONING, wait), MAX_LIFETIME)
+    capacity = max(wait - runtime, timedelta(0))
+    return min(registration_window(env) + capacity, MAX_LIFETIME)
+
+
+def execution_role_tag(request: Mapping[str, Any]) -> str:
+    """The job's execution role ARN, as the activation's (and so its instances') ``remote-debug:execution-role``
+    tag: the only instances the job's nodes may deregister (``${aws:PrincipalArn}`` in the role's policy)."""
+    role = request.get("RoleArn")
+    if not isinstance(role, str) or not role.startswith("arn:") or ":role/" not in role:
+        raise EnableError("the request has no RoleArn (the job's execution role), which the hybrid transport tags")
+    if len(role) > TAG_VALUE_MAX:
+        raise EnableError(
+            f"the job's RoleArn is {len(role)} characters, over the {TAG_VALUE_MAX} of an SSM tag value: the hybrid "
+            "transport tags its activation with it (use a role with a shorter path)"
+        )
+    return role
 
 
 def channel_uri(request: Mapping[str, Any]) -> str:
@@ -164,9 +240,15 @@ def sdk_v2_channel_uri(request: Mapping[str, Any]) -> str:
     raise EnableError("the job has neither uploaded code nor an s3:// output path to put its SSM activation next to")
 
 
-def _split(uri: str) -> tuple[str, str]:
+def _split(uri: str, name: str = ACTIVATION_FILE) -> tuple[str, str]:
     bucket, _, prefix = uri[len("s3://"):].partition("/")
-    return bucket, "/".join(p for p in (prefix.strip("/"), ACTIVATION_FILE) if p)
+    return bucket, "/".join(p for p in (prefix.strip("/"), name) if p)
+
+
+def channel_files(channel: str) -> tuple[str, str, str]:
+    """(bucket, activation file key, note key) in the ``remote-debug`` channel at the S3 prefix ``channel``."""
+    bucket, key = _split(channel)
+    return bucket, key, _split(channel, NOTE_FILE)[1]
 
 
 def tag_value(tags: Any, key: str) -> str | None:
@@ -233,11 +315,16 @@ def release(activation_id: str, why: str) -> bool:
             activation_id, region,
         )
     if not file_reused:
-        try:
-            created.s3.delete_object(Bucket=created.bucket, Key=created.key)
-        except Exception as exc:
-            log.warning("%s", describe_aws_error(exc, f"deleting s3://{created.bucket}/{created.key}"))
+        for key in (created.key, _note_key(created.key)):
+            try:
+                created.s3.delete_object(Bucket=created.bucket, Key=key)
+            except Exception as exc:
+                log.warning("%s", describe_aws_error(exc, f"deleting s3://{created.bucket}/{key}"))
     return True
+
+
+def _note_key(activation_key: str) -> str:
+    return activation_key[: -len(ACTIVATION_FILE)] + NOTE_FILE
 
 
 def discard(request: Mapping[str, Any]) -> bool:
@@ -377,16 +464,19 @@ class Activations:
     def create(self, request: Mapping[str, Any], *, owner: str) -> str:
         """The activation id, pending until CreateTrainingJob succeeds (see :func:`watch`)."""
         job = str(request["TrainingJobName"])
-        bucket, key = _split(channel_uri(request))  # refusals first: no side effect
+        bucket, key, note = channel_files(channel_uri(request))  # refusals first: no side effect
         count = instance_count(request)
+        expires = (self.now or _utcnow)() + lifetime(request)
+        tags = [{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_JOB, "Value": job},
+                {"Key": TAG_ROLE, "Value": execution_role_tag(request)}]
         try:
             made = self.ssm.create_activation(
                 Description=f"remote-debug hybrid transport of SageMaker training job {job}"[:256],
                 DefaultInstanceName=job,
                 IamRole=self.role,
                 RegistrationLimit=count,
-                ExpirationDate=(self.now or _utcnow)() + lifetime(request),
-                Tags=[{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_JOB, "Value": job}],
+                ExpirationDate=expires,
+                Tags=tags,
             )
         except Exception as exc:
             if isinstance(exc, EnableError):
@@ -394,16 +484,24 @@ class Activations:
             what = f"creating the SSM activation of job {job} (hybrid transport)"
             raise EnableError(describe_aws_error(exc, what)) from None
         activation_id = str(made["ActivationId"])
-        body = json.dumps(
-            {"ActivationId": activation_id, "ActivationCode": made["ActivationCode"], "Region": self.region}
-        ).encode()
+        body = json.dumps({
+            "ActivationId": activation_id, "ActivationCode": made["ActivationCode"], "Region": self.region,
+            "S3Uri": f"s3://{bucket}/{key}",
+        }).encode()
         try:
-            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
+            mine = {METADATA_ACTIVATION: activation_id}
+            note_body = NOTE_TEXT.encode()
+            self.s3.put_object(Bucket=bucket, Key=note, Body=note_body, ContentType="text/plain", Metadata=mine)
+            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json", Metadata=mine)
         except Exception as exc:
             try:
                 self.ssm.delete_activation(ActivationId=activation_id)
             except Exception as cleanup:
                 log.warning("%s", describe_aws_error(cleanup, f"deleting SSM activation {activation_id}"))
+            try:  # the note alone is no secret, but nothing of a refused job stays behind
+                self.s3.delete_object(Bucket=bucket, Key=note)
+            except Exception as cleanup:
+                log.debug("%s", describe_aws_error(cleanup, f"deleting s3://{bucket}/{note}"))
             raise EnableError(
                 describe_aws_error(exc, f"writing the SSM activation of job {job} to s3://{bucket}/{key}")
             ) from None

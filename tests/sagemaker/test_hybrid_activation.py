@@ -67,15 +67,16 @@ REQUEST: dict[str, Any] = {
 }
 
 
-def expected_create(job: str = JOB, count: int = 2, runtime: timedelta = timedelta(hours=4),
+def expected_create(job: str = JOB, count: int = 2, lifetime: timedelta = timedelta(hours=2),
                     owner: str = MOTO_USER_ID) -> dict[str, Any]:
     return {
         "Description": f"remote-debug hybrid transport of SageMaker training job {job}",
         "DefaultInstanceName": job,
         "IamRole": MI_ROLE_NAME,
         "RegistrationLimit": count,
-        "ExpirationDate": NOW + runtime + timedelta(hours=1),
-        "Tags": [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job}],
+        "ExpirationDate": NOW + lifetime,  # the registration window, not the job's runtime
+        "Tags": [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job},
+                 {"Key": "remote-debug:execution-role", "Value": ROLE}],
     }
 
 
@@ -139,6 +140,9 @@ def capturing(client: Any) -> list[dict[str, Any]]:
     return sent
 
 
+NOTE = "ssm-activation.txt"
+
+
 def s3_object(session: StubbedSession, uri: str) -> Any:
     bucket, _, prefix = uri[len("s3://"):].partition("/")
     body = session.real.client("s3").get_object(Bucket=bucket, Key=f"{prefix}/ssm-activation.json")["Body"].read()
@@ -188,7 +192,14 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     # It is in the remote_debug channel, which SageMaker puts at the container's default path.
     [channel] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug"]
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == PACKAGE_URI and channel["InputMode"] == "File"
-    assert s3_object(session, PACKAGE_URI) == {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION}
+    assert s3_object(session, PACKAGE_URI) == {
+        "ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION,
+        "S3Uri": f"{PACKAGE_URI}/ssm-activation.json",  # where the node finds it to retire it
+    }
+    assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json", f"{JOB}/remote-debug/{NOTE}"]
+    for name in ("ssm-activation.json", NOTE):  # which activation they belong to (a shared prefix is not ours)
+        head = session.real.client("s3").head_object(Bucket=BUCKET, Key=f"{JOB}/remote-debug/{name}")
+        assert head["Metadata"] == {"remote-debug-activation": ACTIVATION_ID}
     assert f"{CHANNEL_ROOT}/{ha.ACTIVATION_FILE}" == DEFAULT_ACTIVATION_FILE  # where the container looks
 
     assert "RemoteDebugConfig" not in request  # hybrid replaces native remote debugging
@@ -214,14 +225,14 @@ def test_failed_create_training_job_deletes_the_activation(session: StubbedSessi
     session.expect_create()
     session.expect_delete()
     out = enable_hybrid(REQUEST, session, state)
-    assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json"]
+    assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json", f"{JOB}/remote-debug/{NOTE}"]
     sagemaker = session.client("sagemaker")
     with Stubber(sagemaker) as refusing:
         refusing.add_client_error("create_training_job", "ResourceLimitExceeded", http_status_code=400)
         with pytest.raises(ClientError, match="ResourceLimitExceeded"):
             sagemaker.create_training_job(**out)
     assert ha.pending() == {}
-    assert s3_keys(session) == []  # the file went with it
+    assert s3_keys(session) == []  # the file (and its note) went with it
 
 
 def test_no_response_deletes_the_activation_too(session: StubbedSession, state: Path) -> None:
@@ -261,7 +272,7 @@ def test_a_second_create_of_a_started_job_does_not_delete_its_activation(session
         refusing.add_client_error("create_training_job", "ResourceInUse")
         with pytest.raises(ClientError):
             sagemaker.create_training_job(**out)
-    assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json"]
+    assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json", f"{JOB}/remote-debug/{NOTE}"]
 
 
 def test_discard_and_enabling_again_leave_no_activation_behind(session: StubbedSession, state: Path) -> None:
@@ -327,13 +338,29 @@ def test_the_tier_setting_is_the_one_doctor_reads() -> None:
     assert ha.TIER_SETTING == ssm.ACTIVATION_TIER_SETTING == TIER
 
 
+def test_the_note_is_the_file_the_container_looks_for() -> None:
+    from remote_debug.container import hybrid
+
+    assert ha.NOTE_FILE == hybrid.NOTE_FILE and Path(DEFAULT_ACTIVATION_FILE).name == ha.ACTIVATION_FILE
+
+
+@pytest.mark.parametrize(("role", "needle"), [
+    (None, "the request has no RoleArn"),
+    ("SageMakerExecution", "the request has no RoleArn"),
+    ("arn:aws:iam::123456789012:role/" + "p/" * 120 + "R", "over the 256 of an SSM tag value"),
+])
+def test_the_execution_role_tag_needs_a_role_arn_that_fits(role: str | None, needle: str) -> None:
+    with pytest.raises(UserError, match=needle):
+        ha.execution_role_tag({} if role is None else {"RoleArn": role})
+
+
 # --- the SDK paths' requests (no SDK needed: the requests they send, through the same hook) ----------
 
 
 def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession, state: Path) -> None:
     job = "rd-test-2030-01-02-03-04-05-678"
     submit = f"s3://{BUCKET}/{job}/source/sourcedir.tar.gz"
-    session.expect_create(job=job, count=1, runtime=timedelta(days=1), owner="alice", tier=None)
+    session.expect_create(job=job, count=1, owner="alice", tier=None)
     hybrid = JobTransport.parse("hybrid", MI_ROLE)
     apply = sdk_v2.request_rewriter(
         DebugOptions(), hybrid, owner="alice", paths=StatePaths(state), boto_session=session
@@ -374,7 +401,7 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
 def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSession, state: Path) -> None:
     job = "rd-test-20300102030405"
     channel_uri = f"s3://{BUCKET}/rd-test/{job}/input/remote_debug"
-    session.expect_create(job=job, count=3, runtime=timedelta(hours=1), owner="alice", tier=None)
+    session.expect_create(job=job, count=3, owner="alice", tier=None)
     request = {
         **{k: v for k, v in REQUEST.items() if k != "Tags"},
         "TrainingJobName": job,
@@ -446,12 +473,19 @@ def test_role_names_counts_and_lifetimes() -> None:
     with pytest.raises(UserError, match="at most 1000"):
         ha.instance_count({"ResourceConfig": {"InstanceCount": 1001}})
     hour = timedelta(hours=1)
-    assert ha.lifetime({}) == timedelta(days=1) + hour  # SageMaker's default MaxRuntimeInSeconds
-    assert ha.lifetime({"StoppingCondition": {"MaxRuntimeInSeconds": 600}}) == timedelta(minutes=10) + hour
+    # the registration window, whatever the runtime: a registered instance outlives its activation
+    assert ha.lifetime({}, {}) == 2 * hour
+    assert ha.lifetime({"StoppingCondition": {"MaxRuntimeInSeconds": 600}}, {}) == 2 * hour
+    assert ha.lifetime({"StoppingCondition": {"MaxRuntimeInSeconds": 28 * 86400}}, {}) == 2 * hour
     spot = {"StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 5 * 3600}}
-    assert ha.lifetime(spot) == 5 * hour
-    long_spot = {"StoppingCondition": {"MaxRuntimeInSeconds": 28 * 86400, "MaxWaitTimeInSeconds": 40 * 86400}}
-    assert ha.lifetime(long_spot) == timedelta(days=30) - hour  # SSM takes 30 days at most
+    assert ha.lifetime(spot, {}) == 4 * hour + 2 * hour  # the longest capacity wait that leaves the runtime
+    long_spot = {"StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 40 * 86400}}
+    assert ha.lifetime(long_spot, {}) == timedelta(days=30) - hour  # SSM takes 30 days at most
+    # the laptop may widen (or narrow) the window for jobs whose instances start slowly
+    assert ha.lifetime({}, {ha.ENV_REGISTRATION_WINDOW: "21600"}) == 6 * hour
+    for bad in ("abc", "60", "nan", "-1", str(31 * 86400)):
+        with pytest.raises(UserError, match=r"REMOTE_DEBUG_HYBRID_REGISTRATION_WINDOW=.* is not a number of seconds"):
+            ha.lifetime({}, {ha.ENV_REGISTRATION_WINDOW: bad})
     assert ha.sdk_v2_channel_uri({"TrainingJobName": "j", "OutputDataConfig": {"S3OutputPath": "s3://b/out/"}}) == (
         "s3://b/out/j/remote_debug"  # an estimator without code (BYOC)
     )

@@ -63,15 +63,17 @@ def assert_hybrid_job(run: SdkRun, scenario: str, *, package_root: str, instance
         "DefaultInstanceName": job,
         "IamRole": "RemoteDebugManagedInstance",
         "RegistrationLimit": instances,
-        "Tags": [{"Key": "remote-debug:owner", "Value": "alice"}, {"Key": "remote-debug:job", "Value": job}],
+        "Tags": [{"Key": "remote-debug:owner", "Value": "alice"}, {"Key": "remote-debug:job", "Value": job},
+                 {"Key": "remote-debug:execution-role", "Value": request["RoleArn"]}],
     }
-    runtime = request["StoppingCondition"]["MaxRuntimeInSeconds"]
-    assert abs(params["ExpirationDate"] - (time.time() + runtime + 3600)) < 1800  # made during this session
+    # the registration window (2 h), not the job's runtime; made during this session
+    assert abs(params["ExpirationDate"] - (time.time() + 2 * 3600)) < 1800
 
     channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == CHANNEL_NAME)
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == info["channel_uri"]
     assert channel.get("InputMode", "File") == "File"
-    assert info["activation_file"] == {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": "us-east-1"}
+    assert info["activation_file"] == {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": "us-east-1",
+                                       "S3Uri": f"{info['channel_uri']}/ssm-activation.json"}
     assert info["error"] is None and info["pending"] == {}
     return info
 

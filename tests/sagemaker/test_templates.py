@@ -19,7 +19,7 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 POLICIES = sorted((TEMPLATES / "iam").glob("*.json"))
 
 # IAM service prefix -> botocore service name (the operation names are the API action names).
-SERVICES = {"sagemaker": "sagemaker", "ssm": "ssm", "logs": "logs", "iam": "iam", "sts": "sts"}
+SERVICES = {"sagemaker": "sagemaker", "ssm": "ssm", "logs": "logs", "iam": "iam", "sts": "sts", "s3": "s3"}
 # Actions that are permissions without an API operation of the same name, as AWS documents them
 # (iam:PassRole; the SSM agent's message channels, an API botocore does not model).
 PERMISSION_ONLY = {

@@ -196,6 +196,7 @@ class SageMakerBackend(Backend):
         self._logs: dict[str, ManifestLog] = {}
         self._warned: set[str] = set()  # jobs whose refused manifest lines were reported (once per job)
         self._world: dict[str, int] = {}
+        self._retired: set[str] = set()  # hybrid jobs whose activation this backend has retired
 
     # --- clients --------------------------------------------------------------------------------
 
@@ -326,8 +327,25 @@ class SageMakerBackend(Backend):
         world = next((r.world_size for m in merged.values() for r in m.ranks), 0)
         if world:
             self._world[job] = world
+        self._retire_activation(job, info, resp, out)
         self._save_hint(job, info, out)
         return out
+
+    def _retire_activation(
+        self, job: str, info: JobInfo, resp: dict[str, Any], manifests: dict[str, spec.NodeManifest | None]
+    ) -> None:
+        """A hybrid job's SSM activation (and the file holding its code) is of no use once every node
+        registered, or once the job ended: delete them then, once per job, rather than let them live
+        until they expire.  The node may have done it already (with the retire policy); never raises."""
+        if job in self._retired or info.sagemaker is None or info.sagemaker.transport != spec.Transport.HYBRID:
+            return
+        if info.status not in TERMINAL and not all(m is not None and m.ssm_target for m in manifests.values()):
+            return
+        from remote_debug.sagemaker.leftovers import retire_job
+
+        self._retired.add(job)
+        retire_job(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
+                   s3=self.client("s3"))
 
     def _secret(self, job: str, resp: dict[str, Any]) -> str | None:
         """The job's secret: from this machine's key for the job, else from the job's Environment (None:

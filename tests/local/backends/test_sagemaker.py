@@ -55,12 +55,13 @@ class Cloud:
         self.scripted = ScriptedSageMaker(self.sagemaker, script, tags) if script else None
         self.logs = boto3.client("logs", region_name=REGION)
         self.ssm = boto3.client("ssm", region_name=REGION)
+        self.s3 = boto3.client("s3", region_name=REGION)  # a hybrid job's activation file is retired there
         self.filter_requests: list[dict[str, Any]] = []
         self.logs.meta.events.register(
             "before-parameter-build.cloudwatch-logs.FilterLogEvents",
             lambda params, **_: self.filter_requests.append(dict(params)),
         )
-        self.clients = {"sagemaker": self.sagemaker, "logs": self.logs, "ssm": self.ssm}
+        self.clients = {"sagemaker": self.sagemaker, "logs": self.logs, "ssm": self.ssm, "s3": self.s3}
 
     def backend(self) -> SageMakerBackend:
         return SageMakerBackend(StatePaths.default(), clients=self.clients.__getitem__, cache_seconds=0,
