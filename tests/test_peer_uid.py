@@ -4,8 +4,6 @@ netlink and /proc/net/tcp{,6}), for IPv4 and IPv4-mapped IPv6 clients, and refus
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -14,12 +12,8 @@ from pathlib import Path
 import pytest
 
 from remote_debug import peer_uid
+from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody
 
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
 # Connects to the port over IPv4 or over IPv6 (v4-mapped), says so, and waits for stdin to close.
 CLIENT = (
     "import socket, sys\n"
@@ -41,7 +35,7 @@ def listener() -> Iterator[socket.socket]:
 
 def _connect_as(uid: int | None, port: int, family: str, listener: socket.socket) -> tuple[subprocess.Popen[str],
                                                                                           socket.socket]:
-    prefix = [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    prefix = [] if uid is None else as_nobody()
     proc = subprocess.Popen([*prefix, ATTACKER_PYTHON, "-I", "-S", "-c", CLIENT, str(port), family],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
     assert proc.stdout is not None and proc.stdout.readline().strip() == "connected"
@@ -56,15 +50,15 @@ def test_the_owner_of_the_peer_socket(listener: socket.socket, source: str, fami
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     if source == "proc":
         monkeypatch.setattr(peer_uid, "_diag_owner", _no_netlink)
-    nobody = pwd.getpwnam("nobody").pw_uid
-    for uid, expected in ((nobody, nobody), (None, os.geteuid())):
+    stranger = nobody().pw_uid
+    for uid, expected in ((stranger, stranger), (None, os.geteuid())):
         proc, conn = _connect_as(uid, listener.getsockname()[1], family, listener)
         try:
             verdict = peer_uid.peer_verdict(conn)
             assert verdict.uid == expected
             assert verdict.allowed == (expected == os.geteuid())
             if not verdict.allowed:
-                assert f"belongs to uid {nobody}" in verdict.reason
+                assert f"belongs to uid {stranger}" in verdict.reason
         finally:
             conn.close()
             proc.communicate(timeout=10)

@@ -4,9 +4,6 @@ plays the whole attack): a gated listener hands over only our own connections, a
 
 from __future__ import annotations
 
-import os
-import pwd
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -14,21 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from remote_debug.container import debugpy_gate
-
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
+from tests.second_user import needs_second_user, python_as_nobody
 
 
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
-    nobody = pwd.getpwnam("nobody")
-    return subprocess.Popen(
-        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-         ATTACKER_PYTHON, "-I", "-S", "-c", code, *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
-    )
+    return subprocess.Popen(python_as_nobody(code, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd="/")
 
 
 @pytest.fixture

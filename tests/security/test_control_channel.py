@@ -8,8 +8,6 @@ recording ``listen``; the clients are real sockets - the laptop's side of the pr
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -27,14 +25,10 @@ from remote_debug.container.control import ControlServer
 from remote_debug.local.rank_control import exchange
 from remote_debug.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT
 from tests.container.helpers import wait_for
+from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
 
 SECRET = job_secret.derive_job_secret(b"this job's private key")
 OTHER_JOB = job_secret.derive_job_secret(b"another job's private key")
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
 
 # Opens N connections to the port and trickles one byte into each every 0.5 s, never a newline;
 # prints "open N" once all are open, then goes on until killed.
@@ -170,9 +164,7 @@ def _slowloris(rank: Rank, argv_prefix: list[str], python: str) -> tuple[float, 
 
 @needs_second_user
 def test_another_users_slowloris_is_shut_out_at_once(rank: Rank) -> None:
-    nobody = pwd.getpwnam("nobody")
-    as_nobody = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
-    worst, threads = _slowloris(rank, as_nobody, ATTACKER_PYTHON)
+    worst, threads = _slowloris(rank, as_nobody(), ATTACKER_PYTHON)
     assert worst < 1.0
     assert threads <= 1 + control.MAX_WORKERS
     assert rank.server.refused >= 500  # every connection, and every come-back, closed at accept

@@ -39,6 +39,7 @@ from remote_debug.container import hybrid
 from remote_debug.container.hybrid import Activation, HybridError, HybridRegistration
 from remote_debug.sagemaker import hybrid_activation as ha
 from tests.cli.test_bad_input import run_cli
+from tests.container.helpers import wait_for
 from tests.fake_aws import SSM_ANSWERS, FakeSsm, moto_cloud
 from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE
 
@@ -49,19 +50,6 @@ CODE = "Xq7Z2sPk9LmN4vB8cD1e"
 MI_ROLE = "arn:aws:iam::123456789012:role/RemoteDebugManagedInstance"
 OTHER_ROLE = "arn:aws:iam::123456789012:role/OtherTeamExecution"
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 # --- the container: the first node retires the activation once every node registered ----------------
@@ -172,8 +160,8 @@ def test_the_activation_and_its_code_object_go_once_every_node_registered(
         first = HybridRegistration(_node(tmp_path, s3_server, ssm.url, "algo-1", hosts), agent=FakeAgent(),
                                    deregister=lambda *_: None)  # type: ignore[arg-type]
         first.start()
-        wait_until(lambda: ssm.calls("DeleteActivation"), 10, "the first node to delete the activation")
-        wait_until(lambda: _keys(s3_server) == ["job-a/remote-debug/ssm-activation.txt"], 10,
+        wait_for(lambda: ssm.calls("DeleteActivation"), 10, "the first node to delete the activation")
+        wait_for(lambda: _keys(s3_server) == ["job-a/remote-debug/ssm-activation.txt"], 10,
                    "the activation file to be deleted (its note keeps the channel non-empty)")
         assert ssm.calls("DeleteActivation") == [{"ActivationId": ACTIVATION_ID}]
         # one watcher per job: three looks, all by algo-1 (algo-2 never asks)
@@ -200,7 +188,7 @@ def test_a_node_that_may_not_retire_says_so_once_and_stops(
         node = HybridRegistration(_node(tmp_path, s3_server, ssm.url, "algo-1", ["algo-1"]), agent=FakeAgent(),
                                   deregister=lambda *_: None)  # type: ignore[arg-type]
         node.start()
-        wait_until(lambda: "could not retire" in capsys.readouterr().err, 10, "the one line")
+        wait_for(lambda: "could not retire" in capsys.readouterr().err, 10, "the one line")
         assert len(ssm.calls("DescribeActivations")) == 1 and not ssm.calls("DeleteActivation")
         node.stop()
 

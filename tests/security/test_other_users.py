@@ -10,15 +10,11 @@ The session (tests/security/session.py): 1 node x 2 ranks, VS Code mode, attache
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
 import socket
 import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,18 +28,13 @@ from remote_debug.local.tunnels import NodeTunnel
 from tests.container.helpers import wait_for
 from tests.event_log import EventLog
 from tests.local.test_local_faults import make_fake_job
+from tests.second_user import needs_second_user, nobody, python_as_nobody
 from tests.security.session import Session, live_session
 from tests.ssm_plugin import echo_server
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 
 JOB = "others"
-# The venv's interpreter may live where another user cannot enter (/root/.pyenv): the system's plays the attacker.
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
 
 # What the attacker does with each port: a DAP initialize and a control request (the two protocols
 # behind our listeners); whatever comes back is reported.
@@ -96,12 +87,6 @@ HOLD = textwrap.dedent(
 )
 
 
-def _as_nobody(code: str, *args: str, **run: Any) -> list[str]:
-    nobody = pwd.getpwnam("nobody")
-    return ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-            ATTACKER_PYTHON, "-I", "-S", "-c", code, *args]
-
-
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Rank 0 stopped at the breakpoint, rank 1 attached and running."""
@@ -122,11 +107,11 @@ def test_another_user_reaches_no_debugger_and_no_control_channel(session: Sessio
              "attach forward": list(_forwards(session).values())}
     every = [p for group in ports.values() for p in group]
     assert len(every) == 6 and all(every), ports
-    result = subprocess.run(_as_nobody(PROBE), input=json.dumps({"ports": every, "wait": 3}), capture_output=True,
+    result = subprocess.run(python_as_nobody(PROBE), input=json.dumps({"ports": every, "wait": 3}), capture_output=True,
                             text=True, timeout=120, env={"PATH": "/usr/bin:/bin"}, cwd="/")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["uid"] == pwd.getpwnam("nobody").pw_uid
+    assert report["uid"] == nobody().pw_uid
     answered = {port: outcome for port, outcome in report["ports"].items()
                 if any(text and not text.startswith("closed") for text in outcome.values())}
     # Every connection was closed without one byte of answer: no DAP response, no control reply.
@@ -150,7 +135,7 @@ def test_another_user_holding_a_forward_does_not_lock_the_ide_out(session: Sessi
     with echo_server() as echo:
         try:
             local = tunnel.forward(echo.port, exclusive="the echo of job others")
-            holder = subprocess.Popen(_as_nobody(HOLD, str(local)), stdout=subprocess.PIPE, text=True,
+            holder = subprocess.Popen(python_as_nobody(HOLD, str(local)), stdout=subprocess.PIPE, text=True,
                                       env={"PATH": "/usr/bin:/bin"}, cwd="/")
             try:
                 assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"

@@ -10,9 +10,6 @@ needs ``sendall``/``recv``/``close`` of its channel).
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
 import socket
 import subprocess
 import textwrap
@@ -20,16 +17,11 @@ import threading
 from typing import Any, cast
 
 import paramiko
-import pytest
 
 from remote_debug.local.reverse import IdeBridge
 from remote_debug.pycharm_spec import Hello
+from tests.second_user import needs_second_user, nobody, python_as_nobody
 
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
 # Listens, prints its port, accepts what comes for 3 s and reports the bytes it received.
 FAKE_IDE = textwrap.dedent(
     """
@@ -55,10 +47,7 @@ FAKE_IDE = textwrap.dedent(
 
 @needs_second_user
 def test_a_rank_is_not_handed_to_another_users_program_on_the_ide_port() -> None:
-    nobody = pwd.getpwnam("nobody")
-    fake = subprocess.Popen(
-        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-         ATTACKER_PYTHON, "-I", "-S", "-c", FAKE_IDE], stdout=subprocess.PIPE, text=True, cwd="/")
+    fake = subprocess.Popen(python_as_nobody(FAKE_IDE), stdout=subprocess.PIPE, text=True, cwd="/")
     events: list[dict[str, Any]] = []
     rank_side, bridge_side = socket.socketpair()
     try:
@@ -81,7 +70,7 @@ def test_a_rank_is_not_handed_to_another_users_program_on_the_ide_port() -> None
         rank_side.close()
         fake.kill()
         fake.wait(10)
-    assert not hello.ok and f"belongs to uid {nobody.pw_uid}" in hello.error
+    assert not hello.ok and f"belongs to uid {nobody().pw_uid}" in hello.error
     assert report["received"] == ""  # not one byte of the rank reached the stranger
     told = [e for e in events if e["event"] == "ide-not-listening"]
     assert len(told) == 1 and "not connecting the rank" in told[0]["message"]

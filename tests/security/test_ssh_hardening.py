@@ -42,6 +42,7 @@ from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.ssh_config import HostEntry
 from tests.container.helpers import listen_addresses, make_key, wait_for
+from tests.local.test_ssh_config import RELAY  # a stdin/stdout <-> TCP relay, run inside the job
 from tests.sshd import private_sshd
 
 SSH = shutil.which("ssh")
@@ -56,17 +57,6 @@ ALIAS = f"algo-1.{JOB}"
 # inside the job: is there an agent socket, and can ssh-add reach an agent (0 lists keys, 2 no agent)
 PROBE = 'echo "sock=${SSH_AUTH_SOCK:-unset}"; ssh-add -l >/dev/null 2>&1; echo "agent=$?"'
 LOOPBACK_HEX = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 in /proc/net/tcp*
-RELAY = """
-import socket, sys, threading
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-def up():
-    while data := sys.stdin.buffer.read1(65536):
-        s.sendall(data)
-    s.shutdown(socket.SHUT_WR)
-threading.Thread(target=up, daemon=True).start()
-while data := s.recv(65536):
-    sys.stdout.buffer.write(data); sys.stdout.buffer.flush()
-"""
 # run in the job (same machine): talk to the reverse forward, then say where its listener is bound
 REVERSE_PROBE = """
 import socket, sys

@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from tests.container.helpers import (
     wait_for,
 )
 from tests.fake_aws import FakeSsm
+from tests.second_user import needs_second_user, nobody, python_as_nobody
 from tests.ssm_plugin import (
     LocalSsm,
     banner,
@@ -182,24 +182,16 @@ ATTACKER = textwrap.dedent(
     json.dump(report, sys.stdout)
     """
 )
-# The venv's interpreter may live where another user cannot enter (/root/.pyenv): the system's plays the attacker.
-ATTACKER_PYTHON = "/usr/bin/python3"
-needs_second_user = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None or not os.access(ATTACKER_PYTHON, os.X_OK),
-    reason=f"plays a second user: needs root, setpriv and {ATTACKER_PYTHON}",
-)
 
 
 def _as_nobody(task: dict[str, Any]) -> dict[str, Any]:
-    nobody = pwd.getpwnam("nobody")
     result = subprocess.run(
-        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-         ATTACKER_PYTHON, "-I", "-S", "-c", ATTACKER],
+        python_as_nobody(ATTACKER),
         input=json.dumps(task), capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd="/",
     )
     assert result.returncode == 0, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
-    assert report["uid"] == nobody.pw_uid
+    assert report["uid"] == nobody().pw_uid
     return report
 
 
