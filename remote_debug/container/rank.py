@@ -46,6 +46,7 @@ from remote_debug.spec import (
 
 POLL_SECONDS = 0.5  # how often the watcher looks at debugpy's "client connected" flag
 RETRACE_GRACE_SECONDS = 5.0  # a "listen" with no client seen within this (a session shorter than a poll): untrace
+TRACE_RETRY_SECONDS = 10.0  # a thread a tracer switch did not reach gets it again at every poll for this long
 
 # Modules and console scripts that start ranks rather than being one.  Their children carry
 # RANK/LOCAL_RANK (or OMPI_*) and get listeners; the launcher itself must not claim rank 0,
@@ -163,43 +164,101 @@ def _watch_connection(
         time.sleep(POLL_SECONDS)
 
 
-def remove_tracing() -> None:
-    """Take pydevd's tracer out of every thread (the cost of an attached-then-detached rank).
+class TraceSwitch:
+    """pydevd's tracer into or out of every thread of the rank, with a receipt from each thread.
 
-    Python 3.11 cannot reset another thread's tracer directly: pydevd's own helper installs, in
-    every thread, a tracer that removes itself at that thread's next trace event (a thread blocked
-    in C drops it when it returns to Python).  pydevd stays loaded and listening: ``restore_tracing``
-    puts tracing back when a debugger comes again.  ``pydevd.stoptrace()`` is not usable here: it
-    kills pydevd's threads, and debugpy cannot listen twice in a process.
+    Python 3.11 cannot set another thread's tracer; pydevd's helper (``set_trace_to_threads``) writes
+    it into the PyThreadState it finds by thread id, says it did, and stops at the first match.  But
+    while a thread starts another one, CPython (3.11 and older) has *two* states with that id: the new
+    thread's, preallocated by its parent, carries the parent's id until the new thread runs.  The
+    helper may write that one: the new thread gets the change, its parent (the training loop, say)
+    keeps what it had.  So one attempt may leave a detached rank traced (its idle cost back), or an
+    attached one untraced (breakpoints verified, never hit: a dead F5 for the user).
+
+    So the tracer installed is ours: at a thread's next call event it does what is wanted *now* (hand
+    over to pydevd, or take itself out) and checks that thread off; ``retry`` (every watcher poll)
+    installs it again in the threads that have not checked off, for TRACE_RETRY_SECONDS.  (Which of
+    them ran Python meanwhile cannot be told reliably, so a thread blocked in C gets it again too:
+    harmless, it checks off when it returns to Python.)  A thread in a loop without calls never
+    checks off: it keeps its tracer until it calls something, as before.
+
+    pydevd stays loaded and listening throughout.  (``pydevd.stoptrace()`` is no way to untrace: it
+    kills pydevd's threads, and debugpy cannot listen twice in a process.)
     """
-    import pydevd_tracing  # debugpy's vendored pydevd, on sys.path once debugpy.listen() ran
 
-    set_trace: Callable[[Any], None] = (
-        getattr(pydevd_tracing.TracingFunctionHolder, "_original_tracing", None) or sys.settrace
-    )
+    def __init__(self) -> None:
+        # what a thread's next call event must do: (trace?, threads yet to check off, pydevd's
+        # dispatcher, sys.settrace); replaced whole, so a thread acts and checks off in one version
+        self._state: tuple[bool, dict[int, None], Callable[..., Any] | None, Callable[[Any], None]] = (
+            True, {}, None, sys.settrace
+        )
+        self._retry_until = 0.0
 
-    def remove_self(_frame: FrameType, _event: str, _arg: Any) -> None:
+    def set(self, traced: bool) -> None:
+        """Tracing on (as pydevd does when it attaches to a running process) or off in every thread;
+        raises first where pydevd traces with sys.monitoring (Python 3.12+: nothing per thread)."""
+        import pydevd  # debugpy's vendored pydevd, on sys.path once debugpy.listen() ran
+        import pydevd_tracing
+        from _pydev_bundle import pydev_monkey
+        from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
+        if PYDEVD_USE_SYS_MONITORING:
+            raise RuntimeError("pydevd traces with sys.monitoring here: there is no per-thread tracer to switch")
+        py_db = pydevd.get_global_debugger()
+        if traced and py_db is None:
+            return
+        set_trace = getattr(pydevd_tracing.TracingFunctionHolder, "_original_tracing", None) or sys.settrace
+        if traced:
+            pydev_monkey.patch_thread_modules()  # new threads start traced
+        else:
+            threading.settrace(None)
+            pydev_monkey.undo_patch_thread_modules()  # new threads start untraced too
+        idents = self._threads()
+        self._state = (traced, dict.fromkeys(idents), py_db.trace_dispatch if traced else None, set_trace)
+        self._retry_until = time.monotonic() + TRACE_RETRY_SECONDS
+        self._install(idents)
+        if traced:
+            py_db.set_tracing_for_untraced_contexts()  # frames already running get pydevd's tracer
+
+    def retry(self) -> None:
+        """The switch once more in threads that have not checked off (see the class)."""
+        pending = self._state[1]  # (threads check themselves off concurrently: only pop it here)
+        if not pending:
+            return
+        if time.monotonic() > self._retry_until:
+            pending.clear()
+            return
+        alive = set(sys._current_frames())
+        for ident in list(pending):
+            if ident not in alive:
+                pending.pop(ident, None)
+        if pending:
+            self._install(list(pending))
+
+    def _tracer(self, frame: FrameType, event: str, arg: Any) -> Any:
+        traced, pending, dispatch, set_trace = self._state
+        pending.pop(threading.get_ident(), None)
+        if traced and dispatch is not None:
+            return dispatch(frame, event, arg)  # pydevd puts its own thread tracer in place of this one
         set_trace(None)
+        return None
 
-    from _pydev_bundle import pydev_monkey
+    def _install(self, idents: list[int]) -> None:
+        import pydevd_tracing
 
-    pydevd_tracing.set_trace_to_threads(remove_self)  # raises first where unsupported (sys.monitoring)
-    threading.settrace(None)
-    pydev_monkey.undo_patch_thread_modules()  # new threads start untraced too
+        # create_dummy_thread=False: a thread still starting is not in threading's table yet, and
+        # pydevd's stand-in for it would overwrite the real entry
+        pydevd_tracing.set_trace_to_threads(self._tracer, thread_idents=idents, create_dummy_thread=False)
 
-
-def restore_tracing() -> None:
-    """Tracing back in every thread, as pydevd does when it attaches to a running process."""
-    import pydevd
-
-    py_db = pydevd.get_global_debugger()
-    if py_db is None:
-        return
-    from _pydev_bundle import pydev_monkey
-
-    pydev_monkey.patch_thread_modules()
-    py_db.enable_tracing(py_db.trace_dispatch, apply_to_all_threads=True)
-    py_db.set_tracing_for_untraced_contexts()
+    @staticmethod
+    def _threads() -> list[int]:
+        """Every thread running Python but pydevd's and ours.  (Not from threading.enumerate(): it lists
+        a thread still starting with ident None, and pydevd then files a stand-in thread under None.)"""
+        skip = {
+            t.ident for t in threading.enumerate()
+            if getattr(t, "pydev_do_not_trace", False) or getattr(t, "is_pydev_daemon_thread", False)
+        }
+        return [ident for ident in sys._current_frames() if ident not in skip]
 
 
 def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_state: list[RankState]) -> None:
@@ -350,6 +409,7 @@ class _Listener:
         self._seen_client = False  # a client was connected since tracing was (re)installed
         self._armed_at: float | None = None  # when "listen" last asked for tracing
         self._lock = threading.Lock()
+        self.tracing = TraceSwitch()
 
     def start_debugpy(self) -> int:
         check_port(self.requested, f"debug port for local rank {self.local_rank}")
@@ -361,6 +421,15 @@ class _Listener:
 
         _host, port = debugpy.listen((LOOPBACK, self.requested))
         self.port = int(port)
+        # listen() put pydevd's tracer into every thread in one attempt, which a thread starting another
+        # one at that moment misses (see TraceSwitch): once more, with receipts and retries
+        from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
+        if not PYDEVD_USE_SYS_MONITORING:
+            try:
+                self.tracing.set(True)
+            except Exception as exc:  # listen() did its own attempt: a rank keeps that one
+                log(f"rank {self.rank}: cannot check tracing after listen: {describe(exc)}")
         return self.port
 
     def watch(self) -> None:
@@ -378,6 +447,7 @@ class _Listener:
         A rank nobody ever attached to keeps what debugpy.listen() installed (eager/wait ranks).
         """
         with self._lock:
+            self.tracing.retry()
             if connected:
                 self._retrace_locked()
                 self._seen_client = True
@@ -387,7 +457,7 @@ class _Listener:
             grace_over = self._armed_at is not None and time.monotonic() - self._armed_at > RETRACE_GRACE_SECONDS
             if (self._seen_client or grace_over) and self.untrace_on_detach and not self._untrace_failed:
                 try:
-                    remove_tracing()
+                    self.tracing.set(False)
                 except Exception as exc:  # e.g. pydevd on sys.monitoring (3.12+): keep tracing, say so once
                     self._untrace_failed = True
                     log(f"rank {self.rank}: cannot remove tracing after detach: {describe(exc)}")
@@ -399,8 +469,9 @@ class _Listener:
 
     def _retrace_locked(self) -> None:
         if self.untraced:
-            restore_tracing()
+            self.tracing.set(True)
             self.untraced = False
+            log(f"rank {self.rank}: tracing back on")
 
     def listen(self) -> int:
         """The control channel's "listen": start debugpy unless it runs (tracing back on, if it was
