@@ -116,6 +116,38 @@ def gate_debuggee() -> bool:
     return True
 
 
+def keep_accepting() -> None:
+    """In debugpy's adapter: a connection that fails at once cannot end its accept loop.
+
+    debugpy's accept thread runs the handler inline (``debugpy.common.sockets.serve``); for the client
+    port that is ``Client(sock)``, which sends two "output" events right after it starts reading.  A
+    client that connects and closes within a few ms (a port probe) makes that send raise, the exception
+    ends the accept thread, and the adapter never answers anyone again: every later F5 hangs."""
+    from debugpy.common import sockets
+
+    serve = sockets.serve
+    if getattr(serve, _MARK, False):
+        return
+
+    @functools.wraps(serve)
+    def wrapper(name: str, handler: Callable[[socket.socket], Any], *args: Any, **kwargs: Any) -> Any:
+        def sturdy(sock: socket.socket) -> None:
+            try:
+                handler(sock)
+            except Exception as exc:
+                log(f"debugpy adapter pid {os.getpid()}: a {name} connection failed at once ({exc!r}); "
+                    "still accepting")
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+        return serve(name, sturdy, *args, **kwargs)
+
+    setattr(wrapper, _MARK, True)
+    sockets.serve = wrapper
+
+
 def gate_adapter(argv: list[str] | None = None) -> None:
     """In debugpy's adapter subprocess of one of our ranks (``sitecustomize``): gate its listeners.
 
@@ -131,6 +163,7 @@ def gate_adapter(argv: list[str] | None = None) -> None:
         return
     try:
         nodelay.import_adapter_debugpy(parent)
+        keep_accepting()
         gate_debugpy()
     except Exception as exc:
         log(f"debugpy adapter pid {os.getpid()}: cannot gate its listeners, exiting: {exc}")

@@ -5,12 +5,16 @@ plays the whole attack): a gated listener hands over only our own connections, a
 from __future__ import annotations
 
 import socket
+import struct
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from remote_debug import spec
 from remote_debug.container import debugpy_gate
+from tests.container.helpers import PYTHON, HookRun, MiniDap, wait_for
 from tests.second_user import needs_second_user, python_as_nobody
 
 
@@ -68,3 +72,35 @@ def test_pydevd_refuses_an_adapter_another_user_accepted_it_on(stranger_listener
         checked(ours.getsockname()[1]).close()  # our own adapter: connected (not even accepted yet)
     finally:
         ours.close()
+
+
+# A single-process rank that waits for a debugger (eager listener), then runs on.
+WAITING_RANK = (
+    "import pathlib, sys, time\n"
+    "pathlib.Path(sys.argv[1], 'ran').write_text('yes')\n"
+)
+
+
+def test_a_probe_that_closes_at_once_does_not_deafen_the_adapter(run: HookRun) -> None:
+    """debugpy's adapter runs each client's handler in its accept thread; a client gone within
+    milliseconds made the handler's first send raise, which ended the thread: every later F5 then
+    hung.  Twenty such probes (our own uid: the gate lets them in), then a real attach."""
+    run.env[spec.ENV_WAIT] = "60"
+    script = run.root / "train.py"
+    script.write_text(WAITING_RANK)
+    run.start(PYTHON, str(script), str(run.marks))
+    rank = wait_for(lambda: run.rank_if_any(0), 30, "the rank document")
+    for i in range(20):
+        probe = socket.create_connection(("127.0.0.1", rank["port"]))
+        time.sleep(i * 0.0005)  # past the gate's check (0-10 ms), before the adapter's first send
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: gone at once
+        probe.close()
+    time.sleep(0.5)  # the adapter has met every probe
+    dap = MiniDap(rank["port"], timeout=15)
+    try:
+        assert dap.attach()["success"]
+        wait_for(lambda: (run.marks / "ran").exists(), 20, "the rank to run on after the attach")
+        dap.send("disconnect", terminateDebuggee=False)
+    finally:
+        dap.close()
+    assert run.wait(30) == 0, run.stderr
