@@ -87,7 +87,9 @@ class Job:
         self.requests: list[dict[str, Any]] = []
         self.logs.meta.events.register("before-parameter-build.cloudwatch-logs.FilterLogEvents",
                                        lambda params, **_: self.requests.append(dict(params)))
-        self.clients = {"sagemaker": sagemaker, "logs": self.logs}
+        # ssm and s3: a hybrid job whose nodes all registered has its activation retired (it has none here)
+        self.clients = {"sagemaker": sagemaker, "logs": self.logs, "ssm": boto3.client("ssm", region_name=REGION),
+                        "s3": boto3.client("s3", region_name=REGION)}
 
     def backend(self) -> SageMakerBackend:
         """A laptop-side reader, as a fresh attach (or the proxy, without a hint) makes one."""

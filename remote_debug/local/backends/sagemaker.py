@@ -344,8 +344,11 @@ class SageMakerBackend(Backend):
         from remote_debug.sagemaker.leftovers import retire_job
 
         self._retired.add(job)
-        retire_job(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
-                   s3=self.client("s3"))
+        try:  # housekeeping: it must never cost the user the manifests (or the attach) it rides on
+            retire_job(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
+                       s3=self.client("s3"))
+        except Exception as exc:
+            log.warning("could not retire the SSM activation of job %s (remote-debug cleanup will): %s", job, exc)
 
     def _secret(self, job: str, resp: dict[str, Any]) -> str | None:
         """The job's secret: from this machine's key for the job, else from the job's Environment (None:

@@ -430,3 +430,16 @@ def test_direct_without_bastion_says_how_to_set_one(cloud: None, tmp_path: Path)
     c.backend().manifests(JOB)
     with pytest.raises(UserError, match=r"remote-debug:bastion=.*REMOTE_DEBUG_BASTION"):
         _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path)
+
+
+def test_retiring_a_hybrid_activation_never_costs_the_manifests(
+    cloud: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every node registered: the backend retires the job's activation - and when it cannot (no SSM
+    client, no permission), the manifests still come back, with one warning."""
+    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}))
+    c.log(JOB, "algo-1", _line("algo-1", _node(ssm_target="mi-0123456789abcdef0"), 1))
+    del c.clients["ssm"]
+    manifests = c.backend().manifests(JOB)
+    assert manifests["algo-1"] is not None and manifests["algo-1"].ssm_target == "mi-0123456789abcdef0"
+    assert "could not retire the SSM activation of job" in caplog.text
