@@ -23,10 +23,10 @@ a 2-node job from Training (goal <= 5 s), P5-SSM DAP ``next`` latency over SSM v
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,12 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.dap_timing import dap_next_ms
 from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import MachineBackend
 from remote_debug.local.backends.machine import LaunchRequest
-from remote_debug.local.dap_client import attach_and_configure, inspect_stop
+from remote_debug.local.dap_client import attach_and_configure
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths
@@ -354,24 +355,13 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
         fwd = attacher.forwards[0]
         line = _break_line(src)
         mapping = [(str(src), fwd.code_dir)]
+        script = str(src / "ranks.py")
         for label, port in (("tunnel", fwd.local_port), ("direct", fwd.remote_port)):
-            client = attach_and_configure(
-                "127.0.0.1", port, path_mappings=mapping, breakpoints={str(src / "ranks.py"): [line]}, timeout=60
+            result[f"{label}_next_ms"] = dap_next_ms(
+                functools.partial(attach_and_configure, "127.0.0.1", port, path_mappings=mapping,
+                                  breakpoints={script: [line]}, timeout=60),
+                script, steps, stop_timeout=30,
             )
-            try:
-                hit = inspect_stop(client, 30)
-                client.set_breakpoints(str(src / "ranks.py"), [])
-                times = []
-                for _ in range(steps):
-                    t = time.perf_counter()
-                    client.next(hit.thread_id)
-                    client.wait_stopped(30)
-                    times.append(time.perf_counter() - t)
-                result[f"{label}_next_ms"] = statistics.median(times) * 1000
-                client.continue_(hit.thread_id)
-                client.disconnect()
-            finally:
-                client.close()
         result["tunnel_vs_direct"] = result["tunnel_next_ms"] / result["direct_next_ms"]
     finally:
         backend.stop(name, wait_seconds=30)

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from bench import emulator_job
+from bench.dap_timing import dap_next_ms
 from remote_debug import spec
 from remote_debug.local.backends import netns
-from remote_debug.local.dap_client import DapClient, attach_and_configure, inspect_stop
+from remote_debug.local.dap_client import DapClient, attach_and_configure
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "templates" / "launchers"
@@ -285,24 +286,6 @@ def p7_ssh_login(run: EmulatorRun, job: str, repeats: int) -> Row:
             "added_s": proxy_s - plain_s, "goal_s": LOGIN_GOAL_S}
 
 
-def _dap_next_ms(connect: Callable[[], DapClient], script: str, steps: int) -> float:
-    client = connect()
-    try:
-        hit = inspect_stop(client, 60)
-        client.set_breakpoints(script, [])
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            client.next(hit.thread_id)
-            client.wait_stopped(30)
-            times.append(time.perf_counter() - t)
-        client.continue_(hit.thread_id)
-        client.disconnect()
-    finally:
-        client.close()
-    return statistics.median(times) * 1000
-
-
 def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
     workspace = run.work / f"ws-{job}"
     workspace.mkdir()
@@ -324,9 +307,9 @@ def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
             return lambda: attach_and_configure("127.0.0.1", port, path_mappings=mapping,
                                                 breakpoints=breakpoints, timeout=60)
 
-        ssm_ms = _dap_next_ms(connect(int(event["local_port"])), str(script), steps)
+        ssm_ms = dap_next_ms(connect(int(event["local_port"])), str(script), steps)
         namespace = run.namespace(job, str(event["node"]))
-        direct_ms = _dap_next_ms(lambda: in_namespace(namespace, connect(int(event["remote_port"]))),
+        direct_ms = dap_next_ms(lambda: in_namespace(namespace, connect(int(event["remote_port"]))),
                                  str(script), steps)
     finally:
         run.stop_job(job)
