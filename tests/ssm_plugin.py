@@ -10,8 +10,9 @@
   TargetNotConnected.  It records the sessions it started, resumed and terminated.
 - :data:`RELAY` / :func:`relay_argv`: what ``SageMakerBackend.relay`` does for the ssm transport
   (``ssm.run_session`` with the product's client), in a process of its own, as a ProxyCommand runs it.
-- :func:`roundtrip_in_process`: a relay of this process (``ssm.run_session``, ``SageMakerBackend.relay``) on
-  pipes, sent bytes that must come back through the session before its stdin closes.
+- :func:`drive_in_process`: a relay of this process (``ssm.run_session``, ``SageMakerBackend.relay``) on pipes,
+  driven from a thread; :func:`roundtrip_in_process`: the same, sent bytes that must come back through the
+  session before its stdin closes.
 - :class:`EchoServer`: a TCP echo server on 127.0.0.1, the target of a session where no sshd is needed.
 """
 
@@ -267,31 +268,21 @@ def read_all(fd: int, into: bytearray) -> None:
             into += chunk
 
 
-def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
-                         timeout: float = 30) -> tuple[int, bytes]:
+def drive_in_process(run: Callable[[BinaryIO, BinaryIO], int], drive: Callable[[int, bytearray], None],
+                     join_timeout: float = 40) -> tuple[int, bytes]:
     """``run(stdin, stdout)`` on pipes in this (the main) thread, where ``ssm.run_session`` installs its signal
-    handlers, while a thread writes ``data`` and waits until stdout ends with it (the target echoes), then
-    closes stdin as ssh does when it is done with its ProxyCommand - not sooner: the real plugin exits at EOF on
-    stdin without waiting for what the node still sends.  Returns ``run``'s exit code and everything written to
-    stdout.  A plugin that outlives ``run`` is killed by its pid."""
+    handlers, while ``drive(stdin write fd, output so far)`` runs in a thread; then stdin is closed (the user's
+    side hangs up).  Returns ``run``'s exit code and everything written to stdout.  A plugin that outlives
+    ``run`` is killed by its pid."""
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     out = bytearray()
     seen: set[int] = set()
     errors: list[BaseException] = []
-    finished = threading.Event()
 
-    def feed() -> None:
+    def driver() -> None:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(stdin_w, view):]
-            deadline = time.monotonic() + timeout
-            while not out.endswith(data) and not finished.is_set():
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{len(data)} bytes did not come back through the session within "
-                                         f"{timeout} s (have {len(out)}: {bytes(out[:200])!r})")
-                time.sleep(0.02)
+            drive(stdin_w, out)
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -299,15 +290,14 @@ def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
             os.close(stdin_w)
 
     reader = threading.Thread(target=read_all, args=(stdout_r, out), name="relay-stdout", daemon=True)
-    feeder = threading.Thread(target=feed, name="relay-stdin", daemon=True)
+    thread = threading.Thread(target=driver, name="relay-stdin", daemon=True)
     reader.start()
-    feeder.start()
+    thread.start()
     try:
         with os.fdopen(stdin_r, "rb") as stdin, os.fdopen(stdout_w, "wb") as stdout:
             code = run(stdin, stdout)
     finally:
-        finished.set()
-        feeder.join(timeout + 10)
+        thread.join(join_timeout)
         for pid in seen & set(plugin_pids(os.getpid())):  # still our child (not reaped, so not reused)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -316,6 +306,33 @@ def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
     if errors:
         raise errors[0]
     return code, bytes(out)
+
+
+def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
+                         timeout: float = 30) -> tuple[int, bytes]:
+    """:func:`drive_in_process` writing ``data`` and waiting until stdout ends with it (the target echoes),
+    then closing stdin as ssh does when it is done with its ProxyCommand - not sooner: the real plugin exits at
+    EOF on stdin without waiting for what the node still sends."""
+    finished = threading.Event()
+
+    def feed(stdin: int, out: bytearray) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(stdin, view):]
+        deadline = time.monotonic() + timeout
+        while not out.endswith(data) and not finished.is_set():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(data)} bytes did not come back through the session within "
+                                     f"{timeout} s (have {len(out)}: {bytes(out[:200])!r})")
+            time.sleep(0.02)
+
+    def run_then_finish(stdin: BinaryIO, stdout: BinaryIO) -> int:
+        try:
+            return run(stdin, stdout)
+        finally:
+            finished.set()  # run is over: the feeder stops waiting for an echo that cannot come
+
+    return drive_in_process(run_then_finish, feed, timeout + 10)
 
 
 def banner(session_id: str) -> bytes:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import boto3
 import pytest
@@ -36,6 +36,7 @@ from tests.sshd import private_sshd
 from tests.ssm_plugin import (
     LocalSsm,
     banner,
+    drive_in_process,
     echo_server,
     needs_plugin,
     plugin_bin,
@@ -123,45 +124,23 @@ def run_driven(client: Any, port: int, drive: Callable[[Live], None], **kwargs: 
     ``drive`` talks to the plugin from a thread; then the driver closes the plugin's stdin (the user's side
     hangs up). Returns the exit code and everything the plugin wrote. The plugin is killed by its pid if it
     outlives the test."""
-    stdin_r, stdin_w = os.pipe()
-    stdout_r, stdout_w = os.pipe()
-    out = bytearray()
     finished = threading.Event()
-    errors: list[BaseException] = []
-    seen: list[int] = []
 
-    def driver() -> None:
+    def driver(stdin: int, out: bytearray) -> None:
+        deadline = time.monotonic() + 30
+        while not (pids := plugin_pids(os.getpid())):
+            if finished.is_set() or time.monotonic() > deadline:
+                raise AssertionError("the plugin did not start")
+            time.sleep(0.02)
+        drive(Live(pids[0], stdin, out))
+
+    def session(stdin: BinaryIO, stdout: BinaryIO) -> int:
         try:
-            deadline = time.monotonic() + 30
-            while not (pids := plugin_pids(os.getpid())):
-                if finished.is_set() or time.monotonic() > deadline:
-                    raise AssertionError("the plugin did not start")
-                time.sleep(0.02)
-            seen.extend(pids)
-            drive(Live(pids[0], stdin_w, out))
-        except BaseException as exc:
-            errors.append(exc)
+            return ssm.run_session(client, TARGET, port, stdin, stdout, **kwargs)
         finally:
-            os.close(stdin_w)
+            finished.set()
 
-    reader = threading.Thread(target=read_all, args=(stdout_r, out), daemon=True)
-    thread = threading.Thread(target=driver, daemon=True)
-    reader.start()
-    thread.start()
-    try:
-        with os.fdopen(stdin_r, "rb") as stdin, os.fdopen(stdout_w, "wb") as stdout:
-            code = ssm.run_session(client, TARGET, port, stdin, stdout, **kwargs)
-    finally:
-        finished.set()
-        thread.join(40)
-        for pid in set(seen) & set(plugin_pids(os.getpid())):  # still ours (not reaped, so not reused)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        reader.join(10)
-        os.close(stdout_r)
-    if errors:
-        raise errors[0]
-    return code, bytes(out)
+    return drive_in_process(session, driver)
 
 
 @needs_plugin
