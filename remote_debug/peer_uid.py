@@ -152,3 +152,12 @@ def peer_verdict(conn: socket.socket, proc_net: Path = PROC_NET, uid: int | None
     if owner != want:
         return Verdict(False, owner, f"connection from {theirs[0]}:{theirs[1]} belongs to uid {owner}, not {want}")
     return Verdict(True, owner, "")
+
+
+def server_owner(conn: socket.socket) -> int | None:
+    """The uid owning the socket that accepted our outgoing connection ``conn`` (a connection not accepted
+    yet has its listener's owner), None if unknown: who is behind a port we connected to."""
+    try:
+        return socket_owner(conn.getpeername()[:2], conn.getsockname()[:2])
+    except OSError:
+        return None

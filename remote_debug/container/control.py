@@ -211,11 +211,14 @@ class ControlServer:
         self._refuse(conn, why)
 
     def _refuse(self, conn: socket.socket, why: str) -> None:
+        self._count_refusal(f"a connection: {why}")
+        conn.close()
+
+    def _count_refusal(self, what: str) -> None:
         self.refused += 1
         if self.refused <= LOGGED_REFUSALS:
-            log(f"control channel refused a connection: {why}"
+            log(f"control channel refused {what}"
                 + (" (further refusals are counted, not logged)" if self.refused == LOGGED_REFUSALS else ""))
-        conn.close()
 
     # --- requests ------------------------------------------------------------------------------------
 
@@ -256,9 +259,7 @@ class ControlServer:
             try:
                 request = json.loads(line or b"{}")
                 if not self._authorised(request):
-                    self.refused += 1
-                    if self.refused <= LOGGED_REFUSALS:
-                        log("control channel refused a request without the job's control token")
+                    self._count_refusal("a request without the job's control token")
                     reply: dict[str, Any] = {"ok": False, "error": "not authorised: the request lacks the job's token"}
                 else:
                     reply = self.handle(request)

@@ -86,10 +86,7 @@ def _check_server(connect: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(connect)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         sock = connect(*args, **kwargs)
-        try:
-            owner = peer_uid.socket_owner(sock.getpeername()[:2], sock.getsockname()[:2])
-        except OSError:
-            owner = None
+        owner = peer_uid.server_owner(sock)
         if owner != os.geteuid():
             sock.close()
             who = "an unknown user" if owner is None else f"uid {owner}"

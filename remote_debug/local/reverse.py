@@ -117,10 +117,7 @@ class IdeBridge:
         belong to our own uid.  Checked before the rank's first byte goes anywhere."""
         if not peer_uid.supported():
             return ""  # attach said so once
-        try:
-            owner = peer_uid.socket_owner(ide.getpeername()[:2], ide.getsockname()[:2])
-        except OSError:
-            owner = None
+        owner = peer_uid.server_owner(ide)
         if owner == os.geteuid():
             return ""
         who = "an unknown user" if owner is None else f"uid {owner}"
