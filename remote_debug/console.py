@@ -16,7 +16,9 @@ def main() -> None:
         # handles SIGINT itself while the session-manager-plugin runs).
         from remote_debug.local.proxy import main as proxy_main
 
-        raise SystemExit(proxy_main(sys.argv[2:]))
+        code = proxy_main(sys.argv[2:])
+        if code is not None:  # None: --help or a usage error, which the full CLI words like every command's
+            raise SystemExit(code)
     from remote_debug.local import interrupts
 
     interrupts.install()

@@ -24,6 +24,7 @@ from remote_debug.cli import (  # noqa: F401
     jobs,
     launch,
     proxy,
+    prune,
     ssh,
     ssh_config,
     stacks,

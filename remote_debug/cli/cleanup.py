@@ -34,7 +34,13 @@ def cleanup(
     yes: Annotated[bool, flag("--yes", help="Delete what is listed (without it, nothing is deleted).")] = False,
     days: Annotated[
         int,
-        typer.Option("--days", min=1, max=MAX_DAYS, help="Look for activation files of jobs of the last N days."),
+        typer.Option(
+            "--days",
+            min=1,
+            max=MAX_DAYS,
+            metavar="DAYS",
+            help="Look for activation files of jobs of the last DAYS days.",
+        ),
     ] = 7,
     owner: Annotated[
         str | None, typer.Option("--owner", help="Owner tag to clean up after (default: your aws:userid, as enable()).")

@@ -32,7 +32,10 @@ def emulator(
         typer.Option("--images", help="JSON file mapping training image URIs to local Python environments."),
     ] = None,
     log_delay: Annotated[
-        float, typer.Option("--log-delay", min=0, max=60, help="Seconds before a node's output reaches CloudWatch.")
+        float,
+        typer.Option(
+            "--log-delay", min=0, max=60, metavar="SECONDS", help="How long a node's output takes to reach CloudWatch."
+        ),
     ] = 0.5,
     as_json: Annotated[bool, flag("--json", help="Print the endpoint as one JSON line.")] = False,
 ) -> None:

@@ -8,9 +8,56 @@ from typing import Annotated
 from rich.table import Table
 
 from remote_debug.cli.app import app, flag
-from remote_debug.cli.output import console, error_line, print_json
+from remote_debug.cli.output import console, error_line, plural, print_json
 from remote_debug.local.backends import all_backends
 from remote_debug.local.errors import UserError
+from remote_debug.local.jobinfo import JobInfo
+
+HEADERS = ("job", "backend", "status", "secondary", "nodes", "ranks per node", "created")
+
+
+def _row(j: JobInfo) -> tuple[str, ...]:
+    return (
+        j.name,
+        j.backend,
+        j.status,
+        j.secondary_status,
+        str(len(j.nodes)),
+        str(j.nproc_per_node or "?"),  # SageMaker: unknown until a rank reports
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created)),
+    )
+
+
+def _table(rows: list[tuple[str, ...]]) -> Table:
+    # The job name is what users copy into every other command: it never wraps and is never cut.  The
+    # other columns wrap between words, never inside one, so no value loses characters to an ellipsis;
+    # :func:`jobs` prints sentences instead when even that does not fit.
+    table = Table(box=None, header_style="bold underline", pad_edge=False)
+    for i, header in enumerate(HEADERS):
+        cells = [header, *(row[i] for row in rows)]
+        longest_word = max(len(word) for cell in cells for word in cell.split() or [""])
+        if i == 0:
+            table.add_column(header, no_wrap=True, min_width=longest_word)
+        else:
+            table.add_column(header, min_width=longest_word, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _narrowest(table: Table) -> int:
+    """The width the table needs to show every word whole (no borders; 1 blank each side of a column
+    but the outer ones)."""
+    widths = [column.min_width or 0 for column in table.columns]
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def _line(j: JobInfo) -> str:
+    """One job as a sentence: for terminals too narrow for the table."""
+    name, backend, status, secondary, nodes, ranks, created = _row(j)
+    detail = f" ({secondary})" if secondary and secondary != status else ""
+    ranks_phrase = "ranks not known yet" if ranks == "?" else plural(int(ranks), "rank") + " each"
+    return f"{name}: {backend}, {status}{detail}, {plural(int(nodes), 'node')} x {ranks_phrase}, created {created}"
 
 
 @app.command()
@@ -30,15 +77,9 @@ def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -
     if not found:
         console.print("no jobs yet: start one with  remote-debug launch --local -- python train.py")
         return
-    table = Table("job", "backend", "status", "secondary", "nodes", "ranks/node", "created")
+    table = _table([_row(j) for j in found])
+    if _narrowest(table) <= console.width:
+        console.print(table)
+        return
     for j in found:
-        table.add_row(
-            j.name,
-            j.backend,
-            j.status,
-            j.secondary_status,
-            str(len(j.nodes)),
-            str(j.nproc_per_node or "?"),  # SageMaker: unknown until a rank reports
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created)),
-        )
-    console.print(table)
+        console.print(_line(j), markup=False, highlight=False)

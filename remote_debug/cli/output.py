@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -23,9 +26,63 @@ def error_line(message: str) -> None:
     print(f"remote-debug: error: {first}", file=sys.stderr, flush=True)
 
 
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 job``, ``2 jobs``: counts in the sentences commands print."""
+    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, default=str) + "\n")
     sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def progress(what: str, *, enabled: bool = True, every: float = 10.0, out: Console | None = None) -> Iterator[None]:
+    """Show that ``what`` (e.g. "stopping job X") is still going while the block runs, on stderr.
+
+    On a terminal: a spinner with the seconds so far.  Elsewhere (a log, CI, the extension's output
+    channel) a spinner is invisible, so: a line at the start and one every ``every`` seconds.
+    ``enabled=False`` (``--json``): nothing, the caller's JSON is the whole answer.
+    """
+    out = out or err_console
+    if not enabled:
+        yield
+        return
+    started = time.monotonic()
+    done = threading.Event()
+
+    def elapsed() -> str:
+        return plural(round(time.monotonic() - started), "second")
+
+    if out.is_terminal:
+        with out.status(f"{escape(what)}...") as status:
+
+            def tick() -> None:
+                while not done.wait(1.0):
+                    status.update(f"{escape(what)}... {elapsed()}")
+
+            ticker = threading.Thread(target=tick, daemon=True, name="progress")
+            ticker.start()
+            try:
+                yield
+            finally:
+                done.set()
+                ticker.join()
+        return
+
+    out.print(f"remote-debug: {what}...", markup=False, highlight=False)
+
+    def report() -> None:
+        while not done.wait(every):
+            out.print(f"remote-debug: still {what} ({elapsed()} so far)", markup=False, highlight=False)
+
+    reporter = threading.Thread(target=report, daemon=True, name="progress")
+    reporter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        reporter.join()
 
 
 # --- attach/demo events: one human line per kind (the JSON line is the event itself) -------------------
@@ -158,6 +215,12 @@ def _rank_failed(e: ev.RankFailed) -> str:
     tb = str(e.traceback or "").rstrip()
     body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
     return f"rank {e.rank} on {e.node} failed: {e.error}{held}{body}"
+
+
+@_line(ev.Detached)
+def _detached(e: ev.Detached) -> str:
+    why = "Ctrl-C" if e.reason == ev.DetachReason.INTERRUPTED else "every rank had its stops"
+    return f"detached ({why}): job {e.job} keeps running"
 
 
 @_line(ev.JobEnded)

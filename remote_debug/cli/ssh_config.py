@@ -6,12 +6,69 @@ from typing import Annotated
 
 import typer
 
+from remote_debug import spec
 from remote_debug.cli.app import app, flag, positive_seconds
-from remote_debug.cli.output import console, print_json
+from remote_debug.cli.output import console, plural, print_json
 from remote_debug.local import ssh_config as ssh_files
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
+
+
+def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) -> None:
+    """``--remove [JOB]``: one job's entries, or all of ours and the Include line in ~/.ssh/config."""
+    would = "would remove" if dry_run else "removed"
+    if job:
+        entries = ssh_files.job_entries(paths, spec.check_job_name(job))
+        if entries.empty:
+            others = ssh_files.jobs_with_entries(paths)
+            more = ", ..." if len(others) > 5 else ""
+            have = f"jobs with entries: {', '.join(others[:5])}{more}" if others else "there are none"
+            raise UserError(
+                f"job {job} has no ssh entries to remove ({have}); 'remote-debug ssh-config --remove' without a job "
+                "removes all of ours"
+            )
+        if not dry_run:
+            ssh_files.remove_job_entries(paths, job)
+        if as_json:
+            print_json({
+                "removed_job": job, "aliases": entries.aliases, "known_hosts": entries.known_hosts, "dry_run": dry_run,
+            })
+        else:
+            console.print(f"{would} the ssh entries of job {job}: {_entries_phrase(entries)}", markup=False)
+        return
+    change = ssh_files.remove_include(paths, dry_run=dry_run)
+    if dry_run:
+        removed = [ssh_files.job_entries(paths, name) for name in ssh_files.jobs_with_entries(paths)]
+    else:
+        removed = ssh_files.remove_all_entries(paths)
+    if as_json:
+        print_json({
+            "removed_jobs": [{"job": e.job, "aliases": e.aliases, "known_hosts": e.known_hosts} for e in removed],
+            "restored": str(change.path),
+            "changed": change.changed,
+            "dry_run": dry_run,
+            "user_config_diff": change.diff,
+        })
+        return
+    if removed:
+        jobs = ", ".join(e.job for e in removed)
+        console.print(f"{would} the ssh entries of {plural(len(removed), 'job')} ({jobs})", markup=False)
+    else:
+        console.print("there are no ssh entries of jobs to remove", markup=False)
+    if dry_run and change.changed:
+        console.print(f"would take our Include line out of {change.path}:", markup=False)
+        console.print(change.diff, markup=False, end="")
+    elif change.changed:
+        console.print(f"restored {change.path}: our Include line is gone, the rest is as it was", markup=False)
+    else:
+        console.print(f"{change.path} has no Include line of ours: left as it was", markup=False)
+
+
+def _entries_phrase(entries: ssh_files.JobEntries) -> str:
+    hosts = plural(len(entries.aliases), "Host entry", "Host entries")
+    names = f" ({', '.join(entries.aliases)})" if entries.aliases else ""
+    return f"{hosts}{names} and {plural(entries.known_hosts, 'pinned host key')}"
 
 
 @app.command("ssh-config")
@@ -19,12 +76,16 @@ def ssh_config(
     job: Annotated[str | None, typer.Argument(help="Job name (omit with --remove to undo everything).")] = None,
     dry_run: Annotated[bool, flag("--dry-run", help="Show what would change in ~/.ssh/config; write nothing.")] = False,
     remove: Annotated[
-        bool, flag("--remove", help="Remove our entries; without JOB also restore ~/.ssh/config.")
+        bool,
+        flag("--remove", help="Remove the job's entries; without JOB, every job's and our line in ~/.ssh/config."),
     ] = False,
     timeout: Annotated[
         float,
         typer.Option(
-            "--timeout", help="Seconds to wait for the job's nodes to publish sshd.", callback=positive_seconds
+            "--timeout",
+            metavar="SECONDS",
+            help="How long to wait for the job's nodes to publish sshd.",
+            callback=positive_seconds,
         ),
     ] = 60.0,
     as_json: Annotated[bool, flag("--json", help="Print JSON (the aliases).")] = False,
@@ -32,16 +93,7 @@ def ssh_config(
     """Write (or remove) ssh Host entries <node>.<job> with pinned host keys and the proxy."""
     paths = StatePaths.default()
     if remove:
-        if job:
-            ssh_files.remove_job_entries(paths, job)
-            result: dict[str, object] = {"removed_job": job}
-        else:
-            change = ssh_files.remove_include(paths)
-            result = {"restored": str(change.path), "changed": change.changed}
-        if as_json:
-            print_json(result)
-        else:
-            console.print(f"removed: {result}")
+        _remove(paths, job, dry_run, as_json)
         return
     if not job:
         raise UserError("give a JOB (or --remove): remote-debug ssh-config JOB")

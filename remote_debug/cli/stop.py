@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from remote_debug.cli.app import app, flag
-from remote_debug.cli.output import console, print_json
+from remote_debug.cli.output import console, print_json, progress
 from remote_debug.local.backends import backend_for, job_ref
 
 
@@ -18,8 +18,15 @@ def stop(
 ) -> None:
     """Stop a running job and wait until it has stopped."""
     ref = job_ref(job)
-    info = backend_for(ref).stop(ref.name)
+    backend = backend_for(ref)
+    # a local job gets SIGTERM and up to its grace period (120 seconds, as on SageMaker) to end: without a
+    # word meanwhile, the command looks hung
+    with progress(f"stopping job {ref.name}, waiting for it to end", enabled=not as_json):
+        info = backend.stop(ref.name)
     if as_json:
         print_json(info.to_json())
         return
-    console.print(f"job {info.name}: {info.status}")
+    if info.running:  # SageMaker: StopTrainingJob was accepted; the instances take a while to go
+        console.print(f"job {info.name} is {info.status}: {backend.name} is stopping it", markup=False)
+    else:
+        console.print(f"job {info.name} has ended: {info.status}", markup=False)

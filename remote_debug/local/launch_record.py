@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import json5
+
 from remote_debug import osutil
 from remote_debug.local.dir_lock import locked
 from remote_debug.local.errors import UserError
@@ -98,31 +100,37 @@ class LaunchRecord:
     ``.vscode`` too; ``added_keys``: top-level arrays we added; ``empty_gaps``: the text inside an
     empty array before we appended to it; ``root_gap``: the same for an empty ``{ }``.  Reset
     whenever the file holds none of our entries.
+
+    The record is kept for as long as the file holds entries of ours, notes or not: the records are
+    also the list of launch.json files we have entries in, which ``remote-debug prune`` goes through
+    (:func:`recorded_files`) to take out the entries of ended jobs.
     """
 
     def __init__(self, paths: StatePaths, target: Path) -> None:
         self.file = paths.launch_record(target)
         self.target = target
+        self.kept = False  # whether the record file is there (for this target)
         self.notes = self._load()
 
     def _load(self) -> Notes:
-        try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        data = _read_record(self.file)
+        if data is None or data.get("path") != str(self.target):
             return {}  # no record: removal still takes our entries out, it only keeps a key we added
-        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or data.get("path") != str(self.target):
-            return {}
+        self.kept = True
         notes = data.get("notes")
         return notes if isinstance(notes, dict) else {}
 
-    def save(self, notes: Notes) -> None:
-        if notes == self.notes:
+    def save(self, notes: Notes, holds_ours: bool) -> None:
+        """Record ``notes``; ``holds_ours``: the file has entries of ours (then the record stays, even
+        without notes)."""
+        keep = bool(notes) or holds_ours
+        if notes == self.notes and keep == self.kept:
             return
         try:
-            if not notes:
+            if not keep:
                 with contextlib.suppress(FileNotFoundError):
                     self.file.unlink()
-                with contextlib.suppress(OSError):  # the last note gone: so is its folder
+                with contextlib.suppress(OSError):  # the last record gone: so is its folder
                     self.file.parent.rmdir()
             else:
                 text = json.dumps({"version": RECORD_VERSION, "path": str(self.target), "notes": notes}, indent=2)
@@ -140,6 +148,64 @@ class LaunchRecord:
                 f"{self.target}: cannot record the edit in {self.file} ({exc.strerror}); remote-debug did not change it"
             ) from None
         self.notes = copy.deepcopy(notes)
+        self.kept = keep
+
+    def state(self) -> tuple[Notes, bool]:
+        """(notes, kept), to put back with :meth:`restore` when an edit does not happen."""
+        return copy.deepcopy(self.notes), self.kept
+
+    def restore(self, state: tuple[Notes, bool]) -> None:
+        self.save(state[0], state[1])
+
+
+def _read_record(file: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or not isinstance(data.get("path"), str):
+        return None
+    return data
+
+
+def recorded_files(paths: StatePaths) -> list[Path]:
+    """Every launch.json we have recorded entries in (the file may have changed since: read it)."""
+    folder = paths.launch_record(Path("/")).parent
+    try:
+        files = sorted(folder.glob("*.json"))
+    except OSError:
+        return []
+    out: list[Path] = []
+    for file in files:
+        data = _read_record(file)
+        if data is not None:
+            target = Path(data["path"])
+            if paths.launch_record(target) == file:  # a record is named after its target: anything else is not one
+                out.append(target)
+    return out
+
+
+def read_entry_names(path: Path) -> list[str]:
+    """The ``name`` of every configuration and compound in a launch.json (JSONC), read without following
+    a link; [] when the file or its ``.vscode`` is gone.  Raises LaunchJsonError when it cannot be read."""
+    folder = _open_folder(path, create=False)
+    if folder is None:
+        return []
+    with folder:
+        _, text = read_launch_json(folder, path.name)
+    if text is None or not text.strip(" \t\r\n\ufeff"):
+        return []
+    try:
+        doc = json5.loads(text)
+    except (ValueError, RecursionError):
+        raise LaunchJsonError(f"{path}: not valid JSON with comments; fix it and retry") from None
+    names: list[str] = []
+    if isinstance(doc, dict):
+        for key in ("configurations", "compounds"):
+            entries = doc.get(key)
+            if isinstance(entries, list):
+                names += [str(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    return names
 
 
 def _open_folder(path: Path, *, create: bool) -> osutil.NoFollowDir | None:
@@ -203,7 +269,7 @@ def _edit_locked(
             fresh, text_in = False, text
         else:
             if remove:
-                record.save({})
+                record.save({}, holds_ours=False)
                 return False
             nl = "\r\n" if text and "\r\n" in text else "\n"
             fresh, text_in = True, skeleton(nl)  # an absent or blank file starts afresh
@@ -217,27 +283,28 @@ def _edit_locked(
         if remove and isinstance(created, dict) and out == skeleton(doc.nl):
             if not give_back_original(folder, path.name, data, created):
                 continue  # an editor saved meanwhile: keep the record, look again
-            record.save({})
+            record.save({}, holds_ours=False)
             return True
+        holds_ours = doc.has_our_entries()
         if out == text:
-            record.save(notes)
+            record.save(notes, holds_ours)
             return False
-        before = copy.deepcopy(record.notes)
+        before = record.state()
         if not remove:
-            record.save(notes)  # first: a crash after it leaves a note, never an unnoted change
+            record.save(notes, holds_ours)  # first: a crash after it leaves a note, never an unnoted change
         try:
             replaced = replace_if_unchanged(folder, path.name, data, out.encode("utf-8"))
         except LaunchJsonError:
             with contextlib.suppress(LaunchJsonError):  # the edit did not happen: neither did its note
-                record.save(before)
+                record.restore(before)
             raise
         if not replaced:
             # an editor saved meanwhile: this attempt's notes describe an edit that did not happen
             # (a key "we added" may now be the user's); the retry starts from the old ones
-            record.save(before)
+            record.restore(before)
             continue
         if remove:
-            record.save(notes)
+            record.save(notes, holds_ours)
         return True
     raise LaunchJsonError(f"{path}: it keeps changing while remote-debug edits it; retry")
 

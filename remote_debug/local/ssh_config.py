@@ -42,6 +42,10 @@ LOCK_TIMEOUT_S = 30.0
 STATE_VERSION = 1
 SERVER_ALIVE_INTERVAL = 15
 SERVER_ALIVE_COUNT_MAX = 4
+# Every connection goes through our ProxyCommand, so ssh's INFO lines about it ("Connection closed by
+# UNKNOWN port 65535": the proxy has no address) say nothing; when the proxy refuses (the job has
+# ended) it prints the one line that does.  Errors still show, and -v / -q on the command line win.
+LOG_LEVEL = "ERROR"
 
 # What a user's own ``Host *`` may turn on for every host, and must not for a job node (our block is
 # read first, and the first value wins): their agent (anyone root on the node could use the laptop's
@@ -179,6 +183,7 @@ def render_job_config(entries: Sequence[HostEntry], paths: StatePaths | None = N
             "    IdentitiesOnly yes",
             f"    ServerAliveInterval {SERVER_ALIVE_INTERVAL}",
             f"    ServerAliveCountMax {SERVER_ALIVE_COUNT_MAX}",
+            f"    LogLevel {LOG_LEVEL}",
             *(f"    {line}" for line in HARDENING),
         ]
     return "\n".join(out) + "\n"
@@ -276,6 +281,65 @@ def remove_job_entries(paths: StatePaths, job: str) -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)
+    return removed
+
+
+@dataclass(frozen=True)
+class JobEntries:
+    """What we wrote for one job: its Host aliases (``<job>.conf``) and its pinned host keys."""
+
+    job: str
+    aliases: list[str]
+    known_hosts: int  # lines in known_hosts.d/<job>
+
+    @property
+    def empty(self) -> bool:
+        return not self.aliases and not self.known_hosts
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise SshConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def job_entries(paths: StatePaths, job: str) -> JobEntries:
+    """The job's entries as they are on disk (empty when there are none)."""
+    spec.check_job_name(job)
+    aliases = [line.split(None, 1)[1] for line in _lines(paths.job_ssh_config(job)) if line.startswith("Host ")]
+    pinned = [line for line in _lines(paths.job_known_hosts(job)) if line.strip()]
+    return JobEntries(job, aliases, len(pinned))
+
+
+def jobs_with_entries(paths: StatePaths) -> list[str]:
+    """Every job that has a Host file or pinned keys of ours (names that are not job names are not ours)."""
+    names: set[str] = set()
+    for folder, suffix in ((paths.job_ssh_config("any").parent, ".conf"), (paths.job_known_hosts("any").parent, "")):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for path in folder.iterdir():
+                name = path.name.removesuffix(suffix) if path.name.endswith(suffix) else ""
+                if spec.JOB_NAME_RE.fullmatch(name):
+                    names.add(name)
+    return sorted(names, key=_natural)
+
+
+def remove_all_entries(paths: StatePaths) -> list[JobEntries]:
+    """Delete every job's entries and the main include file: all we keep under ``<state>/ssh`` but the
+    record of the user's Include line (:func:`remove_include` takes that line out).  Returns what went."""
+    removed: list[JobEntries] = []
+    for job in jobs_with_entries(paths):
+        entries = job_entries(paths, job)
+        if remove_job_entries(paths, job):
+            removed.append(entries)
+    with _locked(paths), _os_errors(str(paths.ssh_dir)):
+        with contextlib.suppress(FileNotFoundError):
+            paths.ssh_config.unlink()
+        for folder in (paths.job_ssh_config("any").parent, paths.job_known_hosts("any").parent):
+            with contextlib.suppress(OSError):  # not empty: something not ours lives there
+                folder.rmdir()
     return removed
 
 

@@ -45,6 +45,8 @@ SAMPLES: list[tuple[ev.Event, str]] = [
      "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line"),
     (ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="rank 1 failed"),
      "job ended: Failed, exit code 1 (rank 1 failed)"),
+    (ev.Detached(job="j", reason=ev.DetachReason.INTERRUPTED, status=JobStatus.IN_PROGRESS),
+     "detached (Ctrl-C): job j keeps running"),
 ]
 
 
@@ -97,3 +99,30 @@ def test_enum_fields_print_their_values(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert '"state": "idle"' in out and '"status": "InProgress"' in out and '"status": "Stopped"' in out
     assert "RankState" not in out and "JobStatus" not in out
+
+
+def test_progress_says_what_it_waits_for_while_it_waits() -> None:
+    """`stop` waits up to a job's grace period: off a terminal (a log, the extension's channel) a line says
+    what it waits for at once and again every `every` seconds; with --json nothing is printed."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from remote_debug.cli.output import progress
+
+    buffer = io.StringIO()
+    out = Console(file=buffer, force_terminal=False, width=200)
+    with progress("stopping job j, waiting for it to end", every=0.2, out=out):
+        assert buffer.getvalue() == "remote-debug: stopping job j, waiting for it to end...\n"
+        time.sleep(0.5)
+    lines = buffer.getvalue().splitlines()
+    assert len(lines) >= 3 and lines[1].startswith("remote-debug: still stopping job j, waiting for it to end ("), lines
+    settled = buffer.getvalue()
+    time.sleep(0.3)
+    assert buffer.getvalue() == settled  # nothing after the block
+
+    quiet = io.StringIO()
+    with progress("stopping job j", enabled=False, every=0.05, out=Console(file=quiet, force_terminal=False)):
+        time.sleep(0.15)
+    assert quiet.getvalue() == ""

@@ -105,6 +105,7 @@ def test_render_job_config(paths: StatePaths) -> None:
         "    IdentitiesOnly yes",
         "    ServerAliveInterval 15",
         "    ServerAliveCountMax 4",
+        "    LogLevel ERROR",  # ssh's INFO lines about a ProxyCommand connection say nothing (see the proxy)
     ):
         assert line in block.split("\n")
     assert "accept-new" not in text.lower() and "stricthostkeychecking no" not in text.lower()
@@ -193,6 +194,29 @@ def test_remove_job_entries(paths: StatePaths) -> None:
     assert not paths.job_ssh_config(JOB).exists()
     assert paths.job_ssh_config("other").exists() and paths.ssh_config.exists()
     assert ssh_config.remove_job_entries(paths, JOB) == []
+
+
+def test_job_entries_and_jobs_with_entries(paths: StatePaths) -> None:
+    assert ssh_config.jobs_with_entries(paths) == [] and ssh_config.job_entries(paths, JOB).empty
+    ssh_config.write_job_entries(paths, JOB, [entry("algo-2"), entry("algo-1")])
+    ssh_config.write_job_entries(paths, "job-10", [entry(job="job-10")])
+    ssh_config.write_job_entries(paths, "job-9", [entry(job="job-9")])
+    (paths.job_ssh_config("x").parent / "notes.txt").write_text("not ours\n")  # not <job>.conf: not a job
+    assert ssh_config.jobs_with_entries(paths) == ["job-9", "job-10", JOB]
+    found = ssh_config.job_entries(paths, JOB)
+    assert (found.aliases, found.known_hosts) == (["algo-1.myjob", "algo-2.myjob"], 2)
+
+
+def test_remove_all_entries_takes_every_job_and_leaves_what_is_not_ours(paths: StatePaths) -> None:
+    for job in (JOB, "other"):
+        ssh_config.write_job_entries(paths, job, [entry(job=job)])
+    stranger = paths.job_known_hosts("x").parent / "notes.txt"  # not a job name: not ours, stays (and its folder)
+    stranger.write_text("mine\n")
+    removed = ssh_config.remove_all_entries(paths)
+    assert [(e.job, e.aliases) for e in removed] == [(JOB, ["algo-1.myjob"]), ("other", ["algo-1.other"])]
+    assert ssh_config.jobs_with_entries(paths) == [] and not paths.ssh_config.exists()
+    assert not paths.job_ssh_config(JOB).parent.exists() and stranger.read_text() == "mine\n"
+    assert ssh_config.remove_all_entries(paths) == []
 
 
 def test_busy_lock_says_another_remote_debug_is_editing(
