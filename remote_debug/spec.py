@@ -110,6 +110,11 @@ ENV_STOP_GRACE = "REMOTE_DEBUG_STOP_GRACE"
 
 NODE_MANIFEST_FILE = "node.json"
 RANK_MANIFEST_GLOB = "rank-*.json"
+# A failed node's word on why, in its output dir (/opt/ml/output on SageMaker): SageMaker's FailureReason is
+# "AlgorithmError: " + the file's first FAILURE_REASON_LIMIT characters.  The hook writes it (the failing
+# rank's exception line) unless the job did; the local supervisor reads it as SageMaker does.
+FAILURE_FILE = "failure"
+FAILURE_REASON_LIMIT = 1024
 
 
 class ContractError(ValueError):
@@ -181,7 +186,10 @@ class ControlOp(StrEnum):
 
     LISTEN = "listen"  # start the debug listener (lazy ranks) / put tracing back; the reply has "port"
     PAUSE_SAFE = "pause-safe"  # raise the process-group timeout; the reply's "detail" says how
-    STACKS = "stacks"  # every thread's Python stack; the reply has "threads"
+    STACKS = "stacks"  # every thread's Python stack; the reply has "threads" ("all_threads": debugger's too)
+    # leave the wait window now and run on (attach did not select this rank); the reply's "detail" says
+    # whether it was waiting.  A rank of an older hook refuses it ("unknown op"), which changes nothing.
+    RUN_ON = "run-on"
 
 
 Choice = TypeVar("Choice", bound=StrEnum)
@@ -436,6 +444,9 @@ def _spec_seconds(env: Mapping[str, str], name: str) -> float:
 # --- manifest ------------------------------------------------------------------------------------
 
 
+_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until")
+
+
 @dataclass
 class RankEndpoint:
     """One debuggable rank process, as it reports itself."""
@@ -454,6 +465,11 @@ class RankEndpoint:
     control_port: int = 0
     # the uncaught exception's traceback (bounded) of a "failed"/"held" rank, as Python printed it
     traceback: str | None = None
+    # when (wall clock, Unix seconds) the uncaught exception reached the excepthook: the first failure
+    # of a node's ranks is the root cause (what the failure file reports); None for older hooks
+    failed_at: float | None = None
+    # a "held" rank: when (wall clock, Unix seconds) its hold ends and it exits with the failure
+    hold_until: float | None = None
 
     def __post_init__(self) -> None:
         # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
@@ -463,7 +479,11 @@ class RankEndpoint:
     def to_json(self) -> dict[str, Any]:
         # plain JSON values, and never one a reader would refuse (the fields are assignable)
         state, ide = parse_choice(RankState, self.state, "rank state"), parse_choice(IDE, self.ide, "IDE")
-        return asdict(self) | {"state": state.value, "ide": ide.value}
+        data = asdict(self) | {"state": state.value, "ide": ide.value}
+        for key in _OPTIONAL_RANK_FIELDS:  # written only when set: documents without them read as before
+            if data[key] is None:
+                del data[key]
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> RankEndpoint:
@@ -481,6 +501,8 @@ class RankEndpoint:
                 version=json_int(d, "version"),
                 control_port=json_int(d, "control_port") if "control_port" in d else 0,
                 traceback=None if d.get("traceback") is None else str(d["traceback"]),
+                failed_at=_json_time(d, "failed_at"),
+                hold_until=_json_time(d, "hold_until"),
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
@@ -585,6 +607,16 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
     return manifest
 
 
+def read_failure_file(output_dir: Path) -> str | None:
+    """A node's failure file (see FAILURE_FILE) as one line; None when there is none (or it is empty)."""
+    try:
+        with open(output_dir / FAILURE_FILE, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(FAILURE_REASON_LIMIT)
+    except OSError:
+        return None
+    return " ".join(text.split()) or None
+
+
 def _loads(data: bytes, path: Path) -> Any:
     try:
         text = data.decode("utf-8")  # what the writers write, whatever the reader's locale says
@@ -603,6 +635,16 @@ def require_mapping(data: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise ContractError(f"{what} is not a JSON object")
     return data
+
+
+def _json_time(d: Mapping[str, Any], key: str) -> float | None:
+    """``d[key]`` as a finite number of seconds, None when absent or null (documents of older hooks)."""
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ContractError(f"manifest field {key!r} must be a number of seconds, got {str(value)[:40]!r}")
+    return float(value)
 
 
 def json_int(d: Mapping[str, Any], key: str) -> int:

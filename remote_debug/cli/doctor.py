@@ -20,10 +20,11 @@ STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 def doctor(
     job: Annotated[str | None, typer.Argument(help="Also check this SageMaker job (name or ARN).")] = None,
     as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
+    check_aws: Annotated[bool, flag("--aws", help="Also check AWS (default: when AWS is configured).")] = False,
 ) -> None:
     """Check credentials, region, session-manager-plugin, OpenSSH, IAM permissions (and a job)."""
     ref = job_ref(job) if job else None
-    checks = Doctor(region=ref.region if ref else None).run(ref.name if ref else None)
+    checks = Doctor(region=ref.region if ref else None, check_aws=check_aws or None).run(ref.name if ref else None)
     ok = passed(checks)
     if as_json:
         print_json({"ok": ok, "checks": [c.to_json() for c in checks]})

@@ -80,6 +80,9 @@ def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -
     table = _table([_row(j) for j in found])
     if _narrowest(table) <= console.width:
         console.print(table)
-        return
-    for j in found:
-        console.print(_line(j), markup=False, highlight=False)
+    else:
+        for j in found:
+            console.print(_line(j), markup=False, highlight=False)
+    for j in found:  # what the status alone does not say: a rank held for a post-mortem, and for how long
+        for note in j.notes:
+            console.print(f"{j.name}: {note}", markup=False, highlight=False)

@@ -19,12 +19,18 @@ def stacks(
     ranks: Annotated[str, typer.Option("--ranks", help="all, or e.g. 0,2.")] = "all",
     timeout: Annotated[
         float,
-        typer.Option("--timeout", help="Seconds to wait for the nodes to be reachable.", callback=positive_seconds),
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="How long to wait for the nodes to be reachable.",
+            callback=positive_seconds,
+        ),
     ] = 30.0,
     as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
+    all_threads: Annotated[bool, flag("--all-threads", help="Also the debugger's own threads.")] = False,
 ) -> None:
     """Where is it hung? Every rank's Python stacks, without ptrace and without tracing."""
-    report = collect_stacks(JobConnection.open(job), spec.parse_ranks(ranks), timeout=timeout)
+    report = collect_stacks(JobConnection.open(job), spec.parse_ranks(ranks), timeout=timeout, all_threads=all_threads)
     if as_json:
         print_json(report)
     else:

@@ -9,8 +9,12 @@ debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spe
 * ``{"op": "pause-safe"}`` -> ``{"ok": true, "detail": ...}``: a debugger attached somewhere in the
   job: raise this rank's process-group timeout so a paused peer does not kill the job;
 * ``{"op": "stacks"}`` -> ``{"ok": true, "threads": [{"name", "frames": [{"file", "line",
-  "function"}]}]}``: every thread's current Python stack, from ``sys._current_frames()`` (no
-  tracing installed, no ptrace).
+  "function"}], "exception", "internal"}]}``: every thread's current Python stack, from
+  ``sys._current_frames()`` (no tracing installed, no ptrace); the debugger's own threads (debugpy's,
+  ours) only with ``"all_threads": true``.  A rank held for a post-mortem (``hold``) reports the
+  exception's traceback for the held thread, and the exception line;
+* ``{"op": "run-on"}`` -> ``{"ok": true, "detail": ...}``: leave the wait window now (attach chose
+  other ranks), see ``rank._wait_for_client``.
 
 Every request carries ``"auth"``: the job's control token (``job_secret.control_token``), which only
 a process that can read the job's environment (the laptop derives it from the job's key) can know.
@@ -38,6 +42,7 @@ from datetime import timedelta
 from typing import Any
 
 from remote_debug import job_secret, peer_uid
+from remote_debug.container import hold
 from remote_debug.container.common import quiet_thread, seconds_knob
 from remote_debug.container.log import describe, log
 from remote_debug.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT, LOOPBACK, ControlOp
@@ -77,19 +82,56 @@ def pause_safe(seconds: float) -> str:
     return f"process-group timeout {seconds:g} s"
 
 
-def thread_stacks() -> list[dict[str, Any]]:
-    """Every thread's Python stack (outermost frame first), except remote_debug's and debugpy's."""
+def thread_stacks(*, all_threads: bool = False) -> list[dict[str, Any]]:
+    """Every thread's Python stack (outermost frame first); the debugger's own threads (debugpy's and
+    remote_debug's) only with ``all_threads``, marked ``internal``.  The thread a post-mortem hold
+    keeps alive shows the exception's traceback, not the excepthook it waits in."""
     threads = {t.ident: t for t in threading.enumerate()}
+    held = hold.held()
     result = []
     for ident, frame in sys._current_frames().items():
         thread = threads.get(ident)
-        if thread is not None and getattr(thread, "is_pydev_daemon_thread", False):
+        stack = traceback.extract_stack(frame)
+        internal = _internal(thread, stack)
+        if internal and not all_threads:
             continue
-        frames = [
-            {"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in traceback.extract_stack(frame)
-        ]
-        result.append({"name": thread.name if thread is not None else f"thread-{ident}", "frames": frames})
+        exception = None
+        if held is not None and held.thread == ident:
+            _type, exc, tb = held.excinfo
+            stack = traceback.extract_tb(tb)  # where it raised, as Python printed it
+            exception = describe(exc)
+        result.append({
+            "name": thread.name if thread is not None else f"thread-{ident}",
+            "frames": [{"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in stack],
+            "exception": exception,
+            "internal": internal,
+        })
     return result
+
+
+def _debugger_dirs() -> tuple[str, ...]:
+    """Where the debugger's code lives: debugpy (its vendored pydevd included) and remote_debug."""
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # the remote_debug package
+    for name in ("debugpy", "pydevd"):
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)))
+    return tuple(d + os.sep for d in dirs)
+
+
+def _internal(thread: threading.Thread | None, stack: traceback.StackSummary) -> bool:
+    """A thread of the debugger rather than of the training script.
+
+    Ours and some of pydevd's carry pydevd's marks; pydevd also takes its own threads out of
+    ``threading``'s table, so those are known by where they run: the first frame below threading's
+    bootstrap (their ``run``) is in debugpy's code.  Only that entry frame counts: a user's thread
+    stopped at a breakpoint has pydevd's frames too, but at the innermost end.
+    """
+    if thread is not None:
+        return bool(getattr(thread, "is_pydev_daemon_thread", False) or getattr(thread, "pydev_do_not_trace", False))
+    entry = next((f for f in stack if os.path.basename(f.filename) != "threading.py"), None)
+    return entry is not None and os.path.abspath(entry.filename).startswith(_debugger_dirs())
 
 
 @dataclass
@@ -113,8 +155,11 @@ class ControlServer:
     the job's control token (``job_secret``): proof that the sender can read the job's environment.
     """
 
-    def __init__(self, on_listen: Callable[[], int], env: Mapping[str, str]) -> None:
+    def __init__(
+        self, on_listen: Callable[[], int], env: Mapping[str, str], on_run_on: Callable[[], str] | None = None
+    ) -> None:
         self.on_listen = on_listen
+        self.on_run_on = on_run_on  # None: this rank never waits for a debugger
         self.pg_timeout = pg_timeout_seconds(env)
         self._secret = env.get(ENV_JOB_SECRET, "").strip()
         self._check_uid = peer_uid.supported()
@@ -288,7 +333,10 @@ class ControlServer:
         if op == ControlOp.PAUSE_SAFE:
             return {"ok": True, "detail": self._pause_safe()}
         if op == ControlOp.STACKS:
-            return {"ok": True, "pid": os.getpid(), "threads": thread_stacks()}
+            threads = thread_stacks(all_threads=request.get("all_threads") is True)
+            return {"ok": True, "pid": os.getpid(), "threads": threads}
+        if op == ControlOp.RUN_ON:
+            return {"ok": True, "detail": self.on_run_on() if self.on_run_on is not None else "not waiting"}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     def _pause_safe(self) -> str:

@@ -43,11 +43,31 @@ class Reporter(Protocol):
         state: RankState | None = ...,
         error: str | None = ...,
         traceback: str | None = ...,
+        failed_at: float | None = ...,
+        hold_until: float | None = ...,
         unless: tuple[RankState, ...] = ...,
     ) -> None: ...
 
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+class Held:
+    """The exception a rank is held at, while it is: ``stacks`` shows its traceback for the holding
+    thread (whose own frames are only this excepthook's)."""
+
+    def __init__(self, thread: int, excinfo: ExcInfo) -> None:
+        self.thread = thread
+        self.excinfo = excinfo
+
+
+# At most one: the main thread's excepthook holds, and only once (the process exits after it).
+_held: list[Held] = []
+
+
+def held() -> Held | None:
+    """The hold in progress in this process, if any."""
+    return _held[0] if _held else None
 
 
 def format_traceback(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> str:
@@ -90,11 +110,16 @@ class FailureHook:
             and not issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C: the user wants it gone
         )
         seen = hold and reported_by_pydevd(exc)
+        now = time.time()
+        # the deadline is wall-clock for the readers (jobs: "N s left"); the hold itself counts monotonic
+        deadline = time.monotonic() + self.hold_seconds
         with contextlib.suppress(Exception):
             self.reporter.update(
                 state=RankState.HELD if hold else RankState.FAILED,
                 error=describe(exc),
                 traceback=format_traceback(exc_type, exc, tb),
+                failed_at=now,
+                hold_until=now + self.hold_seconds if hold and not seen else None,
             )
         # Printed first: the log says why the rank is held, and it is the traceback a run without the
         # hold prints.
@@ -105,15 +130,16 @@ class FailureHook:
             if seen:
                 log(f"rank {self.rank} failed; the attached debugger stopped at the exception, exiting as it resumed")
             else:
-                self._hold((exc_type, exc, tb))
+                _held[:] = [Held(threading.get_ident(), (exc_type, exc, tb))]
+                self._hold((exc_type, exc, tb), deadline)
         except Exception as error:  # the hold is a courtesy: never turn the user's failure into ours
             log(f"rank {self.rank}: post-mortem hold failed: {describe(error)}")
         finally:
+            _held.clear()
             with contextlib.suppress(Exception):
                 self.reporter.update(state=RankState.FAILED)
 
-    def _hold(self, excinfo: ExcInfo) -> None:
-        deadline = time.monotonic() + self.hold_seconds
+    def _hold(self, excinfo: ExcInfo, deadline: float) -> None:
         assert self.start_listener is not None
         port = self.start_listener()
         self.reporter.update(state=RankState.HELD)  # starting a lazy listener reported it "listening"

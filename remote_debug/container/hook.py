@@ -3,7 +3,8 @@
 In order: read the debug spec, start the node's services (private sshd, node manifest and its
 publication, see ``node``), run the command with our sitecustomize on its PYTHONPATH (so every
 rank starts a listener), forward stop signals to it, and when it ends stop the services and record
-how it ended.
+how it ended.  Meanwhile a rank held for a post-mortem gets a line in the node's log, and a failed
+command leaves SageMaker's failure file with the failing rank's exception line (``outcome``).
 
 Stopping (SageMaker's StopTrainingJob: SIGTERM to the container's PID 1, SIGKILL 120 s later): the
 hook forwards the signal to the command and, if the command has not ended within the stop grace
@@ -37,6 +38,7 @@ from types import FrameType
 from remote_debug.container.common import seconds_knob
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
+from remote_debug.container.outcome import HeldRankNotices, write_failure_file
 from remote_debug.container.sshd import set_parent_death_signal
 from remote_debug.osutil import proc_stat
 from remote_debug.spec import (
@@ -131,6 +133,7 @@ class Hook:
         self.stop_signal: int | None = None  # the first stop signal we received, if any
         self._forwarded = False  # whether the command got a stop signal from us
         self.node: NodeServices | None = None
+        self.notices: HeldRankNotices | None = None
         self.token = f"{ENV_HOOK_PID}={os.getpid()}\0".encode()  # in the environment of all we start
         self.grace = stop_grace(os.environ)
         self._escalation: threading.Timer | None = None
@@ -218,6 +221,17 @@ class Hook:
             self._escalation.cancel()
         return code
 
+    def _watch_ranks(self, node: NodeServices) -> None:
+        """A line in the node's log when a rank is held for a post-mortem (see ``outcome``)."""
+        if node.manifest_dir is None:
+            return
+        try:
+            name = node.manifest.node if node.manifest is not None else "?"
+            self.notices = HeldRankNotices(node.manifest_dir, name)
+            self.notices.start()
+        except Exception as exc:  # a notice is a courtesy
+            log(f"cannot watch the ranks: {describe(exc)}")
+
     def run(self) -> int:
         self._install_signal_handlers()
         started = time.monotonic()
@@ -244,12 +258,19 @@ class Hook:
                     node.error(f"hook setup failed: {describe(exc)}")
                 if node.manifest_dir is not None:
                     env = child_env(dict(os.environ), node.manifest_dir)
+                    self._watch_ranks(node)
             code = self._run_command(env)
         finally:
             try:
                 self._sweep()
             except Exception as exc:  # never let cleanup change how the job ended
                 log(f"stopping leftover processes failed: {describe(exc)}")
+            if self.notices is not None:
+                self.notices.stop()
+            if self.node is not None and self.node.manifest_dir is not None and code != 0 and self.stop_signal is None:
+                reason = write_failure_file(self.node.manifest_dir, os.environ)
+                if reason:
+                    log(f"failure reason: {reason}")
             if self.node is not None:
                 if self.stop_signal is not None:
                     state = NodeState.STOPPED

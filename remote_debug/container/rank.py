@@ -261,12 +261,16 @@ class TraceSwitch:
         return [ident for ident in sys._current_frames() if ident not in skip]
 
 
-def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_state: list[RankState]) -> None:
+def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, listener: _Listener) -> None:
     """Block up to ``seconds`` for a client; debugpy returns only after the client's configurationDone,
-    so breakpoints the IDE sets on attach are in place before the training script runs on."""
+    so breakpoints the IDE sets on attach are in place before the training script runs on.
+
+    An attach that selected other ranks (``attach --ranks``) ends the window early through the control
+    channel ("run-on", :meth:`_Listener.run_on`): a rank nobody will debug must not idle its peers."""
     import debugpy
 
     attached = threading.Event()
+    wake = listener.window_wake
 
     def wait() -> None:
         try:
@@ -276,10 +280,16 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_sta
             return
         if debugpy.is_client_connected():
             attached.set()
+            wake.set()
 
+    started = time.monotonic()
     waiter = quiet_thread(wait, "remote-debug-wait")
     waiter.start()
-    if attached.wait(seconds):
+    try:
+        wake.wait(seconds)
+    finally:
+        listener.window_open = False
+    if attached.is_set():
         reporter.update(state=RankState.ATTACHED)
         return
     # wait_for_client.cancel only exists once the waiter is inside wait_for_client: retry briefly.
@@ -294,8 +304,12 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, idle_sta
     if attached.is_set():  # attached just as the window closed
         reporter.update(state=RankState.ATTACHED)
         return
-    idle_state[0] = RankState.RUNNING
-    log(f"no debugger attached to rank {rank} within {seconds:g} s; running on")
+    listener.idle_state[0] = RankState.RUNNING
+    if listener.run_on_asked:
+        log(f"rank {rank}: attach selected other ranks; leaving the wait window after "
+            f"{time.monotonic() - started:.1f} s, running on")
+    else:
+        log(f"no debugger attached to rank {rank} within {seconds:g} s; running on")
     reporter.update(state=RankState.RUNNING)
 
 
@@ -358,9 +372,10 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     lazy = not waiting and env.get(ENV_LISTEN, "lazy").strip().lower() != "eager"
     listener = _Listener(identity.rank, identity.local_rank, requested)
     listener.untrace_on_detach = env.get(ENV_UNTRACE_ON_DETACH, "1").strip() != "0"
+    listener.window_open = waiting  # from now: a "run-on" that comes before the wait starts still counts
     control: ControlServer | None = None
     try:
-        control = ControlServer(listener.listen, env)
+        control = ControlServer(listener.listen, env, on_run_on=listener.run_on)
     except Exception as exc:  # no control channel: fall back to listening at once
         log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
         lazy = False
@@ -373,6 +388,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     try:
         port = listener.start_debugpy()
     except Exception as exc:  # port taken, adapter failed to start: report, run on undebugged
+        listener.window_open = False  # no window after all
         error = f"debug listener failed: {describe(exc)}"
         log(f"rank {identity.rank}: {error}")
         return RankReporter(directory, replace(endpoint, error=error))
@@ -383,7 +399,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     listener.reporter = reporter
     install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
     if waiting:
-        _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener.idle_state)
+        _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener)
     listener.watch()
     return reporter
 
@@ -410,6 +426,11 @@ class _Listener:
         self._armed_at: float | None = None  # when "listen" last asked for tracing
         self._lock = threading.Lock()
         self.tracing = TraceSwitch()
+        # the wait window: open while the rank waits for a debugger; set wakes the wait (an attach, or
+        # the control channel's "run-on")
+        self.window_open = False
+        self.window_wake = threading.Event()
+        self.run_on_asked = False
 
     def start_debugpy(self) -> int:
         check_port(self.requested, f"debug port for local rank {self.local_rank}")
@@ -472,6 +493,14 @@ class _Listener:
             self.tracing.set(True)
             self.untraced = False
             log(f"rank {self.rank}: tracing back on")
+
+    def run_on(self) -> str:
+        """The control channel's "run-on": leave the wait window now (attach selected other ranks)."""
+        if not self.window_open:
+            return "not waiting"
+        self.run_on_asked = True
+        self.window_wake.set()
+        return "leaving the wait window"
 
     def listen(self) -> int:
         """The control channel's "listen": start debugpy unless it runs (tracing back on, if it was

@@ -46,8 +46,11 @@ class RankReporter:
         error: str | None = None,
         port: int | None = None,
         traceback: str | None = None,
+        failed_at: float | None = None,
+        hold_until: float | None = None,
         unless: tuple[RankState, ...] = (),
     ) -> None:
+        """Change the given fields (None: keep), unless the rank is in one of the ``unless`` states."""
         with self._lock:
             if self.endpoint.state in unless:
                 return
@@ -57,6 +60,8 @@ class RankReporter:
                 state=self.endpoint.state if state is None else state,
                 error=self.endpoint.error if error is None else one_line(error),
                 traceback=self.endpoint.traceback if traceback is None else traceback,
+                failed_at=self.endpoint.failed_at if failed_at is None else failed_at,
+                hold_until=self.endpoint.hold_until if hold_until is None else hold_until,
             )
             if new == self.endpoint:
                 return

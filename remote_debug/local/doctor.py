@@ -1,8 +1,13 @@
-"""``remote-debug doctor [JOB]``: is this laptop (and that job) ready for debugging on SageMaker?
+"""``remote-debug doctor [JOB]``: is this machine ready for debugging (local jobs, and SageMaker's)?
 
 Every check says what it found and, when it fails, how to fix it.  Checks run in dependency
 order and later ones are skipped, not failed, when an earlier one makes them meaningless (no
 region -> no credentials check).
+
+The local pieces (OpenSSH, the sshd local jobs run, debugpy, torchrun) are always checked.  AWS is
+optional: its checks run when asked (``--aws``, a SageMaker job to check) or when AWS is configured
+at all (``--profile``/``--region``, AWS variables, ``~/.aws``: what ``jobs`` goes by too); otherwise
+they are shown as skipped, and a machine that only runs local jobs passes.
 
 The IAM check asks IAM itself (SimulatePrincipalPolicy) about the caller's effective permissions,
 each action against the resource it is really called on (the job's ARN, the CloudWatch log group,
@@ -18,6 +23,9 @@ The hybrid transport needs one more account setting: Session Manager refuses ses
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -25,7 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from remote_debug.container.sshd import ENV_SSHD
 from remote_debug.local import aws, ssm
+from remote_debug.local.backends import netns
 from remote_debug.local.backends.sagemaker import SageMakerBackend
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.errors import UserError
@@ -74,6 +84,8 @@ OWNER_TAG_KEYS = (f"aws:RequestTag/{aws.TAG_OWNER}", f"aws:ResourceTag/{aws.TAG_
 TARGET_ID_KEY = "ssm:resourceTag/aws:ssmmessages:target-id"
 SESSION_ID_KEY = "ssm:resourceTag/aws:ssmmessages:session-id"
 POLICY_HINT = "attach templates/iam/user-policy.json to your identity (see templates/iam/README.md)"
+AWS_CHECKS = ("session-manager-plugin", "region", "credentials", "iam", "hybrid instance tier")
+AWS_SKIPPED = "skipped (local only; --aws to check)"
 ASSUMED_ROLE_RE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([^/]+)/.+$")
 IAM_USER_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:user/(?:.*/)?([^/]+)$")
 
@@ -120,10 +132,18 @@ class Doctor:
         run: Runner = _run,
         backend: SageMakerBackend | None = None,
         region: str | None = None,
+        check_aws: bool | None = None,
     ) -> None:
         self._clients = clients
         self.which = which
         self.run_command = run
+        # Asked for: --aws, injected clients, a job ARN's region, --profile/--region.  Otherwise AWS is
+        # still looked at when it is configured at all, but only as advice: a laptop whose ~/.aws
+        # serves other work must not fail `doctor` for local jobs.
+        self.aws_asked = bool(check_aws) or clients is not None or region is not None or bool(
+            aws.settings().profile or aws.settings().region
+        )
+        self.check_aws = check_aws if check_aws is not None else (self.aws_asked or aws.configured())
         # a job ARN's region: used unless --region (or injected clients) say otherwise
         self.region = region if not aws.settings().region else None
         self.backend = backend or SageMakerBackend(clients=clients, region=self.region)
@@ -198,6 +218,43 @@ class Doctor:
             self.add(Check("openssh", FAIL, version[0], "upgrade OpenSSH to 7.6 or newer"))
         else:
             self.add(Check("openssh", OK, version[0]))
+
+    def check_sshd(self) -> None:
+        """The OpenSSH server local jobs run (the hook's private sshd, how attach and ssh reach a node)."""
+        configured = os.environ.get(ENV_SSHD)
+        if configured:
+            path = configured if os.sep in configured else (self.which(configured) or configured)
+        else:
+            path = self.which("sshd") or "/usr/sbin/sshd"
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            where = f"{ENV_SSHD}={configured}" if configured else "sshd (on PATH, or /usr/sbin/sshd)"
+            self.add(Check("sshd", FAIL, f"{where} not found",
+                           "install the OpenSSH server (apt install openssh-server): local jobs run their own sshd"))
+            return
+        self.add(Check("sshd", OK, path, data={"path": path}))
+
+    def check_debugpy(self) -> None:
+        """debugpy, which every rank of a VS Code (or headless) job listens with."""
+        if importlib.util.find_spec("debugpy") is None:
+            self.add(Check("debugpy", FAIL, "not installed in this Python", "pip install debugpy"))
+            return
+        self.add(Check("debugpy", OK, _version("debugpy")))
+
+    def check_torchrun(self) -> None:
+        """torch, whose torchrun starts the ranks of a local job with more than one (advisory)."""
+        if importlib.util.find_spec("torch") is None:
+            self.add(Check("torchrun", WARN, "torch is not installed: local jobs can have one rank per node only",
+                           "pip install torch (for launch --local --nproc-per-node N, or --nodes N)"))
+            return
+        self.add(Check("torchrun", OK, f"torch {_version('torch')}"))
+
+    def check_netns(self) -> None:
+        """Whether multi-node local jobs get a network namespace per node, as separate instances have."""
+        if netns.available():
+            self.add(Check("network namespaces", OK, "each node of a multi-node local job gets its own"))
+        else:
+            self.add(Check("network namespaces", SKIP,
+                           "multi-node local jobs share this machine's loopback (namespaces need root and iproute2)"))
 
     def principal_arn(self, caller_arn: str) -> str | None:
         """The IAM user/role behind the caller (an assumed-role session maps to its role)."""
@@ -362,8 +419,27 @@ class Doctor:
         return self.checks
 
     def _run(self, job: str | None) -> None:
-        self.check_plugin()
         self.check_openssh()
+        self.check_sshd()
+        self.check_debugpy()
+        self.check_torchrun()
+        self.check_netns()
+        if not self.check_aws and not job:
+            for name in AWS_CHECKS:
+                self.add(Check(name, SKIP, AWS_SKIPPED))
+            return
+        first_aws = len(self.checks)
+        try:
+            self._run_aws(job)
+        finally:
+            if not (self.aws_asked or job):
+                for check in self.checks[first_aws:]:
+                    if check.status == FAIL:
+                        check.status = WARN
+                        check.fix = "; ".join(part for part in (check.fix, "--aws makes this a failure") if part)
+
+    def _run_aws(self, job: str | None) -> None:
+        self.check_plugin()
         if not self.check_region():
             self.add(Check("credentials", SKIP, "needs a region"))
             return
@@ -400,6 +476,13 @@ def _outcomes(results: Iterable[Mapping[str, Any]], resource: str) -> dict[tuple
 def _names(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """The actions of ``rows`` (once each; StartSession has two rows: the node and the document)."""
     return list(dict.fromkeys(str(r["action"]) for r in rows))
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "installed (version unknown)"
 
 
 def passed(checks: list[Check]) -> bool:

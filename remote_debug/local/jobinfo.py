@@ -8,10 +8,21 @@ schema and its generator can import it without loading any backend (boto3, param
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from remote_debug.spec import StrEnum, Transport
+from remote_debug.spec import (
+    ContractError,
+    NodeManifest,
+    RankEndpoint,
+    RankState,
+    StrEnum,
+    Transport,
+    read_node_manifest,
+)
 
 
 class JobStatus(StrEnum):
@@ -66,6 +77,55 @@ class SageMakerJobDetails:
 
 
 @dataclass
+class HeldRank:
+    """A rank that died of an uncaught exception and is kept alive for a post-mortem debugger
+    (``launch --hold-on-failure``): attach to it before ``seconds_left`` runs out."""
+
+    rank: int
+    node: str
+    seconds_left: int | None  # None: its hook did not say (an older one)
+    error: str | None  # the exception line
+
+    @property
+    def note(self) -> str:
+        """``rank 1 held for post-mortem, 87 s left`` (``jobs``, the node log)."""
+        left = f", {self.seconds_left} s left" if self.seconds_left is not None else ""
+        return f"rank {self.rank} held for post-mortem{left}"
+
+
+def hold_seconds_left(rank: RankEndpoint, now: float) -> int | None:
+    """Whole seconds until a held rank exits with its failure (None when not held, or not said)."""
+    if rank.state != RankState.HELD or rank.hold_until is None:
+        return None
+    return max(0, round(rank.hold_until - now))
+
+
+def held_ranks(manifests: Mapping[str, NodeManifest | None], now: float | None = None) -> list[HeldRank]:
+    """The held ranks in a job's manifests (node -> NodeManifest or None), by rank."""
+    now = time.time() if now is None else now
+    held = [
+        HeldRank(r.rank, node, hold_seconds_left(r, now), r.error)
+        for node, m in manifests.items()
+        if m is not None
+        for r in m.ranks
+        if r.state == RankState.HELD
+    ]
+    return sorted(held, key=lambda h: h.rank)
+
+
+def held_ranks_in(manifest_dirs: Mapping[str, Path], now: float | None = None) -> list[HeldRank]:
+    """``held_ranks`` of a job on this machine, from its nodes' manifest dirs; a node whose manifest
+    cannot be read counts as none (listing jobs must not fail over one broken document)."""
+    manifests: dict[str, NodeManifest | None] = {}
+    for node, directory in manifest_dirs.items():
+        try:
+            manifests[node] = read_node_manifest(directory)
+        except (OSError, ContractError):
+            continue
+    return held_ranks(manifests, now)
+
+
+@dataclass
 class JobInfo:
     name: str
     backend: str
@@ -87,10 +147,18 @@ class JobInfo:
     logs: dict[str, str] = field(default_factory=dict)  # node -> its log file, when on this machine
     machine: MachineJobDetails | None = None
     sagemaker: SageMakerJobDetails | None = None
+    # ranks kept alive for a post-mortem debugger (jobs on this machine; SageMaker's would cost a log query)
+    held_ranks: list[HeldRank] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
         return self.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING)
+
+    @property
+    def notes(self) -> list[str]:
+        """What a person should know beyond the status, one line each: ``rank 1 held for post-mortem,
+        87 s left``."""
+        return [h.note for h in self.held_ranks]
 
     def to_json(self) -> dict[str, Any]:
         """What ``jobs --json`` prints: JSON types only (an enum member becomes its value)."""

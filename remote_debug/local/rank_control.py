@@ -9,12 +9,15 @@ reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
   the reply's ``port`` is the listener on the node.  It also makes the rank pause-safe.
 - ``pause-safe``: raise the rank's process-group timeout, so a peer paused in a debugger does not
   make its collectives time out (``detail: "pending"``: applied when the process group starts).
-- ``stacks``: ``sys._current_frames()`` of the rank: every thread's stack, no tracer installed.
+- ``stacks``: ``sys._current_frames()`` of the rank: every thread's stack, no tracer installed (the
+  debugger's own threads only when asked); a rank held for a post-mortem shows where it raised.
+- ``run-on``: a rank in its wait window leaves it now (:class:`WaitRelease`: attach did not select it).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +47,9 @@ class Frame:
 class ThreadStack:
     name: str
     frames: list[Frame]  # outermost first, as a traceback prints them
+    # a rank held for a post-mortem: the exception line; ``frames`` are then its traceback
+    exception: str | None = None
+    internal: bool = False  # the debugger's own thread (debugpy's, remote_debug's): only with all_threads
 
 
 class RankControl:
@@ -89,18 +95,68 @@ class RankControl:
     def pause_safe(self, rank: spec.RankEndpoint) -> str | None:
         return _detail(self.request(rank.control_port, {"op": spec.ControlOp.PAUSE_SAFE}))
 
-    def stacks(self, rank: spec.RankEndpoint) -> list[ThreadStack]:
-        reply = self.request(rank.control_port, {"op": spec.ControlOp.STACKS})
-        return [
+    def stacks(self, rank: spec.RankEndpoint, *, all_threads: bool = False) -> list[ThreadStack]:
+        """The rank's threads; the debugger's own only with ``all_threads`` (a rank of an older hook
+        leaves out pydevd's marked ones whatever is asked)."""
+        payload: dict[str, Any] = {"op": spec.ControlOp.STACKS}
+        if all_threads:
+            payload["all_threads"] = True
+        reply = self.request(rank.control_port, payload)
+        threads = [
             ThreadStack(
                 name=str(t.get("name", "")),
                 frames=[
                     Frame(str(f.get("file", "")), int(f.get("line", 0)), str(f.get("function", "")))
                     for f in t.get("frames", [])
                 ],
+                exception=None if t.get("exception") is None else str(t["exception"]),
+                internal=t.get("internal") is True,
             )
             for t in reply.get("threads", [])
         ]
+        return threads if all_threads else [t for t in threads if not t.internal]
+
+    def run_on(self, rank: spec.RankEndpoint) -> str | None:
+        """End the rank's wait window now; the reply's detail ("leaving the wait window", "not waiting")."""
+        return _detail(self.request(rank.control_port, {"op": spec.ControlOp.RUN_ON}))
+
+
+class WaitRelease:
+    """Ranks waiting for a debugger (``--wait``) that this attach did not select are told to run on.
+
+    Without it, ``attach --ranks 0`` leaves every other rank idling through its whole wait window (and
+    rank 0 blocked in its first collective with them).  Each rank process is told once; one that cannot
+    be reached now is tried again at the next call, one that refuses (an older hook) is left alone.
+    """
+
+    def __init__(self, control: Callable[[str], RankControl]) -> None:
+        self.control = control  # node -> its RankControl (JobConnection.control)
+        self._done: set[tuple[int, int]] = set()  # (rank, pid)
+
+    def release(self, manifests: Mapping[str, spec.NodeManifest], selected: spec.RankSelection) -> list[int]:
+        """Tell the waiting ranks outside ``selected`` to run on; the ranks told (None selects all: none)."""
+        if selected is None:
+            return []
+        told = []
+        for node, m in manifests.items():
+            for r in m.ranks:
+                key = (r.rank, r.pid)
+                if r.rank in selected or r.state != spec.RankState.WAITING or not r.control_port or key in self._done:
+                    continue
+                try:
+                    control = self.control(node)
+                except (UserError, OSError):  # no tunnel to the node yet: the next call tries again
+                    continue
+                try:
+                    control.run_on(r)
+                except UserError:  # it refused, e.g. an older hook that does not know "run-on": left alone
+                    self._done.add(key)
+                    continue
+                except OSError:  # unreachable just now: the next call tries again
+                    continue
+                self._done.add(key)
+                told.append(r.rank)
+        return sorted(told)
 
 
 class _Stream(Protocol):

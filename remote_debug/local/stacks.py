@@ -7,6 +7,7 @@ behind.  Reached through one SSH connection per node, like ``attach``.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -14,13 +15,16 @@ from typing import Any
 from remote_debug import spec
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
+from remote_debug.local.jobinfo import hold_seconds_left
 
 
 def collect_stacks(
-    connection: JobConnection, ranks: spec.RankSelection = None, timeout: float = 30.0
+    connection: JobConnection, ranks: spec.RankSelection = None, timeout: float = 30.0, *, all_threads: bool = False
 ) -> dict[str, Any]:
-    """``{"job", "ranks": [{"rank", "node", "pid", "threads": [{"name", "frames": [{"file", "line",
-    "function"}]}], "error"}]}``, ranks in order; a rank that cannot answer has an ``error``."""
+    """``{"job", "ranks": [{"rank", "node", "pid", "state", "hold_seconds_left", "threads": [{"name",
+    "frames": [{"file", "line", "function"}], "exception", "internal"}], "error"}]}``, ranks in order;
+    a rank that cannot answer has an ``error``.  The debugger's own threads (debugpy's, ours) only with
+    ``all_threads``; a rank held for a post-mortem shows where it raised, with the exception line."""
     connection.require_running()
     manifests = connection.wait_for_manifests(timeout)
     selected = [
@@ -38,12 +42,15 @@ def collect_stacks(
     with connection, ThreadPoolExecutor(max_workers=max(1, min(16, len(selected)))) as pool:
         for node in {node for node, _r in selected}:
             connection.tunnel(node)  # created here, not from the pool's threads
-        results = list(pool.map(lambda item: _rank_stacks(connection, *item), selected))
+        results = list(pool.map(lambda item: _rank_stacks(connection, *item, all_threads=all_threads), selected))
     return {"job": connection.job, "ranks": sorted(results, key=lambda r: int(r["rank"]))}
 
 
-def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint) -> dict[str, Any]:
-    out: dict[str, Any] = {"rank": r.rank, "node": node, "pid": r.pid, "threads": [], "error": None}
+def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rank": r.rank, "node": node, "pid": r.pid, "state": str(r.state),
+        "hold_seconds_left": hold_seconds_left(r, time.time()), "threads": [], "error": None,
+    }
     if not r.control_port:
         out["error"] = f"rank {r.rank} has no control channel ({r.ide} rank, or started by an older hook)"
         return out
@@ -51,7 +58,7 @@ def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint) -> 
         out["error"] = f"rank {r.rank} has {r.state}"
         return out
     try:
-        threads = connection.control(node).stacks(r)
+        threads = connection.control(node).stacks(r, all_threads=all_threads)
     except (OSError, UserError) as exc:
         out["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return out
@@ -63,12 +70,21 @@ def format_stacks(report: dict[str, Any]) -> str:
     """Human-readable, like a Python traceback per thread (innermost frame last)."""
     lines: list[str] = []
     for r in report["ranks"]:
-        lines.append(f"rank {r['rank']} ({r['node']}, pid {r['pid']})")
+        held = ""
+        if r.get("state") == spec.RankState.HELD:
+            left = r.get("hold_seconds_left")
+            held = ": held for post-mortem" + (f", {left} s left" if left is not None else "")
+        lines.append(f"rank {r['rank']} ({r['node']}, pid {r['pid']}){held}")
         if r.get("error"):
             lines.append(f"  unavailable: {r['error']}")
         for t in r["threads"]:
-            lines.append(f"  thread {t['name']}:")
+            what = " (debugger)" if t.get("internal") else ""
+            if t.get("exception"):
+                what = " (where it raised; the rank waits for a post-mortem debugger)"
+            lines.append(f"  thread {t['name']}{what}:")
             for f in t["frames"]:
                 lines.append(f"    File \"{f['file']}\", line {f['line']}, in {f['function']}")
+            if t.get("exception"):
+                lines.append(f"  {t['exception']}")
         lines.append("")
     return "\n".join(lines).rstrip("\n")

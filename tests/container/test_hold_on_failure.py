@@ -3,7 +3,9 @@ the exception, then exits exactly as it would have without the hold (real hook, 
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -11,9 +13,10 @@ from typing import Any
 import pytest
 
 import remote_debug
-from remote_debug import spec
+from remote_debug import job_secret, spec
 from remote_debug.local.errors import UserError
-from tests.container.helpers import PYTHON, HookRun, MiniDap, base_env, hook_run, wait_for
+from remote_debug.local.rank_control import exchange
+from tests.container.helpers import JOB_SECRET, PYTHON, HookRun, MiniDap, base_env, hook_run, wait_for
 
 # The rank waits for the test's "go" mark, then raises from inside a function with telling locals.
 CRASH_SCRIPT = """\
@@ -44,6 +47,16 @@ def _traceback(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if not line.startswith("[remote-debug]")]
     start = lines.index("Traceback (most recent call last):")
     return "\n".join(lines[start:]).replace(str(PYTHON), "PY")
+
+
+def _stacks(port: int, **options: Any) -> list[dict[str, Any]]:
+    """The rank's "stacks" over its control channel, as the laptop asks (``options``: e.g. all_threads)."""
+    payload = {"op": "stacks", "auth": job_secret.control_token(JOB_SECRET), **options}
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        reply = json.loads(exchange(sock, payload))
+    assert reply["ok"], reply
+    threads: list[dict[str, Any]] = reply["threads"]
+    return threads
 
 
 def _held(run: HookRun) -> dict[str, Any]:
@@ -142,6 +155,50 @@ def test_client_breaking_on_uncaught_sees_one_stop_and_detaching_ends_the_hold(r
     assert code == 1
     assert "ValueError: bad 42" in _traceback(run.stderr)
     assert run.rank(0)["state"] == "failed"
+
+
+def test_held_rank_says_how_long_it_waits_and_shows_where_it_raised(run: HookRun) -> None:
+    """The rank document has the hold's end, the node log says the rank is held, and ``stacks`` shows
+    the exception's frames (not the excepthook it waits in, nor debugpy's threads)."""
+    _start(run, hold=20)
+    (run.marks / "go").write_text("")
+    doc = _held(run)
+    assert 15 < doc["hold_until"] - time.time() <= 20, doc["hold_until"]
+    assert doc["failed_at"] <= time.time()
+    line = "[remote-debug] node algo-1: rank 0 held for post-mortem, 20 s left: ValueError: bad 42"
+    wait_for(lambda: line in run.stderr, 10, "the held rank's line in the node log")
+
+    threads = _stacks(doc["control_port"])
+    # debugpy runs in the rank now (the hold started it): its threads are not the user's
+    assert [t["name"] for t in threads] == ["MainThread"], threads
+    [main] = threads
+    assert main["exception"] == "ValueError: bad 42"
+    assert [(f["function"], f["line"]) for f in main["frames"]] == [("<module>", RAISE_LINE + 1),
+                                                                     ("compute", RAISE_LINE)]
+    everything = _stacks(doc["control_port"], all_threads=True)
+    assert len(everything) > 1 and all(t["internal"] for t in everything if t["name"] != "MainThread")
+
+
+def test_the_failure_file_has_the_exception_line_and_a_file_of_the_job_wins(
+    run: HookRun, tmp_path_factory: Any, client_key: Any
+) -> None:
+    output = run.root / "output"
+    output.mkdir()
+    run.env["SM_OUTPUT_DIR"] = str(output)
+    _start(run, hold=0)
+    (run.marks / "go").write_text("")
+    assert run.wait(30) == 1
+    assert (output / "failure").read_text() == "ValueError: bad 42"
+    assert "[remote-debug] failure reason: ValueError: bad 42" in run.stderr
+
+    # the command wrote its own (as AWS's training toolkit does): it is left alone
+    (output / "failure").write_text("ExecuteUserScriptError: ...")
+    root = tmp_path_factory.mktemp("again")
+    with hook_run(root, {**base_env(root, client_key[1]), "SM_OUTPUT_DIR": str(output)}) as again:
+        _start(again, hold=0)
+        (again.marks / "go").write_text("")
+        assert again.wait(30) == 1
+    assert (output / "failure").read_text() == "ExecuteUserScriptError: ..."
 
 
 # --- the option on its way into the job: spec <-> env, SageMaker's enable() -------------------------

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
+from typing import Any
+
+import pytest
 
 from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, MiniDap, wait_for
+from tests.container.helpers import PYTHON, HookRun, MiniDap, control_request, wait_for
 
 # The script reports the state its own rank document had when the script body started.
 SCRIPT = """\
@@ -54,3 +58,44 @@ def test_attach_ends_the_window_early(run: HookRun) -> None:
     assert time.monotonic() - run.started_at < 40  # far less than the 60 s window
     assert "no debugger attached" not in run.stderr
     assert json.loads((run.manifest_dir / "rank-0.json").read_text())["state"] == "finished"
+
+
+# Each torchrun rank records when its script body started (after its wait window); no collectives, so a
+# rank's start does not depend on the other's.
+RANK_SCRIPT = """\
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1], f"started-{os.environ['RANK']}").write_text(repr(time.monotonic()))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_run_on_ends_the_window_of_a_rank_attach_did_not_select(run: HookRun) -> None:
+    """``attach --ranks 0``: the other ranks are told "run-on" and leave their window at once."""
+    run.env[spec.ENV_WAIT] = "60"
+    script = run.root / "job.py"
+    script.write_text(RANK_SCRIPT)
+    run.start_torchrun(script)
+
+    def both_waiting() -> list[dict[str, Any]] | None:
+        docs = [run.rank_if_any(r) for r in (0, 1)]
+        return [d for d in docs if d] if all(d and d["state"] == "waiting" for d in docs) else None
+
+    ranks = wait_for(both_waiting, 60, "both ranks in their wait window")
+    told_at = time.monotonic()
+    assert control_request(ranks[1]["control_port"], "run-on") == {"ok": True, "detail": "leaving the wait window"}
+    wait_for(lambda: (run.marks / "started-1").exists(), 20, "rank 1 to run on")
+    assert float((run.marks / "started-1").read_text()) - told_at < 10
+    assert run.rank(1)["state"] in ("running", "finished")
+    assert "rank 1: attach selected other ranks; leaving the wait window after" in run.stderr
+    # rank 0, the selected one, still waits for its debugger
+    assert run.rank(0)["state"] == "waiting" and not (run.marks / "started-0").exists()
+
+    dap = MiniDap(ranks[0]["port"])
+    try:
+        assert dap.attach()["success"]
+        wait_for(lambda: (run.marks / "started-0").exists(), 20, "rank 0 to run on once attached")
+        dap.send("disconnect", terminateDebuggee=False)
+        assert run.wait(60) == 0, run.stderr
+    finally:
+        dap.close()
+    assert time.monotonic() - run.started_at < 50  # nobody sat out the 60 s window

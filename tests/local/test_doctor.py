@@ -26,7 +26,7 @@ from remote_debug import manifest_lines as mlines
 from remote_debug import spec
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.doctor import PERMISSIONS, Doctor, passed
-from tests.fake_aws import ScriptedSageMaker, describe_response, moto_cloud
+from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
 from tests.ssm_plugin import needs_plugin, plugin_bin, plugin_version
 
 REGION = "us-west-2"
@@ -354,3 +354,55 @@ def test_an_unreadable_tier_is_a_warning_with_the_permission_to_add(cloud: None)
     clients.ssm_stub.add_client_error("get_service_setting", "AccessDeniedException", "not authorized")
     check = _by_name(Doctor(clients=clients).run())["hybrid instance tier"]
     assert check.status == "warn" and "ssm:GetServiceSetting" in check.fix and "\n" not in check.detail
+
+
+def test_a_machine_without_aws_passes_on_its_local_pieces(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local jobs need no AWS: its checks are skipped (unless asked for), and doctor exits 0."""
+    from remote_debug.cli import app
+    from remote_debug.local import aws
+
+    for name in (*AWS_VARS, "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    aws.configure()  # no --profile/--region (the CLI sets them again from its own options)
+    assert not aws.configured()  # HOME is a fresh one: no ~/.aws
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    for name in ("openssh", "sshd", "debugpy"):
+        assert checks[name]["status"] == "ok", checks[name]
+    for name in ("session-manager-plugin", "region", "credentials", "iam"):
+        assert (checks[name]["status"], checks[name]["detail"]) == ("skip", "skipped (local only; --aws to check)")
+
+    asked = CliRunner().invoke(app, ["doctor", "--aws", "--json"])
+    assert asked.exit_code == 1, asked.output
+    checks = {c["name"]: c for c in json.loads(asked.stdout)["checks"]}
+    assert checks["region"]["status"] == "fail" and checks["region"]["fix"]
+
+
+def test_aws_configured_for_other_work_is_advice_unless_asked(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A laptop with a ~/.aws for other work (here: a profile with no region) still passes for local jobs: the AWS
+    findings are shown as warnings; --aws (or --profile/--region) makes them failures."""
+    from remote_debug.cli import app
+    from remote_debug.local import aws
+
+    for name in (*AWS_VARS, "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    (home / ".aws").mkdir()
+    (home / ".aws" / "config").write_text("[profile other]\noutput = json\n")
+    aws.configure()
+    assert aws.configured()
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    region = {c["name"]: c for c in json.loads(result.stdout)["checks"]}["region"]
+    assert region["status"] == "warn" and region["fix"].endswith("--aws makes this a failure"), region
+    asked = CliRunner().invoke(app, ["doctor", "--aws", "--json"])
+    assert asked.exit_code == 1, asked.output
+    assert {c["name"]: c for c in json.loads(asked.stdout)["checks"]}["region"]["status"] == "fail"
+
+
+def test_a_missing_sshd_fails_local_jobs_with_the_fix(home: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REMOTE_DEBUG_SSHD", str(tmp_path / "no-sshd"))
+    checks = _by_name(Doctor(check_aws=False).run())
+    assert checks["sshd"].status == "fail" and "openssh-server" in checks["sshd"].fix
+    assert not passed(list(checks.values()))

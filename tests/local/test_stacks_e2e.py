@@ -85,3 +85,67 @@ def test_stacks_show_each_rank_blocked_frame_and_leave_no_tracer(home: Path, tmp
         (marks / "release").write_text("")
     assert job.wait_status(("Completed", "Failed", "Stopped")) == "Completed"
     assert [(marks / f"trace-{r}").read_text() for r in (0, 1)] == ["None", "None"]
+
+
+# rank 1 raises and is held for a post-mortem (which starts debugpy in it); rank 0 carries on meanwhile
+HELD_SCRIPT = textwrap.dedent(
+    """
+    import pathlib, time
+    import torch.distributed as dist
+
+    marks = pathlib.Path({marks!r})
+    dist.init_process_group("gloo")
+
+    def compute(n):
+        bad_value = n * 6
+        raise ValueError(f"bad {{bad_value}}")
+
+    if dist.get_rank() == 1:
+        compute(7)
+    deadline = time.monotonic() + 120
+    while not (marks / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_held_rank_shows_where_it_raised_and_debugpy_threads_only_when_asked(home: Path, tmp_path: Path) -> None:
+    project, marks = tmp_path / "project", tmp_path / "marks"
+    project.mkdir()
+    marks.mkdir()
+    (project / "train.py").write_text(HELD_SCRIPT.format(marks=str(marks)))
+    job = launch_job("held-stacks", project, nproc_per_node=2, hold_on_failure=60)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(r.state == "held" for m in job.backend.manifests(job.name).values() if m for r in m.ranks):
+            assert time.monotonic() < deadline, job.logs()
+            time.sleep(0.2)
+
+        proc = cli("stacks", "held-stacks", "--ranks", "1", "--json")
+        assert proc.returncode == 0, proc.stderr
+        [rank] = json.loads(proc.stdout)["ranks"]
+        # the user's thread only, though debugpy runs in the rank since the hold started it
+        assert [t["name"] for t in rank["threads"]] == ["MainThread"], rank["threads"]
+        [main] = rank["threads"]
+        # where it raised, as the traceback printed it: not the excepthook frames the rank waits in
+        assert [(Path(f["file"]).name, f["function"], f["line"]) for f in main["frames"]] == [
+            ("train.py", "<module>", 13), ("train.py", "compute", 10)
+        ]
+        assert main["exception"] == "ValueError: bad 42"
+        assert rank["state"] == "held" and 30 < rank["hold_seconds_left"] <= 60
+
+        everything = cli("stacks", "held-stacks", "--ranks", "1", "--all-threads", "--json")
+        assert everything.returncode == 0, everything.stderr
+        threads = json.loads(everything.stdout)["ranks"][0]["threads"]
+        assert len(threads) > 1 and all(t["internal"] for t in threads if t["name"] != "MainThread")
+
+        human = cli("stacks", "held-stacks", "--ranks", "1")
+        assert human.returncode == 0, human.stderr
+        lines = human.stdout.splitlines()
+        assert lines[0].startswith("rank 1 (algo-1, pid ") and "): held for post-mortem, " in lines[0]
+        raised_in = main["frames"][-1]["file"]
+        assert lines[-2:] == [f'    File "{raised_in}", line 10, in compute', "  ValueError: bad 42"]
+    finally:
+        (marks / "release").write_text("")
+        job.backend.stop(job.name)
+

@@ -35,7 +35,7 @@ from remote_debug.local.backends.machine_job import (
     write_job_file,
 )
 from remote_debug.local.errors import UnknownJobError, UserError
-from remote_debug.local.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails
+from remote_debug.local.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails, held_ranks_in
 from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths, private_dir
 from remote_debug.spec import LOOPBACK
@@ -291,6 +291,9 @@ class MachineBackend(Backend):
                 isolation=spec.parse_choice(Isolation, state.get("isolation", Isolation.LOOPBACK), "job isolation"),
                 node_netns=dict(state.get("node_netns") or {}),
                 node_addresses=dict(state.get("node_addresses") or {}),
+            ),
+            held_ranks=[] if status in TERMINAL else held_ranks_in(
+                {n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])}
             ),
         )
 
