@@ -64,7 +64,7 @@ def prune(
             console.print("nothing to prune: every job above is kept", markup=False)
         elif dry_run:
             console.print(
-                f"nothing removed (--dry-run): 'remote-debug prune' removes these {plural(len(pruned), 'job')}",
+                f"nothing removed (--dry-run): 'remote-debug prune' would remove {plural(len(pruned), 'job')}",
                 markup=False,
             )
     if result.failed:

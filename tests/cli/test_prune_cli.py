@@ -97,7 +97,7 @@ def test_an_ended_job_from_stop_to_prune(home: Path, tmp_path: Path) -> None:
         f"would remove job {job} (Stopped): {what}",
         "kept job other: cannot tell whether it has ended: not a local job, and AWS is not configured to ask "
         "SageMaker about it (pass --region / --profile)",
-        "nothing removed (--dry-run): 'remote-debug prune' removes these 2 jobs",
+        "nothing removed (--dry-run): 'remote-debug prune' would remove 2 jobs",
     ]
     assert {p: p.read_bytes() for p in before} == before
     pruned = cli("prune")
