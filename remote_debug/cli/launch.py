@@ -43,7 +43,10 @@ def launch(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=MAX_NODES, help="Number of nodes (algo-1..N).")] = 1,
     nproc_per_node: Annotated[
         int,
-        typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Ranks per node (torchrun when > 1)."),
+        typer.Option(
+            "--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE,
+            help="Ranks per node (torchrun when > 1; a single rank gets torchrun's RANK/WORLD_SIZE/MASTER_* too).",
+        ),
     ] = 1,
     wait: Annotated[
         float,
@@ -51,7 +54,8 @@ def launch(
             "--wait",
             min=0,
             max=spec.MAX_WAIT_SECONDS,
-            help="Seconds each rank waits for a debugger at start (0 = never).",
+            metavar="SECONDS",
+            help="How long each rank waits for a debugger at start (0 = never).",
         ),
     ] = 0.0,
     ide: Annotated[spec.IDE, typer.Option("--ide", help="The IDE you debug from.")] = spec.IDE.VSCODE,

@@ -11,6 +11,9 @@ from inside the node); ``direct`` runs it on the node's VPC address; ``hybrid`` 
 node as an SSM managed instance and publishes its id.  On SageMaker, an image without sshd gets
 openssh-server installed in the background (bounded, logged), and sshd starts when it is there:
 training does not wait for a package manager.
+
+Every ssh session runs through ``ssh_session`` (sshd's ForceCommand): it sees the job's environment,
+interpreter and code dir, and whatever it starts ends with the node's services (:meth:`finish`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,17 @@ from remote_debug.container import install, node_env
 from remote_debug.container.hybrid import HybridError, HybridRegistration
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.container.publish import ManifestPublisher, lines_enabled
-from remote_debug.container.sshd import ENV_SSHD, Sshd, SshdError, current_user, find_sshd, start_sshd
+from remote_debug.container.ssh_session import SessionScope
+from remote_debug.container.sshd import (
+    ENV_SSHD,
+    Sshd,
+    SshdError,
+    current_user,
+    find_sftp_server,
+    find_sshd,
+    prepare_state_dir,
+    start_sshd,
+)
 from remote_debug.spec import (
     ENV_STATE_DIR,
     LOOPBACK,
@@ -48,6 +61,7 @@ class NodeServices:
         self.manifest: NodeManifest | None = None
         self.manifest_dir: Path | None = None
         self.sshd: Sshd | None = None
+        self.sessions: SessionScope | None = None
         self.own_state_dir: Path | None = None  # removed at the end when we created it
         self.publisher: ManifestPublisher | None = None
         self.hybrid: HybridRegistration | None = None
@@ -134,12 +148,41 @@ class NodeServices:
                 else:
                     state_dir = self.own_state_dir = Path(tempfile.mkdtemp(prefix="remote-debug-sshd-"))
                 key, port = self.spec.client_public_key, self.spec.sshd_port
-                self.sshd = start_sshd(state_dir, key, port, listen_address=listen)
+                sftp = find_sftp_server()
+                sessions = self.sessions = self._session_scope(prepare_state_dir(state_dir), sftp)
+                self.sshd = start_sshd(
+                    state_dir, key, port, listen_address=listen,
+                    force_command=sessions.force_command if sessions else None, sftp_server=sftp,
+                )
             except (SshdError, OSError) as exc:
                 self.error(f"sshd failed: {exc if isinstance(exc, SshdError) else describe(exc)}")
                 return
             sshd = self.sshd
             self.publish(sshd_port=sshd.port, ssh_user=sshd.user, host_public_key=sshd.host_public_key)
+
+    def _session_scope(self, state_dir: Path, sftp_server: str | None) -> SessionScope | None:
+        """What makes ssh sessions look like the job and end with it; None (plain sessions) if it cannot be.
+        A forced command runs sftp too, which then needs OpenSSH's sftp-server binary."""
+        if sftp_server is None:
+            log("no sftp-server binary next to sshd: ssh sessions get sshd's own environment and may outlive the job")
+            return None
+        code_dir = self.manifest.code_dir if self.manifest is not None else node_env.code_dir(self.env)
+        try:
+            return SessionScope.create(state_dir, self.env, code_dir)
+        except OSError as exc:
+            log(f"ssh sessions get sshd's own environment: {describe(exc)}")
+            return None
+
+    def _end_sessions(self) -> None:
+        if self.sessions is None:
+            return
+        try:
+            ended = self.sessions.end()
+        except Exception as exc:  # cleanup must not change how the job ended
+            log(f"stopping what ssh sessions started failed: {describe(exc)}")
+            return
+        if ended:
+            log(f"stopped {ended} process(es) started over ssh")
 
     def _register_hybrid(self) -> None:
         assert self.hybrid is not None
@@ -162,6 +205,7 @@ class NodeServices:
                     self.sshd.stop()
                 except Exception as exc:
                     log(f"stopping sshd failed: {describe(exc)}")
+            self._end_sessions()  # after sshd: no new session can start meanwhile
             if self.hybrid is not None:
                 self.hybrid.stop()
             if self.own_state_dir is not None:  # holds the host's private key: do not leave it behind

@@ -34,6 +34,11 @@ PRIVSEP_DIR = "/run/sshd"  # root sshd refuses to start without it ("Missing pri
 HOST_KEY_NAME = "ssh_host_ed25519_key"
 READY_TIMEOUT = 5.0
 PORT_ATTEMPTS = 3
+# Where distributions put OpenSSH's sftp-server (Debian/Ubuntu, RHEL/Amazon Linux, Arch/Alpine, others).
+SFTP_SERVERS = (
+    "/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server",
+    "/usr/libexec/sftp-server", "/usr/lib/sftp-server",
+)
 
 
 class SshdError(RuntimeError):
@@ -56,6 +61,16 @@ def current_user() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:  # uid without a passwd entry (some containers): sshd will refuse it too, say so
         raise SshdError(f"uid {os.geteuid()} has no passwd entry, sshd cannot log anyone in") from None
+
+
+def find_sftp_server() -> str | None:
+    """OpenSSH's sftp-server binary, needed when sessions run through a ForceCommand (see ``ssh_session``)."""
+    sshd_dir = Path(find_sshd()).resolve().parent
+    candidates = [*SFTP_SERVERS, str(sshd_dir / "sftp-server"), shutil.which("sftp-server") or ""]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK) and not any(c.isspace() for c in path):
+            return path
+    return None
 
 
 def free_port(address: str = LOOPBACK) -> int:
@@ -92,7 +107,12 @@ def _quote(path: Path) -> str:
     return f'"{text}"'
 
 
-def render_config(state: Path, port: int, user: str, listen_address: str = LOOPBACK) -> str:
+def render_config(
+    state: Path, port: int, user: str, listen_address: str = LOOPBACK, *,
+    force_command: str | None = None, sftp_server: str | None = None,
+) -> str:
+    """The config; with ``force_command`` (and the ``sftp_server`` it needs) every session runs through
+    it - ``ssh_session``, which makes a session look like the job and end with it."""
     # SSM transports reach sshd from inside the node, so it listens on loopback and nobody else may
     # connect; only the direct (VPC) transport listens on the node's own address, reached through
     # the user's bastion - still public-key only, with the host key pinned from the manifest.
@@ -125,12 +145,19 @@ def render_config(state: Path, port: int, user: str, listen_address: str = LOOPB
         "PermitTTY yes",
         "UseDNS no",
         "PrintMotd no",
-        "Subsystem sftp internal-sftp",  # editors copy files over sftp; internal needs no sftp-server binary
         # Keepalives keep idle SSM sessions up, and end a connection whose link hangs (no FIN/RST) within
         # 30 s: its forwarded debug sessions close and a rank paused at a breakpoint runs on.
         "ClientAliveInterval 10",
         "ClientAliveCountMax 3",
     ]
+    if force_command and sftp_server:
+        if "\n" in force_command or "\n" in sftp_server:
+            raise SshdError("a session command cannot be written into sshd_config")
+        # A forced command runs subsystems too (their command in SSH_ORIGINAL_COMMAND): internal-sftp
+        # cannot run that way, the binary can.
+        lines += [f"Subsystem sftp {sftp_server}", f"ForceCommand {force_command}"]
+    else:
+        lines.append("Subsystem sftp internal-sftp")  # editors copy files over sftp; needs no sftp-server binary
     return "\n".join(lines) + "\n"
 
 
@@ -258,11 +285,14 @@ def start_sshd(
     log_file: IO[bytes] | None = None,
     ready_timeout: float = READY_TIMEOUT,
     listen_address: str = LOOPBACK,
+    force_command: str | None = None,
+    sftp_server: str | None = None,
 ) -> Sshd:
     """Start sshd for ``client_public_key`` on ``listen_address``:``port`` (0 = a free one); raise SshdError.
 
     ``log_file`` receives sshd's log (``-e``); by default ``sshd.log`` in the state dir, so that
-    sshd's chatter about every probe and login stays out of the training output.
+    sshd's chatter about every probe and login stays out of the training output.  ``force_command`` /
+    ``sftp_server``: see :func:`render_config`.
     """
     if port == 22:
         raise SshdError("port 22 is reserved for the job's own sshd (MPI): pick another")
@@ -295,7 +325,9 @@ def start_sshd(
         chosen = port if fixed else (free_port() if listen_address == LOOPBACK else free_port(listen_address))
         with contextlib.suppress(FileNotFoundError):
             pid_file.unlink()  # a stale one from an earlier run must not pass for ours
-        config.write_text(render_config(state, chosen, user, listen_address))
+        config.write_text(render_config(
+            state, chosen, user, listen_address, force_command=force_command, sftp_server=sftp_server
+        ))
         os.chmod(config, 0o600)
         _run([binary, "-t", "-f", str(config)], "sshd rejected its config")
         own_log = log_file is None

@@ -9,9 +9,10 @@ load in here:
   ``/etc/netns/<ns>/*`` (hosts, hostname, environment) bound over ``/etc/*``.  Here that mount
   namespace is made private (nothing mounted in a node shows on the host), the node's root is bound
   on ``/opt/ml``, a UTS namespace gets the node's hostname (gloo and the toolkit go by
-  ``gethostname()``), "ready" is written to stdout and the process execs into ``sleep``, which keeps
-  the namespaces alive: every command of the node enters them (``nsenter --target``), so a node has
-  one mount table and one hostname, like a container;
+  ``gethostname()``; ``netns.set_hostname``, which local multi-node jobs use too), "ready" is
+  written to stdout and the process execs into ``sleep``, which keeps the namespaces alive: every
+  command of the node enters them (``nsenter --target``), so a node has one mount table and one
+  hostname, like a container;
 * later additions to a running node, via ``nsenter --target <holder> --mount``:
   ``node_enter.py --bind SSHD_CONFIG /etc/ssh/sshd_config --home UPPER WORK --`` (no command: mount
   and exit).  ``--home`` puts an overlay on ``/root`` whose writes (and the job's ``/root/.ssh``)
@@ -21,14 +22,16 @@ load in here:
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
-import socket
 import sys
+from pathlib import Path
+from types import ModuleType
 
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
-CLONE_NEWUTS = 0x04000000
+NETNS_PY = Path(__file__).resolve().parents[1] / "local" / "backends" / "netns.py"
 
 EXIT_SETUP = 126  # like a shell's "found but could not run"
 EXIT_NOT_FOUND = 127
@@ -36,13 +39,26 @@ READY = b"ready\n"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.unshare.argtypes = [ctypes.c_int]
 
 
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _netns() -> ModuleType:
+    """``remote_debug/local/backends/netns.py``, loaded by path: under ``-I -S`` the package may not be
+    importable, and that file is standard library only for this reason."""
+    name = "_remote_debug_netns"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, NETNS_PY)
+        if spec is None or spec.loader is None:
+            raise OSError(f"cannot load {NETNS_PY}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses looks the module up while it makes a class
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -98,8 +114,7 @@ def enter(opts: Options) -> None:
             # container whose image has nothing in /root; the job's /root/.ssh is there either way.
             _mount(upper, "/root", None, MS_BIND)
     if opts.hostname:
-        _check(_libc.unshare(CLONE_NEWUTS), "unshare(CLONE_NEWUTS)")
-        socket.sethostname(opts.hostname)
+        _netns().set_hostname(opts.hostname)
 
 
 def main(args: list[str]) -> int:

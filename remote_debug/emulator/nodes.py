@@ -6,9 +6,9 @@ A node is a set of namespaces on this machine, so that an unchanged training too
   namespace, made by :mod:`remote_debug.local.backends.netns`), address ``10.213.<x>.<n>``; nothing is
   added to the host's namespace, so the host only reaches a node through :meth:`Cluster.connect`,
   the way SSM reaches an instance from inside;
-* ``/etc/netns/<ns>/hosts`` (``algo-N`` -> its address, in every node), ``hostname`` and a private
-  ``environment`` (the toolkit's MPI worker appends to ``/etc/environment``), which ``ip netns exec``
-  binds over ``/etc``;
+* ``/etc/netns/<ns>/hosts`` (``algo-N`` -> its address, in every node) and ``hostname`` - written by
+  ``netns.write_etc``, as for local multi-node jobs - and a private ``environment`` (the toolkit's MPI
+  worker appends to ``/etc/environment``), which ``ip netns exec`` binds over ``/etc``;
 * mount: one private namespace per node where the node's root (a directory under ``work_dir``) is
   ``/opt/ml``, because the toolkit and the SDK v3 drivers use absolute ``/opt/ml/...`` paths;
 * UTS: ``gethostname() == "algo-N"`` (gloo picks its address from it, the toolkit its rank).
@@ -50,7 +50,7 @@ from remote_debug.emulator import node_enter
 from remote_debug.emulator.node_model import ClusterError, Node
 from remote_debug.local.backends import netns
 
-ETC_NETNS = Path("/etc/netns")
+ETC_NETNS = netns.ETC_NETNS
 OPT_ML = Path("/opt/ml")
 ENTER = Path(__file__).with_name("node_enter.py")
 KILL_TIMEOUT = 5.0
@@ -167,17 +167,11 @@ class Cluster:
             raise ClusterError(f"cannot create the emulated nodes of {self.job}: {exc}") from None
 
     def _write_etc(self) -> None:
-        hosts = "".join(f"{n.address}\t{n.name}\n" for n in self._nodes.values())
+        netns.write_etc(self._plan, list(self._nodes))  # node i is namespace(i), address(i): the plan's order
         etc_environment = Path("/etc/environment")
         for n in self._nodes.values():
-            etc = ETC_NETNS / n.namespace
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(
-                f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{hosts}", encoding="utf-8"
-            )
-            (etc / "hostname").write_text(f"{n.name}\n", encoding="utf-8")
             if etc_environment.is_file():  # ip netns exec binds only over files that exist
-                shutil.copyfile(etc_environment, etc / "environment")
+                shutil.copyfile(etc_environment, ETC_NETNS / n.namespace / "environment")
 
     def _start_holder(self, n: Node) -> None:
         sleep = shutil.which("sleep") or "/bin/sleep"
@@ -285,28 +279,7 @@ class Cluster:
         self._signal(sig, self._ns_ids(), spare={p.pid for p in self._holders.values()})
 
     def _ns_ids(self) -> set[tuple[int, int]]:
-        ids: set[tuple[int, int]] = set()
-        for ns in self.namespaces():
-            with contextlib.suppress(OSError):
-                st = os.stat(netns.NETNS_DIR / ns)
-                ids.add((st.st_dev, st.st_ino))
-        return ids
-
-    @staticmethod
-    def _pids_in(ns_ids: set[tuple[int, int]]) -> list[int]:
-        if not ns_ids:
-            return []
-        me, pids = os.getpid(), []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == me:
-                continue
-            try:
-                st = os.stat(f"/proc/{entry.name}/ns/net")  # follows the link to the namespace's inode
-            except OSError:  # gone, or a zombie (its namespaces are already released)
-                continue
-            if (st.st_dev, st.st_ino) in ns_ids:
-                pids.append(int(entry.name))
-        return pids
+        return netns.namespace_ids(self.namespaces())
 
     def _signal(
         self, sig: int, ns_ids: set[tuple[int, int]], spare: set[int] | frozenset[int] = frozenset()
@@ -319,7 +292,7 @@ class Cluster:
             if proc.pid not in spare and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, sig)
-        pids = [pid for pid in self._pids_in(ns_ids) if pid not in spare]
+        pids = [pid for pid in netns.pids_in(ns_ids) if pid not in spare]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)

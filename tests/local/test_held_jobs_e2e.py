@@ -81,8 +81,6 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
     assert job.backend.describe(job.name).held_ranks == []  # a job that ended holds nothing
 
 
-@pytest.mark.xfail(strict=True, reason="the local supervisor does not read the node's failure file yet "
-                   "(remote_debug/local/backends/supervisor.py, _finish): remove this mark once it does")
 def test_a_failed_torchrun_job_says_which_exception(home: Path, tmp_path: Path) -> None:
     project, marks = _project(tmp_path)
     job = launch_job("failed-reason", project, nproc_per_node=2)

@@ -237,9 +237,12 @@ class MachineBackend(Backend):
         if not netns.available():
             return Isolation.LOOPBACK, [], None, "network namespaces need root and iproute2"
         plan = netns.plan_for(job_dir)
+        made: list[str] = []
         try:
             made = netns.create(plan, req.nodes)
+            netns.write_etc(plan, node_names(req.nodes))  # algo-N resolve inside every node
         except netns.NetnsError as exc:
+            netns.delete(made)
             return Isolation.LOOPBACK, [], None, f"network namespaces unavailable: {exc}"
         return Isolation.NETNS, made, plan, ""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from remote_debug import osutil, spec
 from remote_debug.spec import LOOPBACK
 
 PYTHON_NAMES = ("python", "python3", f"python3.{sys.version_info.minor}")
+# `python -m <these>` starts ranks rather than being one: it must not get a rank's variables.
+LAUNCHER_PACKAGES = ("torch", "accelerate", "deepspeed", "debugpy")
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,9 @@ def node_command(
 
     SageMaker's toolkit runs torchrun on every host with ``--nnodes N --node_rank i`` and
     algo-1 as the rendezvous master; we do the same on loopback (or node 1's private address when
-    nodes have their own network namespaces).
+    nodes have their own network namespaces).  A 1-rank Python script gets the variables torchrun
+    would give its one rank instead (:func:`single_rank_env`), so a DDP script runs unchanged
+    without paying for torchrun's start.
     """
     inner = list(command)
     if nodes * nproc > 1:
@@ -179,4 +184,36 @@ def node_command(
             inner = [*torchrun, "--no-python", *inner]
     elif Path(inner[0]).name in PYTHON_NAMES:
         inner = [sys.executable, *inner[1:]]  # the interpreter remote-debug runs in has the hook's deps
+        if _runs_one_rank(inner):
+            # `env` execs the script (same pid), so only the script's process tree sees them, as under torchrun
+            variables = single_rank_env(master_addr, master_port)
+            inner = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in variables.items()), *inner]
     return [sys.executable, "-m", "remote_debug.container", "--", *inner]
+
+
+def _runs_one_rank(command: list[str]) -> bool:
+    """``python [options] script.py ...`` or ``python -m module ...`` that is not itself a launcher
+    (torchrun, accelerate...: a launcher holding RANK would be taken for rank 0 and its ranks would
+    not listen).  ``-c`` and stdin are one-liners, not training scripts."""
+    args = iter(command[1:])
+    for arg in args:
+        if arg.startswith("-c") or arg == "-":
+            return False
+        if arg.startswith("-m"):
+            module = arg[2:] or next(args, "")
+            return bool(module) and module.split(".")[0] not in LAUNCHER_PACKAGES
+        if arg in ("-W", "-X"):
+            next(args, None)  # their value
+        elif not arg.startswith("-"):
+            return True
+    return False
+
+
+def single_rank_env(master_addr: str, master_port: int) -> dict[str, str]:
+    """What torchrun gives the only rank of a 1-node, 1-process job (its elastic-agent bookkeeping aside:
+    there is no agent, so rank 0 hosts the store, as ``init_process_group`` does without one)."""
+    return {
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1", "ROLE_NAME": "default",
+        "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+    }

@@ -8,7 +8,17 @@ sshd and rank listeners (127.0.0.1 inside its namespace) cannot be reached from 
 relay enters the node's namespace (``setns`` on one thread) to connect, the way the SSM agent
 connects from inside the instance.  torchrun's rendezvous uses node 1's private address.
 
+Inside, a node looks like an instance (shared with the emulator's nodes, ``remote_debug.emulator.nodes``):
+``/etc/netns/<ns>/hosts`` maps every ``algo-N`` to its address and ``/etc/netns/<ns>/hostname`` names
+it - ``ip netns exec`` binds both over /etc - and :func:`set_hostname` gives the node's first process
+a UTS namespace of its own named ``algo-N`` (scripts take ``SM_HOSTS[0]`` as the master address, gloo
+goes by ``gethostname()``).  :func:`delete` ends whatever still runs in a namespace before removing
+it: an ssh session's daemon must not live on in a namespace nobody can name any more.
+
 ``<hash>`` comes from the job's directory, so cleanup only ever touches our own namespaces.
+
+Standard library only: ``emulator/node_enter.py``, which runs with ``python -I -S``, loads this file
+by path for :func:`set_hostname`.
 """
 
 from __future__ import annotations
@@ -18,18 +28,24 @@ import ctypes
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 NETNS_DIR = Path("/run/netns")
+ETC_NETNS = Path("/etc/netns")  # ip netns exec binds /etc/netns/<ns>/<file> over /etc/<file>
 IFNAME = "eth0"
 SUBNET = "10.213"
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUTS = 0x04000000
+KILL_TIMEOUT = 5.0
+LOCALHOST = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 IP_TIMEOUT = 15.0
 T = TypeVar("T")
 
@@ -106,14 +122,89 @@ def create(plan: NetnsPlan, nodes: int) -> list[str]:
     return made
 
 
-def delete(names: list[str]) -> None:
-    """Delete the given namespaces (ours: names come from job.json); never raises."""
+def write_etc(plan: NetnsPlan, hosts: list[str]) -> None:
+    """``/etc/netns/<ns>/{hosts,hostname}`` of every node (``hosts[i]`` is node i): each node resolves
+    every ``algo-N`` to its address and is named ``algo-N``.  Raises NetnsError."""
+    table = "".join(f"{plan.address(i)}\t{name}\n" for i, name in enumerate(hosts))
+    try:
+        for i, name in enumerate(hosts):
+            etc = ETC_NETNS / plan.namespace(i)
+            etc.mkdir(parents=True, exist_ok=True)
+            _write_atomically(etc / "hosts", LOCALHOST + table)
+            _write_atomically(etc / "hostname", f"{name}\n")
+    except OSError as exc:
+        raise NetnsError(f"cannot write {ETC_NETNS}: {exc}") from None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # osutil has the full version; this file must stay standard library only (see the module docstring)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def set_hostname(name: str) -> None:
+    """Give the calling process a UTS namespace of its own, named ``name`` (inherited by all it starts)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUTS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUTS): {os.strerror(err)}")
+    socket.sethostname(name)
+
+
+def namespace_ids(names: list[str]) -> set[tuple[int, int]]:
+    """(device, inode) of each named namespace that exists: what /proc/<pid>/ns/net of its processes shows."""
+    ids: set[tuple[int, int]] = set()
     for name in names:
-        if not name.startswith("rd-") or "/" in name:
+        with contextlib.suppress(OSError):
+            st = os.stat(NETNS_DIR / name)
+            ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def pids_in(ns_ids: set[tuple[int, int]]) -> list[int]:
+    """Every process (but this one) in one of the namespaces ``ns_ids``; zombies have left theirs."""
+    if not ns_ids:
+        return []
+    me, pids = os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
+        try:
+            st = os.stat(f"/proc/{entry.name}/ns/net")  # follows the link to the namespace's inode
+        except OSError:  # gone, or a zombie (its namespaces are already released)
+            continue
+        if (st.st_dev, st.st_ino) in ns_ids:
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_all_in(names: list[str], timeout: float = KILL_TIMEOUT) -> list[int]:
+    """SIGKILL every process in the named namespaces until none is left; returns what survived ``timeout``."""
+    ns_ids = namespace_ids(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = pids_in(ns_ids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def delete(names: list[str]) -> None:
+    """Delete the given namespaces (ours: names come from job.json) with their /etc/netns entries, after
+    killing what still runs in them (the job is over: whatever is left, a daemon an ssh session started,
+    would keep the namespace alive unnamed); never raises."""
+    ours = [name for name in names if name.startswith("rd-") and "/" not in name]
+    kill_all_in(ours)
+    for name in ours:
         if (NETNS_DIR / name).exists():
             with contextlib.suppress(NetnsError):
                 _ip("netns", "delete", name)
+        shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
 
 
 def exists(name: str) -> bool:

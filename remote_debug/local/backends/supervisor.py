@@ -4,7 +4,9 @@
 detached from the terminal.  It starts every node (each the hook-wrapped command), keeps
 ``job.json`` current (status + secondary status), stops all nodes when one fails, honours SIGTERM
 like SageMaker's StopTrainingJob (SIGTERM to every node, SIGKILL after a grace period), and records
-the outcome.  It is the only writer of ``job.json`` after launch.
+the outcome.  It is the only writer of ``job.json`` after launch.  A node in a network namespace also
+gets its own hostname (``algo-N``), and whatever is still running in the namespaces when the nodes
+have ended is killed with them (``netns.delete``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -67,6 +70,7 @@ class Supervisor:
         # remote-debug runs in, as a container image puts its Python first on PATH
         bin_dir = os.path.dirname(sys.executable)
         inherited["PATH"] = os.pathsep.join([bin_dir, *(p for p in inherited.get("PATH", "").split(os.pathsep) if p)])
+        isolated = self.state.get("node_netns") or {}
         for node, plan in self.state["node_plans"].items():
             layout = NodeLayout(self.job_dir, node)
             log = open(layout.log_file, "ab", buffering=0)  # noqa: SIM115 - handed to the child, closed below
@@ -79,6 +83,7 @@ class Supervisor:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=_named(node) if node in isolated else None,  # this process has no threads
                 )
             except OSError as exc:
                 log.write(f"[remote-debug] could not start node {node}: {exc}\n".encode())
@@ -150,7 +155,10 @@ class Supervisor:
             self._save(status=done, secondary_status="Completed", exit_codes=exit_codes, ended=ended, exit_code=0)
             return 0
         node = failed_node or next(iter(exit_codes))
-        last_line = last_error_line(NodeLayout(self.job_dir, node).log_file)
+        layout = NodeLayout(self.job_dir, node)
+        # the failing rank's exception line (the hook's failure file, as SageMaker's FailureReason), else
+        # the log's last error line
+        last_line = spec.read_failure_file(layout.output_dir) or last_error_line(layout.log_file)
         reason = self.state.get("failure_reason") or f"node {node} exited with code {exit_codes.get(node)}: {last_line}"
         self._save(
             status=JobStatus.FAILED,
@@ -161,6 +169,19 @@ class Supervisor:
             failure_reason=reason,
         )
         return 0
+
+
+def _named(node: str) -> Callable[[], None]:
+    """Runs in a node's first process before exec: its hostname is ``node`` (``algo-N``), as on an
+    instance.  A failure is one line in the node's log, never a node that does not start."""
+
+    def setup() -> None:
+        try:
+            netns.set_hostname(node)
+        except OSError as exc:
+            os.write(2, f"[remote-debug] hostname {node} not set: {exc}\n".encode(errors="replace"))
+
+    return setup
 
 
 def last_error_line(log_file: Path) -> str:
