@@ -190,11 +190,17 @@ def test_jobs_stop_and_ssh_into_a_node(home: Path, src: Path) -> None:
     assert cli("ssh-config", "--remove").returncode == 0
     assert user_config.read_bytes() == original  # restored byte for byte
 
-    who = cli("ssh", "longrun", "--", "echo", "$SSH_CONNECTION")
+    who = cli("ssh", "longrun", "--", "echo $SSH_CONNECTION")  # one word: a remote command line
     assert who.returncode == 0 and who.stdout.startswith("127.0.0.1 "), who.stderr
     # options after the job name, as the help and the README write it: `ssh JOB --node N -- CMD`
     named = cli("ssh", "longrun", "--node", "algo-1", "--", "hostname")
     assert named.returncode == 0 and named.stdout.strip() == socket.gethostname(), named.stderr
+    # each word after `--` arrives whole, and the remote exit code is ours
+    assert cli("ssh", "longrun", "--", "sh", "-c", "exit 7").returncode == 7
+    hello = cli("ssh", "longrun", "--", "python3", "-c", "print('hello world')")
+    assert (hello.returncode, hello.stdout) == (0, "hello world\n"), hello.stderr
+    words = cli("ssh", "longrun", "--", "printf", "[%s]\\n", "a  b", "*", "$HOME", "it's")
+    assert words.stdout == "[a  b]\n[*]\n[$HOME]\n[it's]\n", words.stderr
 
     job_dir = StatePaths.default().job_dir("longrun")
     state = json.loads((job_dir / "job.json").read_text())
@@ -239,3 +245,19 @@ def test_no_netns_keeps_nodes_on_loopback_and_jobs_json_says_so(home: Path, src:
     assert [j["machine"]["isolation"] for j in listed if j["name"] == "flat"] == ["loopback"]
     wait_for(lambda: job_status("flat") in ("Completed", "Failed"), 120)
     assert job_status("flat") == "Completed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="multi-node local jobs run in network namespaces as root")
+def test_ssh_node_option_reaches_that_node(home: Path, src: Path) -> None:
+    """The README's multi-node form: `remote-debug ssh JOB --node algo-2 -- CMD` runs CMD on algo-2."""
+    launched = cli(
+        "launch", "--local", "--nodes", "2", "--name", "pair", "--source-dir", str(src), "--", "python", "sleeper.py"
+    )
+    assert launched.returncode == 0, launched.stderr
+    try:
+        second = cli("ssh", "pair", "--node", "algo-2", "--", "sh", "-c", 'echo "$(hostname) $SM_CURRENT_HOST"; exit 3')
+        assert (second.returncode, second.stdout) == (3, "algo-2 algo-2\n"), second.stderr
+        missing = cli("ssh", "pair", "--node", "algo-3", "--", "true")
+        assert_one_line_error(missing, "no node 'algo-3'", "algo-1, algo-2")
+    finally:
+        cli("stop", "pair")
