@@ -13,7 +13,7 @@ from remote_debug.cli.output import event_printer
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import backend_for, job_ref
 from remote_debug.local.errors import UserError
-from remote_debug.local.events import Summary
+from remote_debug.local.events import Detached, DetachReason, Summary
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.ide.pycharm import PyCharmOptions
 
@@ -47,13 +47,22 @@ def attach(
     max_stops: Annotated[
         int, typer.Option("--max-stops", min=0, help="--headless: stops per rank before running free.")
     ] = 1,
+    follow: Annotated[
+        bool,
+        flag("--follow", help="--headless: after the stops, stay attached until the job ends (default: detach)."),
+    ] = False,
     no_ssh_include: Annotated[bool, flag("--no-ssh-include", help="Do not add the Include to ~/.ssh/config.")] = False,
     no_launch_json: Annotated[
         bool, flag("--no-launch-json", help="Do not write .vscode/launch.json (the VS Code extension makes its own).")
     ] = False,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", help="Seconds to wait for nodes and ranks to be ready.", callback=positive_seconds),
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="How long to wait for nodes and ranks to be ready.",
+            callback=positive_seconds,
+        ),
     ] = 120.0,
     as_json: Annotated[bool, flag("--json", help="Print events as JSON lines.")] = False,
     pycharm_port: Annotated[
@@ -67,9 +76,12 @@ def attach(
     ] = 0,
     pycharm_build: PycharmBuild = None,
 ) -> None:
-    """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends."""
+    """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends
+    (--headless: once every rank had its stops; Ctrl-C detaches, the job keeps running)."""
     if ide != spec.IDE.PYCHARM and (pycharm_port or pycharm_build):
         raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
+    if follow and not headless:
+        raise UserError("--follow needs --headless: an IDE attach always stays until the job ends")
     ws = (workspace or Path.cwd()).absolute()
     plan = None
     if headless:
@@ -81,15 +93,24 @@ def attach(
         workspace=ws,
         headless=plan,
         edit_user_ssh_config=not no_ssh_include,
-        write_launch_json=not no_launch_json,
+        # headless has no IDE: launch.json may belong to an IDE attach running alongside (its ports)
+        write_launch_json=not no_launch_json and not headless,
         ready_timeout=timeout,
+        # headless: the stops are what was asked for; the job need not end for the command to
+        detach_when_done=headless and not follow,
         ide=ide,
         pycharm=PyCharmOptions(port=pycharm_port, build=pycharm_build),
     )
     emit = event_printer(as_json)
-    ref = job_ref(job)  # a SageMaker training-job ARN works too
-    job = ref.name
-    result = Attacher(backend_for(ref), job, options, emit).run()
+    try:
+        ref = job_ref(job)  # a SageMaker training-job ARN works too
+        job = ref.name
+        result = Attacher(backend_for(ref), job, options, emit).run()
+    except KeyboardInterrupt:
+        # the usual way to stop attaching: one line, no traceback, no "error"; 130 as for any Ctrl-C,
+        # so that a script running attach stops too
+        emit(Detached(job=job, reason=DetachReason.INTERRUPTED))
+        raise typer.Exit(130) from None
     if as_json and headless:
         emit(Summary(job=job, exit_code=result.job.exit_code, ranks=[r.summary() for r in result.reports]))
     raise typer.Exit(result.exit_code)

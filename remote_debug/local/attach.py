@@ -17,6 +17,7 @@ from pathlib import Path
 
 from remote_debug import peer_uid, spec
 from remote_debug.local import events, interrupts
+from remote_debug.local.attach_lock import AttachLock
 from remote_debug.local.backends.base import Backend
 from remote_debug.local.connection import POLL_SECONDS, JobConnection
 from remote_debug.local.errors import JobNotRunningError, UserError
@@ -25,6 +26,7 @@ from remote_debug.local.ide import IdeSide, PyCharmOptions, RankForward, ide_sid
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pause_safe import PauseSafe
+from remote_debug.local.rank_control import WaitRelease
 
 # Said once per attach where the owner of a loopback connection cannot be told (not Linux).
 UID_CHECK_UNAVAILABLE = (
@@ -48,6 +50,9 @@ class AttachOptions:
     edit_user_ssh_config: bool = True
     headless: HeadlessPlan | None = None
     ready_timeout: float = 120.0  # how long to wait for nodes and ranks to publish their endpoints
+    # return once the IDE side is done while the job runs on (headless: every rank had its stops),
+    # instead of watching the job to its end
+    detach_when_done: bool = False
     ide: spec.IDE = spec.IDE.VSCODE  # PyCharm: ranks connect out through reverse forwards (ide/pycharm.py)
     pycharm: PyCharmOptions = field(default_factory=PyCharmOptions)
 
@@ -59,9 +64,12 @@ class AttachResult:
     reports: list[RankReport]
     launch_json: Path | None
     aliases: list[str]
+    detached: bool = False  # the attach left a job that runs on (``job`` is its status then)
 
     @property
     def exit_code(self) -> int:
+        if self.detached:  # whether every rank's debugger did what it was asked
+            return 1 if any(r.error for r in self.reports) else 0
         return 0 if self.job.status == JobStatus.COMPLETED else 1
 
 
@@ -76,24 +84,31 @@ class Attacher:
     def __init__(
         self, backend: Backend, job: str, options: AttachOptions, emit: events.Emit, paths: StatePaths | None = None
     ) -> None:
-        self.backend, self.job, self.options, self.emit = backend, job, options, emit
+        self.backend, self.job, self.options = backend, job, options
+        self._muted = False
+        # every event goes through here: after a Ctrl-C the threads still winding down (headless
+        # sessions, forwards) say nothing, so that "detached" is the one line the user sees
+        self.emit: events.Emit = lambda event: None if self._muted else emit(event)
         self.paths = paths or StatePaths.default()
-        self.connection = JobConnection(backend, job, self.paths, emit)
+        self.connection = JobConnection(backend, job, self.paths, self.emit)
         self.forwards: dict[int, RankForward] = {}
         self.ide: IdeSide = ide_side(
             options.ide,
             job,
             options.workspace,
-            emit,
+            self.emit,
             headless=options.headless,
             write_launch_json=options.write_launch_json,
             pycharm=options.pycharm,
             runs_here=backend.capabilities.runs_here,
         )
-        self.pause_safe = PauseSafe(self.connection.control, emit)
+        self.pause_safe = PauseSafe(self.connection.control, self.emit)
+        # ranks in their --wait window that this attach did not select: told to run on, not left waiting
+        self.wait_release = WaitRelease(self.connection.control)
         self._manifests: dict[str, spec.NodeManifest] = {}
         self._faults_reported: set[tuple[int, int]] = set()  # (rank, pid) whose crash was reported
         self._manifests_next = 0.0
+        self._world: int | None = None  # the job's number of ranks, once known
 
     @property
     def launch_json(self) -> Path | None:
@@ -105,12 +120,20 @@ class Attacher:
         info = self.connection.require_running()
         # checked before anything is written (when the backend knows the world size)
         check_ranks(self.job, self.options.ranks, len(info.nodes) * info.nproc_per_node)
-        if self.options.write_launch_json and not self.options.workspace.is_dir():
+        # launch.json goes there, and headless breakpoints and path mappings are relative to it
+        uses_workspace = self.options.write_launch_json or self.options.headless is not None
+        if uses_workspace and not self.options.workspace.is_dir():
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
-        self.ide.prepare()  # e.g. PyCharm's version check and run configuration, before any tunnel
-        if not peer_uid.supported():  # once per attach: the forwards cannot tell who connects
-            self.emit(events.WarningEvent(code="uid-check-unavailable", message=UID_CHECK_UNAVAILABLE))
+        # one IDE attach per job: a second one would move the first one's ports in the IDE's config
+        lock = (
+            AttachLock.acquire(self.paths, self.job, ide=self.ide.ide, workspace=self.options.workspace)
+            if self.ide.writes_config
+            else None
+        )
         try:
+            self.ide.prepare()  # e.g. PyCharm's version check and run configuration, before any tunnel
+            if not peer_uid.supported():  # once per attach: the forwards cannot tell who connects
+                self.emit(events.WarningEvent(code="uid-check-unavailable", message=UID_CHECK_UNAVAILABLE))
             try:
                 manifests = self.connection.wait_for_manifests(self.options.ready_timeout)
             except JobNotRunningError:  # it ran when we started: it ended while its nodes were coming up
@@ -127,18 +150,29 @@ class Attacher:
                 if ended is None:
                     raise
                 return self._finish(ended)
-            return self._finish(self._watch())
+            watched = self._watch()
+            return self._finish(watched) if watched.status in TERMINAL else self._detach(watched)
+        except KeyboardInterrupt:
+            self._muted = True  # Ctrl-C: the caller says "detached"; nothing else is worth a line now
+            raise
         finally:
-            self.ide.close()
-            self.connection.close()
+            try:
+                self.ide.close()
+                self.connection.close()
+            finally:
+                if lock is not None:
+                    lock.release()
 
     def _watch(self) -> JobInfo:
-        """Discover ranks until every selected one is exposed, then keep watching; the job's end."""
+        """Discover ranks until every selected one is exposed, then keep watching; the job's end, or
+        (``detach_when_done``) the job still running once the IDE side is done with it."""
         deadline = time.monotonic() + self.options.ready_timeout
         all_ready = announced_ready = False
         while True:
             info = self.connection.describe()
             if info.status in TERMINAL:
+                return info
+            if self.options.detach_when_done and all_ready and announced_ready and self.ide.finished():
                 return info
             if not all_ready:
                 try:
@@ -151,12 +185,13 @@ class Attacher:
                 if (all_ready or time.monotonic() > deadline) and not announced_ready:
                     if not all_ready:
                         self.emit(events.WarningEvent(message="not every selected rank published a listener in time"))
-                    self.ide.all_ready(list(self.forwards.values()))
+                    self.ide.all_ready(list(self.forwards.values()), self._world)
                     announced_ready = True
                     self.emit(events.Ready(ranks=sorted(f.rank for f in self.forwards.values() if f.local_port)))
             else:  # discovery done: it no longer reads the manifests
                 self._refresh_manifests()
                 self._announce_pause_safe()
+            self.wait_release.release(self._manifests, self.options.ranks)
             self._report_rank_faults()
             self.connection.keep_up()
             interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed (see interrupts.py)
@@ -168,6 +203,7 @@ class Attacher:
         world = next((r.world_size for m in manifests.values() for r in m.ranks), len(info.nodes) * info.nproc_per_node)
         if not world:  # not known before the first rank reports (SageMaker); rank 0 always exists
             return set(self.options.ranks) if self.options.ranks is not None else {0}
+        self._world = world
         check_ranks(self.job, self.options.ranks, world)
         return set(range(world)) if self.options.ranks is None else set(self.options.ranks)
 
@@ -249,16 +285,28 @@ class Attacher:
                 if r.state == spec.RankState.HELD and not final and forward is not None:
                     self.ide.rank_held(forward)
 
+    def _detach(self, info: JobInfo) -> AttachResult:
+        """The IDE side is done and the job runs on: leave it (every debugger has detached already;
+        closing the tunnels is all that is left)."""
+        self._report_rank_faults(final=True)
+        reports = self.ide.finish()
+        self.emit(events.Detached(job=self.job, reason=events.DetachReason.STOPS_DONE, status=info.status))
+        return self._result(info, reports, detached=True)
+
     def _finish(self, info: JobInfo) -> AttachResult:
         """The job ended: report what is left to say (crashes, the end itself) and the result."""
         self._refresh_manifests(force=True)  # a crash that ended the job between two looks
         self._report_rank_faults(final=True)
         reports = self.ide.finish()
         self.emit(events.JobEnded(status=info.status, exit_code=info.exit_code, failure_reason=info.failure_reason))
+        return self._result(info, reports)
+
+    def _result(self, info: JobInfo, reports: list[RankReport], *, detached: bool = False) -> AttachResult:
         return AttachResult(
             info,
             sorted(self.forwards.values(), key=lambda f: f.rank),
             sorted(reports, key=lambda r: r.rank),
             self.launch_json,
             [e.alias for e in self.connection.entries],
+            detached=detached,
         )

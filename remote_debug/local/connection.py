@@ -20,7 +20,7 @@ from remote_debug.local import events, interrupts, keys, ssh_config
 from remote_debug.local.backends import backend_for, job_ref
 from remote_debug.local.backends.base import Backend
 from remote_debug.local.errors import JobNotRunningError, UserError
-from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobRef
+from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobRef, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.proxy import proxy_command
 from remote_debug.local.rank_control import RankControl
@@ -29,6 +29,9 @@ from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 POLL_SECONDS = 0.3  # how often waiting loops (manifests here, the job in attach) look again
 # a node that published no sshd and is over, or said why: it will not get one
 _NODE_OVER = (spec.NodeState.COMPLETED, spec.NodeState.FAILED, spec.NodeState.STOPPED)
+# a job in these states is taking its nodes (and their sshd) down: a dropped tunnel is no fault
+_JOB_ENDING = (*TERMINAL, JobStatus.STOPPING)
+_SECONDARY_ENDING = ("Uploading", "Stopping")  # SageMaker's SecondaryStatus after training ended
 
 
 def host_entries(job: str, manifests: dict[str, spec.NodeManifest], paths: StatePaths) -> list[ssh_config.HostEntry]:
@@ -71,6 +74,8 @@ class JobConnection:
         self.paths = paths or StatePaths.default()
         self.entries: list[ssh_config.HostEntry] = []
         self.tunnels: dict[str, NodeTunnel] = {}
+        self._failing: set[str] = set()  # nodes whose last reconnect attempt failed
+        self._nodes_over: set[str] = set()  # nodes that ended: their link is not kept up
 
     @classmethod
     def open(
@@ -213,14 +218,45 @@ class JobConnection:
         return RankControl(self.tunnel(node), self.secret)
 
     def keep_up(self) -> None:
-        """Reconnect dropped tunnels; says so (``reconnected`` / ``tunnel-down``) for each node."""
+        """Reconnect dropped tunnels; says so (``reconnected`` / ``tunnel-down``) for each node.
+
+        A job that ends stops its nodes' sshd before its status (or the node's manifest) says it
+        ended: that drop is no fault.  So a failed reconnect is reported only when it fails again on
+        the next attempt (RETRY_FIRST s on) while the job and that node still run; a node that is over
+        is not retried."""
         for node, tunnel in self.tunnels.items():
+            if node in self._nodes_over:
+                continue
             try:  # also when alive: an IDE connection may have reconnected it since the last round
                 if tunnel.ensure_connected():
                     self.emit(events.Reconnected(node=node))
+                if tunnel.alive:
+                    self._failing.discard(node)
             except Exception as exc:  # the path may come back: keep trying while the job runs
+                if node not in self._failing:
+                    self._failing.add(node)
+                    continue
+                if self._node_over(node):
+                    self._nodes_over.add(node)
+                    continue
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.emit(events.TunnelDown(node=node, error=first))
+
+    def _node_over(self, node: str) -> bool:
+        """Whether the job is ending or has ended, or the node's manifest says it is over (its sshd is
+        gone for good).  SageMaker says "Uploading" once training ended, long before "Completed"; the
+        manifests' last words come through CloudWatch with a delay."""
+        try:
+            info = self.describe()
+        except Exception:
+            info = None
+        if info is not None and (info.status in _JOB_ENDING or info.secondary_status in _SECONDARY_ENDING):
+            return True
+        try:
+            manifest = self.backend.manifests(self.job).get(node)
+        except Exception:  # cannot tell: a fault until shown otherwise
+            return False
+        return manifest is not None and manifest.state in _NODE_OVER
 
     def close(self) -> None:
         for tunnel in self.tunnels.values():

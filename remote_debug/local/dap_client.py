@@ -113,6 +113,8 @@ class DapClient:
         self._closed = False
         self._close_reason = ""
         self._terminated = False
+        # a `disconnect` of ours is on its way: `terminated` (its answer) must not send another one
+        self._disconnecting = False
         self._reader = threading.Thread(target=self._read_loop, name=f"dap-reader-{self.name}", daemon=True)
         self._reader.start()
 
@@ -282,6 +284,12 @@ class DapClient:
         lingers on the remote host.  Runs on the reader thread, so the disconnect is fire-and-forget: waiting
         for its response here would block the only thread that could read it.  Queued events stay readable.
         """
+        if self._disconnecting:
+            # `terminated` answers our own disconnect, whose response follows: disconnect() closes once
+            # it has it.  debugpy's adapter dies (an unhandled NoMoreMessages in its disconnect handler)
+            # when the client goes before that response, or sends a second disconnect; the rank then
+            # takes no debugger again.
+            return
         with contextlib.suppress(DapError):
             self._send({"type": "request", "command": "disconnect", "arguments": {"restart": False}})
         self._mark_closed("the debug session terminated")
@@ -477,6 +485,7 @@ class DapClient:
         try:
             if not self.closed:
                 arguments = {"terminateDebuggee": terminate_debuggee, "restart": False}
+                self._disconnecting = True
                 self.request("disconnect", arguments, timeout)
         except DapError:
             if not self.closed:
@@ -520,7 +529,19 @@ def attach_and_configure(
     client = DapClient.connect(host, port, timeout=timeout)
     try:
         attach = client.attach(path_mappings=path_mappings, just_my_code=just_my_code, extra=extra)
-        client.wait_initialized(left())
+        while True:  # `initialized`, or the refusal of `attach` at once
+            try:
+                client.wait_initialized(min(left(), 0.25))
+                break
+            except DapError:
+                # debugpy refuses a second client's attach ("Server[pid=N] is already being
+                # debugged.") and never sends `initialized`: waiting would hang for the whole timeout
+                if attach.done():
+                    attach.result(0)
+                if client.closed:
+                    raise
+                if left() <= 0:
+                    raise DapError(f"{client.name}: no 'initialized' event within {timeout:.1f}s") from None
         for path, lines in (breakpoints or {}).items():
             client.set_breakpoints(path, list(lines), left())
         client.set_exception_breakpoints(list(exception_filters), left())

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 from remote_debug.local.jobinfo import JobStatus
-from remote_debug.spec import IDE, RankState
+from remote_debug.spec import IDE, RankState, StrEnum
 
 EVENTS_VERSION = 1
 
@@ -41,8 +41,30 @@ def format_config_name(job: str, rank: int, node: str) -> str:
     return CONFIG_NAME_TEMPLATE.format(job=job, rank=rank, node=node)
 
 
-def format_compound_name(job: str) -> str:
-    return COMPOUND_NAME_TEMPLATE.format(job=job)
+def format_compound_name(job: str, ranks: list[int] | None = None) -> str:
+    """The compound of a job's configurations, named for what it holds: "all ranks" (``ranks`` None:
+    every rank of the job), else "rank 0" / "ranks 0,2" / "ranks 0-3,6".  The extension never builds
+    the partial names itself: it reads them from ``launch-json``'s ``compound``."""
+    if ranks is None:
+        return COMPOUND_NAME_TEMPLATE.format(job=job)
+    return format_config_name_prefix(job) + format_rank_list(ranks)
+
+
+def format_rank_list(ranks: list[int]) -> str:
+    """"rank 3", "ranks 0,2", "ranks 0-3,6" (runs of three or more as a range)."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ordered[i]}-{ordered[j]}")
+        else:
+            parts.extend(str(r) for r in ordered[i : j + 1])
+        i = j + 1
+    return ("rank " if len(ordered) == 1 else "ranks ") + ",".join(parts)
 
 
 def format_config_name_prefix(job: str) -> str:
@@ -280,6 +302,24 @@ class WarningEvent(Event):
     node: str | None = None
 
 
+class DetachReason(StrEnum):
+    """Why an attach left a job that still runs."""
+
+    STOPS_DONE = "stops-done"  # headless: every rank had its stops (without --follow)
+    INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Detached(Event):
+    """The attach ended and the job runs on (its debuggers detached, its tunnels closed); instead of
+    ``job-ended``.  ``status``: the job's status when known."""
+
+    name: ClassVar[str] = "detached"
+    job: str
+    reason: DetachReason
+    status: JobStatus | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobEnded(Event):
     name: ClassVar[str] = "job-ended"
@@ -345,6 +385,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Reconnected,
     TunnelDown,
     WarningEvent,
+    Detached,
     JobEnded,
     Summary,
 )

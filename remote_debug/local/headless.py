@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remote_debug.local import events as ev
-from remote_debug.local.dap_client import DapClient, DapError, StopInfo, attach_and_configure, inspect_stop
+from remote_debug.local.dap_client import (
+    DapClient,
+    DapError,
+    DapRequestFailedError,
+    StopInfo,
+    attach_and_configure,
+    inspect_stop,
+)
 
 
 @dataclass
@@ -113,7 +120,7 @@ def debug_rank(
             client.continue_(hit.thread_id)
         emit(ev.RankDetached(rank=rank, node=node))
     except (DapError, OSError) as exc:
-        report.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        report.error = _why(exc)
         emit(ev.RankDetached(rank=rank, node=node, error=report.error))
     finally:
         if client is not None:
@@ -124,6 +131,18 @@ def debug_rank(
                     pass
             client.close()
     return report
+
+
+# debugpy 1.8's answer to a second client's ``attach`` (the first one may be an IDE through another attach)
+_ALREADY_DEBUGGED = "is already being debugged"
+
+
+def _why(exc: Exception) -> str:
+    """One line for a session that failed; a rank that has a debugger already is said to."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, DapRequestFailedError) and _ALREADY_DEBUGGED in text:
+        return "it already has a debugger attached (an IDE, or another attach): detach that one to debug it here"
+    return text
 
 
 def _record(

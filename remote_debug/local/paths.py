@@ -33,6 +33,12 @@ class StatePaths:
     def job_dir(self, job: str) -> Path:
         return self.jobs_dir / job
 
+    def attach_lock(self, job: str) -> Path:
+        """Held (flock) by the attach that owns the job's IDE configuration (launch.json, PyCharm's run
+        configuration) for as long as it runs; it says who that is.  Not under ``job_dir``: SageMaker
+        jobs have none."""
+        return self.root / "attach" / f"{job}.lock"
+
     # --- ssh ---
     @property
     def ssh_dir(self) -> Path:

@@ -423,6 +423,9 @@ class NodeTunnel:
                 return
             try:
                 _pump(client, chan)
+            except Exception as exc:  # one side went mid-transfer (an IDE quitting, Ctrl-C on attach):
+                # the connection is over either way; a thread traceback on the user's terminal is no news
+                log.debug("forward to %s:%s ended: %s", self.endpoint.alias, remote_port, exc)
             finally:
                 # closing a channel sends a message: on a transport that just dropped (the ProxyCommand
                 # gone) that raises, and the forward thread must still end quietly

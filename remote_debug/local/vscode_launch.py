@@ -78,8 +78,12 @@ def config_name(job: str, rank: int, node: str) -> str:
     return events.format_config_name(job, rank, node)
 
 
-def compound_name(job: str) -> str:
-    return events.format_compound_name(job)
+def compound_name(job: str, ranks: Sequence[int] | None = None, world_size: int | None = None) -> str:
+    """"... all ranks" when it holds every rank of the job (or the world size is unknown), else
+    named for the ranks it holds ("... rank 0", "... ranks 0,2")."""
+    if ranks is None or world_size is None or set(ranks) == set(range(world_size)):
+        return events.format_compound_name(job)
+    return events.format_compound_name(job, list(ranks))
 
 
 def _prefix(job: str) -> str:
@@ -482,7 +486,7 @@ def _local_root(local_root: str, workspace: Path) -> str:
 
 
 def _configurations(
-    workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str
+    workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str, world_size: int | None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     spec.check_job_name(job)
     if not targets:
@@ -507,7 +511,8 @@ def _configurations(
         )
     if len({t.rank for t in ordered}) != len(ordered):
         raise spec.ContractError(f"a rank of job {job} appears twice")
-    compound = {"name": compound_name(job), "configurations": [c["name"] for c in configs], "stopAll": False}
+    name = compound_name(job, [t.rank for t in ordered], world_size)
+    compound = {"name": name, "configurations": [c["name"] for c in configs], "stopAll": False}
     return configs, compound
 
 
@@ -526,9 +531,11 @@ def update_launch_json(
     *,
     debug_type: str = "debugpy",
     paths: StatePaths | None = None,
+    world_size: int | None = None,
 ) -> Path:
-    """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``."""
-    configs, compound = _configurations(workspace, job, targets, debug_type)
+    """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``
+    (``world_size``: the job's number of ranks, which names the compound; see :func:`compound_name`)."""
+    configs, compound = _configurations(workspace, job, targets, debug_type, world_size)
     path = launch_json_path(workspace)
 
     def change(doc: _Document, notes: Notes) -> None:

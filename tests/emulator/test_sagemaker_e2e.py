@@ -204,7 +204,7 @@ def debug_every_rank(
     shutil.copytree(code, workspace)
     train = workspace / script
     attach = emu.cli(
-        "attach", job, "--headless", "--break", f"{train}:{break_line(train)}", "--json",
+        "attach", job, "--headless", "--follow", "--break", f"{train}:{break_line(train)}", "--json",
         "--workspace", str(workspace), "--no-ssh-include", "--timeout", "180",
         timeout=400,
     )

@@ -88,6 +88,22 @@ def test_names() -> None:
     assert vl.compound_name("myjob") == "remote-debug: myjob all ranks"
 
 
+def test_the_compound_is_named_for_the_ranks_it_holds(tmp_path: Path) -> None:
+    """``attach --ranks 0`` of a 2-rank job: its compound is "rank 0", not "all ranks"; back to every
+    rank, "all ranks" replaces it (never both)."""
+    path = vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0]), world_size=2)
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob rank 0"]
+    assert parsed(path)["compounds"][0]["configurations"] == ["remote-debug: myjob rank 0 (algo-1)"]
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 2]), world_size=4)
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob ranks 0,2"]
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 1, 2, 3, 6]), world_size=8)
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob ranks 0-3,6"]
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)), world_size=2)
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob all ranks"]
+    assert vl.compound_name("myjob", [1], 2) == "remote-debug: myjob rank 1"
+    assert vl.compound_name("myjob", [0, 1], None) == "remote-debug: myjob all ranks"  # world size unknown
+
+
 def test_new_file_is_created(tmp_path: Path) -> None:
     path = vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)))
     assert path == launch(tmp_path)

@@ -68,3 +68,23 @@ def _waiting_rank0(connection: JobConnection) -> dict[str, spec.NodeManifest]:
     states = {r.rank: r.state for m in manifests.values() for r in m.ranks}
     assert states[0] == spec.RankState.WAITING, states
     return manifests
+
+
+def test_attach_ranks_0_lets_the_other_ranks_run_on(home: Path, tmp_path: Path) -> None:
+    """The user's path: `attach --ranks 0 --headless` on a `--wait 120` job stops rank 0 at its breakpoint
+    while rank 1 starts at once, not after its 120 s window."""
+    from remote_debug.local.attach import AttachOptions
+    from remote_debug.local.headless import HeadlessPlan
+
+    project, marks = tmp_path / "project", tmp_path / "marks"
+    project.mkdir()
+    marks.mkdir()
+    (project / "train.py").write_text(SCRIPT.format(marks=str(marks)) + "value = 42  # break here\n")
+    job = launch_job("waits-attach", project, nproc_per_node=2, wait_seconds=120)
+    started = time.monotonic()
+    plan = HeadlessPlan(breakpoints={str(project / "train.py"): [4]}, steps=0)
+    result = job.attach(AttachOptions(ranks=(0,), workspace=project, headless=plan, write_launch_json=False), None)
+    assert [(r.rank, r.stops[0].line) for r in result.reports] == [(0, 4)], result.reports
+    assert result.job.status == "Completed", job.logs()
+    assert time.monotonic() - started < 60, job.logs()  # neither rank sat out the 120 s window
+    assert "rank 1: attach selected other ranks; leaving the wait window after" in job.logs()

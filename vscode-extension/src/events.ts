@@ -14,6 +14,7 @@ import type {
   Transport,
   MachineJobDetails,
   SageMakerJobDetails,
+  HeldRank,
 } from './generated/events';
 import { EVENTS_VERSION } from './generated/events';
 
@@ -97,6 +98,16 @@ function sagemakerDetails(value: unknown): SageMakerJobDetails | null {
   };
 }
 
+/** Ranks kept alive for a post-mortem debugger (absent from CLIs before it: none). */
+function heldRanks(value: unknown): HeldRank[] {
+  return (Array.isArray(value) ? value : []).flatMap((item) => {
+    const o = obj(item);
+    return o && typeof o.rank === 'number'
+      ? [{ rank: o.rank, node: str(o.node), seconds_left: numOrNull(o.seconds_left), error: strOrNull(o.error) }]
+      : [];
+  });
+}
+
 /** `remote-debug jobs --json` (and `launch`/`stop --json`, which print one job). */
 export function parseJob(raw: unknown): JobInfo {
   const o = obj(raw);
@@ -130,6 +141,7 @@ export function parseJob(raw: unknown): JobInfo {
     logs: strMap(o.logs ?? legacy.logs),
     machine: machineDetails(o.machine),
     sagemaker: sagemakerDetails(o.sagemaker),
+    held_ranks: heldRanks(o.held_ranks),
   };
 }
 
@@ -206,6 +218,7 @@ const REQUIRED: Checked = {
   reconnected: { node: 'string' },
   'tunnel-down': { node: 'string' },
   warning: { message: 'string' },
+  detached: { job: 'string', reason: 'string' },
   'job-ended': { status: 'string' },
   summary: { ranks: 'array' },
 };
@@ -305,6 +318,8 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
         (e.held ? ' (held for a post-mortem: attach to see it stopped at the exception)' : '') +
         (e.traceback ? `\n${e.traceback.trimEnd()}` : '')
       );
+    case 'detached':
+      return `detached (${e.reason === 'interrupted' ? 'Ctrl-C' : 'every rank had its stops'}): job ${e.job} keeps running`;
     case 'job-ended':
       return `job ended: ${e.status}, exit code ${e.exit_code}${e.failure_reason ? ` (${e.failure_reason})` : ''}`;
     case 'launched':

@@ -39,6 +39,12 @@ class IdeSide:
     # the launch.json this side wrote, if any (VS Code)
     launch_json: Path | None = None
 
+    @property
+    def writes_config(self) -> bool:
+        """Whether this side writes the job's IDE configuration (launch.json, a run configuration) with
+        its own ports: then it is the job's one IDE attach (``attach_lock``)."""
+        return False
+
     def prepare(self) -> None:
         """Before any tunnel exists: everything that can refuse (version checks, IDE files)."""
 
@@ -54,8 +60,14 @@ class IdeSide:
         """New ranks are exposed and every rank of the job was asked to be pause-safe: a built-in
         debugger starts here."""
 
-    def all_ready(self, forwards: list[RankForward]) -> None:
-        """Discovery is over (every selected rank exposed, or the wait ran out)."""
+    def all_ready(self, forwards: list[RankForward], world_size: int | None) -> None:
+        """Discovery is over (every selected rank exposed, or the wait ran out); ``world_size``: the
+        job's number of ranks, if known."""
+
+    def finished(self) -> bool:
+        """Whether this side is done with the job while it runs on (headless: every rank had its
+        stops); an attach told to (``detach_when_done``) then detaches."""
+        return False
 
     def rank_held(self, forward: RankForward) -> None:
         """A rank died of an uncaught exception and waits for a post-mortem debugger."""

@@ -1,7 +1,11 @@
 """``attach --headless``: the built-in DAP client plays the IDE, one session per rank.
 
-The ranks are exposed as for VS Code (and launch.json is written as for VS Code, so a real IDE can
-take over); each new rank gets a :func:`headless.debug_rank` session in a thread of its own.
+The ranks are exposed as for VS Code, through this attach's own forwards; each new rank gets a
+:func:`headless.debug_rank` session in a thread of its own.  ``remote-debug attach --headless`` has
+no IDE and writes no launch.json (``write_launch_json=False``): it runs alongside an IDE attach to the
+same job without moving that one's ports; a rank the IDE is debugging refuses a second debugger, and
+the session says so.  (In-process callers such as ``demo`` may still have launch.json written, so
+that VS Code can take over.)
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class HeadlessIde(VsCodeIde):
         self._sessions: dict[int, threading.Thread] = {}
         self._finished: list[threading.Thread] = []
         self._stop = threading.Event()
+        # a held rank we debugged ends the job once let go: then how the job ended is the news
+        self._held = False
 
     def ranks_ready(self, forwards: list[RankForward]) -> None:
         for forward in forwards:
@@ -38,10 +44,16 @@ class HeadlessIde(VsCodeIde):
     def rank_held(self, forward: RankForward) -> None:
         """A held rank whose session has finished gets a new one, which sees it stopped at the
         exception (a rank not forwarded yet gets one when it is)."""
+        if forward.local_port:
+            self._held = True
         session = self._sessions.get(forward.rank)
         if not forward.local_port or (session is not None and session.is_alive()):
             return  # not exposed, or its session is still attached: the stop arrives there
         self._start(forward)
+
+    def finished(self) -> bool:
+        """Every exposed rank's session is over (its stops done, or it could not attach)."""
+        return not self._held and not any(t.is_alive() for t in self._sessions.values())
 
     def _start(self, forward: RankForward) -> None:
         def run() -> None:

@@ -49,6 +49,10 @@ class PyCharmIde(IdeSide):
         self.ide_port = 0
         self.run_config: Path | None = None
 
+    @property
+    def writes_config(self) -> bool:
+        return self.headless is None and self.options.write_run_config
+
     def prepare(self) -> None:
         """Everything that can refuse happens here, before any tunnel exists."""
         build = ""

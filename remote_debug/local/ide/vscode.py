@@ -23,6 +23,10 @@ class VsCodeIde(IdeSide):
         self.job, self.workspace, self.emit = job, workspace, emit
         self.write_launch_json = write_launch_json
 
+    @property
+    def writes_config(self) -> bool:
+        return self.write_launch_json
+
     def usable(self, rank: spec.RankEndpoint) -> bool:
         # a rank with a control channel gets its listener on request (lazy ranks), or has tracing
         # put back after a detach
@@ -40,7 +44,7 @@ class VsCodeIde(IdeSide):
         # a warning: the CLI and the extension already show those to the user
         self.emit(events.WarningEvent(code="debugger-refused", rank=rank, node=node, message=message))
 
-    def all_ready(self, forwards: list[RankForward]) -> None:
+    def all_ready(self, forwards: list[RankForward], world_size: int | None) -> None:
         if not self.write_launch_json:
             return
         targets = [
@@ -59,11 +63,11 @@ class VsCodeIde(IdeSide):
         if not targets:
             return
         interrupts.check()  # a Ctrl-C swallowed so far (see interrupts.py): before we write
-        self.launch_json = vscode_launch.update_launch_json(self.workspace, self.job, targets)
+        self.launch_json = vscode_launch.update_launch_json(self.workspace, self.job, targets, world_size=world_size)
         self.emit(
             events.LaunchJson(
                 path=str(self.launch_json),
-                compound=vscode_launch.compound_name(self.job),
+                compound=vscode_launch.compound_name(self.job, [t.rank for t in targets], world_size),
                 configurations=[vscode_launch.config_name(self.job, t.rank, t.node) for t in targets],
             )
         )

@@ -28,6 +28,9 @@ export function formatConfigNamePrefix(job: string): string {
 // The closed sets of values (Python StrEnums).  A newer CLI may send a value not listed here: the
 // parsers in ../events.ts keep it as is, and it compares equal to none of these.
 
+/** Why an attach left a job that still runs. */
+export type DetachReason = 'stops-done' | 'interrupted';
+
 /** The IDE a job is debugged from; it decides the direction of the debug connection. */
 export type IDE = 'vscode' | 'pycharm';
 
@@ -51,6 +54,14 @@ export type RankState =
 
 /** How the laptop's ssh reaches a node's sshd. */
 export type Transport = 'local' | 'ssm' | 'hybrid' | 'direct';
+
+/** A rank that died of an uncaught exception and is kept alive for a post-mortem debugger (`launch --hold-on-failure`): attach to it before `seconds_left` runs out. */
+export interface HeldRank {
+  rank: number;
+  node: string;
+  seconds_left: number | null;
+  error: string | null;
+}
 
 /** A job of this machine (`launch --local`). */
 export interface MachineJobDetails {
@@ -286,6 +297,15 @@ export interface WarningEvent {
   node: string | null;
 }
 
+/** The attach ended and the job runs on (its debuggers detached, its tunnels closed); instead of `job-ended`. `status`: the job's status when known. */
+export interface DetachedEvent {
+  event: 'detached';
+  v: number;
+  job: string;
+  reason: DetachReason;
+  status: JobStatus | null;
+}
+
 export interface JobEndedEvent {
   event: 'job-ended';
   v: number;
@@ -323,6 +343,7 @@ export interface JobInfo {
   logs: Record<string, string>;
   machine: MachineJobDetails | null;
   sagemaker: SageMakerJobDetails | null;
+  held_ranks: HeldRank[];
 }
 
 export type AttachEvent =
@@ -348,6 +369,7 @@ export type AttachEvent =
   | ReconnectedEvent
   | TunnelDownEvent
   | WarningEvent
+  | DetachedEvent
   | JobEndedEvent
   | SummaryEvent;
 
@@ -376,6 +398,7 @@ export const EVENT_NAMES: readonly AttachEventName[] = [
   'reconnected',
   'tunnel-down',
   'warning',
+  'detached',
   'job-ended',
   'summary',
 ];

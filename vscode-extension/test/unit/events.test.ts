@@ -110,6 +110,7 @@ describe('attach --json events', () => {
       { event: 'pycharm-build', v: 1, build: '263.1', source: '/opt/pycharm', others: [], installed: null },
       { event: 'pycharm-config', v: 1, path: '/ws/.idea/x.xml', name: 'remote-debug: j', port: 5678, steps: [] },
       { event: 'summary', v: 1, job: 'j', exit_code: 0, ranks: [] },
+      { event: 'detached', v: 1, job: 'j', reason: 'interrupted', status: 'InProgress' },
     ];
     assert.deepEqual(new Set(lines.map((l) => l.event)), new Set(EVENT_NAMES), 'one sample per event of the schema');
     for (const l of lines) {

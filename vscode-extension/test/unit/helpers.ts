@@ -71,6 +71,7 @@ export function jobJson(overrides: Partial<JobInfo> = {}): JobInfo {
     logs: {},
     machine: null,
     sagemaker: null,
+    held_ranks: [],
     ...overrides,
   };
 }
