@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,16 +91,6 @@ def assert_refused(args: list[str], *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (args, lines[0])
     return lines[0]
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "300"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def node_doc(**changes: object) -> dict[str, object]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -43,16 +42,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "300"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @needs_ssh

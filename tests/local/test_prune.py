@@ -94,16 +94,6 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "300"])
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture
 def workspace(home: Path, tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / ".vscode").mkdir(parents=True)
