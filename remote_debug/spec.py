@@ -476,6 +476,12 @@ class RankEndpoint:
         self.state = parse_choice(RankState, self.state, "rank state")
         self.ide = parse_choice(IDE, self.ide, "IDE")
 
+    def hold_seconds_left(self, now: float) -> int | None:
+        """Whole seconds until a held rank exits with its failure (None when not held, or not said)."""
+        if self.state != RankState.HELD or self.hold_until is None:
+            return None
+        return max(0, round(self.hold_until - now))
+
     def to_json(self) -> dict[str, Any]:
         # plain JSON values, and never one a reader would refuse (the fields are assignable)
         state, ide = parse_choice(RankState, self.state, "rank state"), parse_choice(IDE, self.ide, "IDE")
@@ -596,15 +602,28 @@ def read_node_manifest(directory: Path) -> NodeManifest | None:
     except FileNotFoundError:
         return None
     manifest = NodeManifest.from_json(_loads(data, path))
+    manifest.ranks = read_rank_documents(directory)
+    return manifest
+
+
+def read_rank_documents(directory: Path, *, skip_broken: bool = False) -> list[RankEndpoint]:
+    """The rank documents in a manifest dir, by rank.  A broken one raises ContractError, or with
+    ``skip_broken`` is left out (the node's own readers: reporting it is the laptop's job)."""
     ranks = []
     for rank_path in sorted(directory.glob(RANK_MANIFEST_GLOB)):
         try:
-            rank_data = rank_path.read_bytes()
+            ranks.append(RankEndpoint.from_json(_loads(rank_path.read_bytes(), rank_path)))
         except FileNotFoundError:  # replaced between glob and read
             continue
-        ranks.append(RankEndpoint.from_json(_loads(rank_data, rank_path)))
-    manifest.ranks = sorted(ranks, key=lambda r: r.rank)
-    return manifest
+        except (OSError, ValueError):  # ContractError is a ValueError
+            if not skip_broken:
+                raise
+    return sorted(ranks, key=lambda r: r.rank)
+
+
+def held_phrase(seconds_left: int | None) -> str:
+    """``held for post-mortem, 87 s left``: one wording for the node log, ``jobs`` and ``stacks``."""
+    return "held for post-mortem" + (f", {seconds_left} s left" if seconds_left is not None else "")
 
 
 def read_failure_file(output_dir: Path) -> str | None:

@@ -16,7 +16,6 @@ driver that captures them).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Mapping
@@ -27,25 +26,14 @@ from remote_debug.osutil import atomic_write_text
 from remote_debug.spec import (
     FAILURE_FILE,
     FAILURE_REASON_LIMIT,
-    RANK_MANIFEST_GLOB,
-    ContractError,
     RankEndpoint,
     RankState,
+    held_phrase,
+    read_rank_documents,
 )
 
 DEFAULT_CONFIG_DIR = "/opt/ml/input/config"
 POLL_SECONDS = 0.5
-
-
-def rank_documents(directory: Path) -> list[RankEndpoint]:
-    """The readable rank documents in ``directory`` (a broken one is skipped: it is the laptop's to report)."""
-    ranks = []
-    for path in sorted(directory.glob(RANK_MANIFEST_GLOB)):
-        try:
-            ranks.append(RankEndpoint.from_json(json.loads(path.read_bytes())))
-        except (OSError, ValueError, ContractError):
-            continue
-    return ranks
 
 
 # --- the held-rank line --------------------------------------------------------------------------
@@ -53,9 +41,8 @@ def rank_documents(directory: Path) -> list[RankEndpoint]:
 
 def held_line(rank: RankEndpoint, now: float) -> str:
     """``rank 1 held for post-mortem, 87 s left: ValueError: bad 42`` (the wording of ``jobs``)."""
-    left = f", {max(0, round(rank.hold_until - now))} s left" if rank.hold_until is not None else ""
     error = f": {rank.error}" if rank.error else ""
-    return f"rank {rank.rank} held for post-mortem{left}{error}"
+    return f"rank {rank.rank} {held_phrase(rank.hold_seconds_left(now))}{error}"
 
 
 class HeldRankNotices:
@@ -83,7 +70,7 @@ class HeldRankNotices:
             return lines
         self._seen_mtime = mtime
         now = time.time()
-        for rank in rank_documents(self.directory):
+        for rank in read_rank_documents(self.directory, skip_broken=True):
             if rank.state != RankState.HELD or (rank.rank, rank.pid) in self._told:
                 continue
             self._told.add((rank.rank, rank.pid))
@@ -150,7 +137,7 @@ def write_failure_file(manifest_dir: Path, env: Mapping[str, str]) -> str | None
         path = directory / FAILURE_FILE
         if path.exists():
             return None
-        cause = root_cause(rank_documents(manifest_dir))
+        cause = root_cause(read_rank_documents(manifest_dir, skip_broken=True))
         if cause is None:
             return None
         text = failure_text(cause)[:FAILURE_REASON_LIMIT]

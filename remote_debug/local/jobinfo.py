@@ -17,10 +17,10 @@ from typing import Any
 from remote_debug.spec import (
     ContractError,
     NodeManifest,
-    RankEndpoint,
     RankState,
     StrEnum,
     Transport,
+    held_phrase,
     read_node_manifest,
 )
 
@@ -89,22 +89,14 @@ class HeldRank:
     @property
     def note(self) -> str:
         """``rank 1 held for post-mortem, 87 s left`` (``jobs``, the node log)."""
-        left = f", {self.seconds_left} s left" if self.seconds_left is not None else ""
-        return f"rank {self.rank} held for post-mortem{left}"
-
-
-def hold_seconds_left(rank: RankEndpoint, now: float) -> int | None:
-    """Whole seconds until a held rank exits with its failure (None when not held, or not said)."""
-    if rank.state != RankState.HELD or rank.hold_until is None:
-        return None
-    return max(0, round(rank.hold_until - now))
+        return f"rank {self.rank} {held_phrase(self.seconds_left)}"
 
 
 def held_ranks(manifests: Mapping[str, NodeManifest | None], now: float | None = None) -> list[HeldRank]:
     """The held ranks in a job's manifests (node -> NodeManifest or None), by rank."""
     now = time.time() if now is None else now
     held = [
-        HeldRank(r.rank, node, hold_seconds_left(r, now), r.error)
+        HeldRank(r.rank, node, r.hold_seconds_left(now), r.error)
         for node, m in manifests.items()
         if m is not None
         for r in m.ranks

@@ -15,7 +15,6 @@ from typing import Any
 from remote_debug import spec
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
-from remote_debug.local.jobinfo import hold_seconds_left
 
 
 def collect_stacks(
@@ -49,7 +48,7 @@ def collect_stacks(
 def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rank": r.rank, "node": node, "pid": r.pid, "state": str(r.state),
-        "hold_seconds_left": hold_seconds_left(r, time.time()), "threads": [], "error": None,
+        "hold_seconds_left": r.hold_seconds_left(time.time()), "threads": [], "error": None,
     }
     if not r.control_port:
         out["error"] = f"rank {r.rank} has no control channel ({r.ide} rank, or started by an older hook)"
@@ -70,10 +69,7 @@ def format_stacks(report: dict[str, Any]) -> str:
     """Human-readable, like a Python traceback per thread (innermost frame last)."""
     lines: list[str] = []
     for r in report["ranks"]:
-        held = ""
-        if r.get("state") == spec.RankState.HELD:
-            left = r.get("hold_seconds_left")
-            held = ": held for post-mortem" + (f", {left} s left" if left is not None else "")
+        held = f": {spec.held_phrase(r.get('hold_seconds_left'))}" if r.get("state") == spec.RankState.HELD else ""
         lines.append(f"rank {r['rank']} ({r['node']}, pid {r['pid']}){held}")
         if r.get("error"):
             lines.append(f"  unavailable: {r['error']}")

@@ -55,7 +55,7 @@ def test_the_first_rank_to_fail_is_the_cause(tmp_path: Path) -> None:
     for r in ranks:
         spec.write_rank_manifest(tmp_path, r)
     (tmp_path / "rank-9.json").write_text("{broken")  # skipped, not fatal
-    cause = outcome.root_cause(outcome.rank_documents(tmp_path))
+    cause = outcome.root_cause(spec.read_rank_documents(tmp_path, skip_broken=True))
     assert cause is not None and cause.rank == 2
     assert outcome.failure_text(cause) == "ValueError: bad 42 (rank 2)"
     assert outcome.root_cause([ranks[1]]) is None  # no exception: the platform's own reason stands
