@@ -8,9 +8,10 @@ from typing import Annotated
 from rich.table import Table
 
 from remote_debug.cli.app import app, flag
-from remote_debug.cli.output import console, error_line, plural, print_json
+from remote_debug.cli.output import console, error_line, print_json
 from remote_debug.local.backends import all_backends
 from remote_debug.local.errors import UserError
+from remote_debug.local.events import plural
 from remote_debug.local.jobinfo import JobInfo
 
 HEADERS = ("job", "backend", "status", "secondary", "nodes", "ranks per node", "created")

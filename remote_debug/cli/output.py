@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from remote_debug.local import events as ev
+from remote_debug.local.events import plural
 from remote_debug.spec import IDE
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -24,11 +25,6 @@ def error_line(message: str) -> None:
     # One line, always: multi-line messages would break the "one actionable line" promise.
     first = " ".join(str(message).split()) or "failed"
     print(f"remote-debug: error: {first}", file=sys.stderr, flush=True)
-
-
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """``1 job``, ``2 jobs``: counts in the sentences commands print."""
-    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
 
 
 def print_json(data: Any) -> None:

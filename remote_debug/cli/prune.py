@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from remote_debug.cli.app import app, flag
-from remote_debug.cli.output import console, err_console, plural, print_json
+from remote_debug.cli.output import console, err_console, print_json
+from remote_debug.local.events import plural
 from remote_debug.local.prune import JobOutcome, Pruner
 
 MAX_DAYS = 3650.0

@@ -8,10 +8,11 @@ import typer
 
 from remote_debug import spec
 from remote_debug.cli.app import app, flag, positive_seconds
-from remote_debug.cli.output import console, plural, print_json
+from remote_debug.cli.output import console, print_json
 from remote_debug.local import ssh_config as ssh_files
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
+from remote_debug.local.events import plural
 from remote_debug.local.paths import StatePaths
 
 

@@ -71,6 +71,11 @@ def format_config_name_prefix(job: str) -> str:
     return CONFIG_NAME_PREFIX_TEMPLATE.format(job=job)
 
 
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 job``, ``2 jobs``: counts in the sentences events and commands print."""
+    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
     """Base of every event; subclasses set ``name`` (the wire name)."""

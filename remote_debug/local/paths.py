@@ -12,6 +12,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from remote_debug.spec import JOB_NAME_RE
+
 ENV_HOME = "REMOTE_DEBUG_HOME"
 
 
@@ -49,15 +51,39 @@ class StatePaths:
         """The file the user's ~/.ssh/config includes; it includes one file per job."""
         return self.ssh_dir / "config"
 
+    @property
+    def job_ssh_configs_dir(self) -> Path:
+        """One ``<job>.conf`` of Host entries per job (the main config includes them all)."""
+        return self.ssh_dir / "jobs"
+
     def job_ssh_config(self, job: str) -> Path:
-        return self.ssh_dir / "jobs" / f"{job}.conf"
+        return self.job_ssh_configs_dir / f"{job}.conf"
+
+    @property
+    def known_hosts_dir(self) -> Path:
+        """One file of pinned host keys per job."""
+        return self.ssh_dir / "known_hosts.d"
 
     def job_known_hosts(self, job: str) -> Path:
-        return self.ssh_dir / "known_hosts.d" / job
+        return self.known_hosts_dir / job
+
+    @property
+    def keys_dir(self) -> Path:
+        """One folder per job with its client key pair."""
+        return self.root / "keys"
 
     def job_key(self, job: str) -> Path:
         """Private key (0600, in a 0700 dir); the public key is next to it with ``.pub``."""
-        return self.root / "keys" / job / "id_ed25519"
+        return self.keys_dir / job / "id_ed25519"
+
+    # --- SageMaker ---
+    @property
+    def sagemaker_hints_dir(self) -> Path:
+        return self.root / "sagemaker"
+
+    def sagemaker_hint(self, job: str) -> Path:
+        """What the proxy needs to reach a SageMaker job (region, profile, transport) without asking AWS."""
+        return self.sagemaker_hints_dir / f"{job}.json"
 
     @property
     def include_state(self) -> Path:
@@ -81,3 +107,18 @@ def private_dir(path: Path) -> Path:
     if stat.S_IMODE(path.stat().st_mode) != 0o700:  # no needless write: HOME may be read-only
         os.chmod(path, 0o700)
     return path
+
+
+def job_names_in(folder: Path, suffix: str = "") -> set[str]:
+    """The jobs that have a file ``<job><suffix>`` in ``folder`` (names that are not job names are not ours)."""
+    names: set[str] = set()
+    try:
+        entries = list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return names
+    for path in entries:
+        if path.name.endswith(suffix):
+            name = path.name[: len(path.name) - len(suffix)]
+            if JOB_NAME_RE.fullmatch(name):
+                names.add(name)
+    return names

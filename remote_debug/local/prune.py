@@ -39,7 +39,7 @@ from remote_debug.local.backends import netns as netns_mod
 from remote_debug.local.backends.machine_job import read_job_file
 from remote_debug.local.errors import UnknownJobError, UserError
 from remote_debug.local.jobinfo import TERMINAL, JobInfo
-from remote_debug.local.paths import StatePaths
+from remote_debug.local.paths import StatePaths, job_names_in
 
 DAY_SECONDS = 86400.0
 _ENTRY_PREFIX = events.format_config_name_prefix("")[:-1]  # "remote-debug: " (before the job name)
@@ -89,13 +89,13 @@ class Leftovers:
         if self.key_dir:
             out.append("key")
         if self.ssh and self.ssh.aliases:
-            out.append(_count(len(self.ssh.aliases), "Host entry", "Host entries"))
+            out.append(events.plural(len(self.ssh.aliases), "Host entry", "Host entries"))
         if self.ssh and self.ssh.known_hosts:
-            out.append(_count(self.ssh.known_hosts, "known_hosts line"))
+            out.append(events.plural(self.ssh.known_hosts, "known_hosts line"))
         if self.hint:
             out.append("SageMaker hint")
         for path, n in self.launch_json.items():
-            out.append(f"{_count(n, 'launch.json config')} in {path}")
+            out.append(f"{events.plural(n, 'launch.json config')} in {path}")
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -107,10 +107,6 @@ class Leftovers:
             "known_hosts_lines": self.ssh.known_hosts if self.ssh else 0,
             "launch_json": [{"path": str(p), "configs": n} for p, n in self.launch_json.items()],
         }
-
-
-def _count(n: int, singular: str, plural: str | None = None) -> str:
-    return f"{n} {singular if n == 1 else (plural or singular + 's')}"
 
 
 @dataclass
@@ -148,15 +144,6 @@ class Pruner:
 
     # --- what is there --------------------------------------------------------------------------
 
-    def _names_in(self, folder: Path, suffix: str = "") -> set[str]:
-        names = set()
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for path in folder.iterdir():
-                name = path.name[: -len(suffix)] if suffix and path.name.endswith(suffix) else path.name
-                if (not suffix or path.name.endswith(suffix)) and spec.JOB_NAME_RE.fullmatch(name):
-                    names.add(name)
-        return names
-
     def _launch_entries(self) -> tuple[dict[str, dict[Path, int]], dict[Path, str]]:
         """job -> {launch.json: our entries of that job}; and the files that could not be read."""
         found: dict[str, dict[Path, int]] = {}
@@ -179,9 +166,9 @@ class Pruner:
         """Every job something of ours names, with what that is; and the launch.json files we could not read."""
         paths = self.paths
         launch, unreadable = self._launch_entries()
-        local_jobs = self._names_in(paths.jobs_dir)
-        keyed = self._names_in(paths.job_key("any").parent.parent)
-        hinted = self._names_in(paths.root / "sagemaker", ".json")
+        local_jobs = job_names_in(paths.jobs_dir)
+        keyed = job_names_in(paths.keys_dir)
+        hinted = job_names_in(paths.sagemaker_hints_dir, ".json")
         names = local_jobs | keyed | hinted | set(ssh_config.jobs_with_entries(paths)) | set(launch)
         out = []
         for job in sorted(names):
@@ -191,7 +178,7 @@ class Pruner:
                     job=job,
                     job_dir=paths.job_dir(job) if job in local_jobs else None,
                     key_dir=paths.job_key(job).parent if job in keyed else None,
-                    hint=paths.root / "sagemaker" / f"{job}.json" if job in hinted else None,
+                    hint=paths.sagemaker_hint(job) if job in hinted else None,
                     ssh=None if entries.empty else entries,
                     launch_json=dict(sorted(launch.get(job, {}).items())),
                 )

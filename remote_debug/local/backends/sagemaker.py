@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from remote_debug import osutil, spec
@@ -379,8 +380,8 @@ class SageMakerBackend(Backend):
 
     # --- the hint for the proxy -----------------------------------------------------------------
 
-    def _hint_path(self, job: str) -> Any:
-        return self.paths.root / "sagemaker" / f"{job}.json"
+    def _hint_path(self, job: str) -> Path:
+        return self.paths.sagemaker_hint(job)
 
     def _make_hint(self, job: str, info: JobInfo) -> JobHint:
         tags = self._tags.get(job, {})
