@@ -50,35 +50,32 @@ def progress(what: str, *, enabled: bool = True, every: float = 10.0, out: Conso
     def elapsed() -> str:
         return plural(round(time.monotonic() - started), "second")
 
-    if out.is_terminal:
-        with out.status(f"{escape(what)}...") as status:
+    with contextlib.ExitStack() as stack:
+        say: Callable[[], None]
+        if out.is_terminal:
+            status = stack.enter_context(out.status(f"{escape(what)}..."))
+            period = 1.0
 
-            def tick() -> None:
-                while not done.wait(1.0):
-                    status.update(f"{escape(what)}... {elapsed()}")
+            def say() -> None:
+                status.update(f"{escape(what)}... {elapsed()}")
+        else:
+            out.print(f"remote-debug: {what}...", markup=False, highlight=False)
+            period = every
 
-            ticker = threading.Thread(target=tick, daemon=True, name="progress")
-            ticker.start()
-            try:
-                yield
-            finally:
-                done.set()
-                ticker.join()
-        return
+            def say() -> None:
+                out.print(f"remote-debug: still {what} ({elapsed()} so far)", markup=False, highlight=False)
 
-    out.print(f"remote-debug: {what}...", markup=False, highlight=False)
+        def tick() -> None:
+            while not done.wait(period):
+                say()
 
-    def report() -> None:
-        while not done.wait(every):
-            out.print(f"remote-debug: still {what} ({elapsed()} so far)", markup=False, highlight=False)
-
-    reporter = threading.Thread(target=report, daemon=True, name="progress")
-    reporter.start()
-    try:
-        yield
-    finally:
-        done.set()
-        reporter.join()
+        ticker = threading.Thread(target=tick, daemon=True, name="progress")
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
 
 
 # --- attach/demo events: one human line per kind (the JSON line is the event itself) -------------------

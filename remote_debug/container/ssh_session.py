@@ -313,8 +313,9 @@ class SessionScope:
         if base is not None:
             with contextlib.suppress(OSError):  # read-only or not delegated to us: the fallback it is
                 _remove_stale(base)
-                (base / f"{CGROUP_PREFIX}{_owner_tag()}-{mark}").mkdir()
-                cgroup = base / f"{CGROUP_PREFIX}{_owner_tag()}-{mark}"
+                wanted = base / f"{CGROUP_PREFIX}{_owner_tag()}-{mark}"
+                wanted.mkdir()
+                cgroup = wanted
         scope = cls(state_dir, mark, cgroup, python)
         document = {
             "version": 1, "env": job_environment(env, python), "cwd": code_dir, "mark": mark,
