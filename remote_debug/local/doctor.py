@@ -5,9 +5,10 @@ order and later ones are skipped, not failed, when an earlier one makes them mea
 region -> no credentials check).
 
 The local pieces (OpenSSH, the sshd local jobs run, debugpy, torchrun) are always checked.  AWS is
-optional: its checks run when asked (``--aws``, a SageMaker job to check) or when AWS is configured
-at all (``--profile``/``--region``, AWS variables, ``~/.aws``: what ``jobs`` goes by too); otherwise
-they are shown as skipped, and a machine that only runs local jobs passes.
+optional: its checks count when asked (``--aws``, a SageMaker job to check, ``--profile``/``--region``);
+when AWS is merely configured (AWS variables, ``~/.aws``: what ``jobs`` goes by too) they run as
+advice, a failure shown as a warning; otherwise they are shown as skipped.  A machine that only runs
+local jobs passes.
 
 The IAM check asks IAM itself (SimulatePrincipalPolicy) about the caller's effective permissions,
 each action against the resource it is really called on (the job's ARN, the CloudWatch log group,
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from remote_debug.container.sshd import ENV_SSHD
+from remote_debug.container.sshd import ENV_SSHD, find_sshd
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.sagemaker import SageMakerBackend
@@ -222,10 +223,7 @@ class Doctor:
     def check_sshd(self) -> None:
         """The OpenSSH server local jobs run (the hook's private sshd, how attach and ssh reach a node)."""
         configured = os.environ.get(ENV_SSHD)
-        if configured:
-            path = configured if os.sep in configured else (self.which(configured) or configured)
-        else:
-            path = self.which("sshd") or "/usr/sbin/sshd"
+        path = find_sshd()  # the one the hook will start
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             where = f"{ENV_SSHD}={configured}" if configured else "sshd (on PATH, or /usr/sbin/sshd)"
             self.add(Check("sshd", FAIL, f"{where} not found",
