@@ -70,6 +70,9 @@ ENV_TRANSPORT = "REMOTE_DEBUG_TRANSPORT"
 # Seconds a rank that dies of an uncaught exception stays alive for a post-mortem debugger (0 = off).
 # Optional: written only when set, so specs without it look exactly as before.
 ENV_HOLD_ON_FAILURE = "REMOTE_DEBUG_HOLD_ON_FAILURE"
+# Seconds every node stays up after the training command ends (success or failure), for ``sync`` / ``run``
+# / ``release`` (0 = off).  Optional like the hold: written only when set.
+ENV_KEEP_ALIVE = "REMOTE_DEBUG_KEEP_ALIVE"
 SPEC_ENV_NAMES = (
     ENV_VERSION,
     ENV_JOB,
@@ -82,7 +85,7 @@ SPEC_ENV_NAMES = (
     ENV_JOB_SECRET,
     ENV_TRANSPORT,
 )
-SPEC_OPTIONAL_ENV_NAMES = (ENV_HOLD_ON_FAILURE,)
+SPEC_OPTIONAL_ENV_NAMES = (ENV_HOLD_ON_FAILURE, ENV_KEEP_ALIVE)
 
 # Per-node variables: not part of the job-wide spec (SageMaker gives every node the same
 # Environment), set by whoever starts a node (the local backend, or the hook itself).
@@ -282,6 +285,9 @@ class DebugOptions:
     sshd_port: int = 0  # 0 = any free port; 22 is refused (MPI jobs run their own sshd there)
     wait_seconds: float = 0.0  # how long each rank waits for a debugger before running on
     hold_on_failure: float = 0.0  # seconds a rank that raised stays alive for a post-mortem attach
+    # seconds every node stays up after the training command ends, or until ``release`` / ``stop``: the
+    # job's sshd, manifests and ssh entries stay valid, and ``run`` can start the entry again
+    keep_alive: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ide", parse_choice(IDE, self.ide, "IDE"))
@@ -296,6 +302,10 @@ class DebugOptions:
         if not (0 <= self.hold_on_failure <= MAX_WAIT_SECONDS):
             raise ContractError(
                 f"hold on failure {self.hold_on_failure} s is out of range: use 0 (exit at once) up to a week"
+            )
+        if not (0 <= self.keep_alive <= MAX_WAIT_SECONDS):
+            raise ContractError(
+                f"keep-alive {self.keep_alive} s is out of range: use 0 (end with the command) up to a week"
             )
 
     def selects(self, rank: int) -> bool:
@@ -348,6 +358,10 @@ class DebugSpec:
     def hold_on_failure(self) -> float:
         return self.options.hold_on_failure
 
+    @property
+    def keep_alive(self) -> float:
+        return self.options.keep_alive
+
     def selects(self, rank: int) -> bool:
         return self.options.selects(rank)
 
@@ -386,6 +400,7 @@ class DebugSpec:
             sshd_port=sshd_port,
             wait_seconds=_spec_seconds(env, ENV_WAIT),
             hold_on_failure=_spec_seconds(env, ENV_HOLD_ON_FAILURE),
+            keep_alive=_spec_seconds(env, ENV_KEEP_ALIVE),
         )
         return cls(
             job_name=env[ENV_JOB],
@@ -413,6 +428,8 @@ def spec_env(
     if job_secret is not None:
         key[ENV_JOB_SECRET] = job_secret
     hold = {ENV_HOLD_ON_FAILURE: f"{options.hold_on_failure:g}"} if options.hold_on_failure else {}
+    if options.keep_alive:
+        hold[ENV_KEEP_ALIVE] = f"{options.keep_alive:g}"
     return {
         ENV_VERSION: str(version),
         ENV_JOB: job_name,
@@ -537,6 +554,11 @@ class NodeManifest:
     ranks: list[RankEndpoint] = field(default_factory=list)  # filled from rank documents on read
     ssm_target: str = ""  # hybrid transport: the node's managed instance id ("mi-..."), else ""
     version: int = MANIFEST_VERSION
+    # keep-alive (DebugOptions.keep_alive): while no command runs on a kept-alive node, when (wall clock,
+    # Unix seconds) its hold ends; None while the training command or a re-run runs, and without keep-alive
+    kept_alive_until: float | None = None
+    # which run of the entry the node is on: 0 the training command, n the n-th ``remote-debug run``
+    run: int = 0
 
     def __post_init__(self) -> None:
         self.state = parse_choice(NodeState, self.state, "node state")
@@ -567,6 +589,8 @@ class NodeManifest:
                 errors=[str(e) for e in d.get("errors", [])],
                 ssm_target=str(d.get("ssm_target") or ""),  # absent in documents of older hooks
                 version=json_int(d, "version"),
+                kept_alive_until=_json_time(d, "kept_alive_until"),  # absent before keep-alive existed
+                run=json_int(d, "run") if "run" in d else 0,
             )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"node manifest lacks or mangles {exc.args[0]!r}") from None
@@ -624,6 +648,11 @@ def read_rank_documents(directory: Path, *, skip_broken: bool = False) -> list[R
 def held_phrase(seconds_left: int | None) -> str:
     """``held for post-mortem, 87 s left``: one wording for the node log, ``jobs`` and ``stacks``."""
     return "held for post-mortem" + (f", {seconds_left} s left" if seconds_left is not None else "")
+
+
+def kept_alive_phrase(seconds_left: int) -> str:
+    """``kept alive, 87 s left``: one wording for the node log, ``jobs`` and the job's secondary status."""
+    return f"kept alive, {seconds_left} s left"
 
 
 def read_failure_file(output_dir: Path) -> str | None:

@@ -283,6 +283,19 @@ class RankFailed(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RankRestarted(Event):
+    """A rank's process was replaced (``remote-debug run`` started the entry again): the old one's debug
+    session ends, and a ``rank-ready`` for the new process follows on the same ``local_port``."""
+
+    name: ClassVar[str] = "rank-restarted"
+    rank: int
+    node: str
+    pid: int  # the new process
+    old_pid: int
+    run: int  # the node's run: 1 for the first `remote-debug run`, ...
+
+
+@dataclass(frozen=True, kw_only=True)
 class Reconnected(Event):
     name: ClassVar[str] = "reconnected"
     node: str
@@ -331,6 +344,67 @@ class JobEnded(Event):
     status: JobStatus
     exit_code: int | None = None
     failure_reason: str | None = None
+
+
+# --- `remote-debug sync` and `remote-debug run` (their --json lines) ------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSynced:
+    """One node's part of :class:`Synced`."""
+
+    node: str
+    method: str  # "rsync" or "sftp"
+    files: int  # files whose data was sent
+    bytes: int  # file data sent
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Synced(Event):
+    """``sync`` copied the workspace into every node's code dir (``--watch``: once per change)."""
+
+    name: ClassVar[str] = "synced"
+    job: str
+    source: str  # the local folder whose contents are at the code dir
+    files: int
+    bytes: int
+    seconds: float
+    nodes: list[NodeSynced] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    """``run`` started the entry (or the given command) again on every node."""
+
+    name: ClassVar[str] = "run-started"
+    job: str
+    run: int
+    nodes: list[str]
+    command: list[str]
+    master_port: int | None = None  # the fresh rendezvous port, when the launcher has one
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutput(Event):
+    """A line the run printed; ``rank`` when a rank printed it (else the launcher)."""
+
+    name: ClassVar[str] = "run-output"
+    node: str
+    line: str
+    rank: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEnded(Event):
+    """The run ended on every node (``exit_code``: the first non-zero node's, else 0); the nodes are kept."""
+
+    name: ClassVar[str] = "run-ended"
+    job: str
+    run: int
+    exit_code: int
+    exit_codes: dict[str, int] = field(default_factory=dict)  # node -> its launcher's code
+    interrupted: bool = False  # Ctrl-C stopped it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,12 +461,17 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Stopped,
     RankDetached,
     RankFailed,
+    RankRestarted,
     Reconnected,
     TunnelDown,
     WarningEvent,
     Detached,
     JobEnded,
     Summary,
+    Synced,
+    RunStarted,
+    RunOutput,
+    RunEnded,
 )
 
 _BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}

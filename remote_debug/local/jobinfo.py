@@ -21,6 +21,7 @@ from remote_debug.spec import (
     StrEnum,
     Transport,
     held_phrase,
+    kept_alive_phrase,
     read_node_manifest,
 )
 
@@ -105,16 +106,28 @@ def held_ranks(manifests: Mapping[str, NodeManifest | None], now: float | None =
     return sorted(held, key=lambda h: h.rank)
 
 
-def held_ranks_in(manifest_dirs: Mapping[str, Path], now: float | None = None) -> list[HeldRank]:
-    """``held_ranks`` of a job on this machine, from its nodes' manifest dirs; a node whose manifest
-    cannot be read counts as none (listing jobs must not fail over one broken document)."""
+def keep_alive_state(manifests: Mapping[str, NodeManifest | None], now: float | None = None) -> tuple[int | None, int]:
+    """(seconds until a kept-alive job ends, the run its nodes are on): the seconds are None unless every
+    node that reported holds (the soonest hold counts: one node ending ends the job), the run is the highest."""
+    now = time.time() if now is None else now
+    known = [m for m in manifests.values() if m is not None]
+    run = max((m.run for m in known), default=0)
+    holds = [m.kept_alive_until for m in known]
+    if not known or any(h is None for h in holds):
+        return None, run
+    return max(0, round(min(h for h in holds if h is not None) - now)), run
+
+
+def read_manifests(manifest_dirs: Mapping[str, Path]) -> dict[str, NodeManifest | None]:
+    """The node manifests of a job on this machine; one that cannot be read counts as none (listing jobs
+    must not fail over one broken document)."""
     manifests: dict[str, NodeManifest | None] = {}
     for node, directory in manifest_dirs.items():
         try:
             manifests[node] = read_node_manifest(directory)
         except (OSError, ContractError):
             continue
-    return held_ranks(manifests, now)
+    return manifests
 
 
 @dataclass
@@ -141,6 +154,11 @@ class JobInfo:
     sagemaker: SageMakerJobDetails | None = None
     # ranks kept alive for a post-mortem debugger (jobs on this machine; SageMaker's would cost a log query)
     held_ranks: list[HeldRank] = field(default_factory=list)
+    # keep-alive (``launch --keep-alive``): seconds until the job ends when every node holds (its command
+    # and any re-run ended); None while something runs, or without keep-alive
+    kept_alive_seconds_left: int | None = None
+    # the entry's run the nodes are on: 0 the training command, n the n-th ``remote-debug run``
+    run: int = 0
 
     @property
     def running(self) -> bool:
@@ -150,7 +168,8 @@ class JobInfo:
     def notes(self) -> list[str]:
         """What a person should know beyond the status, one line each: ``rank 1 held for post-mortem,
         87 s left``."""
-        return [h.note for h in self.held_ranks]
+        kept = [] if self.kept_alive_seconds_left is None else [kept_alive_phrase(self.kept_alive_seconds_left)]
+        return [*kept, *(h.note for h in self.held_ranks)]
 
     def to_json(self) -> dict[str, Any]:
         """What ``jobs --json`` prints: JSON types only (an enum member becomes its value)."""

@@ -35,7 +35,16 @@ from remote_debug.local.backends.machine_job import (
     write_job_file,
 )
 from remote_debug.local.errors import UnknownJobError, UserError
-from remote_debug.local.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails, held_ranks_in
+from remote_debug.local.jobinfo import (
+    TERMINAL,
+    Isolation,
+    JobInfo,
+    JobStatus,
+    MachineJobDetails,
+    held_ranks,
+    keep_alive_state,
+    read_manifests,
+)
 from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths, private_dir
 from remote_debug.spec import LOOPBACK
@@ -274,6 +283,10 @@ class MachineBackend(Backend):
                 if status not in TERMINAL:
                     status, secondary = JobStatus.FAILED, "Failed"
                     failure = "the job's supervisor process vanished (killed or machine restarted)"
+        manifests = {} if status in TERMINAL else read_manifests(
+            {n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])}
+        )
+        kept_alive_left, run = keep_alive_state(manifests)
         return JobInfo(
             name=job,
             backend=self.name,
@@ -295,9 +308,9 @@ class MachineBackend(Backend):
                 node_netns=dict(state.get("node_netns") or {}),
                 node_addresses=dict(state.get("node_addresses") or {}),
             ),
-            held_ranks=[] if status in TERMINAL else held_ranks_in(
-                {n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])}
-            ),
+            held_ranks=held_ranks(manifests),
+            kept_alive_seconds_left=kept_alive_left,
+            run=run,
         )
 
     def list_jobs(self) -> list[JobInfo]:

@@ -71,6 +71,15 @@ export interface MachineJobDetails {
   node_addresses: Record<string, string>;
 }
 
+/** One node's part of Synced. */
+export interface NodeSynced {
+  node: string;
+  method: string;
+  files: number;
+  bytes: number;
+  seconds: number;
+}
+
 /** One rank's headless session, in Summary (`file`/`line`/`variables`: its first stop). */
 export interface RankSummary {
   rank: number;
@@ -274,6 +283,17 @@ export interface RankFailedEvent {
   held: boolean;
 }
 
+/** A rank's process was replaced (`remote-debug run` started the entry again): the old one's debug session ends, and a `rank-ready` for the new process follows on the same `local_port`. */
+export interface RankRestartedEvent {
+  event: 'rank-restarted';
+  v: number;
+  rank: number;
+  node: string;
+  pid: number;
+  old_pid: number;
+  run: number;
+}
+
 export interface ReconnectedEvent {
   event: 'reconnected';
   v: number;
@@ -323,6 +343,49 @@ export interface SummaryEvent {
   ranks: RankSummary[];
 }
 
+/** `sync` copied the workspace into every node's code dir (`--watch`: once per change). */
+export interface SyncedEvent {
+  event: 'synced';
+  v: number;
+  job: string;
+  source: string;
+  files: number;
+  bytes: number;
+  seconds: number;
+  nodes: NodeSynced[];
+}
+
+/** `run` started the entry (or the given command) again on every node. */
+export interface RunStartedEvent {
+  event: 'run-started';
+  v: number;
+  job: string;
+  run: number;
+  nodes: string[];
+  command: string[];
+  master_port: number | null;
+}
+
+/** A line the run printed; `rank` when a rank printed it (else the launcher). */
+export interface RunOutputEvent {
+  event: 'run-output';
+  v: number;
+  node: string;
+  line: string;
+  rank: number | null;
+}
+
+/** The run ended on every node (`exit_code`: the first non-zero node's, else 0); the nodes are kept. */
+export interface RunEndedEvent {
+  event: 'run-ended';
+  v: number;
+  job: string;
+  run: number;
+  exit_code: number;
+  exit_codes: Record<string, number>;
+  interrupted: boolean;
+}
+
 export interface JobInfo {
   name: string;
   backend: string;
@@ -344,6 +407,8 @@ export interface JobInfo {
   machine: MachineJobDetails | null;
   sagemaker: SageMakerJobDetails | null;
   held_ranks: HeldRank[];
+  kept_alive_seconds_left: number | null;
+  run: number;
 }
 
 export type AttachEvent =
@@ -366,12 +431,17 @@ export type AttachEvent =
   | StoppedEvent
   | RankDetachedEvent
   | RankFailedEvent
+  | RankRestartedEvent
   | ReconnectedEvent
   | TunnelDownEvent
   | WarningEvent
   | DetachedEvent
   | JobEndedEvent
-  | SummaryEvent;
+  | SummaryEvent
+  | SyncedEvent
+  | RunStartedEvent
+  | RunOutputEvent
+  | RunEndedEvent;
 
 export type AttachEventName = AttachEvent['event'];
 
@@ -395,10 +465,15 @@ export const EVENT_NAMES: readonly AttachEventName[] = [
   'stopped',
   'rank-detached',
   'rank-failed',
+  'rank-restarted',
   'reconnected',
   'tunnel-down',
   'warning',
   'detached',
   'job-ended',
   'summary',
+  'synced',
+  'run-started',
+  'run-output',
+  'run-ended',
 ];
