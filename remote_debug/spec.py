@@ -111,6 +111,15 @@ ENV_UNTRACE_ON_DETACH = "REMOTE_DEBUG_UNTRACE_ON_DETACH"
 # whatever the command started (default 100: SageMaker SIGKILLs the container 120 s after its SIGTERM)
 ENV_STOP_GRACE = "REMOTE_DEBUG_STOP_GRACE"
 
+# `remote-debug run` / `release` (iterate on a kept-alive node): the laptop runs, over the job's ssh,
+#   "$REMOTE_DEBUG_NODE_PYTHON" -m remote_debug.container.rerun start|release ...
+# (the ssh session names the job's interpreter); ranks of a run prefix their output lines with
+# "[rank N] "; `release` says RELEASE_ACK before it tells the hook (which may then end the session).
+RERUN_MODULE = "remote_debug.container.rerun"
+RERUN_PYTHON_ENV = "REMOTE_DEBUG_NODE_PYTHON"
+RANK_OUTPUT_PREFIX = "[rank {rank}] "
+RELEASE_ACK = "released"
+
 NODE_MANIFEST_FILE = "node.json"
 RANK_MANIFEST_GLOB = "rank-*.json"
 # A failed node's word on why, in its output dir (/opt/ml/output on SageMaker): SageMaker's FailureReason is

@@ -25,6 +25,7 @@ from remote_debug.cli import (  # noqa: F401
     launch,
     proxy,
     prune,
+    run,
     ssh,
     ssh_config,
     stacks,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import sys
 import threading
 import time
@@ -220,6 +221,24 @@ def _detached(e: ev.Detached) -> str:
 def _job_ended(e: ev.JobEnded) -> str:
     reason = f" ({e.failure_reason})" if e.failure_reason else ""
     return f"job ended: {e.status}, exit code {e.exit_code}{reason}"
+
+
+@_line(ev.RankRestarted)
+def _rank_restarted(e: ev.RankRestarted) -> str:
+    return f"rank {e.rank} on {e.node} restarted (run {e.run}, pid {e.pid}): attaching to the new process"
+
+
+@_line(ev.RunStarted)
+def _run_started(e: ev.RunStarted) -> str:
+    what = shlex.join(e.command) if e.command else "the job's entry"
+    port = f", rendezvous port {e.master_port}" if e.master_port else ""
+    return f"run {e.run} of job {e.job}: {what} on {', '.join(e.nodes)}{port}"
+
+
+@_line(ev.RunEnded)
+def _run_ended(e: ev.RunEnded) -> str:
+    how = "stopped (Ctrl-C)" if e.interrupted else f"ended, exit code {e.exit_code}"
+    return f"run {e.run} {how}; the nodes stay up (remote-debug release {e.job} ends them)"
 
 
 def describe_event(event: ev.Event) -> str | None:

@@ -36,9 +36,11 @@ from pathlib import Path
 from types import FrameType
 
 from remote_debug.container.common import seconds_knob
+from remote_debug.container.keep_alive import KeepAlive
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
 from remote_debug.container.outcome import HeldRankNotices, write_failure_file
+from remote_debug.container.run_slot import RELEASE_SIGNAL, REPLACE_SIGNAL, RunEntry
 from remote_debug.container.sshd import set_parent_death_signal
 from remote_debug.osutil import proc_stat
 from remote_debug.spec import (
@@ -137,6 +139,9 @@ class Hook:
         self.token = f"{ENV_HOOK_PID}={os.getpid()}\0".encode()  # in the environment of all we start
         self.grace = stop_grace(os.environ)
         self._escalation: threading.Timer | None = None
+        self.keep_alive: KeepAlive | None = None  # with --keep-alive: the hold after the command
+        self.replaced = False  # `remote-debug run` had the training command stopped to replace it
+        self._env: dict[str, str] | None = None  # the command's environment (a run gets the same)
 
     # --- signals -------------------------------------------------------------------------------
 
@@ -144,12 +149,20 @@ class Hook:
         # Python runs this in the main thread, also while it is blocked in Popen.wait().
         if self.stop_signal is None:
             self.stop_signal = signum
+        if self.keep_alive is not None:
+            self.keep_alive.stop()
         child = self.child
         if child is None or child.returncode is not None:
             return
         if signum in (signal.SIGINT, signal.SIGHUP) and _terminal_signals_reach_child():
             # Ctrl-C / hangup already went to the whole foreground group, the command included; a
             # second copy from us could cut its own cleanup short (torchrun re-raises on each one).
+            return
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        child = self.child
+        if child is None:
             return
         self._forwarded = True
         with contextlib.suppress(ProcessLookupError):
@@ -189,9 +202,26 @@ class Hook:
             victims = [p for p in victims if not _zombie(p)]
         _signal_all(victims, signal.SIGKILL)
 
+    def _on_replace(self, _signum: int, _frame: FrameType | None) -> None:
+        """``remote-debug run`` replaces the training command: stop it (as a stop would, grace and all),
+        and the node holds instead of ending."""
+        child = self.child
+        if self.keep_alive is None or self.stop_signal is not None or child is None or child.returncode is not None:
+            return
+        if not self.replaced:
+            log("stopping the training command: `remote-debug run` replaces it")
+            self.replaced = True
+            self._forward(signal.SIGTERM)
+
+    def _on_release(self, _signum: int, _frame: FrameType | None) -> None:
+        if self.keep_alive is not None:
+            self.keep_alive.release()
+
     def _install_signal_handlers(self) -> None:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self._on_signal)
+        signal.signal(REPLACE_SIGNAL, self._on_replace)
+        signal.signal(RELEASE_SIGNAL, self._on_release)
 
     # --- the command ---------------------------------------------------------------------------
 
@@ -216,10 +246,43 @@ class Hook:
             self._on_signal(self.stop_signal, None)
         if self.node is not None:
             self.node.publish(state=NodeState.RUNNING)
+            self._write_run_entry()
         code = exit_code_of(self.child.wait())
         if self._escalation is not None:
             self._escalation.cancel()
         return code
+
+    # --- keep-alive ------------------------------------------------------------------------------
+
+    def _node_dir(self) -> Path | None:
+        """The hook's private dir that ssh sessions are told about (None: sessions do not see the job)."""
+        node = self.node
+        return node.sessions.state_dir if node is not None and node.sessions is not None else None
+
+    def _write_run_entry(self) -> None:
+        """What `remote-debug run` starts again: written while the command runs (a run may replace it)."""
+        node_dir, node = self._node_dir(), self.node
+        if self.keep_alive is None or node_dir is None or node is None or node.manifest_dir is None:
+            return
+        try:
+            RunEntry(
+                command=self.command, env=dict(self._env if self._env is not None else os.environ),
+                cwd=os.getcwd(), hook_pid=os.getpid(), keep_alive=self.keep_alive.seconds,
+                manifest_dir=str(node.manifest_dir),
+            ).write(node_dir)
+        except OSError as exc:
+            log(f"cannot record the entry for `remote-debug run`: {describe(exc)}")
+
+    def _hold(self, code: int) -> int:
+        """Keep the node up after the command (``--keep-alive``); the job's exit code is the command's,
+        or, when a run replaced the command, the last run's."""
+        keep = self.keep_alive
+        if keep is None or (self.stop_signal is not None and not self.replaced):
+            return code
+        self._write_run_entry()  # sshd may have come up (after an install) only while the command ran
+        keep.node_dir = self._node_dir()
+        last = keep.hold(code)
+        return last if self.replaced and last is not None else code
 
     def _watch_ranks(self, node: NodeServices) -> None:
         """A line in the node's log when a rank is held for a post-mortem (see ``outcome``)."""
@@ -257,9 +320,13 @@ class Hook:
                 except Exception as exc:  # a bug of ours must not cost the user their training run
                     node.error(f"hook setup failed: {describe(exc)}")
                 if node.manifest_dir is not None:
-                    env = child_env(dict(os.environ), node.manifest_dir)
+                    env = self._env = child_env(dict(os.environ), node.manifest_dir)
                     self._watch_ranks(node)
+                if spec.keep_alive > 0:
+                    name = node.manifest.node if node.manifest is not None else "?"
+                    self.keep_alive = KeepAlive(spec.keep_alive, self._node_dir(), node.publish, name)
             code = self._run_command(env)
+            code = self._hold(code)
         finally:
             try:
                 self._sweep()

@@ -25,7 +25,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from remote_debug.container import node_env
+from remote_debug.container import node_env, rank_output
 from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
 from remote_debug.container.hold import track_unhandled_stops
@@ -338,6 +338,8 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     identity = rank_identity(env, argv)
     if identity is None:
         return None  # a launcher: its children are the ranks
+    if env.get(rank_output.PREFIX_ENV) == "1":  # a `remote-debug run`: the laptop tells ranks apart by it
+        rank_output.prefix_output(identity.rank)
     # Claim before debugpy starts its adapter subprocess, which must inherit the claim.
     os.environ[ENV_CLAIMED_BY] = str(os.getpid())
 

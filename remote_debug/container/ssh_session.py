@@ -46,6 +46,10 @@ from pathlib import Path
 
 ENV_CGROUP = "REMOTE_DEBUG_SESSION_CGROUP"  # "0": no cgroup, the fallback (what most SageMaker containers get)
 MARK_ENV = "REMOTE_DEBUG_SESSION_OF"  # in the environment of every process a session starts
+# Told to every session: the hook's private dir (where `remote-debug run` finds the node's run entry,
+# see run_slot) and the job's interpreter (which runs `python -m remote_debug.container.rerun`)
+NODE_DIR_ENV = "REMOTE_DEBUG_NODE_DIR"
+NODE_PYTHON_ENV = "REMOTE_DEBUG_NODE_PYTHON"  # spec.RERUN_PYTHON_ENV (this file imports nothing of ours)
 SESSION_FILE = "ssh-session.json"
 LEADERS_FILE = "ssh-session-leaders"  # "<sid> <start time>" per session
 CGROUP_PREFIX = "remote-debug-ssh-"
@@ -135,6 +139,8 @@ def main(argv: list[str]) -> int:
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         env = session_environment(document, os.environ)
+        env[NODE_DIR_ENV] = os.path.dirname(os.path.abspath(argv[1]))
+        env[NODE_PYTHON_ENV] = sys.executable
         join(document)
         wanted = document.get("cwd")
         if isinstance(wanted, str) and os.path.isdir(wanted):
