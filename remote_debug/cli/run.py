@@ -49,9 +49,12 @@ def run(
             where = f"[{line.node}]" + (f" [rank {line.rank}]" if line.rank is not None else "")
             typer.echo(f"{where} {line.line}")
 
+    words = list(command or [])
+    if words[:1] == ["--"]:  # typer passes the separator through when options may not follow the job
+        words = words[1:]
     driver = RunDriver(JobConnection.open(job), emit, output)
     try:
-        driver.start(list(command or []), wait, timeout)
+        driver.start(words, wait, timeout)
         ended = driver.wait()
     except KeyboardInterrupt:
         driver.interrupt()

@@ -268,7 +268,7 @@ class Hook:
             RunEntry(
                 command=self.command, env=dict(self._env if self._env is not None else os.environ),
                 cwd=os.getcwd(), hook_pid=os.getpid(), keep_alive=self.keep_alive.seconds,
-                manifest_dir=str(node.manifest_dir),
+                manifest_dir=str(node.manifest_dir), command_pid=self.child.pid if self.child is not None else 0,
             ).write(node_dir)
         except OSError as exc:
             log(f"cannot record the entry for `remote-debug run`: {describe(exc)}")

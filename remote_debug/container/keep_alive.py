@@ -59,20 +59,24 @@ class KeepAlive:
             "(remote-debug release / stop end it sooner)")
         running: RunRecord | None = None
         last_code: int | None = None
+        published_run = 0
         while not (self.released.is_set() or self.stopped.is_set()):
             busy = self._busy()
+            record = self._record()
             if busy and running is None:
-                running = self._record() or RunRecord(0, 0)
+                running = record or RunRecord(0, 0)
                 log(f"node {self.node}: run {running.run} started")
+                published_run = running.run
                 self.publish(kept_alive_until=None, run=running.run)
-            elif not busy and running is not None:
-                ended = self._record()
-                last_code = ended.exit_code if ended is not None else None
+            elif not busy and (running is not None or (record is not None and record.run != published_run)):
+                # a run ended (one that came and went between two looks too: the record says so)
+                last_code = record.exit_code if record is not None else None
+                number = record.run if record is not None else published_run
                 until = time.time() + self.seconds
-                log(f"node {self.node}: run {running.run} ended (exit code {last_code}); "
+                log(f"node {self.node}: run {number} ended (exit code {last_code}); "
                     f"{kept_alive_phrase(round(self.seconds))}")
-                running = None
-                self.publish(kept_alive_until=until)
+                running, published_run = None, number
+                self.publish(kept_alive_until=until, run=number)
             if running is None and time.time() >= until:
                 log(f"node {self.node}: keep-alive over")
                 break
@@ -82,9 +86,9 @@ class KeepAlive:
             log(f"node {self.node}: released")
         if running is not None or self._busy():
             self._stop_run()
-            ended = self._record()
-            last_code = ended.exit_code if ended is not None else last_code
-        return last_code
+        # from the record, not what this loop saw: a run may have started and ended between two looks
+        ended = self._record()
+        return ended.exit_code if ended is not None and ended.exit_code is not None else last_code
 
     def _busy(self) -> bool:
         return self.node_dir is not None and RunSlot(self.node_dir).busy()

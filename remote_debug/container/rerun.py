@@ -46,6 +46,7 @@ from remote_debug.container.run_slot import (
     run_environment,
     with_master_port,
 )
+from remote_debug.osutil import proc_stat
 from remote_debug.spec import ENV_WAIT, RELEASE_ACK, ContractError, NodeManifest, NodeState, read_node_manifest
 
 PREFIX_ENV = rank_output.PREFIX_ENV  # "1": every rank prefixes its output lines with "[rank N] "
@@ -102,6 +103,7 @@ class Rerun:
         self.slot = RunSlot(node_dir)
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()
+        self.number = 0
 
     # --- taking over the node ------------------------------------------------------------------
 
@@ -131,12 +133,13 @@ class Rerun:
             os.kill(self.entry.hook_pid, REPLACE_SIGNAL)
         except (ProcessLookupError, PermissionError) as exc:
             raise Refused(f"cannot reach the node's hook (pid {self.entry.hook_pid}): {exc}") from None
+        # the command's end, not the manifest: the hook holds the node at once, and sees our slot taken
         deadline = time.monotonic() + REPLACE_WAIT
-        while time.monotonic() < deadline:
-            manifest = self._manifest()
-            if manifest is None or manifest.kept_alive_until is not None or manifest.state != NodeState.RUNNING:
-                break
-            time.sleep(0.1)
+        while _running(self.entry.command_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _running(self.entry.command_pid):
+            raise Refused(f"the training command did not stop within {REPLACE_WAIT:g} s")
+        manifest = self._manifest()
         if manifest is not None and manifest.state != NodeState.RUNNING:
             raise Refused(f"the node ended ({manifest.state}) instead of staying up")
 
@@ -148,16 +151,21 @@ class Rerun:
 
     # --- the run -------------------------------------------------------------------------------
 
-    def start(self, command: list[str], port: int | None, wait: float | None) -> int:
+    def claim_number(self) -> int:
+        """The next run's number, on record at once: the hook reads it when it sees the slot taken."""
         previous = RunRecord.read(self.node_dir)
-        number = (previous.run if previous is not None else 0) + 1
+        self.number = (previous.run if previous is not None else 0) + 1
+        RunRecord(self.number, os.getpid()).write(self.node_dir)
+        return self.number
+
+    def start(self, command: list[str], port: int | None, wait: float | None) -> int:
+        number = self.number
         overrides = {PREFIX_ENV: "1", RUN_ENV: str(number), "PYTHONUNBUFFERED": "1"}
         if port is not None:
             command = with_master_port(command, port)
             overrides["MASTER_PORT"] = str(port)
         if wait is not None:
             overrides[ENV_WAIT] = f"{wait:g}"
-        RunRecord(number, os.getpid()).write(self.node_dir)
         env = run_environment(self.entry, overrides)
         cwd = self.entry.cwd if os.path.isdir(self.entry.cwd) else None
         try:
@@ -211,6 +219,12 @@ class Rerun:
         self.stop()
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (not gone, not a zombie waiting for its parent)."""
+    fields = proc_stat(pid) if pid > 0 else None
+    return fields is not None and fields[0] != "Z"
+
+
 def _start(args: argparse.Namespace) -> int:
     node_dir = _node_dir()
     entry = _entry(node_dir)
@@ -219,6 +233,7 @@ def _start(args: argparse.Namespace) -> int:
         signal.signal(sig, rerun.on_signal)
     rerun.take_slot()
     try:
+        rerun.claim_number()
         rerun.replace_training_command()
         port: int | None = None
         if args.port == "auto":

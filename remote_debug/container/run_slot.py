@@ -51,6 +51,7 @@ class RunEntry:
     hook_pid: int
     keep_alive: float
     manifest_dir: str
+    command_pid: int = 0  # the training command's process: a run that replaces it waits for it to end
 
     def write(self, node_dir: Path) -> None:
         atomic_write_bytes(node_dir / ENTRY_FILE, json.dumps(asdict(self)).encode(), 0o600)
@@ -69,6 +70,7 @@ class RunEntry:
                 hook_pid=int(data["hook_pid"]),
                 keep_alive=float(data["keep_alive"]),
                 manifest_dir=str(data["manifest_dir"]),
+                command_pid=int(data.get("command_pid", 0)),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"run entry lacks or mangles {exc}") from None

@@ -190,6 +190,7 @@ class Attacher:
                     self.emit(events.Ready(ranks=sorted(f.rank for f in self.forwards.values() if f.local_port)))
             else:  # discovery done: it no longer reads the manifests
                 self._refresh_manifests()
+                self._follow_restarts()
                 self._announce_pause_safe()
             self.wait_release.release(self._manifests, self.options.ranks)
             self._report_rank_faults()
@@ -221,7 +222,7 @@ class Attacher:
                 if not self.ide.usable(r):
                     expected.discard(r.rank)  # it will never be debuggable; say so once
                     self.emit(events.RankUnavailable(rank=r.rank, node=node, state=r.state, error=r.error))
-                    self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir)
+                    self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir, r.pid)
                     continue
                 if self.ide.ranks_listen and r.control_port > 0:
                     started = self._start_listener(node, r)
@@ -229,7 +230,7 @@ class Attacher:
                         continue  # retried on the next round
                     r = started
                 local_port = self.ide.expose(self.connection.tunnel(node), node, r)
-                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir)
+                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
                 self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
                                            state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
                 new.append(fwd)
@@ -238,6 +239,36 @@ class Attacher:
         self._announce_pause_safe(force=bool(new))
         self.ide.ranks_ready(new)
         return expected <= set(self.forwards)
+
+    def _follow_restarts(self) -> None:
+        """``remote-debug run`` replaced ranks' processes (a kept-alive job): expose each new process - on
+        the rank's old local port where the IDE side can, so launch.json stays valid - and tell the IDE
+        side (``rank-restarted``, then ``rank-ready``): its sessions for the old processes have ended."""
+        new: list[RankForward] = []
+        moved = False  # a rank got another local port (or its first): the IDE's configuration changes
+        for node, m in self._manifests.items():
+            for r in m.ranks:
+                old = self.forwards.get(r.rank)
+                if old is None or r.pid == old.pid or r.ide != self.ide.ide or not self.ide.usable(r):
+                    continue  # not ours, the same process, or one that will never listen (a finished run)
+                if self.ide.ranks_listen and r.control_port > 0:
+                    started = self._start_listener(node, r)
+                    if started is None:
+                        continue  # retried on the next look
+                    r = started
+                self.emit(events.RankRestarted(rank=r.rank, node=node, pid=r.pid, old_pid=old.pid, run=m.run))
+                local_port = self.ide.re_expose(self.connection.tunnel(node), node, r, old)
+                moved = moved or local_port != old.local_port
+                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
+                self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
+                                           state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
+                new.append(fwd)
+        if not new:
+            return
+        self._announce_pause_safe(force=True)
+        self.ide.ranks_ready(new)
+        if moved:
+            self.ide.all_ready(list(self.forwards.values()), self._world)
 
     def _start_listener(self, node: str, r: spec.RankEndpoint) -> spec.RankEndpoint | None:
         """Ask a rank's control channel to start its debug listener (lazy listeners) if it has none,

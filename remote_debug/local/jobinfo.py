@@ -169,6 +169,8 @@ class JobInfo:
         """What a person should know beyond the status, one line each: ``rank 1 held for post-mortem,
         87 s left``."""
         kept = [] if self.kept_alive_seconds_left is None else [kept_alive_phrase(self.kept_alive_seconds_left)]
+        if kept and self.secondary_status.startswith(kept[0].split(",")[0]):
+            kept = []  # the secondary status says it already (local jobs)
         return [*kept, *(h.note for h in self.held_ranks)]
 
     def to_json(self) -> dict[str, Any]:

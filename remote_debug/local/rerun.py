@@ -214,9 +214,27 @@ def release(connection: JobConnection, timeout: float) -> list[str]:
             ssh_argv(connection, entry.alias, node_command("release")),
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
         )
-        # "released" comes before the node's hook is told: the node may end the session (ssh's 255) after it
-        if done.returncode != 0 and spec.RELEASE_ACK not in done.stdout.split():
+        # "released" comes before the node's hook is told, and the node may end the session (ssh's 255)
+        # before that word reaches us: then the node's own document says whether it is ending
+        refused = done.returncode == REFUSED and "[remote-debug]" in done.stderr
+        if done.returncode != 0 and spec.RELEASE_ACK not in done.stdout.split() and (
+            refused or not _ending(connection, entry.node)
+        ):
             said = done.stderr.strip().splitlines()[-1:] or [f"ssh exited with code {done.returncode}"]
             raise UserError(f"{entry.node}: {said[0].removeprefix('[remote-debug] ')}")
         told.append(entry.node)
     return told
+
+
+def _ending(connection: JobConnection, node: str, timeout: float = 10.0) -> bool:
+    """Whether the node left its hold (its document no longer says "running"), within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            manifest = connection.manifests().get(node)
+        except Exception:  # the job is gone: ended
+            return True
+        if manifest is None or manifest.state != spec.NodeState.RUNNING:
+            return True
+        time.sleep(0.2)
+    return False

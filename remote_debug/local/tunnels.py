@@ -140,6 +140,7 @@ class NodeTunnel:
         self._proxy: _ProxyCommand | None = None
         self._lock = threading.Lock()
         self._listeners: dict[int, socket.socket] = {}  # remote port -> local listening socket
+        self._targets: dict[socket.socket, int] = {}  # local listening socket -> the remote port it serves now
         # node port -> handler.  paramiko keeps ONE reverse-forward handler per transport (a second
         # request_port_forward(handler=...) silently replaces the first), so every reverse forward
         # goes through _dispatch_reverse, which picks the handler by the node port.
@@ -313,6 +314,18 @@ class NodeTunnel:
             transport = self._transport
         return transport.open_channel("direct-tcpip", (LOOPBACK, remote_port), origin, timeout=10)
 
+    def open_sftp(self) -> paramiko.SFTPClient:
+        """An SFTP session on this node's connection (connecting first if the link is down): ``sync``
+        copies files through it when the node has no rsync.  The caller closes it."""
+        with self._lock:
+            self._attempt_locked()
+            assert self._transport is not None
+            transport = self._transport
+        client = paramiko.SFTPClient.from_transport(transport)
+        if client is None:
+            raise paramiko.SSHException(f"{self.endpoint.alias}: sshd refused an sftp session")
+        return client
+
     def probe(self, remote_port: int) -> bool:
         """Whether something listens on the node's 127.0.0.1:remote_port (sshd opens the channel only then).
 
@@ -353,6 +366,7 @@ class NodeTunnel:
         server.bind((LOOPBACK, local_port))
         server.listen(8)
         self._listeners[remote_port] = server
+        self._targets[server] = remote_port
         threading.Thread(
             target=self._accept_loop,
             args=(server, remote_port),
@@ -360,6 +374,23 @@ class NodeTunnel:
             name=f"fwd-{self.endpoint.alias}-{remote_port}",
         ).start()
         return int(server.getsockname()[1])
+
+    def retarget(self, old_remote: int, new_remote: int) -> bool:
+        """The rank behind the forward of ``old_remote`` restarted on ``new_remote`` (``remote-debug run``):
+        the same local port serves the new process, so the IDE's configuration stays valid.  False when it
+        cannot (no such forward, or ``new_remote`` is another forward's): then forward it afresh."""
+        if old_remote == new_remote:
+            return old_remote in self._listeners
+        server = self._listeners.get(old_remote)
+        if server is None or new_remote in self._listeners:
+            return False
+        del self._listeners[old_remote]
+        self._listeners[new_remote] = server
+        self._targets[server] = new_remote
+        exclusive = self._exclusive.pop(old_remote, None)
+        if exclusive is not None:
+            self._exclusive[new_remote] = exclusive
+        return True
 
     def reverse_forward(self, remote_port: int, handler: ReverseHandler) -> int:
         """Have the node's sshd listen on its 127.0.0.1:remote_port (0 = any) and pass each
@@ -394,6 +425,7 @@ class NodeTunnel:
                 client, origin = server.accept()
             except OSError:
                 return
+            remote_port = self._targets.get(server, remote_port)  # a restarted rank's new port (retarget)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(client, origin, remote_port), daemon=True).start()
 

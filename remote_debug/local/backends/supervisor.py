@@ -24,9 +24,10 @@ from typing import Any
 import remote_debug.local.backends.netns as netns
 from remote_debug import spec
 from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
-from remote_debug.local.jobinfo import JobStatus
+from remote_debug.local.jobinfo import JobStatus, keep_alive_state, read_manifests
 
 POLL_SECONDS = 0.2
+KEEP_ALIVE_POLL_SECONDS = 1.0  # how often a running job's secondary status follows its nodes' keep-alive
 
 
 class Supervisor:
@@ -37,6 +38,7 @@ class Supervisor:
         self.stop_requested = False
         self.stop_deadline: float | None = None
         self.grace = float(self.state.get("stop_grace_seconds", 120))
+        self._next_keep_alive_look = 0.0
 
     def _save(self, **changes: Any) -> None:
         self.state.update(changes)
@@ -105,6 +107,19 @@ class Supervisor:
                 return "Starting"
         return "Training"
 
+    def _follow_keep_alive(self) -> None:
+        """Training, or - every node holding after its command (``--keep-alive``) - "kept alive, N s left",
+        as the job's secondary status (SageMaker shows its own words there; the nodes' manifests say ours)."""
+        now = time.monotonic()
+        if now < self._next_keep_alive_look:
+            return
+        self._next_keep_alive_look = now + KEEP_ALIVE_POLL_SECONDS
+        dirs = {node: NodeLayout(self.job_dir, node).manifest_dir for node in self.procs}
+        left, _run = keep_alive_state(read_manifests(dirs))
+        secondary = "Training" if left is None else spec.kept_alive_phrase(left)
+        if secondary != self.state.get("secondary_status"):
+            self._save(secondary_status=secondary)
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
@@ -135,6 +150,8 @@ class Supervisor:
                 secondary = self._secondary_from_manifests()
                 if secondary != "Starting":
                     self._save(secondary_status=secondary)
+            elif not self.stop_requested and failed_node is None:
+                self._follow_keep_alive()
             time.sleep(POLL_SECONDS)
         return self._finish(codes, failed_node)
 

@@ -26,6 +26,7 @@ class RankForward:
     remote_port: int  # the rank's debug port on its node
     local_port: int  # where the IDE meets it on this machine
     code_dir: str  # the job's code dir on that node (path mappings)
+    pid: int = 0  # the rank's process (a new one: `remote-debug run` restarted the rank)
 
 
 class IdeSide:
@@ -55,6 +56,12 @@ class IdeSide:
     def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
         """Make the rank reachable; returns the port the IDE uses on this machine."""
         raise NotImplementedError
+
+    def re_expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint, old: RankForward) -> int:
+        """A rank's process was replaced (``remote-debug run``): make the new one reachable, on the old
+        local port where the IDE side can (its configuration stays valid)."""
+        del old
+        return self.expose(tunnel, node, rank)
 
     def ranks_ready(self, forwards: list[RankForward]) -> None:
         """New ranks are exposed and every rank of the job was asked to be pause-safe: a built-in

@@ -40,6 +40,12 @@ class VsCodeIde(IdeSide):
             on_refuse=functools.partial(self._debugger_refused, rank.rank, node),
         )
 
+    def re_expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint, old: RankForward) -> int:
+        # the forward follows the new process: launch.json and the extension's sessions keep their port
+        if old.local_port and old.node == node:
+            tunnel.retarget(old.remote_port, rank.port)
+        return self.expose(tunnel, node, rank)
+
     def _debugger_refused(self, rank: int, node: str, message: str) -> None:
         # a warning: the CLI and the extension already show those to the user
         self.emit(events.WarningEvent(code="debugger-refused", rank=rank, node=node, message=message))
