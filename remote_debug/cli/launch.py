@@ -86,6 +86,17 @@ def launch(
             "debugger (attach to inspect it), then exits with the same failure (0 = exit at once).",
         ),
     ] = 0.0,
+    keep_alive: Annotated[
+        float,
+        typer.Option(
+            "--keep-alive",
+            min=0,
+            max=spec.MAX_WAIT_SECONDS,
+            metavar="SECONDS",
+            help="Every node stays up SECONDS after the training command ends, success or failure (for sync and "
+            "run; 'remote-debug release JOB' or 'stop JOB' ends it sooner); 0 = the job ends with the command.",
+        ),
+    ] = 0.0,
     no_netns: Annotated[
         bool,
         flag(
@@ -112,6 +123,7 @@ def launch(
             sshd_port=sshd_port,
             wait_seconds=wait,
             hold_on_failure=hold_on_failure,
+            keep_alive=keep_alive,
         ),
         hyperparameters=parse_hyperparameters(hyperparameter),
         netns=not no_netns,

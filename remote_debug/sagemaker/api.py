@@ -18,10 +18,16 @@ CreateTrainingJob fails is deleted (see :mod:`~remote_debug.sagemaker.hybrid_act
 to its managed instances need the account's advanced-instances tier: ``enable()`` reads it and warns
 (``warnings``, category :class:`~remote_debug.sagemaker.common.RemoteDebugWarning`) unless it is set.
 ``transport="direct"`` needs the job in a VPC (``VpcConfig``).
+
+``keep_alive=S`` keeps every node up S seconds after the training command ends (for ``remote-debug sync`` /
+``run``; ``release`` / ``stop`` end it sooner).  On SageMaker that hold is billed and runs inside the job's
+``MaxRuntimeInSeconds``: ``enable()`` says so once (a ``RemoteDebugWarning``), and refuses a keep-alive that
+does not fit in the job's maximum runtime.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,10 +36,10 @@ import remote_debug.sagemaker.hybrid_activation as hybrid_activation
 import remote_debug.sagemaker.sdk_v2 as sdk_v2
 import remote_debug.sagemaker.sdk_v3 as sdk_v3
 from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker.common import EnableError, JobTransport
+from remote_debug.sagemaker.common import EnableError, JobTransport, RemoteDebugWarning
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_supported
+from remote_debug.sagemaker.request import check_runtime, check_supported, keep_alive_note, max_runtime
 from remote_debug.spec import IDE, ContractError, DebugOptions, RankSelection, parse_choice, parse_ranks
 
 
@@ -48,6 +54,7 @@ def enable(
     transport: str = "ssm",
     hybrid_role: str | None = None,
     hold_on_failure: float = 0,
+    keep_alive: float = 0,
     job_name: str | None = None,
     owner: str | None = None,
     key_dir: str | Path | None = None,
@@ -67,7 +74,10 @@ def enable(
     "hybrid", "direct"): the debug spec.  hybrid_role (required for "hybrid", refused otherwise): the
     IAM role, name or ARN, of the nodes' SSM managed instances.  hold_on_failure: seconds a rank that
     dies of an uncaught exception stays alive, stopped at the exception for a post-mortem attach, before
-    it exits with the same failure (0: exit at once).  owner: the owner tag's value (default:
+    it exits with the same failure (0: exit at once).  keep_alive: seconds every node stays up after the
+    training command ends, success or failure, until ``remote-debug release JOB`` / ``stop JOB`` (0: the job
+    ends with the command); billed, and inside ``MaxRuntimeInSeconds`` (SDK v2: ``max_run``; ModelTrainer:
+    ``StoppingCondition``), which must exceed it.  owner: the owner tag's value (default:
     your ``aws:userid`` from STS).  key_dir: the remote-debug state dir holding per-job keys (default
     ``~/.remote-debug``, or ``$REMOTE_DEBUG_HOME``).  Request dicts only: job_name (else the
     request's ``TrainingJobName``), package_uri (an S3 prefix holding :func:`bundle_dir`, added as
@@ -80,11 +90,13 @@ def enable(
     # What the user chose, checked once, before any side effect; everything below passes it on.
     route = JobTransport.parse(transport, hybrid_role)
     options = debug_options(
-        ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, hold_on_failure=hold_on_failure
+        ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, hold_on_failure=hold_on_failure,
+        keep_alive=keep_alive,
     )
     paths = StatePaths(Path(key_dir).expanduser().absolute()) if key_dir is not None else StatePaths.default()
     if isinstance(target, Mapping):
         check_supported(target)
+        check_runtime(target, options.keep_alive)  # both again on the final request: here, before STS is asked
         resolved_owner = resolve_owner(owner, boto_session)
         activations, session = None, None
         if route.hybrid:
@@ -100,6 +112,7 @@ def enable(
         if activations is not None:
             hybrid_activation.watch_all(session)  # SageMaker clients made from it from now on
             hybrid_activation.warn_unless_advanced_tier(activations.ssm)  # an account setting: not a refusal
+        _note_keep_alive(options, max_runtime(out)[0])
         return out
     kind = sdk_kind(target)
     if kind is None:
@@ -115,8 +128,19 @@ def enable(
     if package_uri is not None or boto_session is not None:
         raise EnableError("package_uri and boto_session apply to request dicts: the SDK object has its own session")
     if kind == "estimator":
-        return sdk_v2.enable_estimator(target, options, route, owner=owner, paths=paths)
-    return sdk_v3.enable_model_trainer(target, options, route, owner=owner, paths=paths)
+        enabled = sdk_v2.enable_estimator(target, options, route, owner=owner, paths=paths)
+        _note_keep_alive(options, sdk_v2.max_runtime(target))
+        return enabled
+    enabled = sdk_v3.enable_model_trainer(target, options, route, owner=owner, paths=paths)
+    _note_keep_alive(options, sdk_v3.max_runtime(target))
+    return enabled
+
+
+def _note_keep_alive(options: DebugOptions, limit: Any) -> None:
+    """One warning per enable() that keeps nodes up: the hold is billed, and runs inside the job's maximum runtime
+    (``limit``, seconds, when known).  Attributed to the line that called enable() (stacklevel 3: this, enable())."""
+    if options.keep_alive:
+        warnings.warn(keep_alive_note(options.keep_alive, limit), RemoteDebugWarning, stacklevel=3)
 
 
 def debug_options(
@@ -127,6 +151,7 @@ def debug_options(
     sshd_port: int = 0,
     port_base: int = 0,
     hold_on_failure: float = 0,
+    keep_alive: float = 0,
 ) -> DebugOptions:
     """enable()'s keyword arguments as :class:`~remote_debug.spec.DebugOptions`, or one-line EnableError.
 
@@ -139,6 +164,7 @@ def debug_options(
             sshd_port=int(sshd_port),
             wait_seconds=float(wait),
             hold_on_failure=float(hold_on_failure),
+            keep_alive=float(keep_alive),
         )
     except (ContractError, TypeError, ValueError) as exc:
         raise EnableError(str(exc)) from None

@@ -25,8 +25,9 @@ class EnableError(UserError):
 
 class RemoteDebugWarning(UserWarning):
     """``enable()`` made the job debuggable, but something outside the request (an account setting)
-    will keep the laptop from connecting.  A ``warnings`` category, so a launcher can turn it into an
-    error (``warnings.simplefilter("error", RemoteDebugWarning)``) or silence it."""
+    will keep the laptop from connecting, or the job will cost more than it says (a keep-alive's billed
+    hold).  A ``warnings`` category, so a launcher can turn it into an error
+    (``warnings.simplefilter("error", RemoteDebugWarning)``) or silence it."""
 
 
 def network_isolation_error(setting: str) -> EnableError:

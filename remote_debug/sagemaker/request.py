@@ -35,7 +35,8 @@ decided in one place and can be checked against botocore's model:
 Refused with one line (:class:`EnableError`): network isolation and built-in / Marketplace
 algorithms (SageMaker offers no remote debugging there), images whose tag names a Python older than
 the hook's 3.10 (``...:1.13.1-gpu-py39-...``: the job would run, undebuggable), ``transport='direct'``
-without ``VpcConfig``, bad names, values SageMaker would reject.
+without ``VpcConfig``, a keep-alive that does not fit in ``StoppingCondition.MaxRuntimeInSeconds``
+(SageMaker stops the job there, hold or not), bad names, values SageMaker would reject.
 Every refusal happens in :func:`draft_request`, before the job's client key is known (or made):
 the draft lacks only the key, which :meth:`DraftRequest.finish` puts in.
 """
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -63,6 +65,7 @@ from remote_debug.sagemaker.common import (
 from remote_debug.spec import (
     ENV_CLIENT_KEY,
     ENV_JOB_SECRET,
+    SPEC_OPTIONAL_ENV_NAMES,
     SPEC_VERSION,
     ContractError,
     DebugOptions,
@@ -109,6 +112,11 @@ PROGRAM_HYPERPARAMETER = "sagemaker_program"
 MIN_PYTHON = (3, 10)
 _PY_TAG_RE = re.compile(r"(?:^|[-_.])py([23])(\d{1,2})(?=$|[-_.])")
 _PY_VERSION_RE = re.compile(r"^py([23])(\d{1,2})$")
+
+# MaxRuntimeInSeconds when the request's StoppingCondition has none (botocore's model: "The default value is 1
+# day").  A keep-alive's hold runs inside it: SageMaker stops the job at that limit, and bills every second of it.
+DEFAULT_MAX_RUNTIME = 24 * 3600
+MAX_RUNTIME_SETTING = "StoppingCondition.MaxRuntimeInSeconds"
 
 # SDK v2 training toolkit: (flag, mpirun options) hyperparameters of the runners that use mpirun.
 MPI_HYPERPARAMETERS = (
@@ -176,6 +184,7 @@ def draft_request(
     except ContractError as exc:
         raise EnableError(str(exc)) from None
     check_supported(out)
+    check_runtime(out, options.keep_alive)
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(bool((out.get("VpcConfig") or {}).get("Subnets")))
 
@@ -279,6 +288,63 @@ def check_python(python: tuple[int, int], source: str) -> None:
         )
 
 
+def max_runtime(request: Mapping[str, Any]) -> tuple[Any, bool]:
+    """The request's ``MaxRuntimeInSeconds`` as given, and whether it is SageMaker's default (none given)."""
+    stopping = request.get("StoppingCondition")
+    given = stopping.get("MaxRuntimeInSeconds") if isinstance(stopping, Mapping) else None
+    return (DEFAULT_MAX_RUNTIME, True) if given is None else (given, False)
+
+
+def check_runtime(request: Mapping[str, Any], keep_alive: float) -> None:
+    """Refuse a ``keep_alive`` (seconds) that does not fit in the request's ``MaxRuntimeInSeconds``."""
+    limit, default = max_runtime(request)
+    check_keep_alive(keep_alive, limit, setting=MAX_RUNTIME_SETTING, default=default)
+
+
+def check_keep_alive(keep_alive: float, limit: Any, *, setting: str, default: bool = False) -> None:
+    """Refuse a keep-alive (seconds) that does not fit in the job's maximum runtime ``limit``: the hold comes
+    after the training command, inside the same ``MaxRuntimeInSeconds``, so a keep-alive of the whole limit or
+    more would leave the training no time at all.  ``setting``: how the caller names the limit (the request's
+    field, an SDK argument); ``default``: the limit is SageMaker's own, not given.  A limit that is not a number
+    (an SDK pipeline variable, a bad value SageMaker's validation will refuse) is not checked here."""
+    limit = _finite(limit)
+    if not keep_alive or limit is None or limit > keep_alive:
+        return
+    given = _seconds(keep_alive)
+    whose = f"SageMaker's default {setting} ({_seconds(limit)} s: none given)" if default else (
+        f"the job's {setting} ({_seconds(limit)} s)"
+    )
+    largest = f"keep alive at most {int(limit) - 1} s" if limit >= 2 else "drop the keep-alive"
+    raise EnableError(
+        f"keep-alive {given} s does not fit in {whose}, which the hold counts against (SageMaker stops the job "
+        f"there): raise {setting} to more than {given} s plus the training's own run time, or {largest}"
+    )
+
+
+def keep_alive_note(keep_alive: float, limit: Any = None) -> str:
+    """The one line ``enable()`` warns with when the job keeps its nodes up (``limit``: the job's maximum runtime
+    in seconds, when known)."""
+    known = _finite(limit)
+    within = "" if known is None else f" of {_seconds(known)} s"
+    return (
+        f"keep_alive={_seconds(keep_alive)}: every node stays up to {_seconds(keep_alive)} s after the training "
+        f"command ends (until `remote-debug release JOB` or `remote-debug stop JOB` ends it sooner); SageMaker bills "
+        f"that time like training, and it counts against the job's MaxRuntimeInSeconds{within}"
+    )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` if it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _seconds(value: float) -> str:
+    """3600, not 3600.0 or 3.6e+03: (finite) seconds as the user reads them in a message."""
+    return str(int(value)) if value == int(value) else f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 # --- the pieces ------------------------------------------------------------------------------------
 
 
@@ -289,7 +355,9 @@ def _environment(
     """The job's environment: the request's own, the spec, and (``env_hook``: no entry to wrap) our
     sitecustomize first on PYTHONPATH; checked against SageMaker's limits, with room for the variables
     named in ``to_come``."""
-    env = {str(k): str(v) for k, v in dict(existing or {}).items()}
+    # an earlier enable()'s optional spec variables (hold, keep-alive) go: the options given now decide, and a
+    # keep-alive left behind would keep (and bill) nodes nobody asked for
+    env = {str(k): str(v) for k, v in dict(existing or {}).items() if k not in SPEC_OPTIONAL_ENV_NAMES}
     env.update(spec_vars)
     ours = inject_dir(package_root)
     given = env.get("PYTHONPATH")

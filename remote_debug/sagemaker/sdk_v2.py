@@ -22,7 +22,8 @@ is not (the job's environment replaces it, and the toolkit passes its own ``sys.
 children's ``PYTHONPATH``): repeat it in ``environment=`` if the image needs it.
 
 Refused at ``enable()`` already where the estimator says so: network isolation, a ``py_version`` (or
-``image_uri`` tag) older than Python 3.10, ``transport='direct'`` without ``subnets``.
+``image_uri`` tag) older than Python 3.10, ``transport='direct'`` without ``subnets``, a keep-alive that does
+not fit in ``max_run`` (the request core checks the final request's ``MaxRuntimeInSeconds`` again).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from remote_debug.sagemaker.common import EnableError, JobTransport, direct_need
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_image, check_py_version
+from remote_debug.sagemaker.request import check_image, check_keep_alive, check_py_version
 from remote_debug.sagemaker.sdk import require_sdk
 from remote_debug.spec import DebugOptions, Transport
 
@@ -66,6 +67,7 @@ def enable_estimator(
     check_py_version(getattr(estimator, "py_version", None))
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(bool(getattr(estimator, "subnets", None)))
+    check_keep_alive(options.keep_alive, max_runtime(estimator), setting="max_run")
 
     resolved_owner = resolve_owner(owner, session.boto_session)  # may fail: before changing anything
 
@@ -83,6 +85,12 @@ def enable_estimator(
         hybrid_activation.watch_all(session.boto_session, [session.sagemaker_client])
         hybrid_activation.warn_unless_advanced_tier(session.boto_session.client("ssm"))
     return estimator
+
+
+def max_runtime(estimator: Any) -> Any:
+    """The estimator's ``max_run`` (its job's MaxRuntimeInSeconds; the SDK's default is 24 h), as given: a
+    number, or a pipeline variable (which only the pipeline's run resolves)."""
+    return getattr(estimator, "max_run", None)
 
 
 def request_rewriter(

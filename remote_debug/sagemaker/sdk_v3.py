@@ -33,9 +33,11 @@ from remote_debug.sagemaker.common import EnableError, JobTransport, direct_need
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_image
+from remote_debug.sagemaker.request import check_image, check_keep_alive
 from remote_debug.sagemaker.sdk import require_sdk
 from remote_debug.spec import DebugOptions, Transport
+
+MAX_RUNTIME_SETTING = "stopping_condition.max_runtime_in_seconds"  # StoppingCondition(max_runtime_in_seconds=...)
 
 # (module prefix of the class, configs module, SDK major, minimum version)
 FLAVOURS = (
@@ -64,6 +66,8 @@ def enable_model_trainer(
     check_image(image if isinstance(image, str) else None, has_script=getattr(trainer, "source_code", None) is not None)
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(networking is not None and bool(getattr(networking, "subnets", None)))
+    # here for the line that called enable(); the request core checks the request train() sends again
+    check_keep_alive(options.keep_alive, max_runtime(trainer), setting=MAX_RUNTIME_SETTING)
 
     if not hasattr(trainer, "with_remote_debug_config"):
         raise EnableError("this ModelTrainer has no with_remote_debug_config: upgrade the SageMaker SDK")
@@ -92,6 +96,12 @@ def enable_model_trainer(
         hybrid_activation.watch_all(boto_session, clients)
         hybrid_activation.warn_unless_advanced_tier(activations.ssm)
     return trainer
+
+
+def max_runtime(trainer: Any) -> Any:
+    """The trainer's ``stopping_condition.max_runtime_in_seconds`` (ModelTrainer fills in 3600 when not given),
+    or None when it has none."""
+    return getattr(getattr(trainer, "stopping_condition", None), "max_runtime_in_seconds", None)
 
 
 def _configs_for(trainer: Any) -> Any:

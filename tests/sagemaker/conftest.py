@@ -25,11 +25,11 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
         "v2-pytorch-single", "v2-pytorch-torchrun", "v2-pytorch-mpi", "v2-pytorch-fit-twice", "v2-user-pythonpath",
         "v2-direct",
         "v2-generic-estimator-entrypoint", "v2-refusals", "v2-model-trainer", "launcher-v2", "launcher-boto3",
-        "import-launchers", "v2-hybrid", "v2-hybrid-create-fails",
+        "import-launchers", "v2-hybrid", "v2-hybrid-create-fails", "v2-keep-alive", "v2-keep-alive-refusals",
     ),
     "v3": (
         "v3-single", "v3-torchrun", "v3-refusals", "v3-direct", "launcher-v3", "launcher-boto3", "import-launchers",
-        "v3-hybrid", "v3-hybrid-create-fails",
+        "v3-hybrid", "v3-hybrid-create-fails", "v3-keep-alive", "v3-keep-alive-refusals",
     ),
 }
 DRIVER_TIMEOUT = 600

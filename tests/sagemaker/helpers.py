@@ -40,10 +40,11 @@ def job_secret_of(state_dir: Path, job: str) -> str:
 
 def spec_env(
     job: str, key: str, *, secret: str, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
-    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm", env_hook: bool = True,
+    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm", env_hook: bool = True, keep_alive: str = "",
 ) -> dict[str, str]:
     """What enable() puts in Environment; ``env_hook``: no entry to wrap, so our sitecustomize comes in
-    through PYTHONPATH (a wrapped entry gets it from the hook, and keeps the image's PYTHONPATH)."""
+    through PYTHONPATH (a wrapped entry gets it from the hook, and keeps the image's PYTHONPATH);
+    ``keep_alive``: REMOTE_DEBUG_KEEP_ALIVE's value, absent when ""."""
     return {
         "REMOTE_DEBUG_SPEC_VERSION": "1",
         "REMOTE_DEBUG_JOB": job,
@@ -55,6 +56,7 @@ def spec_env(
         "REMOTE_DEBUG_CLIENT_PUBKEY": key,
         "REMOTE_DEBUG_JOB_SECRET": secret,
         "REMOTE_DEBUG_TRANSPORT": transport,
+        **({"REMOTE_DEBUG_KEEP_ALIVE": keep_alive} if keep_alive else {}),
         **({"PYTHONPATH": inject_dir(package_root)} if env_hook else {}),
     }
 

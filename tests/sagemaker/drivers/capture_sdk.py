@@ -295,6 +295,45 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
     return out
 
 
+def _key_dirs() -> list[str]:
+    """The jobs that have a client key pair in this driver's state dir (REMOTE_DEBUG_HOME)."""
+    keys = Path(os.environ["REMOTE_DEBUG_HOME"]) / "keys"
+    return sorted(p.name for p in keys.iterdir()) if keys.is_dir() else []
+
+
+@scenario
+def v2_keep_alive(tmp: Path) -> dict[str, Any]:
+    return _v2_fit(_v2_pytorch(tmp, max_run=7200), owner="alice", keep_alive=600)
+
+
+@scenario
+def v2_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
+    """A keep-alive that does not fit in max_run: refused at enable(), the estimator untouched; and one that
+    stops fitting once max_run is lowered after enable(): refused by fit(), before any key is made."""
+    import remote_debug
+    from remote_debug.local.errors import UserError
+
+    out: dict[str, Any] = {}
+    for name, max_run, keep_alive in (("over-max-run", 3600, 3600), ("over-default-max-run", None, 90000)):
+        estimator = _v2_pytorch(tmp, **({} if max_run is None else {"max_run": max_run}))
+        try:
+            remote_debug.enable(estimator, owner="alice", keep_alive=keep_alive)
+            out[name] = None
+        except UserError as exc:
+            out[name] = str(exc)
+        out[f"{name}-untouched"] = (estimator.dependencies, estimator._enable_remote_debug, estimator.environment)
+    estimator = remote_debug.enable(_v2_pytorch(tmp, max_run=7200), owner="alice", keep_alive=600)
+    estimator.max_run = 300
+    keys_before = _key_dirs()
+    try:
+        estimator.fit(wait=False, logs=False, job_name="rd-lowered-max-run")
+        out["lowered-after-enable"] = None
+    except UserError as exc:
+        out["lowered-after-enable"] = str(exc)
+    out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
+    return out
+
+
 @scenario
 def v2_model_trainer(tmp: Path) -> dict[str, Any]:
     """Late v2's ModelTrainer (sagemaker.modules.train): same wrapper as v3."""
@@ -424,6 +463,34 @@ def v3_refusals(tmp: Path) -> dict[str, Any]:
             out[name] = None
         except UserError as exc:
             out[name] = str(exc)
+    return out
+
+
+@scenario
+def v3_keep_alive(tmp: Path) -> dict[str, Any]:
+    from sagemaker.train.configs import StoppingCondition
+
+    trainer = _v3_trainer(tmp, stopping_condition=StoppingCondition(max_runtime_in_seconds=7200))
+    return _v3_train(trainer, owner="alice", keep_alive=600)
+
+
+@scenario
+def v3_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
+    """ModelTrainer's default max runtime (3600 s) cannot hold a keep-alive of 3600 s: refused, trainer untouched."""
+    import remote_debug
+    from remote_debug.local.errors import UserError
+
+    trainer = _v3_trainer(tmp)
+    out: dict[str, Any] = {"max-runtime": trainer.stopping_condition.max_runtime_in_seconds}
+    keys_before = _key_dirs()
+    try:
+        remote_debug.enable(trainer, owner="alice", keep_alive=3600)
+        out["over-default-max-runtime"] = None
+    except UserError as exc:
+        out["over-default-max-runtime"] = str(exc)
+    out["channels"] = [c.channel_name for c in trainer.input_data_config or []]
+    out["environment"] = trainer.environment
+    out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     return out
 
 
