@@ -18,7 +18,9 @@ from remote_debug.local.rerun import release as release_nodes
 TIMEOUT_HELP = "How long to wait for the nodes to be reachable."
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+# Options may follow the job name (`run JOB --wait 30`); the command comes after `--`, so its own
+# options (`-- python -X dev train.py`) are never taken for ours.
+@app.command()
 def run(
     job: Annotated[str, typer.Argument(help="Job name (launched with --keep-alive).")],
     command: Annotated[
@@ -50,7 +52,7 @@ def run(
             typer.echo(f"{where} {line.line}")
 
     words = list(command or [])
-    if words[:1] == ["--"]:  # typer passes the separator through when options may not follow the job
+    if words[:1] == ["--"]:  # a second separator, as the user typed it
         words = words[1:]
     driver = RunDriver(JobConnection.open(job), emit, output)
     try:

@@ -9,7 +9,8 @@ torchrun gets the same world size and the ranks get the hook), or CMD, as run ``
 1. it takes the run slot; a run still on is stopped first (SIGTERM to its ``rerun``, which stops its
    command), and a training command still running is stopped by the hook (``REPLACE_SIGNAL``);
 2. a fresh rendezvous port: ``--port auto`` (the master node) binds port 0 on this node and prints
-   ``{"master_port": P}`` as its first line, which the laptop passes to the other nodes as ``--port P``;
+   ``{"master_port": P}`` as its first line, which the laptop passes on to the other nodes, started at
+   the same time with ``--port stdin`` (the port's line on their stdin), or later with ``--port P``;
 3. the command runs in a session of its own; its output (each rank's lines prefixed ``[rank N]`` by the
    rank itself, see ``rank_output``) streams to our stdout, i.e. the laptop;
 4. EOF on stdin (the laptop's ``run`` ended: Ctrl-C, a lost connection) or SIGTERM/SIGHUP/SIGINT stops
@@ -219,6 +220,19 @@ class Rerun:
         self.stop()
 
 
+def _port_from_stdin() -> int:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)  # byte by byte: what follows on stdin is not ours to consume (EOF = stop)
+        if not chunk:
+            raise Refused("the laptop went away before it sent the rendezvous port")
+        line += chunk
+    text = line.decode("ascii", "replace").strip()
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise Refused(f"bad rendezvous port from the laptop: {text[:20]!r}")
+    return int(text)
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` runs (not gone, not a zombie waiting for its parent)."""
     fields = proc_stat(pid) if pid > 0 else None
@@ -239,6 +253,8 @@ def _start(args: argparse.Namespace) -> int:
         if args.port == "auto":
             port = free_port()
             print(json.dumps({"master_port": port}), flush=True)
+        elif args.port == "stdin":  # the laptop started every node at once and sends the master's port
+            port = _port_from_stdin()
         elif args.port:
             port = int(args.port)
         command = list(args.command or entry.command)
@@ -271,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m remote_debug.container.rerun")
     sub = parser.add_subparsers(dest="what", required=True)
     start = sub.add_parser("start", help="run the entry (or CMD) again on this node")
-    start.add_argument("--port", default="", help="rendezvous port, or 'auto' for a free one (printed first)")
+    start.add_argument("--port", default="", help="rendezvous port; 'auto': a free one (printed first); 'stdin': read")
     start.add_argument("--wait", type=float, default=None, help="seconds each rank waits for a debugger")
     start.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("release", help="end this node's keep-alive now")
@@ -279,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "release":
             return _release()
-        if args.port not in ("", "auto") and not args.port.isdigit():
-            raise Refused(f"bad --port {args.port!r}: a number or 'auto'")
+        if args.port not in ("", "auto", "stdin") and not args.port.isdigit():
+            raise Refused(f"bad --port {args.port!r}: a number, 'auto' or 'stdin'")
         return _start(args)
     except Refused as exc:
         _say(str(exc))

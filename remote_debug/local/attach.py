@@ -37,8 +37,9 @@ UID_CHECK_UNAVAILABLE = (
 __all__ = ["AttachOptions", "AttachResult", "Attacher", "RankForward"]
 
 # how often a running attach reads the manifests again (crashed, late, restarted ranks); on SageMaker
-# each read is a CloudWatch Logs query
+# each read is a CloudWatch Logs query, on this machine a few small files (a re-run is seen sooner)
 MANIFEST_POLL_SECONDS = 1.0
+LOCAL_MANIFEST_POLL_SECONDS = 0.25
 _CRASHED = (spec.RankState.FAILED, spec.RankState.HELD)
 
 
@@ -293,7 +294,8 @@ class Attacher:
         now = time.monotonic()
         if now < self._manifests_next and not force:
             return
-        self._manifests_next = now + MANIFEST_POLL_SECONDS
+        every = LOCAL_MANIFEST_POLL_SECONDS if self.backend.capabilities.runs_here else MANIFEST_POLL_SECONDS
+        self._manifests_next = now + every
         try:
             self._manifests.update(self.connection.manifests())
         except (UserError, spec.ContractError, OSError):

@@ -5,8 +5,8 @@ so nothing here depends on the backend: a local job, the emulator and SageMaker 
 Each node runs ``python -m remote_debug.container.rerun`` with the job's interpreter (the ssh session
 names it, see ``ssh_session``):
 
-1. the rendezvous master (the first node) starts with ``--port auto``: it picks a port free on that
-   node and says it first; every other node then starts with ``--port P``;
+1. every node starts at once; the rendezvous master (the first node) with ``--port auto``: it picks a
+   port free on that node and says it first, and every other node reads it from its stdin;
 2. every node's output streams back, each line tagged with its node (and with its rank when a rank
    printed it: ranks prefix their lines with ``[rank N]`` during a run);
 3. Ctrl-C closes the ssh sessions' stdin: each node stops its run (SIGTERM to the run's process group)
@@ -84,10 +84,18 @@ class RunDriver:
         options = [] if wait is None else ["--wait", f"{wait:g}"]
         tail = ["--", *command] if command else []
         master, *others = self.nodes
+        # every node at once (ssh, the session, the interpreter); the others get the master's port on stdin
         self._spawn(master, node_command("start", "--port", "auto", *options, *tail))
+        for node in others:
+            self._spawn(node, node_command("start", "--port", "stdin", *options, *tail))
         port = self._master_port(master)
         for node in others:
-            self._spawn(node, node_command("start", "--port", str(port), *options, *tail))
+            assert node.proc is not None and node.proc.stdin is not None
+            try:
+                node.proc.stdin.write(f"{port}\n".encode())
+                node.proc.stdin.flush()
+            except OSError:  # that node's ssh already ended: its exit code tells
+                pass
         started = events.RunStarted(
             job=self.connection.job, run=run, nodes=[n.node for n in self.nodes], command=list(command),
             master_port=port,
