@@ -13,6 +13,7 @@ follows the re-run:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
 from remote_debug.local.headless import HeadlessPlan
@@ -62,11 +64,11 @@ def edit_everywhere(job: LocalJob, old: str, new: str) -> None:
 class BackgroundAttach:
     """A headless attach that stays (``detach_when_done=False``): it must follow every re-run."""
 
-    def __init__(self, job: LocalJob, line: int) -> None:
+    def __init__(self, job: LocalJob, line: int, ide: str = "vscode") -> None:
         self.events: list[events.Event] = []
-        plan = HeadlessPlan(breakpoints={"train.py": [line]}, watch=("seen",), attach_timeout=60)
+        plan = HeadlessPlan(breakpoints={str(job.project / "train.py"): [line]}, watch=("seen",), attach_timeout=60)
         options = AttachOptions(workspace=job.project, headless=plan, write_launch_json=False,
-                                edit_user_ssh_config=False, ready_timeout=60)
+                                edit_user_ssh_config=False, ready_timeout=60, ide=spec.IDE(ide))
         self.result: AttachResult | None = None
         self.error: BaseException | None = None
         self.attacher = Attacher(job.backend, job.name, options, self.events.append, job.paths)
@@ -220,3 +222,27 @@ def test_run_and_release_refuse_a_job_without_keep_alive(home: Path, project: Pa
     finally:
         cli("stop", job.name)
 
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed")
+def test_pycharm_ranks_of_a_run_connect_to_the_ide_again(home: Path, project: Path) -> None:
+    """The same loop with --ide pycharm: the new ranks connect out to the PyCharm stand-in of the attach
+    that was already running, and stop with the new value."""
+    del home
+    job = launch_job("iterate-pyc", project, ["python", "train.py"], nproc_per_node=2, keep_alive=300,
+                     wait_seconds=60, ide="pycharm")
+    attach = BackgroundAttach(job, break_line(project / "train.py"), ide="pycharm")
+    try:
+        wait_for(lambda: len(attach.stops_with("old")) == 2 or None, 90, "both ranks stopped with the old value")
+        wait_for(lambda: job.backend.describe(job.name).kept_alive_seconds_left is not None or None, 60, "kept alive")
+        edit_everywhere(job, 'VALUE = "old"', 'VALUE = "new"')
+        run = cli("run", job.name, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert sorted(wait_for(lambda: (s := attach.stops_with("new")) and len(s) == 2 and s, 60,
+                               "both ranks stopped with the new value")) == [0, 1]
+        assert cli("release", job.name).returncode == 0
+        assert job.wait_status(("Completed", "Failed", "Stopped"), 60) == "Completed"
+        attach.thread.join(30)
+        assert attach.error is None, attach.error
+    finally:
+        attach.attacher.connection.close()
