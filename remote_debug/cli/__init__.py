@@ -30,6 +30,7 @@ from remote_debug.cli import (  # noqa: F401
     ssh_config,
     stacks,
     stop,
+    sync,
 )
 from remote_debug.cli.app import app
 from remote_debug.cli.output import error_line
