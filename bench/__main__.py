@@ -18,6 +18,13 @@ P6 attach discovery on SageMaker: the first ``manifests()`` that returns the nod
 emulator`` (root and AWS's session-manager-plugin; skipped with the reason without them), see bench/emulator.py:
 P7 ssh login through the proxy + plugin + SSM channel vs plain ssh (goal <= 1.5 s), P8 attach to all 4 ranks of
 a 2-node job from Training (goal <= 5 s), P5-SSM DAP ``next`` latency over SSM vs direct.
+
+``python -m bench --sync [--short]`` runs sync's rows instead (bench/sync_bench.py): P9 a 200 MB workspace into a
+local job, rsync and sftp: the first sync, a re-sync after one file changed (goal <= 1 s), an unchanged re-sync.
+
+``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
+every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
+(goals <= 5 s and <= 0.3x).
 """
 
 from __future__ import annotations
@@ -443,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--emulator", action="store_true", help="only the SageMaker path's rows, against `remote-debug emulator`"
     )
+    parser.add_argument("--sync", action="store_true", help="only sync's rows (P9, see bench/sync_bench.py)")
+    parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
     args = parser.parse_args(argv)
     repeats = 1 if args.short else 3
     with tempfile.TemporaryDirectory(prefix="rd-bench-") as tmp:
@@ -453,6 +462,14 @@ def main(argv: list[str] | None = None) -> int:
             from bench.emulator import emulator_rows
 
             results.update(emulator_rows(work, args.short))
+        elif args.iterate:
+            from bench.iterate import iterate_rows
+
+            results.update(iterate_rows(work, args.short))
+        elif args.sync:
+            from bench.sync_bench import sync_rows
+
+            results.update(sync_rows(work, args.short))
         else:
             standard_rows(results, work, paths, args.short, repeats)
     if args.json:
