@@ -140,23 +140,20 @@ RDZV_OPTIONS = ("--rdzv_endpoint", "--rdzv-endpoint")
 
 def with_master_port(command: Sequence[str], port: int) -> list[str]:
     """``command`` with torchrun's rendezvous port replaced by ``port`` (``--master_port P``,
-    ``--master_port=P``, ``--rdzv_endpoint host:P``); a command without one is returned as it is (its
-    launcher reads MASTER_PORT, which ``rerun`` sets too)."""
-    out: list[str] = []
+    ``--master_port=P``, ``--rdzv_endpoint host:P``): the first such option only, the launcher's (the
+    script's own arguments come after it).  A command without one is returned as it is (its launcher
+    reads MASTER_PORT, which ``rerun`` sets too)."""
     args = list(command)
-    i = 0
-    while i < len(args):
-        arg = args[i]
+    for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name in MASTER_PORT_OPTIONS + RDZV_OPTIONS:
-            if not eq and i + 1 < len(args):
-                value = args[i + 1]
-                i += 1
-            out.append(f"{name}={_port_in(name, value, port)}")
-        else:
-            out.append(arg)
-        i += 1
-    return out
+        if name not in MASTER_PORT_OPTIONS + RDZV_OPTIONS:
+            continue
+        if eq:
+            return [*args[:i], f"{name}={_port_in(name, value, port)}", *args[i + 1:]]
+        if i + 1 < len(args):
+            return [*args[:i], f"{name}={_port_in(name, args[i + 1], port)}", *args[i + 2:]]
+        return args
+    return args
 
 
 def _port_in(option: str, value: str, port: int) -> str:

@@ -134,7 +134,8 @@ def test_a_command_runs_in_the_code_dir_with_the_jobs_environment_and_interprete
     assert out[0] == str(node.run.root / "code")
     assert out[1] == "algo-1"
     assert os.path.dirname(out[2]) == JOB_BIN  # the job's interpreter, which has torch
-    assert out[3] == f"[{ssh_session.MARK_ENV!r}]"  # no job secret, no spec: only the mark
+    # no job secret, no spec: only the mark, and where `remote-debug run` finds the node (a path, an interpreter)
+    assert out[3] == repr(sorted([ssh_session.MARK_ENV, ssh_session.NODE_DIR_ENV, ssh_session.NODE_PYTHON_ENV]))
     saved = node.run.state_dir / ssh_session.SESSION_FILE  # what the session got it from
     assert saved.stat().st_mode & 0o777 == 0o600 and JOB_SECRET not in saved.read_text()
 
