@@ -121,6 +121,13 @@ export class AttachManager implements vscode.Disposable {
   private readonly sessions = new Map<string, vscode.DebugSession>();
   /** Ranks whose session start is in flight (so two events don't start two). */
   private readonly starting = new Set<string>();
+  /** Ranks whose process `remote-debug run` replaced (rank-restarted), until the new process's rank-ready. */
+  private readonly restarted = new Set<string>();
+  /**
+   * Ranks whose new process is ready while the replaced process's session has not ended yet: their session
+   * starts once it has (the local port stays the same, so the new session must not race the old one).
+   */
+  private readonly pendingStart = new Map<string, AttachProcess>();
   private readonly disposables: vscode.Disposable[] = [];
 
   constructor(
@@ -271,9 +278,31 @@ export class AttachManager implements vscode.Disposable {
       case 'rank-ready': {
         proc.forwarded.set(event.rank, { node: event.node, port: event.local_port, codeDir: event.code_dir });
         report(`rank ${event.rank} ready (${proc.forwarded.size} forwarded)`);
-        if (proc.ready && proc.covers(event.rank)) {
-          // a late rank (after the ready timeout): attach it as it comes
+        const k = key(job, event.rank);
+        const restarted = this.restarted.delete(k);
+        if (!proc.covers(event.rank)) {
+          break;
+        }
+        if (restarted && (this.sessions.has(k) || this.starting.has(k))) {
+          // the replaced process's session is still ending: start the new one after it
+          this.log.appendLine(`[${job}] rank ${event.rank}: new process ready; its debug session starts once the old one has ended`);
+          this.pendingStart.set(k, proc);
+        } else if (proc.ready || restarted) {
+          // a late rank (after the ready timeout), or a re-run's new process: attach it as it comes
           void this.startSessions(proc, [event.rank]);
+        }
+        break;
+      }
+      case 'rank-restarted': {
+        // `remote-debug run` replaced the rank's process: end the old process's session; the new process's
+        // rank-ready (same local port) follows, and its session starts once the old one has ended
+        const k = key(job, event.rank);
+        this.restarted.add(k);
+        this.pendingStart.delete(k);
+        report(`rank ${event.rank} restarted (run ${event.run})`);
+        const session = this.sessions.get(k);
+        if (session) {
+          void Promise.resolve(vscode.debug.stopDebugging(session)).catch(() => undefined);
         }
         break;
       }
@@ -348,6 +377,7 @@ export class AttachManager implements vscode.Disposable {
           this.model.setRankSession(job, config.remoteDebug.rank, 'detached');
         } finally {
           this.starting.delete(k);
+          this.startPending(k);
         }
       }),
     );
@@ -372,6 +402,36 @@ export class AttachManager implements vscode.Disposable {
       this.sessions.delete(k);
     }
     this.model.setRankSession(tag.job, tag.rank, 'detached');
+    this.startPending(k);
+  }
+
+  /** A rank's session waited for its replaced process's session to end: start it if nothing is in the way now. */
+  private startPending(k: string): void {
+    const proc = this.pendingStart.get(k);
+    if (!proc || this.sessions.has(k) || this.starting.has(k)) {
+      return;
+    }
+    this.pendingStart.delete(k);
+    const rank = Number(k.slice(k.lastIndexOf('#') + 1));
+    if (!proc.exited && !proc.cancelled && proc.forwarded.has(rank)) {
+      void this.startSessions(proc, [rank]);
+    }
+  }
+
+  /** Drop the restarts and pending starts of ranks whose sessions are being stopped (detach, the attach ended). */
+  private forget(job: string, which: (rank: number) => boolean): void {
+    const prefix = `${job}#`;
+    const ours = (k: string) => k.startsWith(prefix) && which(Number(k.slice(prefix.length)));
+    for (const k of [...this.pendingStart.keys()]) {
+      if (ours(k)) {
+        this.pendingStart.delete(k);
+      }
+    }
+    for (const k of [...this.restarted]) {
+      if (ours(k)) {
+        this.restarted.delete(k);
+      }
+    }
   }
 
   private tracker(session: vscode.DebugSession): vscode.DebugAdapterTracker | undefined {
@@ -399,6 +459,7 @@ export class AttachManager implements vscode.Disposable {
   }
 
   private stopSessions(job: string, which: (rank: number) => boolean = () => true): void {
+    this.forget(job, which);
     for (const [k, session] of [...this.sessions]) {
       const tag = rankTag(session.configuration);
       if (tag && tag.job === job && which(tag.rank)) {
@@ -415,6 +476,7 @@ export class AttachManager implements vscode.Disposable {
 
   /** Stop one rank's debug session; the tunnels stay up, so it can be attached again. */
   async detachRank(job: string, rank: number): Promise<void> {
+    this.pendingStart.delete(key(job, rank));
     const session = this.sessions.get(key(job, rank));
     if (session) {
       await Promise.resolve(vscode.debug.stopDebugging(session)).catch(() => undefined);

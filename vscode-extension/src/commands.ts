@@ -8,7 +8,8 @@ import { AttachManager, AttachSettings, showError } from './attach';
 import { Cli, CliError } from './cli';
 import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
 import { isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument } from './events';
-import { JobsModel, parseRanks, RANK_STATE_LABEL } from './model';
+import { isKeptAlive, JobsModel, parseRanks, RANK_STATE_LABEL } from './model';
+import { RunManager, syncSource } from './rerun';
 import { REMOTE_SSH_EXTENSION, remoteSshUri, sshCommand, suggestedSettings } from './remoteSsh';
 import { TreeNode } from './tree';
 
@@ -21,6 +22,7 @@ export interface Settings extends AttachSettings {
   defaultRanks: string;
   nprocPerNode: number;
   waitSeconds: number;
+  rerunWaitSeconds: number;
   refreshIntervalSeconds: number;
 }
 
@@ -37,6 +39,7 @@ export function readSettings(): Settings {
     justMyCode: c.get<boolean>('justMyCode', false),
     nprocPerNode: c.get<number>('launch.nprocPerNode', 2),
     waitSeconds: c.get<number>('launch.waitSeconds', 300),
+    rerunWaitSeconds: c.get<number>('rerun.waitSeconds', 30),
     refreshIntervalSeconds: c.get<number>('refreshIntervalSeconds', 10),
     readyTimeoutSeconds: c.get<number>('readyTimeoutSeconds', 600),
   };
@@ -57,6 +60,7 @@ export class Commands {
     private readonly attacher: AttachManager,
     private readonly log: Log,
     private readonly globalState: vscode.Memento,
+    private readonly runs: RunManager,
   ) {}
 
   register(): vscode.Disposable[] {
@@ -84,6 +88,9 @@ export class Commands {
       'remoteDebug.stopJob': this.stopJob,
       'remoteDebug.detach': this.detach,
       'remoteDebug.launchLocalJob': this.launchLocalJob,
+      'remoteDebug.syncAndRerun': this.syncAndRerun,
+      'remoteDebug.stopRun': this.stopRun,
+      'remoteDebug.release': this.release,
       'remoteDebug.showOutput': async () => this.log.show(),
     };
     return Object.entries(table).map(([name, fn]) => vscode.commands.registerCommand(name, wrap(name, fn)));
@@ -228,6 +235,89 @@ export class Commands {
     }
   }
 
+  // --- sync and re-run ---------------------------------------------------------------------------
+
+  /**
+   * Save, `sync`, then `run` the job's entry again in the background (attaching first when nothing follows the
+   * job), so the new ranks stop at the breakpoints.  The job: the tree item's, else the one attached job, else
+   * a pick of the running jobs.
+   */
+  async syncAndRerun(node?: TreeNode): Promise<void> {
+    const attached = this.attacher.activeJobs().flatMap((job) => this.model.get(job) ?? []);
+    const fromView = node !== undefined && node.kind !== 'message';
+    const info =
+      !fromView && attached.length === 1
+        ? attached[0].info
+        : await this.pickJob({ node, placeHolder: 'Sync the workspace to which job, and run it again?', single: true });
+    if (!info) {
+      return;
+    }
+    const folder = this.folderFor(info);
+    const settings = readSettings();
+    await this.runs.syncAndRerun({
+      job: info.name,
+      folder,
+      source: syncSource(info, folder.uri.fsPath),
+      waitSeconds: settings.rerunWaitSeconds,
+      ranks: parseRanks(settings.defaultRanks),
+    });
+  }
+
+  /** Stop this window's re-run of a job (its nodes stay kept alive). */
+  async stopRun(node?: TreeNode): Promise<void> {
+    let job = node && node.kind !== 'message' ? node.job : undefined;
+    if (!job) {
+      const live = this.runs.activeJobs();
+      if (live.length === 0) {
+        await vscode.window.showInformationMessage('Remote Debug: no re-run runs in this window.');
+        return;
+      }
+      job = live.length === 1 ? live[0] : await vscode.window.showQuickPick(live, { placeHolder: 'Stop the re-run of which job?' });
+    }
+    if (job && !(await this.runs.stop(job))) {
+      await vscode.window.showInformationMessage(`Remote Debug: no re-run of ${job} runs in this window.`);
+    }
+  }
+
+  /** End a kept-alive job's keep-alive now (`remote-debug release`): its nodes are let go and the job ends. */
+  async release(node?: TreeNode): Promise<void> {
+    const info = await this.pickJob({ node, placeHolder: 'Release which kept-alive job?', single: true });
+    if (!info) {
+      return;
+    }
+    const entry = this.model.get(info.name);
+    const kept = entry && isKeptAlive(entry);
+    const choice = await vscode.window.showWarningMessage(
+      `Release job ${info.name}?`,
+      {
+        modal: true,
+        detail: kept
+          ? 'Its nodes stop being kept alive: the job ends, and Sync and Re-run can no longer run it again.'
+          : 'The job ends when its command ends instead of being kept alive for Sync and Re-run.',
+      },
+      'Release',
+    );
+    if (choice !== 'Release') {
+      return;
+    }
+    // release stops a run still on: ours ends as one we stopped, not as a failed run
+    await this.runs.stop(info.name);
+    const result = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: releasing ${info.name}` },
+      () => this.cli.run(['release', info.name, '--json'], { timeoutMs: 300_000 }),
+    );
+    this.log.appendLine(`released ${info.name}`);
+    try {
+      const doc = parseJsonDocument(result.stdout) as { name?: unknown };
+      if (doc && typeof doc === 'object' && !Array.isArray(doc) && typeof doc.name === 'string') {
+        this.model.upsertJob(parseJob(doc));
+      }
+    } catch {
+      // release prints no job (or nothing): the listing below says how the job is
+    }
+    await this.refresh();
+  }
+
   // --- remote-ssh -------------------------------------------------------------------------------
 
   async openRemoteSsh(node?: TreeNode): Promise<void> {
@@ -366,6 +456,7 @@ export class Commands {
     if (choice !== 'Stop Job') {
       return;
     }
+    await this.runs.stop(info.name);
     await this.attacher.detach(info.name);
     const stopped = await vscode.window.withProgress(
       { location: vscode.ProgressLocation.Notification, title: `Remote Debug: stopping ${info.name}` },

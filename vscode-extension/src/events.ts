@@ -15,6 +15,8 @@ import type {
   MachineJobDetails,
   SageMakerJobDetails,
   HeldRank,
+  RunOutputEvent,
+  SyncedEvent,
 } from './generated/events';
 import { EVENTS_VERSION } from './generated/events';
 
@@ -142,6 +144,9 @@ export function parseJob(raw: unknown): JobInfo {
     machine: machineDetails(o.machine),
     sagemaker: sagemakerDetails(o.sagemaker),
     held_ranks: heldRanks(o.held_ranks),
+    // keep-alive (`launch --keep-alive`): absent from CLIs before it, read as "not kept alive, run 0"
+    kept_alive_seconds_left: numOrNull(o.kept_alive_seconds_left),
+    run: Math.max(0, Math.trunc(num(o.run, 0))),
   };
 }
 
@@ -215,12 +220,18 @@ const REQUIRED: Checked = {
   stopped: { rank: 'number' },
   'rank-detached': { rank: 'number' },
   'rank-failed': { rank: 'number', node: 'string' },
+  'rank-restarted': { rank: 'number', node: 'string', run: 'number' },
   reconnected: { node: 'string' },
   'tunnel-down': { node: 'string' },
   warning: { message: 'string' },
   detached: { job: 'string', reason: 'string' },
   'job-ended': { status: 'string' },
   summary: { ranks: 'array' },
+  // `sync --json` and `run --json`
+  synced: { job: 'string', files: 'number', bytes: 'number' },
+  'run-started': { job: 'string', run: 'number' },
+  'run-output': { node: 'string', line: 'string' },
+  'run-ended': { job: 'string', run: 'number', exit_code: 'number' },
 };
 
 /**
@@ -326,7 +337,78 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `launched job ${e.job}`;
     case 'summary':
       return `summary: ${e.ranks.length} rank(s), exit code ${e.exit_code}`;
+    case 'rank-restarted':
+      return `rank ${e.rank} on ${e.node} restarted (run ${e.run}): pid ${e.old_pid} -> ${e.pid}`;
+    case 'synced':
+      return describeSynced(e);
+    case 'run-started':
+      return `run ${e.run} of ${e.job} started on ${(e.nodes ?? []).join(', ') || 'its nodes'}${e.command?.length ? `: ${e.command.join(' ')}` : ''}`;
+    case 'run-output':
+      return runOutputLine(e);
+    case 'run-ended':
+      return `run ${e.run} of ${e.job} ${e.interrupted ? 'was interrupted' : 'ended'}: exit code ${e.exit_code}`;
   }
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * The CLI's own line (remote_debug/cli/sync.py synced_line): `synced 3 files (12.4 kB) to 2 nodes in 0.41 s
+ * (rsync)`, counted per node when every node got the same, else the totals with each node's part.
+ */
+export function describeSynced(e: Pick<SyncedEvent, 'files' | 'bytes' | 'seconds' | 'nodes'>): string {
+  const nodes = (Array.isArray(e.nodes) ? e.nodes : []).filter((n) => n && typeof n === 'object');
+  const methods = [...new Set(nodes.map((n) => String(n.method)))].sort().join(', ');
+  const counts = new Set(nodes.map((n) => `${n.files}/${n.bytes}`));
+  let what: string;
+  if (counts.size <= 1) {
+    const [files, bytes] = nodes.length ? [nodes[0].files, nodes[0].bytes] : [0, 0];
+    what = `${plural(files, 'file')} (${formatBytes(bytes)})`;
+  } else {
+    const parts = nodes.map((n) => `${n.node}: ${plural(n.files, 'file')}, ${formatBytes(n.bytes)}`).join('; ');
+    what = `${plural(e.files, 'file')} (${formatBytes(e.bytes)}: ${parts})`;
+  }
+  const seconds = typeof e.seconds === 'number' ? e.seconds : 0;
+  return `synced ${what} to ${plural(nodes.length, 'node')} in ${seconds.toFixed(2)} s${methods ? ` (${methods})` : ''}`;
+}
+
+/** A run's output line as the output channel shows it: `[rank 1] loss 0.3`, the launcher's as `[algo-1] ...`. */
+export function runOutputLine(e: Pick<RunOutputEvent, 'node' | 'rank' | 'line'>): string {
+  const who = typeof e.rank === 'number' ? `rank ${e.rank}` : e.node;
+  return `[${who}] ${e.line}`;
+}
+
+export function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 1000) {
+    return `${Number.isFinite(bytes) ? bytes : 0} B`;
+  }
+  const units = ['kB', 'MB', 'GB', 'TB'];
+  let value = bytes;
+  let unit = 'B';
+  for (const u of units) {
+    if (value < 1000) {
+      break;
+    }
+    value /= 1000;
+    unit = u;
+  }
+  return `${value.toFixed(1)} ${unit}`;
+}
+
+/** The one `synced` event `sync --json` prints (stray lines before it are ignored). */
+export function parseSynced(stdout: string): SyncedEvent {
+  const data = parseJsonDocument(stdout);
+  const o = obj(data);
+  if (!o || o.event !== 'synced') {
+    throw new CliOutputError('`remote-debug sync --json` did not print a "synced" event');
+  }
+  const e = parseEventLine(JSON.stringify(o));
+  if (!e || e.event !== 'synced') {
+    throw new CliOutputError('`remote-debug sync --json` printed a "synced" event without its counts');
+  }
+  return e as SyncedEvent;
 }
 
 /** Splits a byte stream into lines; keeps the unfinished tail for the next chunk. */

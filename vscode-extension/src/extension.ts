@@ -9,22 +9,28 @@ import { Cli } from './cli';
 import { Commands, readSettings } from './commands';
 import { registerDebugType } from './debugAdapter';
 import { JobsModel } from './model';
+import { RunManager } from './rerun';
 import { JobsTreeProvider } from './tree';
 
 export interface ExtensionApi {
   model: JobsModel;
   attacher: AttachManager;
   commands: Commands;
+  runs: RunManager;
 }
 
 let attacher: AttachManager | undefined;
+let runs: RunManager | undefined;
 
 export function activate(context: vscode.ExtensionContext): ExtensionApi {
   const log = vscode.window.createOutputChannel('Remote Debug');
   const cli = new Cli(() => readSettings());
   const model = new JobsModel();
   attacher = new AttachManager(cli, model, log, () => readSettings());
-  const commands = new Commands(cli, model, attacher, log, context.globalState);
+  // a re-run's output (its ranks' lines), apart from the extension's own log
+  const runOutput = vscode.window.createOutputChannel('Remote Debug: Run');
+  runs = new RunManager(cli, model, attacher, log, runOutput, () => commands.refresh());
+  const commands = new Commands(cli, model, attacher, log, context.globalState, runs);
   const tree = new JobsTreeProvider(model);
   const view = vscode.window.createTreeView('remoteDebug.jobs', { treeDataProvider: tree, showCollapseAll: true });
 
@@ -51,10 +57,23 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     view.badge = running ? { value: running, tooltip: `${running} running job(s)` } : undefined;
   };
   model.onDidChange(updateBadge);
+  // `remoteDebug.attached`: the Sync and Re-run keybinding's `when` (it must not take the keys otherwise)
+  let attachedContext: boolean | undefined;
+  const updateContext = () => {
+    const attached = attacher!.activeJobs().length > 0;
+    if (attached !== attachedContext) {
+      attachedContext = attached;
+      void vscode.commands.executeCommand('setContext', 'remoteDebug.attached', attached);
+    }
+  };
+  model.onDidChange(updateContext);
+  updateContext();
 
   context.subscriptions.push(
     log,
+    runOutput,
     attacher,
+    runs,
     view,
     ...commands.register(),
     ...registerDebugType(),
@@ -68,10 +87,11 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
   );
   schedule();
   void commands.refresh();
-  return { model, attacher, commands };
+  return { model, attacher, commands, runs };
 }
 
 export async function deactivate(): Promise<void> {
-  // The attach processes hold the tunnels: stop them (SIGINT lets them close cleanly).
-  await attacher?.stopAll();
+  // A re-run stops on SIGINT and keeps the nodes; the attach processes hold the tunnels: stop them
+  // (SIGINT lets them close cleanly).
+  await Promise.all([runs?.stopAll(), attacher?.stopAll()]);
 }

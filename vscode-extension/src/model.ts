@@ -18,6 +18,7 @@ export type RankState =
   | 'paused' // a debug session shows it stopped (breakpoint, step, pause, exception)
   | 'unavailable' // the rank has no debugger (skipped, failed)
   | 'failed' // the rank died of an uncaught exception (held: alive for a post-mortem debugger)
+  | 'restarting' // `remote-debug run` replaced its process; the new one's rank-ready comes next
   | 'finished'; // the rank or the whole job has ended
 
 export const RANK_STATE_LABEL: Record<RankState, string> = {
@@ -30,10 +31,14 @@ export const RANK_STATE_LABEL: Record<RankState, string> = {
   paused: 'paused',
   unavailable: 'no debugger',
   failed: 'failed',
+  restarting: 'restarting',
   finished: 'finished',
 };
 
 export type AttachState = 'none' | 'connecting' | 'ready' | 'ended' | 'failed';
+
+/** A Sync and Re-run of the job: copying the workspace (`sync`), then its `run` process is live. */
+export type RerunState = 'syncing' | 'running';
 
 export interface RankEntry {
   rank: number;
@@ -60,6 +65,25 @@ export interface JobEntry {
   warning?: string;
   /** Ranks the CLI forwards for us (local port known). */
   forwarded: Set<number>;
+  /** A Sync and Re-run in progress (this window's): undefined when none. */
+  rerun?: RerunState;
+}
+
+/**
+ * The job keeps its nodes after its command (`launch --keep-alive`): they hold now (seconds left known), or
+ * a re-run ran on them (only kept-alive jobs can be re-run), or this window runs one.
+ */
+export function isKeptAlive(entry: JobEntry): boolean {
+  return isRunning(entry.info) && (entry.info.kept_alive_seconds_left !== null || entry.info.run > 0 || entry.rerun !== undefined);
+}
+
+/**
+ * Something runs on the nodes again (a re-run): they do not hold until the next listing says so, nor does the
+ * secondary status the CLI wrote while they held ("kept alive, 87 s left").
+ */
+function notHolding(info: JobInfo): JobInfo {
+  const secondary = /^kept alive\b/i.test(info.secondary_status) ? 'Training' : info.secondary_status;
+  return { ...info, kept_alive_seconds_left: null, secondary_status: secondary };
 }
 
 function startingLike(info: JobInfo): boolean {
@@ -135,6 +159,19 @@ export class JobsModel {
       if (!seen.has(name) && !(entry.attach === 'connecting' || entry.attach === 'ready')) {
         this.jobs.delete(name);
       }
+    }
+    this.changed();
+  }
+
+  /** A Sync and Re-run started (`syncing`), runs its `run` process (`running`), or ended (undefined). */
+  setRerun(job: string, state: RerunState | undefined): void {
+    const entry = this.jobs.get(job);
+    if (!entry || entry.rerun === state) {
+      return;
+    }
+    entry.rerun = state;
+    if (state === 'running') {
+      entry.info = notHolding(entry.info);
     }
     this.changed();
   }
@@ -341,6 +378,17 @@ export class JobsModel {
       case 'reconnected':
         this.node(entry, e.node).connected = true;
         break;
+      case 'rank-restarted': {
+        // `remote-debug run` replaced the rank's process: its session (if any) ends, a rank-ready follows
+        const r = this.rank(entry, e.rank, e.node);
+        r.state = 'restarting';
+        r.detail = `run ${e.run}`;
+        entry.info = { ...notHolding(entry.info), run: Math.max(entry.info.run, e.run) };
+        break;
+      }
+      case 'run-started':
+        entry.info = { ...notHolding(entry.info), run: e.run };
+        break;
       case 'job-ended':
         entry.info = {
           ...entry.info,
@@ -365,7 +413,9 @@ export class JobsModel {
       return;
     }
     const r = this.rank(entry, rank);
-    if (state === 'detached') {
+    if (state === 'detached' && r.state === 'restarting') {
+      // the replaced process's session ended: the new process's rank-ready says what comes next
+    } else if (state === 'detached') {
       if (r.state === 'failed') {
         // a held rank's post-mortem session ended: it still failed
       } else if (!isRunning(entry.info)) {

@@ -3,7 +3,7 @@
 import * as vscode from 'vscode';
 
 import { isRunning } from './events';
-import { JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, RankEntry, RankState } from './model';
+import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, RankEntry, RankState } from './model';
 
 export type TreeNode =
   | { kind: 'job'; job: string }
@@ -21,6 +21,7 @@ const RANK_ICON: Record<RankState, [string, string?]> = {
   paused: ['debug-pause', 'charts.orange'],
   unavailable: ['warning', 'problemsWarningIcon.foreground'],
   failed: ['error', 'errorForeground'],
+  restarting: ['debug-restart', 'charts.blue'],
   finished: ['pass', 'disabledForeground'],
 };
 
@@ -39,6 +40,7 @@ export function jobDescription(entry: JobEntry): string {
   if (!info.debuggable) {
     parts.push('not debuggable');
   }
+  parts.push(...runParts(entry));
   if (entry.attach === 'connecting') {
     parts.push('attaching…');
   } else if (entry.attach === 'ready') {
@@ -50,10 +52,43 @@ export function jobDescription(entry: JobEntry): string {
   return parts.join(' · ');
 }
 
+/** What the job's keep-alive and re-runs add: `kept alive, 87 s left`, `run 2`, `running` / `syncing…`. */
+export function runParts(entry: JobEntry): string[] {
+  const info = entry.info;
+  if (!isRunning(info)) {
+    return info.run > 0 ? [`run ${info.run}`] : [];
+  }
+  const parts: string[] = [];
+  // the CLI may already say it in the secondary status (one wording: "kept alive, 87 s left")
+  if (info.kept_alive_seconds_left !== null && entry.rerun === undefined && !/kept alive/i.test(info.secondary_status)) {
+    parts.push(keptAlivePhrase(info.kept_alive_seconds_left));
+  }
+  if (info.run > 0) {
+    parts.push(`run ${info.run}`);
+  }
+  if (entry.rerun === 'syncing') {
+    parts.push('syncing…');
+  } else if (entry.rerun === 'running') {
+    parts.push('running');
+  }
+  return parts;
+}
+
+/** remote_debug.spec.kept_alive_phrase's wording. */
+export function keptAlivePhrase(secondsLeft: number): string {
+  return `kept alive, ${secondsLeft} s left`;
+}
+
+/**
+ * `job-running` / `job-ended`, then `-attached` while an attach process runs, `-keepalive` for a kept-alive job
+ * (Release, Sync and Re-run inline), `-rerunning` while this window's re-run runs (Stop Run).
+ */
 export function jobContextValue(entry: JobEntry): string {
   const running = isRunning(entry.info) ? 'job-running' : 'job-ended';
   const attached = entry.attach === 'connecting' || entry.attach === 'ready' ? '-attached' : '';
-  return running + attached;
+  const kept = isKeptAlive(entry) ? '-keepalive' : '';
+  const rerunning = entry.rerun !== undefined ? '-rerunning' : '';
+  return running + attached + kept + rerunning;
 }
 
 export function rankDescription(r: RankEntry): string {
@@ -209,6 +244,12 @@ function jobTooltip(entry: JobEntry): string {
   ];
   if (i.source_dir) {
     lines.push(`source: ${i.source_dir}`);
+  }
+  if (i.kept_alive_seconds_left !== null) {
+    lines.push(`${keptAlivePhrase(i.kept_alive_seconds_left)}: Sync and Re-run runs it again, Release ends it`);
+  }
+  if (i.run > 0) {
+    lines.push(`run ${i.run} (a re-run of the training command)${entry.rerun === 'running' ? ': running' : ''}`);
   }
   if (i.failure_reason) {
     lines.push(`failure: ${i.failure_reason}`);

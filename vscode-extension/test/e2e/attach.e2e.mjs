@@ -8,371 +8,37 @@
 //   4. assert in the UI: each rank paused on the breakpoint, top frame `main` at that line,
 //      its own value of `shard_marker` in the Variables view; continue each; the job completes
 //
-// Needs (./dev test-extension sets them): RD_CODE_SERVER (code-server executable), RD_NODE_BIN
-// (a Node 24 bin dir), RD_CLI (remote-debug), RD_PYTHON (the venv's python), RD_VSIX, CHROMIUM.
-// Screenshots go to test-artifacts/e2e/ (git-ignored) on success and on failure.  Everything
-// started here is stopped in `after`, whatever happened.
+// The set-up, the tear-down and the workbench helpers are in ./harness.mjs (what it needs: see there).
+// Screenshots go to test-artifacts/e2e/attach/ (git-ignored) on success and on failure.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile, execFileSync } from 'node:child_process';
-import { promisify } from 'node:util';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { chromium } from 'playwright-core';
+import {
+  callStackRows,
+  continueRank,
+  env,
+  jobInfo,
+  jobsViewRows,
+  launchJob,
+  openWorkbench,
+  pausedRankLocals,
+  repo,
+  runCommand,
+  say,
+  screenshot,
+  setBreakpoint,
+  startCodeServer,
+  state,
+  step,
+  useHarness,
+  waitFor,
+  waitForPausedSessions,
+} from './harness.mjs';
 
-const execFileP = promisify(execFile);
-const here = path.dirname(fileURLToPath(import.meta.url));
-const extensionDir = path.resolve(here, '../..');
-const repo = path.resolve(extensionDir, '..');
-const artifacts = path.resolve(process.env.RD_ARTIFACTS ?? path.join(repo, 'test-artifacts', 'e2e'));
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    throw new Error(`${name} is not set: run the e2e test through ./dev test-extension (it installs and sets everything)`);
-  }
-  return value;
-}
-
-const env = {
-  codeServer: required('RD_CODE_SERVER'),
-  nodeBin: required('RD_NODE_BIN'),
-  cli: required('RD_CLI'),
-  python: required('RD_PYTHON'),
-  vsix: process.env.RD_VSIX ?? path.join(extensionDir, 'dist', 'remote-debug.vsix'),
-  chromium: process.env.CHROMIUM ?? '/usr/bin/chromium',
-};
-
-const started = Date.now();
-const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
-const say = (msg) => process.stdout.write(`# [e2e ${elapsed()}] ${msg}\n`);
-
-const state = {
-  root: '',
-  home: '',
-  workspace: '',
-  job: '',
-  codeServer: undefined,
-  codeServerLog: '',
-  browser: undefined,
-  page: undefined,
-  shot: 0,
-};
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-/** The environment every process we start gets: a throwaway HOME, Node 24 first on PATH. */
-function childEnv() {
-  const e = { ...process.env };
-  delete e.REMOTE_DEBUG_HOME;
-  delete e.VSCODE_IPC_HOOK_CLI;
-  e.HOME = state.home;
-  e.XDG_CONFIG_HOME = path.join(state.home, '.config');
-  e.XDG_DATA_HOME = path.join(state.home, '.local', 'share');
-  e.XDG_CACHE_HOME = path.join(state.home, '.cache');
-  e.PATH = `${env.nodeBin}:${path.dirname(env.python)}:${e.PATH}`;
-  return e;
-}
-
-async function cli(args, options = {}) {
-  const { stdout } = await execFileP(env.cli, args, { env: childEnv(), cwd: state.workspace, timeout: 300_000, ...options });
-  return stdout;
-}
-
-async function screenshot(name) {
-  if (!state.page) {
-    return;
-  }
-  fs.mkdirSync(artifacts, { recursive: true });
-  const file = path.join(artifacts, `${String(++state.shot).padStart(2, '0')}-${name}.png`);
-  try {
-    await state.page.screenshot({ path: file, timeout: 15_000 });
-    say(`screenshot ${path.relative(repo, file)}`);
-  } catch (err) {
-    say(`screenshot ${name} failed: ${err.message}`);
-  }
-}
-
-/** Run a step; on failure keep a screenshot named after it, then fail. */
-async function step(name, fn) {
-  say(`step: ${name}`);
-  try {
-    return await fn();
-  } catch (err) {
-    await screenshot(`FAILED-${name.replace(/[^a-z0-9]+/gi, '-')}`);
-    throw err;
-  }
-}
-
-async function waitFor(what, fn, { timeout = 60_000, interval = 500 } = {}) {
-  const deadline = Date.now() + timeout;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      const value = await fn();
-      if (value) {
-        return value;
-      }
-    } catch (err) {
-      if (err.fatal) {
-        throw err;
-      }
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, interval));
-  }
-  throw new Error(`timed out after ${timeout / 1000} s waiting for ${what}${last ? `: ${last.message}` : ''}`);
-}
-
-// --- workbench helpers ------------------------------------------------------------------------------
-
-async function quickInput(text) {
-  const page = state.page;
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible', timeout: 20_000 });
-  await input.fill(text);
-  return input;
-}
-
-/** F1, type the command's title, wait for its row, Enter (retried once: a fresh command can list late). */
-async function runCommand(title) {
-  const page = state.page;
-  for (let attempt = 1; attempt <= 2; attempt++) {
-    await page.keyboard.press('Escape');
-    await page.keyboard.press('F1');
-    await quickInput(`>${title}`);
-    const row = page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first();
-    try {
-      await row.waitFor({ state: 'visible', timeout: attempt === 1 ? 15_000 : 45_000 });
-      await page.keyboard.press('Enter');
-      return;
-    } catch (err) {
-      if (attempt === 2) {
-        throw new Error(`command "${title}" is not in the palette: ${err.message}`);
-      }
-      say(`command "${title}" not listed yet; retrying`);
-      await page.keyboard.press('Escape');
-      await page.waitForTimeout(3000);
-    }
-  }
-}
-
-async function openFile(relative) {
-  const page = state.page;
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('F1');
-  await quickInput(relative); // no '>': Quick Open searches files
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: path.basename(relative) }).first().waitFor({ timeout: 30_000 });
-  await page.keyboard.press('Enter');
-  await page.locator('.tab.active', { hasText: path.basename(relative) }).waitFor({ timeout: 30_000 });
-  await page.locator('.monaco-editor.focused').waitFor({ timeout: 30_000 });
-  await page.waitForTimeout(1000); // the editor restores its view state asynchronously
-}
-
-async function cursorLine() {
-  const status = await state.page.locator('.statusbar-item[id="status.editor.selection"]').innerText();
-  const m = /Ln (\d+)/.exec(status);
-  return m ? Number(m[1]) : undefined;
-}
-
-/** Go to Line (Ctrl+G) until the cursor is there and stays there. */
-async function goToLine(line) {
-  const page = state.page;
-  await waitFor(`the cursor on line ${line}`, async () => {
-    if ((await cursorLine()) !== line) {
-      await page.locator('.monaco-editor.focused').waitFor({ timeout: 10_000 });
-      await page.keyboard.press('Control+g');
-      await page.locator('.quick-input-widget input').waitFor({ state: 'visible', timeout: 10_000 });
-      await page.keyboard.type(String(line));
-      await page.keyboard.press('Enter');
-      await page.waitForTimeout(500);
-    }
-    await page.waitForTimeout(700);
-    return (await cursorLine()) === line;
-  }, { timeout: 60_000, interval: 200 });
-}
-
-/** Line numbers that show a breakpoint dot in the glyph margin (matched by vertical position). */
-async function breakpointLines() {
-  return state.page.evaluate(() => {
-    const editor = document.querySelector('.monaco-editor.focused') ?? document.querySelector('.monaco-editor');
-    if (!editor) {
-      return [];
-    }
-    const numbers = [...editor.querySelectorAll('.line-numbers')].map((el) => ({ n: Number(el.textContent), y: el.getBoundingClientRect().top }));
-    return [...editor.querySelectorAll('.codicon-debug-breakpoint')]
-      .map((dot) => {
-        const y = dot.getBoundingClientRect().top;
-        const near = numbers.filter((l) => Math.abs(l.y - y) < 6);
-        return near.length ? near[0].n : undefined;
-      })
-      .filter((n) => n !== undefined);
-  });
-}
-
-/** Rows of the Call Stack view: their aria-labels (what a screen reader announces) and text. */
-async function callStackRows() {
-  return state.page.evaluate(() => {
-    // No call stack view: no debug session (without a launch.json -- the extension passes --no-launch-json --
-    // the Run and Debug view then shows its welcome page, whose other lists must not count as sessions).
-    const view = document.querySelector('.debug-call-stack, [id="workbench.debug.callStackView"]');
-    if (!view) {
-      return [];
-    }
-    return [...view.querySelectorAll('.monaco-list-row')].map((row) => ({
-      label: row.getAttribute('aria-label') ?? '',
-      text: row.textContent ?? '',
-      expanded: row.getAttribute('aria-expanded'),
-      level: row.getAttribute('aria-level'),
-      index: row.getAttribute('data-index'),
-    }));
-  });
-}
-
-/** Rows of our Jobs view (label and description as text), when it is visible. */
-async function jobsViewRows() {
-  return state.page.evaluate(() => {
-    const panes = [...document.querySelectorAll('.pane')].filter((p) => {
-      const title = p.querySelector('.pane-header .title, .pane-header h3');
-      return title && /Jobs/.test(title.textContent ?? '') && p.offsetParent !== null;
-    });
-    const viewlet = document.querySelector('[id="workbench.view.extension.remoteDebug"]');
-    const roots = panes.length ? panes : viewlet ? [viewlet] : [];
-    return roots.flatMap((root) =>
-      [...root.querySelectorAll('.monaco-list-row')].map((r) => ({
-        text: (r.textContent ?? '').replace(/\s+/g, ' ').trim(),
-        label: r.getAttribute('aria-label') ?? '',
-      })),
-    );
-  });
-}
-
-/** Error notifications on screen (our failures surface there): fail fast instead of timing out. */
-async function errorToasts() {
-  return state.page.evaluate(() =>
-    [...document.querySelectorAll('.notification-toast, .notifications-list-container .monaco-list-row')]
-      .filter((t) => t.querySelector('.codicon-error, .codicon-notifications-error'))
-      .map((t) => (t.textContent ?? '').trim()),
-  );
-}
-
-async function failOnErrorToast() {
-  const errors = await errorToasts();
-  if (errors.length) {
-    throw Object.assign(new Error(`error notification: ${errors.join(' | ')}`), { fatal: true });
-  }
-}
-
-async function variablesText() {
-  return state.page.evaluate(() => {
-    const view = document.querySelector('.debug-variables, [id="workbench.debug.variablesView"]');
-    return view ? [...view.querySelectorAll('.monaco-list-row')].map((r) => r.textContent ?? '') : [];
-  });
-}
-
-// --- set-up and tear-down ---------------------------------------------------------------------------
-
-/** Interrupted (Ctrl-C, a CI time-out): `after` would not run, so stop what we started right here. */
-function emergencyStop(signal) {
-  say(`${signal}: stopping code-server and the job`);
-  try {
-    if (state.codeServer?.pid) {
-      process.kill(-state.codeServer.pid, 'SIGKILL');
-    }
-  } catch {
-    // already gone
-  }
-  if (state.job) {
-    try {
-      execFileSync(env.cli, ['stop', state.job, '--json'], { env: childEnv(), stdio: 'ignore', timeout: 150_000 });
-    } catch {
-      // it may have ended already
-    }
-  }
-  process.exit(130);
-}
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.once(signal, () => emergencyStop(signal));
-}
-
-before(async () => {
-  for (const [name, file] of Object.entries(env)) {
-    if (name !== 'nodeBin' && !fs.existsSync(file)) {
-      throw new Error(`${name}: ${file} does not exist (run ./dev test-extension)`);
-    }
-  }
-  fs.rmSync(artifacts, { recursive: true, force: true });
-  fs.mkdirSync(artifacts, { recursive: true });
-  state.root = fs.mkdtempSync(path.join(os.tmpdir(), 'rd-e2e-'));
-  state.home = path.join(state.root, 'home');
-  state.workspace = path.join(state.root, 'workspace');
-  fs.mkdirSync(state.home, { recursive: true, mode: 0o700 });
-  fs.mkdirSync(state.workspace, { recursive: true });
-  say(`root ${state.root}`);
-});
-
-after(async () => {
-  say('tear-down');
-  try {
-    await state.browser?.close();
-  } catch (err) {
-    say(`closing chromium: ${err.message}`);
-  }
-  if (state.job) {
-    try {
-      const info = JSON.parse(await cli(['jobs', '--json']));
-      const job = info.find((j) => j.name === state.job);
-      if (job && (job.status === 'InProgress' || job.status === 'Stopping')) {
-        say(`stopping job ${state.job}`);
-        await cli(['stop', state.job, '--json']);
-      }
-    } catch (err) {
-      say(`stopping job ${state.job}: ${err.message}`);
-    }
-  }
-  const cs = state.codeServer;
-  if (cs && cs.exitCode === null && cs.signalCode === null) {
-    // its own process group: code-server, its extension hosts and anything they started
-    const gone = new Promise((resolve) => cs.once('exit', resolve));
-    try {
-      process.kill(-cs.pid, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-    const timer = setTimeout(() => {
-      try {
-        process.kill(-cs.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }, 10_000);
-    await gone;
-    clearTimeout(timer);
-  }
-  if (state.codeServerLog) {
-    fs.mkdirSync(artifacts, { recursive: true });
-    fs.writeFileSync(path.join(artifacts, 'code-server.log'), state.codeServerLog);
-  }
-  if (state.root && !process.env.RD_E2E_KEEP) {
-    fs.rmSync(state.root, { recursive: true, force: true });
-  }
-  say('tear-down done');
-});
+useHarness('attach');
 
 // --- the test ---------------------------------------------------------------------------------------
 
@@ -386,94 +52,19 @@ test('Attach All Ranks from the command palette stops both ranks at a breakpoint
   const bpLine = marker + 2; // the line after `shard_marker = ...` (1-based): shard_marker has its value there
 
   await step('launch the job', async () => {
-    const name = `e2e-${Date.now().toString(36)}`;
-    const out = await cli([
-      'launch', '--local', '--name', name, '--nproc-per-node', '2', '--wait', '600', '-H', 'steps=1', '--json',
-      '--', env.python, script,
-    ]);
-    state.job = JSON.parse(out).name;
-    say(`job ${state.job}`);
+    await launchJob(['--nproc-per-node', '2', '--wait', '600', '-H', 'steps=1'], [env.python, script]);
   });
 
   await step('start code-server', async () => {
-    const ud = path.join(state.root, 'user-data');
-    const ext = path.join(state.root, 'extensions');
-    fs.mkdirSync(path.join(ud, 'User'), { recursive: true });
-    fs.writeFileSync(
-      path.join(ud, 'User', 'settings.json'),
-      JSON.stringify(
-        {
-          'workbench.startupEditor': 'none',
-          'security.workspace.trust.enabled': false,
-          'extensions.autoUpdate': false,
-          'extensions.autoCheckUpdates': false,
-          'telemetry.telemetryLevel': 'off',
-          'workbench.tips.enabled': false,
-          'update.mode': 'none',
-          'workbench.secondarySideBar.defaultVisibility': 'hidden',
-          'chat.disableAIFeatures': true,
-          'remote.autoForwardPorts': false,
-          'remoteDebug.cliPath': env.cli,
-          'remoteDebug.refreshIntervalSeconds': 3,
-        },
-        null,
-        2,
-      ),
-    );
-    const config = path.join(state.root, 'code-server.yaml');
-    fs.writeFileSync(config, 'auth: none\ncert: false\n');
-    const common = ['--config', config, '--user-data-dir', ud, '--extensions-dir', ext];
-    const t0 = Date.now();
-    const { stdout } = await execFileP(env.codeServer, [...common, '--install-extension', env.vsix], { env: childEnv(), timeout: 120_000 });
-    say(`installed the VSIX in ${((Date.now() - t0) / 1000).toFixed(1)} s: ${stdout.trim().split('\n').pop()}`);
-    const port = await freePort();
-    state.url = `http://127.0.0.1:${port}`;
-    state.codeServer = spawn(
-      env.codeServer,
-      [
-        ...common,
-        '--bind-addr', `127.0.0.1:${port}`, '--auth', 'none', '--disable-telemetry', '--disable-update-check',
-        '--disable-workspace-trust', '--disable-getting-started-override', '--reconnection-grace-time', '5',
-        state.workspace,
-      ],
-      { env: childEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    const append = (d) => (state.codeServerLog += d.toString());
-    state.codeServer.stdout.on('data', append);
-    state.codeServer.stderr.on('data', append);
-    await waitFor('code-server /healthz', async () => {
-      if (state.codeServer.exitCode !== null) {
-        throw new Error(`code-server exited: ${state.codeServerLog.slice(-2000)}`);
-      }
-      const res = await fetch(`${state.url}/healthz`);
-      return res.ok;
-    }, { timeout: 60_000 });
+    await startCodeServer();
   });
 
   await step('open the workbench', async () => {
-    state.browser = await chromium.launch({
-      executablePath: env.chromium,
-      headless: true,
-      args: [
-        '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage',
-      ],
-    });
-    const context = await state.browser.newContext({ viewport: { width: 1600, height: 1000 } });
-    state.page = await context.newPage();
-    state.page.setDefaultTimeout(30_000);
-    await state.page.goto(`${state.url}/?folder=${encodeURIComponent(state.workspace)}`, { timeout: 120_000 });
-    await state.page.locator('.monaco-workbench .part.statusbar').waitFor({ timeout: 120_000 });
-    await state.page.waitForTimeout(1500); // let the workbench settle (restored views, focus)
-    await screenshot('workbench');
+    await openWorkbench();
   });
 
   await step('set a breakpoint in the editor', async () => {
-    await openFile(script);
-    await goToLine(bpLine);
-    await state.page.keyboard.press('F9'); // Debug: Toggle Breakpoint, at the cursor
-    await waitFor(`a breakpoint dot on line ${bpLine}`, async () => (await breakpointLines()).includes(bpLine), { timeout: 20_000 });
-    assert.deepEqual(await breakpointLines(), [bpLine], 'exactly one breakpoint, on the line we chose');
+    await setBreakpoint(script, bpLine);
     await screenshot('breakpoint');
   });
 
@@ -482,59 +73,16 @@ test('Attach All Ranks from the command palette stops both ranks at a breakpoint
   });
 
   await step('both ranks paused at the breakpoint', async () => {
-    const rows = await waitFor('two sessions paused on a breakpoint', async () => {
-      await failOnErrorToast();
-      const r = await callStackRows();
-      const paused = r.filter((x) => x.level === '1' && /Paused on breakpoint$/i.test(x.label));
-      return paused.length === 2 ? r : undefined;
-    }, { timeout: 300_000, interval: 1000 });
-    say(`call stack: ${JSON.stringify(rows.map((r) => r.label))}`);
+    const rows = await waitForPausedSessions(2);
     for (const rank of [0, 1]) {
       assert.ok(rows.some((r) => r.label.startsWith(`Session remote-debug: ${state.job} rank ${rank} (algo-1)`)), `a session for rank ${rank}`);
     }
     await screenshot('paused');
   });
 
-  const rankRow = (rank) => state.page.locator('.debug-call-stack .monaco-list-row', { hasText: `${state.job} rank ${rank} (` }).first();
-  // Click a row on its label, away from the inline actions (Continue/Pause...) that show on hover.
-  const clickLabel = async (locator) => {
-    await locator.click({ position: { x: 60, y: 10 } });
-    await state.page.mouse.move(800, 980);
-  };
-
   for (const rank of [0, 1]) {
     await step(`rank ${rank}: top frame and variables`, async () => {
-      await clickLabel(rankRow(rank));
-      const frame = await waitFor(`the top frame of rank ${rank}`, async () => {
-        const rows = await callStackRows();
-        const at = rows.findIndex((r) => r.level === '1' && r.label.includes(`${state.job} rank ${rank} (`));
-        if (at < 0) {
-          return undefined;
-        }
-        if (rows[at].expanded === 'false') {
-          await state.page.keyboard.press('ArrowRight');
-          return undefined;
-        }
-        const next = rows[at + 1];
-        return next && next.level !== '1' && next.label.startsWith('Stack Frame') ? next : undefined;
-      }, { timeout: 30_000 });
-      say(`rank ${rank} top frame: ${frame.label}`);
-      assert.equal(frame.label, `Stack Frame main, line ${bpLine}, ${script}`, `rank ${rank} is paused in main() at line ${bpLine}`);
-      const frameRow = state.page.locator(`.debug-call-stack .monaco-list-row[data-index="${frame.index}"]`);
-      await clickLabel(frameRow);
-      const vars = await waitFor(`the locals of rank ${rank}`, async () => {
-        const v = await variablesText();
-        if (v.includes('Locals') && !v.some((t) => t.startsWith('shard_marker'))) {
-          const locals = state.page.locator('.debug-variables .monaco-list-row', { hasText: 'Locals' }).first();
-          if ((await locals.getAttribute('aria-expanded')) === 'false') {
-            await clickLabel(locals);
-          }
-          return undefined;
-        }
-        return v.some((t) => t.startsWith('shard_marker')) ? v : undefined;
-      }, { timeout: 30_000 });
-      const value = (name) => vars.find((t) => new RegExp(`^${name}\\s*[:= ]`).test(t));
-      say(`rank ${rank} variables: ${value('rank')}; ${value('shard_marker')} (${vars.length - 2} locals)`);
+      const value = await pausedRankLocals(rank, { line: bpLine, script });
       assert.match(value('shard_marker') ?? '', new RegExp(`^shard_marker\\s*[:=]?\\s*${rank * 100}$`), `rank ${rank} sees shard_marker = ${rank * 100}`);
       assert.match(value('rank') ?? '', new RegExp(`^rank\\s*[:=]?\\s*${rank}$`), `rank ${rank} sees rank = ${rank}`);
       await screenshot(`rank-${rank}-paused`);
@@ -559,19 +107,13 @@ test('Attach All Ranks from the command palette stops both ranks at a breakpoint
 
   for (const rank of [0, 1]) {
     await step(`continue rank ${rank}`, async () => {
-      await clickLabel(rankRow(rank));
-      await runCommand('Debug: Continue');
-      await waitFor(`rank ${rank} to run on`, async () => {
-        const rows = await callStackRows();
-        const row = rows.find((r) => r.level === '1' && r.label.includes(`${state.job} rank ${rank} (`));
-        return !row || !/Paused/i.test(row.label);
-      }, { timeout: 30_000 });
+      await continueRank(rank);
     });
   }
 
   await step('the job completes', async () => {
     const job = await waitFor('the job to complete', async () => {
-      const info = JSON.parse(await cli(['jobs', '--json'])).find((j) => j.name === state.job);
+      const info = await jobInfo();
       return info && info.status !== 'InProgress' && info.status !== 'Stopping' ? info : undefined;
     }, { timeout: 180_000, interval: 1000 });
     assert.equal(job.status, 'Completed', `job ${state.job}: ${job.status} (${job.failure_reason ?? ''})`);

@@ -167,6 +167,83 @@ describe('AttachManager', () => {
     await manager.stopAll();
   });
 
+  describe('a re-run (remote-debug run) replaces the ranks', () => {
+    const code = '/jobs/local-1/nodes/algo-1/code';
+    const restarted = (rank: number, after?: number) => ({
+      line: JSON.stringify({ event: 'rank-restarted', v: 1, rank, node: 'algo-1', pid: 200 + rank, old_pid: 100 + rank, run: 1 }),
+      after,
+    });
+    const ready = (rank: number, after?: number) => ({
+      line: JSON.stringify({ event: 'rank-ready', v: 1, rank, node: 'algo-1', local_port: 40000 + rank, remote_port: 50000 + rank, state: 'waiting', ide: 'vscode', code_dir: code }),
+      after,
+    });
+    const stopped = () => mock.calls.filter((c) => c.fn === 'stopDebugging').map((c) => c.args[0]);
+
+    test("each old session is stopped; the new one starts only once the old one has ended, on the same port", async () => {
+      const lines = [...attachLines(), restarted(0, 300), restarted(1), ready(0, 50), ready(1)];
+      const { folder, model, manager, started, log } = setup({ lines, hold: true });
+      await manager.attach({ job: 'local-1', ranks: undefined, folder });
+      const [old0, old1] = mock.sessions;
+      assert.equal(started().length, 2);
+
+      await until('both old sessions to be stopped', () => stopped().length === 2);
+      assert.deepEqual(stopped(), [old0, old1]);
+      assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['restarting', 'restarting']);
+      await until('the new processes to be ready', () => log.filter((l) => l.includes('new process ready')).length === 2);
+      // the race: the old sessions have not ended yet, so no new session may start on their port
+      assert.equal(started().length, 2, 'no session while the old ones are still there');
+      assert.equal(manager.sessionFor('local-1', 0), old0);
+      assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['waiting', 'waiting']);
+
+      mock.endSession(old0);
+      await until('a new session for rank 0', () => started().length === 3);
+      assert.deepEqual([started()[2].remoteDebug.rank, started()[2].connect.port], [0, 40000]);
+      assert.notEqual(manager.sessionFor('local-1', 0), old0);
+      mock.endSession(old1);
+      await until('a new session for rank 1', () => started().length === 4);
+      assert.deepEqual([started()[3].remoteDebug.rank, started()[3].connect.port], [1, 40001]);
+      assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['attached', 'attached']);
+      assert.equal(model.get('local-1')?.info.run, 1);
+      await manager.stopAll();
+    });
+
+    test('a rank whose old session had already ended gets its new session at once', async () => {
+      const lines = [...attachLines(), restarted(0, 300), ready(0, 50)];
+      const { folder, model, manager, started } = setup({ lines, hold: true });
+      await manager.attach({ job: 'local-1', ranks: undefined, folder });
+      mock.endSession(mock.sessions[0]); // the old process ran to its end: its session is gone
+      assert.equal(model.rankEntry('local-1', 0)?.state, 'listening');
+      await until('a new session for rank 0', () => started().length === 3);
+      assert.equal(started()[2].remoteDebug.rank, 0);
+      assert.equal(stopped().length, 0, 'nothing to stop');
+      await manager.stopAll();
+    });
+
+    test('a rank-ready without a restart does not start a second session', async () => {
+      const lines = [...attachLines(), ready(0, 200), { line: JSON.stringify({ event: 'warning', message: 'done' }), after: 10 }];
+      const { folder, manager, started, log } = setup({ lines, hold: true });
+      await manager.attach({ job: 'local-1', ranks: undefined, folder });
+      await until('the late events', () => log.some((l) => l.includes('warning: done')));
+      assert.equal(started().length, 2);
+      await manager.stopAll();
+    });
+
+    test('a restart of a rank outside the selection starts nothing; a detach drops the pending start', async () => {
+      const lines = [...attachLines('local-1', [0, 1]), restarted(0, 300), restarted(1), ready(0, 50), ready(1)];
+      const { folder, manager, started, log } = setup({ lines, hold: true });
+      await manager.attach({ job: 'local-1', ranks: [0], folder });
+      assert.equal(started().length, 1);
+      const old0 = mock.sessions[0];
+      await until('the new rank 0 to be ready', () => log.some((l) => l.includes('rank 0: new process ready')));
+      await until('rank 1 ready again', () => log.filter((l) => l.includes('rank 1 on algo-1: debugger at')).length === 2);
+      assert.equal(stopped().length, 1);
+      await manager.detach('local-1');
+      mock.endSession(old0);
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(started().length, 1, 'detached: no new session');
+    });
+  });
+
   test('refuses a job that has ended', async () => {
     const { folder, model, manager, invocations } = setup({ lines: attachLines(), hold: true });
     model.setJobs([jobJson({ status: 'Completed' })]);

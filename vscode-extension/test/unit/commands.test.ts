@@ -4,35 +4,11 @@ import { beforeEach, describe, test } from 'node:test';
 
 import * as vscode from 'vscode';
 
-import { AttachManager, AttachRequest } from '../../src/attach';
-import { Commands } from '../../src/commands';
-import { JobsModel } from '../../src/model';
-import { FAKE_CLI, fakeCli, jobJson, ScenarioStep, tempDir } from './helpers';
+import { commandsHarness, FAKE_CLI, jobJson, ScenarioStep, tempDir } from './helpers';
 import { mock, Uri } from './vscode-mock';
 
-function memento() {
-  const store = new Map<string, unknown>();
-  return { get: (k: string) => store.get(k), update: async (k: string, v: unknown) => void store.set(k, v), keys: () => [...store.keys()] };
-}
-
 function setup(scenario: Record<string, ScenarioStep>, jobs = [jobJson()]) {
-  const ws = tempDir('rd-ws');
-  mock.folder(ws);
-  const { cli, invocations } = fakeCli({ jobs: { stdout: JSON.stringify(jobs) }, ...scenario });
-  const model = new JobsModel();
-  const requests: AttachRequest[] = [];
-  const detached: string[] = [];
-  const attacher = {
-    attach: async (r: AttachRequest) => void requests.push(r),
-    detach: async (job: string) => void detached.push(job),
-    detachRank: async (job: string, rank: number) => void detached.push(`${job}#${rank}`),
-    activeJobs: () => [],
-  } as unknown as AttachManager;
-  const log: string[] = [];
-  const commands = new Commands(cli, model, attacher, { appendLine: (l) => log.push(l), show: () => undefined }, memento() as unknown as vscode.Memento);
-  commands.register();
-  const run = (name: string, ...args: unknown[]) => mock.commands.get(name)!(...args);
-  return { ws, model, commands, requests, detached, invocations, run, log };
+  return commandsHarness(scenario, jobs);
 }
 
 describe('commands', () => {

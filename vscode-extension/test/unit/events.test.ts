@@ -6,6 +6,7 @@ import {
   describeEvent,
   EVENT_NAMES,
   EVENTS_VERSION,
+  formatBytes,
   isKnownEvent,
   isRunning,
   LineSplitter,
@@ -14,6 +15,7 @@ import {
   parseJob,
   parseJobs,
   parseJsonDocument,
+  parseSynced,
 } from '../../src/events';
 import { jobJson } from './helpers';
 
@@ -111,6 +113,11 @@ describe('attach --json events', () => {
       { event: 'pycharm-config', v: 1, path: '/ws/.idea/x.xml', name: 'remote-debug: j', port: 5678, steps: [] },
       { event: 'summary', v: 1, job: 'j', exit_code: 0, ranks: [] },
       { event: 'detached', v: 1, job: 'j', reason: 'interrupted', status: 'InProgress' },
+      { event: 'rank-restarted', v: 1, rank: 1, node: 'algo-1', pid: 202, old_pid: 101, run: 2 },
+      { event: 'synced', v: 1, job: 'j', source: '/ws', files: 3, bytes: 12_400, seconds: 0.42, nodes: [{ node: 'algo-1', method: 'rsync', files: 3, bytes: 12_400, seconds: 0.4 }] },
+      { event: 'run-started', v: 1, job: 'j', run: 2, nodes: ['algo-1', 'algo-2'], command: ['python', 'train.py'], master_port: 29511 },
+      { event: 'run-output', v: 1, node: 'algo-1', line: 'step 0 loss 0.5', rank: 1 },
+      { event: 'run-ended', v: 1, job: 'j', run: 2, exit_code: 0, exit_codes: { 'algo-1': 0 }, interrupted: false },
     ];
     assert.deepEqual(new Set(lines.map((l) => l.event)), new Set(EVENT_NAMES), 'one sample per event of the schema');
     for (const l of lines) {
@@ -169,6 +176,68 @@ describe('attach --json events', () => {
     const e = parseEventLine('{"event": "something-new", "x": 1}');
     assert.equal(e?.event, 'something-new');
     assert.match(describeEvent(e!), /something-new/);
+  });
+});
+
+describe('keep-alive, sync and run', () => {
+  test('jobs --json: the keep-alive seconds and the run, absent from older CLIs', () => {
+    const kept = parseJob({ name: 'x', status: 'InProgress', kept_alive_seconds_left: 87, run: 2 });
+    assert.equal(kept.kept_alive_seconds_left, 87);
+    assert.equal(kept.run, 2);
+    const old = parseJob({ name: 'x', status: 'InProgress' });
+    assert.equal(old.kept_alive_seconds_left, null);
+    assert.equal(old.run, 0);
+    const odd = parseJob({ name: 'x', kept_alive_seconds_left: 'soon', run: -1 });
+    assert.equal(odd.kept_alive_seconds_left, null);
+    assert.equal(odd.run, 0);
+  });
+
+  test('the lines of rank-restarted, synced, run-started, run-output and run-ended', () => {
+    const line = (o: object) => describeEvent(parseEventLine(JSON.stringify(o))!);
+    assert.equal(line({ event: 'rank-restarted', v: 1, rank: 1, node: 'algo-1', pid: 202, old_pid: 101, run: 2 }), 'rank 1 on algo-1 restarted (run 2): pid 101 -> 202');
+    // the CLI's own wording (remote_debug/cli/sync.py synced_line)
+    const node = (name: string, files: number, bytes: number, method = 'rsync') => ({ node: name, method, files, bytes, seconds: 0.3 });
+    assert.equal(
+      line({ event: 'synced', v: 1, job: 'j', source: '/ws', files: 6, bytes: 24_800, seconds: 0.414, nodes: [node('algo-1', 3, 12_400), node('algo-2', 3, 12_400)] }),
+      'synced 3 files (12.4 kB) to 2 nodes in 0.41 s (rsync)',
+    );
+    assert.equal(
+      line({ event: 'synced', v: 1, job: 'j', source: '/ws', files: 4, bytes: 2_500, seconds: 1, nodes: [node('algo-1', 3, 2_000), node('algo-2', 1, 500, 'sftp')] }),
+      'synced 4 files (2.5 kB: algo-1: 3 files, 2.0 kB; algo-2: 1 file, 500 B) to 2 nodes in 1.00 s (rsync, sftp)',
+    );
+    assert.equal(line({ event: 'synced', v: 1, job: 'j', source: '/ws', files: 0, bytes: 0, seconds: 0, nodes: [] }), 'synced 0 files (0 B) to 0 nodes in 0.00 s');
+    assert.equal(
+      line({ event: 'run-started', v: 1, job: 'j', run: 2, nodes: ['algo-1'], command: ['python', 'train.py'], master_port: null }),
+      'run 2 of j started on algo-1: python train.py',
+    );
+    assert.equal(line({ event: 'run-output', v: 1, node: 'algo-1', line: 'loss 0.5', rank: 1 }), '[rank 1] loss 0.5');
+    assert.equal(line({ event: 'run-output', v: 1, node: 'algo-2', line: 'torchrun: starting', rank: null }), '[algo-2] torchrun: starting');
+    assert.equal(line({ event: 'run-ended', v: 1, job: 'j', run: 2, exit_code: 1, exit_codes: {}, interrupted: false }), 'run 2 of j ended: exit code 1');
+    assert.equal(line({ event: 'run-ended', v: 1, job: 'j', run: 2, exit_code: 130, exit_codes: {}, interrupted: true }), 'run 2 of j was interrupted: exit code 130');
+  });
+
+  test('what sync/run events must carry', () => {
+    assert.equal(parseEventLine('{"event": "rank-restarted", "rank": 0, "node": "algo-1"}'), undefined, 'no run');
+    assert.equal(parseEventLine('{"event": "run-output", "node": "algo-1", "rank": 0}'), undefined, 'no line');
+    assert.equal(parseEventLine('{"event": "run-ended", "job": "j", "run": 1, "exit_code": "0"}'), undefined);
+    assert.ok(parseEventLine('{"event": "run-output", "node": "algo-1", "line": "x"}'), 'rank may be absent: the launcher');
+  });
+
+  test('formatBytes', () => {
+    assert.equal(formatBytes(0), '0 B');
+    assert.equal(formatBytes(999), '999 B');
+    assert.equal(formatBytes(1000), '1.0 kB');
+    assert.equal(formatBytes(2_500_000), '2.5 MB');
+    assert.equal(formatBytes(3e9), '3.0 GB');
+  });
+
+  test('parseSynced: the one synced event of sync --json, after stray lines', () => {
+    const e = parseSynced('rsync: warning\n{"event": "synced", "v": 1, "job": "j", "source": "/ws", "files": 2, "bytes": 5, "seconds": 0.1, "nodes": []}\n');
+    assert.equal(e.files, 2);
+    assert.equal(e.job, 'j');
+    assert.throws(() => parseSynced('{"event": "run-started", "job": "j", "run": 1}'), /did not print a "synced" event/);
+    assert.throws(() => parseSynced('{"event": "synced", "job": "j"}'), /without its counts/);
+    assert.throws(() => parseSynced(''), /printed nothing/);
   });
 });
 

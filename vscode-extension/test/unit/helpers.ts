@@ -4,8 +4,15 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
+import * as vscode from 'vscode';
+
+import { AttachManager, AttachRequest } from '../../src/attach';
 import { Cli } from '../../src/cli';
+import { Commands } from '../../src/commands';
 import { JobInfo } from '../../src/events';
+import { JobsModel } from '../../src/model';
+import { RunManager } from '../../src/rerun';
+import { mock } from './vscode-mock';
 
 // bundled tests run from out/test/unit/; the fixture stays in the source tree
 export const FAKE_CLI = path.resolve(__dirname, '../../../test/unit/fixtures/fake-remote-debug.js');
@@ -26,9 +33,23 @@ export interface ScenarioStep {
   exit?: number;
   lines?: Array<{ line: string; after?: number }>;
   hold?: boolean;
+  onInterrupt?: string[];
 }
 
-export function fakeCli(scenario: Record<string, ScenarioStep>): { cli: Cli; invocations: () => Array<{ args: string[]; cwd: string }> } {
+export interface Invocation {
+  args: string[];
+  cwd: string;
+}
+
+/**
+ * The stand-in CLI for `scenario`; `invocations()`: every run's argv and cwd, in order; `events()`: the same with
+ * the interrupts in between (`signal: 'SIGINT'`: that run got Ctrl-C).
+ */
+export function fakeCli(scenario: Record<string, ScenarioStep>): {
+  cli: Cli;
+  invocations: () => Invocation[];
+  events: () => Array<Invocation & { signal?: string }>;
+} {
   fs.chmodSync(FAKE_CLI, 0o755); // in case a checkout lost the executable bit
   const dir = tempDir('rd-unit');
   const file = path.join(dir, 'scenario.json');
@@ -37,17 +58,15 @@ export function fakeCli(scenario: Record<string, ScenarioStep>): { cli: Cli; inv
   process.env.FAKE_RD_SCENARIO = file;
   process.env.FAKE_RD_LOG = log;
   const cli = new Cli(() => ({ cliPath: FAKE_CLI, pythonPath: '' }));
-  return {
-    cli,
-    invocations: () =>
-      fs.existsSync(log)
-        ? fs
-            .readFileSync(log, 'utf8')
-            .split('\n')
-            .filter(Boolean)
-            .map((l) => JSON.parse(l))
-        : [],
-  };
+  const events = (): Array<Invocation & { signal?: string }> =>
+    fs.existsSync(log)
+      ? fs
+          .readFileSync(log, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l))
+      : [];
+  return { cli, events, invocations: () => events().filter((e) => !e.signal) };
 }
 
 export function jobJson(overrides: Partial<JobInfo> = {}): JobInfo {
@@ -72,6 +91,8 @@ export function jobJson(overrides: Partial<JobInfo> = {}): JobInfo {
     machine: null,
     sagemaker: null,
     held_ranks: [],
+    kept_alive_seconds_left: null,
+    run: 0,
     ...overrides,
   };
 }
@@ -116,4 +137,48 @@ export async function until<T>(what: string, fn: () => T | undefined | false, ti
     }
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * The commands over a stand-in CLI (`jobs` lists `jobs`), a stand-in AttachManager that records what it is asked
+ * (`attached`: the jobs it says it is attached to), and a real RunManager.
+ */
+export function commandsHarness(scenario: Record<string, ScenarioStep>, jobs = [jobJson()], attached: string[] = []) {
+  const ws = tempDir('rd-ws');
+  const folder = mock.folder(ws) as unknown as vscode.WorkspaceFolder;
+  const { cli, invocations, events } = fakeCli({ jobs: { stdout: JSON.stringify(jobs) }, ...scenario });
+  const model = new JobsModel();
+  const requests: AttachRequest[] = [];
+  const detached: string[] = [];
+  const attacher = {
+    attach: async (r: AttachRequest) => {
+      requests.push(r);
+      attached.push(r.job);
+    },
+    detach: async (job: string) => void detached.push(job),
+    detachRank: async (job: string, rank: number) => void detached.push(`${job}#${rank}`),
+    activeJobs: () => [...attached],
+    isAttached: (job: string) => attached.includes(job),
+  } as unknown as AttachManager;
+  const log: string[] = [];
+  const output: string[] = [];
+  let outputShown = 0;
+  let commands: Commands | undefined = undefined;
+  const runs = new RunManager(
+    cli,
+    model,
+    attacher,
+    { appendLine: (l) => log.push(l) },
+    { appendLine: (l) => output.push(l), show: () => void outputShown++ },
+    () => commands!.refresh(),
+  );
+  commands = new Commands(cli, model, attacher, { appendLine: (l) => log.push(l), show: () => undefined }, memento() as unknown as vscode.Memento, runs);
+  commands.register();
+  const run = (name: string, ...args: unknown[]) => mock.commands.get(name)!(...args);
+  return { ws, folder, model, commands, runs, requests, detached, invocations, events, run, log, output, outputShown: () => outputShown };
+}
+
+function memento() {
+  const store = new Map<string, unknown>();
+  return { get: (k: string) => store.get(k), update: async (k: string, v: unknown) => void store.set(k, v), keys: () => [...store.keys()] };
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { expectedRanks, formatRanks, JobsModel, parseRanks } from '../../src/model';
+import { expectedRanks, formatRanks, isKeptAlive, JobsModel, parseRanks } from '../../src/model';
 import { jobJson } from './helpers';
 
 const states = (m: JobsModel, job = 'local-1') => m.allRanks(job).map((r) => `${r.rank}@${r.node}:${r.state}`);
@@ -180,6 +180,59 @@ describe('attach events and debug sessions', () => {
     m.attachStarted('local-1');
     m.setJobs([]);
     assert.ok(m.get('local-1'));
+  });
+});
+
+describe('keep-alive and re-runs', () => {
+  test('a re-run: run-started, rank-restarted, the old session ending, the new rank-ready and session', () => {
+    const m = new JobsModel();
+    m.setJobs([jobJson({ kept_alive_seconds_left: 120, run: 0 })]);
+    m.attachStarted('local-1');
+    m.applyEvent('local-1', { event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 4000, remote_port: 5000, state: 'waiting', ide: 'vscode', code_dir: '/c' });
+    m.setRankSession('local-1', 0, 'paused', 'breakpoint');
+    assert.equal(isKeptAlive(m.get('local-1')!), true);
+
+    m.setRerun('local-1', 'syncing');
+    assert.equal(m.get('local-1')?.rerun, 'syncing');
+    m.setRerun('local-1', 'running');
+    assert.equal(m.get('local-1')?.info.kept_alive_seconds_left, null, 'something runs: the nodes do not hold');
+    m.applyEvent('local-1', { event: 'run-started', v: 1, job: 'local-1', run: 1, nodes: ['algo-1'], command: ['python', 't.py'], master_port: null });
+    assert.equal(m.get('local-1')?.info.run, 1);
+
+    m.applyEvent('local-1', { event: 'rank-restarted', v: 1, rank: 0, node: 'algo-1', pid: 2, old_pid: 1, run: 1 });
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'restarting');
+    assert.equal(m.rankEntry('local-1', 0)?.detail, 'run 1');
+    m.setRankSession('local-1', 0, 'detached');
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'restarting', "the old process's session ending does not hide the restart");
+    m.setJobs([jobJson({ run: 1 })]);
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'restarting', 'a listing keeps it too');
+    m.applyEvent('local-1', { event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 4000, remote_port: 5000, state: 'waiting', ide: 'vscode', code_dir: '/c' });
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'waiting');
+    assert.equal(m.rankEntry('local-1', 0)?.detail, undefined);
+    m.setRankSession('local-1', 0, 'attaching');
+    m.setRankSession('local-1', 0, 'paused', 'breakpoint');
+    assert.equal(m.rankEntry('local-1', 0)?.state, 'paused');
+
+    m.setRerun('local-1', undefined);
+    assert.equal(m.get('local-1')?.rerun, undefined);
+    assert.equal(isKeptAlive(m.get('local-1')!), true, 'run 1: only kept-alive jobs are re-run');
+  });
+
+  test('a rank-restarted of a later run raises the run; a held job is kept alive, others are not', () => {
+    const m = new JobsModel();
+    m.setJobs([jobJson(), jobJson({ name: 'held', kept_alive_seconds_left: 30 }), jobJson({ name: 'done', status: 'Completed', run: 3 })]);
+    assert.equal(isKeptAlive(m.get('local-1')!), false);
+    assert.equal(isKeptAlive(m.get('held')!), true);
+    assert.equal(isKeptAlive(m.get('done')!), false, 'ended: nothing to keep');
+    m.applyEvent('local-1', { event: 'rank-restarted', v: 1, rank: 1, node: 'algo-1', pid: 2, old_pid: 1, run: 4 });
+    assert.equal(m.get('local-1')?.info.run, 4);
+    m.applyEvent('local-1', { event: 'rank-restarted', v: 1, rank: 0, node: 'algo-1', pid: 3, old_pid: 1, run: 3 });
+    assert.equal(m.get('local-1')?.info.run, 4, 'never lowered');
+    let changes = 0;
+    m.onDidChange(() => changes++);
+    m.setRerun('local-1', undefined);
+    m.setRerun('nope', 'running');
+    assert.equal(changes, 0, 'no change, no event');
   });
 });
 

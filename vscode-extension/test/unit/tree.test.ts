@@ -5,10 +5,19 @@ import { JobsModel } from '../../src/model';
 import { JobsTreeProvider, TreeNode } from '../../src/tree';
 import { jobJson } from './helpers';
 
-function render(provider: JobsTreeProvider, node?: TreeNode): Array<{ label: string; description?: string; context?: string; children: unknown[] }> {
+function render(
+  provider: JobsTreeProvider,
+  node?: TreeNode,
+): Array<{ label: string; description?: string; context?: string; tooltip?: string; children: unknown[] }> {
   return provider.getChildren(node).map((child) => {
     const item = provider.getTreeItem(child);
-    return { label: String(item.label), description: item.description as string | undefined, context: item.contextValue, children: render(provider, child) };
+    return {
+      label: String(item.label),
+      description: item.description as string | undefined,
+      context: item.contextValue,
+      tooltip: item.tooltip as string | undefined,
+      children: render(provider, child),
+    };
   });
 }
 
@@ -63,4 +72,53 @@ test('getParent walks back up', () => {
   assert.deepEqual(p.getParent({ kind: 'rank', job: 'j', node: 'algo-1', rank: 0 }), { kind: 'node', job: 'j', node: 'algo-1' });
   assert.deepEqual(p.getParent({ kind: 'node', job: 'j', node: 'algo-1' }), { kind: 'job', job: 'j' });
   assert.equal(p.getParent({ kind: 'job', job: 'j' }), undefined);
+});
+
+test('a kept-alive job: seconds left, its run, a re-run running; the menus that go with them', () => {
+  const m = new JobsModel();
+  const p = new JobsTreeProvider(m);
+  const job = () => render(p)[0];
+  m.setJobs([jobJson({ kept_alive_seconds_left: 87 })]);
+  assert.equal(job().description, 'InProgress · Training · kept alive, 87 s left · local');
+  assert.equal(job().context, 'job-running-keepalive');
+  assert.match(job().tooltip!, /kept alive, 87 s left: Sync and Re-run runs it again, Release ends it/);
+
+  // the CLI's secondary status may say it already: not twice
+  m.setJobs([jobJson({ kept_alive_seconds_left: 80, secondary_status: 'kept alive, 80 s left' })]);
+  assert.equal(job().description, 'InProgress · kept alive, 80 s left · local');
+  m.setRerun('local-1', 'running');
+  assert.equal(job().description, 'InProgress · Training · running · local', 'a re-run runs: the nodes do not hold');
+  m.setRerun('local-1', undefined);
+
+  m.setJobs([jobJson({ kept_alive_seconds_left: 60, run: 2 })]);
+  m.attachStarted('local-1');
+  assert.equal(job().description, 'InProgress · Training · kept alive, 60 s left · run 2 · attaching… · local');
+  assert.equal(job().context, 'job-running-attached-keepalive');
+
+  m.setRerun('local-1', 'syncing');
+  assert.equal(job().description, 'InProgress · Training · run 2 · syncing… · attaching… · local');
+  assert.equal(job().context, 'job-running-attached-keepalive-rerunning');
+  m.setRerun('local-1', 'running');
+  m.applyEvent('local-1', { event: 'run-started', v: 1, job: 'local-1', run: 3, nodes: ['algo-1'], command: [], master_port: null });
+  assert.equal(job().description, 'InProgress · Training · run 3 · running · attaching… · local');
+  assert.match(job().tooltip!, /run 3 \(a re-run of the training command\): running/);
+
+  m.applyEvent('local-1', { event: 'rank-restarted', v: 1, rank: 1, node: 'algo-1', pid: 2, old_pid: 1, run: 3 });
+  const ranks = (job().children[0] as { children: Array<{ label: string; description: string; context: string }> }).children;
+  assert.deepEqual([ranks[1].label, ranks[1].description, ranks[1].context], ['rank 1', 'restarting · run 3', 'rank-detached']);
+
+  m.setRerun('local-1', undefined);
+  m.attachEnded('local-1');
+  m.setJobs([jobJson({ run: 3, status: 'Completed', secondary_status: 'Completed', exit_code: 0 })]);
+  assert.equal(job().description, 'Completed · exit 0 · run 3 · local');
+  assert.equal(job().context, 'job-ended');
+});
+
+test('a job that is not kept alive shows none of it', () => {
+  const m = new JobsModel();
+  const p = new JobsTreeProvider(m);
+  m.setJobs([jobJson()]);
+  assert.equal(render(p)[0].description, 'InProgress · Training · local');
+  assert.equal(render(p)[0].context, 'job-running');
+  assert.doesNotMatch(render(p)[0].tooltip!, /kept alive|run \d/);
 });

@@ -145,6 +145,9 @@ export const mock = {
   terminals: [] as Array<{ name: string; sent: string[] }>,
   clipboard: '',
   findFiles: [] as Uri[],
+  /** Open text documents (workspace.textDocuments); `document()` adds one. */
+  textDocuments: [] as Array<{ uri: Uri; isDirty: boolean; isUntitled: boolean; save(): Promise<boolean> }>,
+  saved: [] as string[],
   reset(): void {
     this.calls = [];
     this.quickPicks = [];
@@ -164,6 +167,8 @@ export const mock = {
     this.terminals = [];
     this.clipboard = '';
     this.findFiles = [];
+    this.textDocuments = [];
+    this.saved = [];
     debugStart.dispose();
     debugEnd.dispose();
     configChange.dispose();
@@ -175,6 +180,24 @@ export const mock = {
     const f = { uri: Uri.file(path), name: path.split('/').pop() ?? path, index: 0 };
     this.workspaceFolders = [f];
     return f;
+  },
+  /** An open document; `save` answers what `saves` says (a read-only file: false). */
+  document(path: string, options: { dirty?: boolean; untitled?: boolean; saves?: boolean } = {}) {
+    const doc = {
+      uri: options.untitled ? Uri.parse(`untitled://${path}`) : Uri.file(path),
+      isDirty: options.dirty ?? true,
+      isUntitled: options.untitled ?? false,
+      save: async () => {
+        if (options.saves === false) {
+          return false;
+        }
+        doc.isDirty = false;
+        mock.saved.push(path);
+        return true;
+      },
+    };
+    this.textDocuments.push(doc);
+    return doc;
   },
   /** Simulate VS Code starting / ending a debug session for a configuration. */
   startSession(config: any): any {
@@ -265,6 +288,9 @@ export const window = {
 export const workspace = {
   get workspaceFolders() {
     return mock.workspaceFolders;
+  },
+  get textDocuments() {
+    return mock.textDocuments;
   },
   getConfiguration(section?: string) {
     const prefix = section ? `${section}.` : '';
