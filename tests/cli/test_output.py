@@ -47,6 +47,12 @@ SAMPLES: list[tuple[ev.Event, str]] = [
      "job ended: Failed, exit code 1 (rank 1 failed)"),
     (ev.Detached(job="j", reason=ev.DetachReason.INTERRUPTED, status=JobStatus.IN_PROGRESS),
      "detached (Ctrl-C): job j keeps running"),
+    (ev.RankRestarted(rank=2, node="algo-2", pid=70, old_pid=60, run=1),
+     "rank 2 on algo-2 restarted (run 1, pid 70): attaching to the new process"),
+    (ev.RunStarted(job="j", run=2, nodes=["algo-1", "algo-2"], command=["python", "-c", "print(1)"], master_port=4242),
+     "run 2 of job j: python -c 'print(1)' on algo-1, algo-2, rendezvous port 4242"),
+    (ev.RunEnded(job="j", run=2, exit_code=3, exit_codes={"algo-1": 3}),
+     "run 2 ended, exit code 3; the nodes stay up (remote-debug release j ends them)"),
 ]
 
 
