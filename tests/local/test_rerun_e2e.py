@@ -246,3 +246,17 @@ def test_pycharm_ranks_of_a_run_connect_to_the_ide_again(home: Path, project: Pa
         assert attach.error is None, attach.error
     finally:
         attach.attacher.connection.close()
+
+
+def test_the_hold_ends_on_its_own_with_the_training_commands_exit_code(home: Path, project: Path) -> None:
+    del home
+    train = project / "train.py"
+    train.write_text(train.read_text().replace('os.environ.get("EXIT_CODE", "0")', '"4"'))  # the command fails
+    job = launch_job("iterate-4", project, ["python", "train.py"], keep_alive=4, wait_seconds=0)
+    info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+                    60, "kept alive after the failed command")
+    assert info.status == JobStatus.IN_PROGRESS  # a failed command is held too
+    assert job.wait_status(("Completed", "Failed", "Stopped"), 30) == "Failed"
+    ended = job.backend.describe(job.name)
+    assert ended.exit_code == 4
+    assert "keep-alive over" in job.logs()
