@@ -9,7 +9,10 @@ background,
     python -m remote_debug.container --node-daemon --parent-pid <pid>
 
 which runs the same :class:`~remote_debug.container.node.NodeServices` as the hook (sshd, manifest,
-log lines) for as long as that process lives, then cleans up.  Ranks proceed as with the hook.
+log lines) for as long as that process lives, then cleans up.  Ranks proceed as with the hook.  What
+the daemon cannot do is hold the node after the training command (keep-alive): the process it follows
+is the container's entry, and the node ends with it; ``enable()`` refuses a keep-alive here, and a
+daemon that finds one in its spec says so in one log line.
 
 Exactly one daemon per node: the daemon takes an exclusive ``flock`` on ``node-daemon.lock`` in the
 node's manifest dir and exits at once if another holds it.  A flock rather than an O_EXCL file:
@@ -37,7 +40,7 @@ from typing import IO
 
 from remote_debug.container.common import quiet_thread
 from remote_debug.osutil import pid_alive
-from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_VERSION, NodeState
+from remote_debug.spec import ENV_CLAIMED_BY, ENV_HOOK_PID, ENV_KEEP_ALIVE, ENV_VERSION, NodeState
 
 DAEMON_FLAG = "--node-daemon"
 LOCK_NAME = "node-daemon.lock"
@@ -198,6 +201,10 @@ def run_daemon(parent_pid: int) -> int:
     lock = NodeLock(directory / LOCK_NAME)
     if not lock.acquire():
         return 0  # another process started the node's daemon first
+    if spec.keep_alive > 0:
+        # enable() refuses this (no entry to wrap); a hand-made environment must not fail silently either
+        log(f"keep-alive needs the entry wrapped by the hook; this node ends with its command "
+            f"({ENV_KEEP_ALIVE}={spec.keep_alive:g} ignored)")
     stop = threading.Event()
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:

@@ -22,7 +22,9 @@ to its managed instances need the account's advanced-instances tier: ``enable()`
 ``keep_alive=S`` keeps every node up S seconds after the training command ends (for ``remote-debug sync`` /
 ``run``; ``release`` / ``stop`` end it sooner).  On SageMaker that hold is billed and runs inside the job's
 ``MaxRuntimeInSeconds``: ``enable()`` says so once (a ``RemoteDebugWarning``), and refuses a keep-alive that
-does not fit in the job's maximum runtime.
+does not fit in the job's maximum runtime.  Only the hook that wraps the job's entry can hold a node, so a
+keep-alive needs a ``ContainerEntrypoint`` (a request that names one, an SDK v2 estimator with
+``container_entry_point``, a ModelTrainer with ``source_code``): without one it is refused.
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ from remote_debug.local.paths import StatePaths
 from remote_debug.sagemaker.common import EnableError, JobTransport, RemoteDebugWarning
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_runtime, check_supported, keep_alive_note, max_runtime
+from remote_debug.sagemaker.request import (
+    check_keep_alive_entry,
+    check_runtime,
+    check_supported,
+    has_entrypoint,
+    keep_alive_note,
+    max_runtime,
+)
 from remote_debug.spec import IDE, ContractError, DebugOptions, RankSelection, parse_choice, parse_ranks
 
 
@@ -77,10 +86,11 @@ def enable(
     it exits with the same failure (0: exit at once).  keep_alive: seconds every node stays up after the
     training command ends, success or failure, until ``remote-debug release JOB`` / ``stop JOB`` (0: the job
     ends with the command); billed, and inside ``MaxRuntimeInSeconds`` (SDK v2: ``max_run``; ModelTrainer:
-    ``StoppingCondition``), which must exceed it.  owner: the owner tag's value (default:
-    your ``aws:userid`` from STS).  key_dir: the remote-debug state dir holding per-job keys (default
-    ``~/.remote-debug``, or ``$REMOTE_DEBUG_HOME``).  Request dicts only: job_name (else the
-    request's ``TrainingJobName``), package_uri (an S3 prefix holding :func:`bundle_dir`, added as
+    ``StoppingCondition``), which must exceed it; it needs the entry wrapped by the hook (a ``ContainerEntrypoint``;
+    refused for an SDK v2 estimator without ``container_entry_point``, whose training toolkit is the entry).
+    owner: the owner tag's value (default: your ``aws:userid`` from STS).  key_dir: the remote-debug state dir
+    holding per-job keys (default ``~/.remote-debug``, or ``$REMOTE_DEBUG_HOME``).  Request dicts only: job_name
+    (else the request's ``TrainingJobName``), package_uri (an S3 prefix holding :func:`bundle_dir`, added as
     the ``remote-debug`` input channel; "hybrid" writes the job's ``ssm-activation.json`` there, so
     it must be this job's own prefix), boto_session (for STS when owner is not given; "hybrid": SSM
     and S3 in the job's region, and SageMaker clients created from it afterwards delete the
@@ -96,7 +106,9 @@ def enable(
     paths = StatePaths(Path(key_dir).expanduser().absolute()) if key_dir is not None else StatePaths.default()
     if isinstance(target, Mapping):
         check_supported(target)
-        check_runtime(target, options.keep_alive)  # both again on the final request: here, before STS is asked
+        # all three again on the final request: here, before STS is asked
+        check_keep_alive_entry(options.keep_alive, wrapped=has_entrypoint(target))
+        check_runtime(target, options.keep_alive)
         resolved_owner = resolve_owner(owner, boto_session)
         activations, session = None, None
         if route.hybrid:

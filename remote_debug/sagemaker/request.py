@@ -36,7 +36,9 @@ Refused with one line (:class:`EnableError`): network isolation and built-in / M
 algorithms (SageMaker offers no remote debugging there), images whose tag names a Python older than
 the hook's 3.10 (``...:1.13.1-gpu-py39-...``: the job would run, undebuggable), ``transport='direct'``
 without ``VpcConfig``, a keep-alive that does not fit in ``StoppingCondition.MaxRuntimeInSeconds``
-(SageMaker stops the job there, hold or not), bad names, values SageMaker would reject.
+(SageMaker stops the job there, hold or not), a keep-alive without a ``ContainerEntrypoint`` to wrap (only
+the hook can hold a node after its command: in env-hook mode the image's own entry - the SDK v2 training
+toolkit - is the container's process, and the node ends with it), bad names, values SageMaker would reject.
 Every refusal happens in :func:`draft_request`, before the job's client key is known (or made):
 the draft lacks only the key, which :meth:`DraftRequest.finish` puts in.
 """
@@ -184,12 +186,13 @@ def draft_request(
     except ContractError as exc:
         raise EnableError(str(exc)) from None
     check_supported(out)
+    algorithm = out.get("AlgorithmSpecification")
+    wrapped = has_entrypoint(out)
+    check_keep_alive_entry(options.keep_alive, wrapped=wrapped)
     check_runtime(out, options.keep_alive)
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(bool((out.get("VpcConfig") or {}).get("Subnets")))
 
-    algorithm = out.get("AlgorithmSpecification")
-    wrapped = isinstance(algorithm, Mapping) and bool(algorithm.get("ContainerEntrypoint"))
     user_environment = copy.deepcopy(dict(out.get("Environment") or {}))
     # every spec variable but the key, which is not made yet (its name is counted)
     out["Environment"] = _environment(
@@ -286,6 +289,32 @@ def check_python(python: tuple[int, int], source: str) -> None:
             f"{wanted} there: use an image with py{MIN_PYTHON[0]}{MIN_PYTHON[1]} or newer (SDK v2: a "
             f"framework_version that has py_version='py{MIN_PYTHON[0]}{MIN_PYTHON[1]}' or later)"
         )
+
+
+def has_entrypoint(request: Mapping[str, Any]) -> bool:
+    """Whether the request names its entry (``AlgorithmSpecification.ContainerEntrypoint``), which the hook
+    then wraps; without one the hook comes in through ``PYTHONPATH`` (env-hook mode, see the module doc)."""
+    algorithm = request.get("AlgorithmSpecification")
+    return isinstance(algorithm, Mapping) and bool(algorithm.get("ContainerEntrypoint"))
+
+
+REQUEST_WITHOUT_ENTRY = "the request has no AlgorithmSpecification.ContainerEntrypoint"
+
+
+def check_keep_alive_entry(keep_alive: float, *, wrapped: bool, why: str = REQUEST_WITHOUT_ENTRY) -> None:
+    """Refuse a keep-alive for a job whose entry the hook does not wrap (``wrapped`` False; ``why``: what the
+    caller lacks, in its own terms).  Only the hook, as the parent of the training command, can hold a node after
+    the command ends; in env-hook mode the image's own entry (the SDK v2 training toolkit) is the container's
+    process, the node daemon cannot outlive it, and the job would end with its command - keep-alive silently
+    ignored, ``remote-debug run`` with no node to run on."""
+    if not keep_alive or wrapped:
+        return
+    raise EnableError(
+        f"keep-alive {_seconds(keep_alive)} s needs the job's entry wrapped by remote-debug's hook, but {why}: the "
+        "image's own entry runs the training and each node ends with it; use a ContainerEntrypoint (an SDK v3 "
+        "ModelTrainer with source_code, a BYOC entrypoint such as SDK v2 Estimator(container_entry_point=[...]), or "
+        "templates/launchers/boto3_request.py), or drop the keep-alive"
+    )
 
 
 def max_runtime(request: Mapping[str, Any]) -> tuple[Any, bool]:

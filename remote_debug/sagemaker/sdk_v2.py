@@ -23,7 +23,9 @@ children's ``PYTHONPATH``): repeat it in ``environment=`` if the image needs it.
 
 Refused at ``enable()`` already where the estimator says so: network isolation, a ``py_version`` (or
 ``image_uri`` tag) older than Python 3.10, ``transport='direct'`` without ``subnets``, a keep-alive that does
-not fit in ``max_run`` (the request core checks the final request's ``MaxRuntimeInSeconds`` again).
+not fit in ``max_run`` (the request core checks the final request's ``MaxRuntimeInSeconds`` again), and any
+keep-alive without ``container_entry_point``: the toolkit's process is the container's entry, which the node
+daemon cannot outlive, so only an estimator whose entry the hook wraps can hold its nodes.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from remote_debug.sagemaker.common import EnableError, JobTransport, direct_need
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_image, check_keep_alive, check_py_version
+from remote_debug.sagemaker.request import check_image, check_keep_alive, check_keep_alive_entry, check_py_version
 from remote_debug.sagemaker.sdk import require_sdk
 from remote_debug.spec import DebugOptions, Transport
 
 WHAT = "enable() of a SageMaker SDK v2 estimator"
+NO_ENTRY = "the estimator has no container_entry_point (the training toolkit runs the image's default `train`)"
 
 
 def enable_estimator(
@@ -67,6 +70,8 @@ def enable_estimator(
     check_py_version(getattr(estimator, "py_version", None))
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(bool(getattr(estimator, "subnets", None)))
+    check_keep_alive_entry(options.keep_alive, wrapped=bool(getattr(estimator, "container_entry_point", None)),
+                           why=NO_ENTRY)
     check_keep_alive(options.keep_alive, max_runtime(estimator), setting="max_run")
 
     resolved_owner = resolve_owner(owner, session.boto_session)  # may fail: before changing anything

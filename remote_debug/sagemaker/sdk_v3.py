@@ -17,7 +17,8 @@ drivers through ``sm_train.sh``.  The core wraps that entry, so the hook (sshd, 
 forwarding, exit code) is the parent of ``sm_train.sh``; it can, because channels are in place
 when the container starts.  The ``PYTHONPATH`` sitecustomize then gives each rank its listener
 (basic script, torchrun and MPI drivers alike).  A trainer without ``source_code`` (the image's own
-entry) falls back to the sitecustomize starting the node's services, as with SDK v2.
+entry) falls back to the sitecustomize starting the node's services, as with SDK v2; it cannot keep its
+nodes alive (``keep_alive`` is refused there).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from remote_debug.sagemaker.common import EnableError, JobTransport, direct_need
 from remote_debug.sagemaker.intercept import PendingEnable, marked
 from remote_debug.sagemaker.keyed import enable_with_key
 from remote_debug.sagemaker.owner import resolve_owner
-from remote_debug.sagemaker.request import check_image, check_keep_alive
+from remote_debug.sagemaker.request import check_image, check_keep_alive, check_keep_alive_entry
 from remote_debug.sagemaker.sdk import require_sdk
 from remote_debug.spec import DebugOptions, Transport
 
 MAX_RUNTIME_SETTING = "stopping_condition.max_runtime_in_seconds"  # StoppingCondition(max_runtime_in_seconds=...)
+# without source_code ModelTrainer sends no ContainerEntrypoint: the image's own entry runs (env-hook mode)
+NO_ENTRY = "the trainer has no source_code (the image's own entry runs)"
 
 # (module prefix of the class, configs module, SDK major, minimum version)
 FLAVOURS = (
@@ -67,6 +70,7 @@ def enable_model_trainer(
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(networking is not None and bool(getattr(networking, "subnets", None)))
     # here for the line that called enable(); the request core checks the request train() sends again
+    check_keep_alive_entry(options.keep_alive, wrapped=getattr(trainer, "source_code", None) is not None, why=NO_ENTRY)
     check_keep_alive(options.keep_alive, max_runtime(trainer), setting=MAX_RUNTIME_SETTING)
 
     if not hasattr(trainer, "with_remote_debug_config"):

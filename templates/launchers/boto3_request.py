@@ -5,6 +5,12 @@
     python boto3_request.py ... --nodes 2 --procs-per-node 4 --instance-type ml.g5.12xlarge   # torchrun
     remote-debug attach <job name printed above>
 
+``--wait S`` (default 600): how long each rank waits for a debugger at start.  ``--keep-alive S`` (default 0):
+every node stays up S seconds after the training command ends, so that ``remote-debug sync`` / ``run`` can
+iterate on the same nodes, until ``remote-debug release <job>`` (or ``stop``); SageMaker bills that time, and it
+counts against the job's MaxRuntimeInSeconds (4 h here).  It works here because the request names its
+``ContainerEntrypoint``, which the hook wraps.
+
 The code (``code/``) and remote_debug's bundle (remote_debug + debugpy, see
 ``remote_debug.sagemaker.bundle``) go to S3 and become the ``code`` and ``remote_debug`` channels.
 ``remote_debug.enable(request, package_uri=...)`` returns a new request with the debug spec, native
@@ -49,7 +55,8 @@ def _request(job: str, role: str, image: str, code_uri: str, output_uri: str, in
 
 
 def single_node(
-    job: str, role: str, image: str, bucket: str, instance_type: str = "ml.g5.xlarge", session: Any = None
+    job: str, role: str, image: str, bucket: str, instance_type: str = "ml.g5.xlarge", session: Any = None,
+    wait: float = 600, keep_alive: float = 0,
 ) -> dict[str, Any]:
     request = _request(
         job, role, image, f"s3://{bucket}/{job}/code", f"s3://{bucket}/{job}/output", instance_type, 1,
@@ -57,13 +64,14 @@ def single_node(
     )
     # session: whose STS identity becomes the owner tag (default: the usual AWS profile/region).
     return dict(remote_debug.enable(
-        request, ide="vscode", wait=600, package_uri=f"s3://{bucket}/{job}/remote-debug", boto_session=session
+        request, ide="vscode", wait=wait, keep_alive=keep_alive, package_uri=f"s3://{bucket}/{job}/remote-debug",
+        boto_session=session,
     ))
 
 
 def torchrun_multi_node(
     job: str, role: str, image: str, bucket: str, nodes: int = 2, procs_per_node: int = 4,
-    instance_type: str = "ml.g5.12xlarge", session: Any = None,
+    instance_type: str = "ml.g5.12xlarge", session: Any = None, wait: float = 600, keep_alive: float = 0,
 ) -> dict[str, Any]:
     # Every node gets the same command; c10d rendezvous on algo-1 assigns the node ranks.
     entry = [
@@ -74,8 +82,8 @@ def torchrun_multi_node(
         job, role, image, f"s3://{bucket}/{job}/code", f"s3://{bucket}/{job}/output", instance_type, nodes, entry
     )
     return dict(remote_debug.enable(
-        request, ide="vscode", ranks="all", wait=600, package_uri=f"s3://{bucket}/{job}/remote-debug",
-        boto_session=session,
+        request, ide="vscode", ranks="all", wait=wait, keep_alive=keep_alive,
+        package_uri=f"s3://{bucket}/{job}/remote-debug", boto_session=session,
     ))
 
 
@@ -97,6 +105,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--procs-per-node", type=int, default=1)
     parser.add_argument("--instance-type", default=None)
+    parser.add_argument("--wait", type=float, default=600, metavar="SECONDS",
+                        help="how long each rank waits for a debugger at start (0: never)")
+    parser.add_argument("--keep-alive", type=float, default=0, metavar="SECONDS",
+                        help="every node stays up SECONDS after the training command ends, for remote-debug "
+                        "sync/run, until remote-debug release (billed; 0: the job ends with the command)")
     args = parser.parse_args(argv)
     # The region explicitly: boto3 here reads AWS_DEFAULT_REGION but not AWS_REGION.
     session = boto3.Session(region_name=args.region)
@@ -104,11 +117,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.nodes > 1:
         request = torchrun_multi_node(
             args.job, args.role, args.image, args.bucket, args.nodes, args.procs_per_node,
-            args.instance_type or "ml.g5.12xlarge", session,
+            args.instance_type or "ml.g5.12xlarge", session, wait=args.wait, keep_alive=args.keep_alive,
         )
     else:
         request = single_node(
-            args.job, args.role, args.image, args.bucket, args.instance_type or "ml.g5.xlarge", session
+            args.job, args.role, args.image, args.bucket, args.instance_type or "ml.g5.xlarge", session,
+            wait=args.wait, keep_alive=args.keep_alive,
         )
     session.client("sagemaker").create_training_job(**request)
     print(f"started {args.job}: remote-debug attach {args.job}")

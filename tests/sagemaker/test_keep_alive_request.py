@@ -3,7 +3,10 @@
 A kept-alive job's nodes stay up after the training command ends, inside the job's
 ``MaxRuntimeInSeconds`` and billed: ``enable()`` carries the seconds in the job's environment
 (``REMOTE_DEBUG_KEEP_ALIVE``, absent when 0), says once that the hold is billed, and refuses a keep-alive
-that does not fit in the maximum runtime - before any key pair (or anything else) is written.
+that does not fit in the maximum runtime - before any key pair (or anything else) is written.  Only the
+hook that wraps the job's entry can hold a node: a keep-alive for a job without a ``ContainerEntrypoint``
+(env-hook mode: the SDK v2 framework estimator, whose entry is AWS's training toolkit) is refused the
+same way, and the node daemon of such a job says in its log that it cannot hold.
 Requests are validated against botocore's service model, through moto where it helps; the SDK
 wrappers run in the SDK venvs (``drivers/capture_sdk.py``).
 """
@@ -25,8 +28,9 @@ import pytest
 import remote_debug
 from remote_debug import spec
 from remote_debug.local.errors import UserError
-from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT
+from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
 from remote_debug.sagemaker.common import EnableError, RemoteDebugWarning
+from remote_debug.sagemaker.request import draft_request, wrap_entrypoint
 from tests.cli.test_bad_input import assert_refused, run_cli, snapshot
 from tests.fake_aws import moto_cloud
 from tests.sagemaker.conftest import SdkRun
@@ -56,16 +60,37 @@ def refusal(keep_alive: str, whose: str, setting: str, largest: str) -> str:
 REQUEST_SETTING = "StoppingCondition.MaxRuntimeInSeconds"
 
 
+def unwrapped(keep_alive: str, why: str) -> str:
+    """A keep-alive for a job whose entry the hook does not wrap, exactly (``why``: what the caller lacks)."""
+    return (
+        f"keep-alive {keep_alive} s needs the job's entry wrapped by remote-debug's hook, but {why}: the image's own "
+        "entry runs the training and each node ends with it; use a ContainerEntrypoint (an SDK v3 ModelTrainer with "
+        "source_code, a BYOC entrypoint such as SDK v2 Estimator(container_entry_point=[...]), or "
+        "templates/launchers/boto3_request.py), or drop the keep-alive"
+    )
+
+
+NO_REQUEST_ENTRY = "the request has no AlgorithmSpecification.ContainerEntrypoint"
+NO_ESTIMATOR_ENTRY = (
+    "the estimator has no container_entry_point (the training toolkit runs the image's default `train`)"
+)
+NO_TRAINER_ENTRY = "the trainer has no source_code (the image's own entry runs)"
+
+
 _AS_IS = object()
 
 
-def _request(condition: Any = _AS_IS) -> dict[str, Any]:
-    """A copy of BASE (MaxRuntimeInSeconds 3600), with another StoppingCondition if given; None leaves it out."""
+def _request(condition: Any = _AS_IS, *, entry: bool = True) -> dict[str, Any]:
+    """A copy of BASE (MaxRuntimeInSeconds 3600), with another StoppingCondition if given; None leaves it out.
+    ``entry=False``: without BASE's ContainerEntrypoint (and its arguments): the image's own entry runs."""
     request = copy.deepcopy(BASE)
     if condition is None:
         del request["StoppingCondition"]
     elif condition is not _AS_IS:
         request["StoppingCondition"] = condition
+    if not entry:
+        del request["AlgorithmSpecification"]["ContainerEntrypoint"]
+        del request["AlgorithmSpecification"]["ContainerArguments"]
     return request
 
 
@@ -186,6 +211,64 @@ def test_a_keep_alive_that_does_not_fit_is_refused(
     assert not state.exists()  # no key pair, no bundle: nothing written
 
 
+NO_ENTRY_REFUSALS: list[tuple[str, dict[str, Any], Any, str]] = [
+    ("no-entrypoint", _request(entry=False), 600, unwrapped("600", NO_REQUEST_ENTRY)),
+    ("empty-entrypoint", {**BASE, "AlgorithmSpecification": {**BASE["AlgorithmSpecification"],
+                                                             "ContainerEntrypoint": []}},
+     "90.5", unwrapped("90.5", NO_REQUEST_ENTRY)),
+    # before the maximum runtime: a bigger MaxRuntimeInSeconds would not make it hold
+    ("no-entrypoint-over-max-runtime", _request(entry=False), 7200, unwrapped("7200", NO_REQUEST_ENTRY)),
+]
+
+
+@pytest.mark.parametrize(("request_dict", "keep_alive", "message"), [r[1:] for r in NO_ENTRY_REFUSALS],
+                         ids=[r[0] for r in NO_ENTRY_REFUSALS])
+def test_a_keep_alive_without_an_entry_to_wrap_is_refused(
+    state: Path, request_dict: dict[str, Any], keep_alive: Any, message: str
+) -> None:
+    """Env-hook mode (no ContainerEntrypoint: the image's own entry, e.g. AWS's training toolkit, is the container's
+    process): the node daemon cannot outlive it, so a keep-alive would be silently ignored - refused in one line
+    naming what works, before any key, warning or AWS call."""
+    class NoAws:
+        def client(self, service: str) -> Any:
+            raise AssertionError(f"asked {service} before refusing")
+
+    original = copy.deepcopy(request_dict)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(EnableError) as info:
+        warnings.simplefilter("always")
+        remote_debug.enable(request_dict, key_dir=state, keep_alive=keep_alive, boto_session=NoAws())
+    assert str(info.value) == message
+    assert "\n" not in message
+    assert isinstance(info.value, UserError)  # the CLI's one line and exit code 2
+    assert caught == []  # no billing note for a job that will not run
+    assert request_dict == original
+    assert not state.exists()  # no key pair, no bundle: nothing written
+
+
+def test_the_request_core_refuses_it_too(state: Path) -> None:
+    """The request core (what the SDK wrappers' request hooks run on the final request) refuses it by itself, before
+    the key: an SDK object that lost its entry after enable() cannot slip through."""
+    options = spec.DebugOptions(keep_alive=600)
+    with pytest.raises(EnableError) as info:
+        draft_request(_request(entry=False), options, owner="alice")
+    assert str(info.value) == unwrapped("600", NO_REQUEST_ENTRY)
+    wrapped = draft_request(BASE, options, owner="alice")  # with the entry: accepted, the entry wrapped
+    assert wrapped.env_hook is False
+    assert wrapped.request["AlgorithmSpecification"]["ContainerEntrypoint"][:2] == ["/bin/sh", "-c"]
+
+
+def test_no_entry_without_keep_alive_is_debuggable_as_before(state: Path) -> None:
+    """Env-hook mode itself stays: our sitecustomize on PYTHONPATH, the image's own entry, no keep-alive variable."""
+    out, caught = _enable(_request(entry=False), state, keep_alive=0)
+    validate("CreateTrainingJob", out)
+    assert "ContainerEntrypoint" not in out["AlgorithmSpecification"]
+    # ours first, then the request's own
+    assert out["Environment"]["PYTHONPATH"] == f"{inject_dir(CHANNEL_ROOT)}:/opt/ml/code/lib"
+    assert out["Environment"][spec.ENV_JOB] == "rd-raw-1"
+    assert spec.ENV_KEEP_ALIVE not in out["Environment"]
+    assert caught == []
+
+
 @pytest.mark.parametrize(("keep_alive", "needle"), [
     (-1, "keep-alive -1.0 s is out of range: use 0 (end with the command) up to a week"),
     (float("nan"), "keep-alive nan s is out of range"),
@@ -250,14 +333,21 @@ def _warnings(run: SdkRun, scenario: str) -> list[str]:
 
 
 def test_sdk_v2_estimator_keep_alive(sdk_runs: dict[str, SdkRun]) -> None:
+    """The framework estimator (no container_entry_point: the toolkit is the entry) is refused; an estimator that
+    names its entry, which the hook wraps, keeps its nodes alive."""
     v2 = sdk_runs["v2"]
-    result = v2.scenario("v2-keep-alive")
+    info = v2.scenario("v2-keep-alive")["info"]
+    assert info["toolkit"] == unwrapped("600", NO_ESTIMATOR_ENTRY)
+    assert info["toolkit-untouched"] == [[], None, {"USER_VAR": "kept"}]  # no bundle shipped, nothing changed
+    assert info["toolkit-new-keys"] == []
     [request] = v2.requests("v2-keep-alive")
-    assert request["TrainingJobName"] == result["info"]["job_name"]
+    assert request["TrainingJobName"] == info["job_name"] == "rd-byoc-keep-alive"
     assert_debuggable(request, v2.state_dir, package_root=CODE_ROOT, owner="alice", user_env={"USER_VAR": "kept"},
                       keep_alive="600")
+    entry = wrap_entrypoint(["python3", "/opt/program/train.py"], CODE_ROOT)
+    assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == entry
     assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200  # the estimator's max_run
-    assert _warnings(v2, "v2-keep-alive") == [note("600", "7200")]
+    assert _warnings(v2, "v2-keep-alive") == [note("600", "7200")]  # the accepted enable() only
 
 
 def test_sdk_v2_refuses_a_keep_alive_over_max_run(sdk_runs: dict[str, SdkRun]) -> None:
@@ -269,13 +359,14 @@ def test_sdk_v2_refuses_a_keep_alive_over_max_run(sdk_runs: dict[str, SdkRun]) -
     )
     for case in ("over-max-run", "over-default-max-run"):  # refused before the estimator was changed
         assert info[f"{case}-untouched"] == [[], None, {"USER_VAR": "kept"}], case
-    # max_run lowered after enable(): fit() refuses the final request, before its key pair is made
+    # max_run lowered, or the entry taken away, after enable(): fit() refuses the final request, before its key
     assert info["lowered-after-enable"] == refusal(
         "600", f"the job's {REQUEST_SETTING} (300 s)", REQUEST_SETTING, "keep alive at most 299 s"
     )
+    assert info["entry-dropped-after-enable"] == unwrapped("600", NO_REQUEST_ENTRY)
     assert info["new-keys"] == []
     assert v2.requests("v2-keep-alive-refusals") == []
-    assert _warnings(v2, "v2-keep-alive-refusals") == [note("600", "7200")]  # the enable() that was accepted
+    assert _warnings(v2, "v2-keep-alive-refusals") == [note("600", "7200")] * 2  # the enable()s that were accepted
 
 
 def test_sdk_v3_model_trainer_keep_alive(sdk_runs: dict[str, SdkRun]) -> None:
@@ -297,6 +388,9 @@ def test_sdk_v3_refuses_a_keep_alive_over_the_trainers_runtime(sdk_runs: dict[st
         "3600", f"the job's {setting} (3600 s)", setting, "keep alive at most 3599 s"
     )
     assert (info["channels"], info["environment"], info["new-keys"]) == ([], {"USER_VAR": "kept"}, [])
+    # no source_code: no ContainerEntrypoint for the hook to wrap
+    assert info["no-source-code"] == unwrapped("600", NO_TRAINER_ENTRY)
+    assert info["no-source-code-untouched"] == [[], {"USER_VAR": "kept"}]
     assert v3.requests("v3-keep-alive-refusals") == []
     assert _warnings(v3, "v3-keep-alive-refusals") == []
 
@@ -346,3 +440,52 @@ def test_enable_on_a_running_job_takes_no_keep_alive(home: Path) -> None:
     before = snapshot(home)
     assert_refused(["enable", "some-job", "--keep-alive", "600"], "--keep-alive")
     assert snapshot(home) == before
+
+
+# --- the node daemon (env-hook mode) -------------------------------------------------------------------------
+
+DAEMON = """
+import sys
+import remote_debug.container.node as node
+
+class NoServices:  # the daemon's loop and its log, without sshd
+    sshd = manifest = None
+    def __init__(self, spec): pass
+    def start(self): pass
+    def publish(self, **_): pass
+    def error(self, message): print(message, file=sys.stderr)
+    def finish(self, *_): pass
+
+node.NodeServices = NoServices
+from remote_debug.container.bootstrap import run_daemon
+sys.exit(run_daemon(int(sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("keep_alive", [600, 0])
+def test_the_node_daemon_says_it_cannot_keep_the_node_alive(tmp_path: Path, keep_alive: float) -> None:
+    """A hand-made job environment with a keep-alive but no hook (enable() refuses that): the node daemon, which
+    ends with the process it follows, says so in one line instead of ignoring it silently."""
+    from remote_debug.local.keys import ensure_job_key, job_secret
+    from remote_debug.local.paths import StatePaths
+
+    key_path, public_key = ensure_job_key(StatePaths(tmp_path / "state"), "daemon-job")
+    debug = spec.DebugSpec(job_name="daemon-job", client_public_key=public_key, job_secret=job_secret(key_path),
+                           transport=spec.Transport.SSM, options=spec.DebugOptions(keep_alive=keep_alive))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO),
+           "SM_CURRENT_HOST": "algo-2", **debug.to_env()}
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])  # the process it follows: over already
+    ended.wait()
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON)
+    proc = subprocess.run([sys.executable, str(script), str(ended.pid)], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "keep-alive" in line]
+    if keep_alive:
+        assert said == [
+            "[remote-debug] keep-alive needs the entry wrapped by the hook; this node ends with its command "
+            "(REMOTE_DEBUG_KEEP_ALIVE=600 ignored)"
+        ], proc.stderr
+    else:
+        assert said == [], proc.stderr

@@ -301,35 +301,75 @@ def _key_dirs() -> list[str]:
     return sorted(p.name for p in keys.iterdir()) if keys.is_dir() else []
 
 
+def _v2_byoc(**kwargs: Any) -> Any:
+    """A generic Estimator of one's own image with its entry given (container_entry_point): the entry the hook wraps."""
+    from sagemaker.estimator import Estimator
+
+    defaults: dict[str, Any] = {
+        "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest", "role": ROLE,
+        "instance_type": "ml.m5.xlarge", "instance_count": 2, "sagemaker_session": _v2_session(),
+        "container_entry_point": ["python3", "/opt/program/train.py"], "environment": {"USER_VAR": "kept"},
+    }
+    return Estimator(**{**defaults, **kwargs})
+
+
+def _untouched(estimator: Any) -> Any:
+    """What enable() changes on an estimator: nothing of it may have changed when enable() refused."""
+    return (estimator.dependencies, estimator._enable_remote_debug, estimator.environment)
+
+
 @scenario
 def v2_keep_alive(tmp: Path) -> dict[str, Any]:
-    return _v2_fit(_v2_pytorch(tmp, max_run=7200), owner="alice", keep_alive=600)
+    """Keep-alive needs the entry wrapped by the hook: a framework estimator's entry is the training toolkit
+    (no container_entry_point), so enable() refuses it there - estimator untouched, no bundle, no key - and an
+    estimator that names its entry (container_entry_point) gets it."""
+    import remote_debug
+    from remote_debug.local.errors import UserError
+
+    out: dict[str, Any] = {}
+    toolkit = _v2_pytorch(tmp, max_run=7200)
+    keys_before = _key_dirs()
+    try:
+        remote_debug.enable(toolkit, owner="alice", keep_alive=600)
+        out["toolkit"] = None
+    except UserError as exc:
+        out["toolkit"] = str(exc)
+    out["toolkit-untouched"] = _untouched(toolkit)
+    out["toolkit-new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
+    byoc = remote_debug.enable(_v2_byoc(max_run=7200), owner="alice", keep_alive=600)
+    byoc.fit(wait=False, logs=False, job_name="rd-byoc-keep-alive")
+    out["job_name"] = byoc.latest_training_job.name
+    return out
 
 
 @scenario
 def v2_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
-    """A keep-alive that does not fit in max_run: refused at enable(), the estimator untouched; and one that
-    stops fitting once max_run is lowered after enable(): refused by fit(), before any key is made."""
+    """A keep-alive that does not fit in max_run: refused at enable(), the estimator untouched; and, after an
+    enable() that accepted it, fit() refuses what no longer fits - max_run lowered below it, or the entry the hook
+    was to wrap taken away - before any key is made."""
     import remote_debug
     from remote_debug.local.errors import UserError
 
     out: dict[str, Any] = {}
     for name, max_run, keep_alive in (("over-max-run", 3600, 3600), ("over-default-max-run", None, 90000)):
-        estimator = _v2_pytorch(tmp, **({} if max_run is None else {"max_run": max_run}))
+        estimator = _v2_byoc(**({} if max_run is None else {"max_run": max_run}))
         try:
             remote_debug.enable(estimator, owner="alice", keep_alive=keep_alive)
             out[name] = None
         except UserError as exc:
             out[name] = str(exc)
-        out[f"{name}-untouched"] = (estimator.dependencies, estimator._enable_remote_debug, estimator.environment)
-    estimator = remote_debug.enable(_v2_pytorch(tmp, max_run=7200), owner="alice", keep_alive=600)
-    estimator.max_run = 300
+        out[f"{name}-untouched"] = _untouched(estimator)
     keys_before = _key_dirs()
-    try:
-        estimator.fit(wait=False, logs=False, job_name="rd-lowered-max-run")
-        out["lowered-after-enable"] = None
-    except UserError as exc:
-        out["lowered-after-enable"] = str(exc)
+    for name, change in (("lowered-after-enable", {"max_run": 300}),
+                         ("entry-dropped-after-enable", {"container_entry_point": None})):
+        estimator = remote_debug.enable(_v2_byoc(max_run=7200), owner="alice", keep_alive=600)
+        for attribute, value in change.items():
+            setattr(estimator, attribute, value)
+        try:
+            estimator.fit(wait=False, logs=False, job_name=f"rd-{name}")
+            out[name] = None
+        except UserError as exc:
+            out[name] = str(exc)
     out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     return out
 
@@ -476,7 +516,10 @@ def v3_keep_alive(tmp: Path) -> dict[str, Any]:
 
 @scenario
 def v3_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
-    """ModelTrainer's default max runtime (3600 s) cannot hold a keep-alive of 3600 s: refused, trainer untouched."""
+    """ModelTrainer's default max runtime (3600 s) cannot hold a keep-alive of 3600 s, and a trainer without
+    source_code has no entry for the hook to wrap: both refused at enable(), the trainer untouched, no key made."""
+    from sagemaker.train.configs import StoppingCondition
+
     import remote_debug
     from remote_debug.local.errors import UserError
 
@@ -490,6 +533,14 @@ def v3_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
         out["over-default-max-runtime"] = str(exc)
     out["channels"] = [c.channel_name for c in trainer.input_data_config or []]
     out["environment"] = trainer.environment
+    # no source_code: ModelTrainer sends no ContainerEntrypoint, the image's own entry runs - nothing to wrap
+    imaged = _v3_trainer(tmp, source_code=None, stopping_condition=StoppingCondition(max_runtime_in_seconds=7200))
+    try:
+        remote_debug.enable(imaged, owner="alice", keep_alive=600)
+        out["no-source-code"] = None
+    except UserError as exc:
+        out["no-source-code"] = str(exc)
+    out["no-source-code-untouched"] = ([c.channel_name for c in imaged.input_data_config or []], imaged.environment)
     out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     return out
 
