@@ -83,6 +83,9 @@ export function childEnv() {
   e.XDG_CONFIG_HOME = path.join(state.home, '.config');
   e.XDG_DATA_HOME = path.join(state.home, '.local', 'share');
   e.XDG_CACHE_HOME = path.join(state.home, '.cache');
+  // code-server's sockets (vscode-ipc-*, vscode-git-*) and torchrun's temp dirs go under the test's root,
+  // which is removed at the end: nothing is left in the machine's /tmp
+  e.TMPDIR = path.join(state.root, 'tmp');
   e.PATH = `${env.nodeBin}:${path.dirname(env.python)}:${e.PATH}`;
   return e;
 }
@@ -515,6 +518,7 @@ export function useHarness(name) {
     state.workspace = path.join(state.root, 'workspace');
     fs.mkdirSync(state.home, { recursive: true, mode: 0o700 });
     fs.mkdirSync(state.workspace, { recursive: true });
+    fs.mkdirSync(path.join(state.root, 'tmp'), { recursive: true, mode: 0o700 });
     say(`root ${state.root}`);
   });
 
