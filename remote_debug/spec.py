@@ -202,6 +202,9 @@ class ControlOp(StrEnum):
     # leave the wait window now and run on (attach did not select this rank); the reply's "detail" says
     # whether it was waiting.  A rank of an older hook refuses it ("unknown op"), which changes nothing.
     RUN_ON = "run-on"
+    # a PyCharm rank: connect out to the IDE through your node port now (the laptop has set up the reverse
+    # forward), from a background thread; the reply's "status" is "connecting" or "attached" at once
+    CONNECT = "connect"
 
 
 Choice = TypeVar("Choice", bound=StrEnum)

@@ -14,7 +14,9 @@ debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spe
   ours) only with ``"all_threads": true``.  A rank held for a post-mortem (``hold``) reports the
   exception's traceback for the held thread, and the exception line;
 * ``{"op": "run-on"}`` -> ``{"ok": true, "detail": ...}``: leave the wait window now (attach chose
-  other ranks), see ``rank._wait_for_client``.
+  other ranks), see ``rank._wait_for_client``;
+* ``{"op": "connect"}`` -> ``{"ok": true, "status": "connecting"|"attached", "detail": ...}``: a PyCharm
+  rank connects out to the IDE now, from a background thread (``pycharm_rank``), and is made pause-safe.
 
 Every request carries ``"auth"``: the job's control token (``job_secret.control_token``), which only
 a process that can read the job's environment (the laptop derives it from the job's key) can know.
@@ -156,10 +158,15 @@ class ControlServer:
     """
 
     def __init__(
-        self, on_listen: Callable[[], int], env: Mapping[str, str], on_run_on: Callable[[], str] | None = None
+        self,
+        on_listen: Callable[[], int],
+        env: Mapping[str, str],
+        on_run_on: Callable[[], str] | None = None,
+        on_connect: Callable[[], str] | None = None,
     ) -> None:
         self.on_listen = on_listen
         self.on_run_on = on_run_on  # None: this rank never waits for a debugger
+        self.on_connect = on_connect  # None: not a PyCharm rank
         self.pg_timeout = pg_timeout_seconds(env)
         self._secret = env.get(ENV_JOB_SECRET, "").strip()
         self._check_uid = peer_uid.supported()
@@ -337,6 +344,10 @@ class ControlServer:
             return {"ok": True, "pid": os.getpid(), "threads": threads}
         if op == ControlOp.RUN_ON:
             return {"ok": True, "detail": self.on_run_on() if self.on_run_on is not None else "not waiting"}
+        if op == ControlOp.CONNECT:
+            if self.on_connect is None:
+                return {"ok": False, "error": "this rank does not connect out to an IDE (it is not a PyCharm rank)"}
+            return {"ok": True, "status": self.on_connect(), "detail": self._pause_safe()}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     def _pause_safe(self) -> str:

@@ -5,11 +5,12 @@ writes the rank document's ``state`` ("failed"), ``error`` (one line) and ``trac
 ``attach`` can report the crash with its traceback, then lets Python's own hook print it as before.
 
 With a hold (``REMOTE_DEBUG_HOLD_ON_FAILURE=SECONDS``, ``launch --hold-on-failure``) a debugged rank
-does not exit at once: it reports ``state="held"``, makes sure its debug listener runs (a lazy rank
-starts debugpy now), and waits up to SECONDS for a debugger.  When one is attached, debugpy stops the
-main thread *at the exception* - the frames of the traceback, their locals readable - exactly as a
-stop on an uncaught exception looks in the IDE.  When the debugger continues or detaches (or nobody
-came within SECONDS) the rank exits as it would have without the hold: the traceback was printed
+does not exit at once: it reports ``state="held"``, makes sure its debugger can be reached (a lazy
+debugpy rank starts its listener now; a PyCharm rank tries to connect out to the IDE), and waits up to
+SECONDS for a debugger.  When one is attached, the debugger stops the main thread *at the exception* -
+the frames of the traceback, their locals readable - exactly as a stop on an uncaught exception looks
+in the IDE.  The two debuggers differ only behind :class:`PostMortem`.  When the debugger continues or
+detaches (or nobody came within SECONDS) the rank exits as it would have without the hold: the traceback was printed
 before the hold, and returning from the excepthook gives Python's exit code 1.
 
 Why in the excepthook: it runs after the exception has left the main module but before the
@@ -52,6 +53,22 @@ class Reporter(Protocol):
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
 
+class PostMortem(Protocol):
+    """A rank's debugger, as the hold needs it (debugpy's in ``rank``, PyCharm's in ``pycharm_rank``)."""
+
+    def start(self) -> str:
+        """Make the debugger reachable now; where it is, for the log ("port 40123")."""
+        ...
+
+    def attached(self) -> bool:
+        """Whether an IDE is attached and ready to show a stop."""
+        ...
+
+    def stop_at(self, excinfo: ExcInfo) -> None:
+        """Stop the calling thread at the exception; returns when the IDE resumes or goes away."""
+        ...
+
+
 class Held:
     """The exception a rank is held at, while it is: ``stacks`` shows its traceback for the holding
     thread (whose own frames are only this excepthook's)."""
@@ -85,12 +102,12 @@ class FailureHook:
         rank: int,
         *,
         hold_seconds: float = 0.0,
-        start_listener: Callable[[], int] | None = None,
+        debugger: PostMortem | None = None,
     ) -> None:
         self.reporter = reporter
         self.rank = rank
         self.hold_seconds = hold_seconds
-        self.start_listener = start_listener  # None: no debugger in this rank, nothing to hold for
+        self.debugger = debugger  # None: no debugger in this rank, nothing to hold for
         self.previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any] = sys.excepthook
 
     def install(self) -> None:
@@ -106,7 +123,7 @@ class FailureHook:
     def __call__(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         hold = (
             self.hold_seconds > 0
-            and self.start_listener is not None
+            and self.debugger is not None
             and not issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C: the user wants it gone
         )
         seen = hold and reported_by_pydevd(exc)
@@ -139,23 +156,27 @@ class FailureHook:
             with contextlib.suppress(Exception):
                 self.reporter.update(state=RankState.FAILED)
 
+    def reinstall(self) -> None:
+        """Be ``sys.excepthook`` again: pydevd-pycharm puts its own there when it connects."""
+        if sys.excepthook is not self:
+            sys.excepthook = self
+
     def _hold(self, excinfo: ExcInfo, deadline: float) -> None:
-        assert self.start_listener is not None
-        port = self.start_listener()
+        debugger = self.debugger
+        assert debugger is not None
+        where = debugger.start()
         self.reporter.update(state=RankState.HELD)  # starting a lazy listener reported it "listening"
         log(
             f"rank {self.rank} failed with {describe(excinfo[1])}: held up to {self.hold_seconds:g} s for a "
-            f"post-mortem debugger (port {port}); it exits when the debugger continues or detaches"
+            f"post-mortem debugger ({where}); it exits when the debugger continues or detaches"
         )
-        import debugpy
-
-        while not debugpy.is_client_connected():
+        while not debugger.attached():
             if time.monotonic() > deadline:
                 log(f"rank {self.rank}: no debugger within {self.hold_seconds:g} s; exiting with the failure")
                 return
             time.sleep(POLL_SECONDS)
         log(f"rank {self.rank}: debugger attached; stopped at the exception")
-        stop_at_exception(excinfo)
+        debugger.stop_at(excinfo)
         log(f"rank {self.rank}: debugger resumed the failed rank; exiting with the failure")
 
 
@@ -173,7 +194,13 @@ def track_unhandled_stops() -> None:
     py_db = pydevd.get_global_debugger() if pydevd is not None else None
     if py_db is None or getattr(py_db, "_remote_debug_tracked", False):
         return
-    original = py_db.do_stop_on_unhandled_exception
+    # debugpy's pydevd names it do_stop_on_unhandled_exception, pydevd-pycharm stop_on_unhandled_exception
+    method = next(
+        (m for m in ("do_stop_on_unhandled_exception", "stop_on_unhandled_exception") if hasattr(py_db, m)), None
+    )
+    if method is None:
+        return
+    original = getattr(py_db, method)
 
     def do_stop_on_unhandled_exception(thread: Any, frame: Any, frames_byid: Any, arg: Any) -> Any:
         # only the main thread's exceptions reach sys.excepthook (the hold); keeping another thread's
@@ -184,7 +211,7 @@ def track_unhandled_stops() -> None:
         return original(thread, frame, frames_byid, arg)
 
     # an instance attribute: pydevd's tracers (Python and Cython) call it through the instance
-    py_db.do_stop_on_unhandled_exception = do_stop_on_unhandled_exception
+    setattr(py_db, method, do_stop_on_unhandled_exception)
     py_db._remote_debug_tracked = True
 
 

@@ -1,23 +1,23 @@
-"""A rank debugged from PyCharm: connect OUT to PyCharm's debug server, and never hang the job.
+"""A rank debugged from PyCharm: connect OUT to PyCharm's debug server when asked, and never hang the job.
 
-With debugpy a rank listens and the IDE connects in; PyCharm's "Python Debug Server" is the other
-way round: the rank calls ``pydevd_pycharm.settrace(host, port)`` and connects to the IDE.  The
-rank connects to a port on its node's loopback (published in its rank document), which the
-laptop's SSH connection reverse-forwards to the port PyCharm listens on.
+PyCharm's "Python Debug Server" waits for ranks to connect to it (``pydevd_pycharm.settrace``); the
+rank reaches it through its node port, which the laptop reverse-forwards (``pycharm_link``).
 
-The hazard (measured): with the reverse tunnel up but nothing listening in the IDE, ``settrace``
-blocks forever - sshd accepts the connection, the far end closes it, and pydevd spins waiting for
-the IDE's "run" command that never comes.  So nothing here calls ``settrace`` on an unproven path:
+Like a debugpy rank, a PyCharm rank costs nothing until a debugger is wanted: it starts *idle*
+(pydevd not even imported) with a control channel.  Then:
 
-1. connect to the node port ourselves, retrying within the spec's wait window (the laptop may set
-   the tunnel up, and the user start PyCharm's debug server, while the rank waits);
-2. prove the far end is a live pydevd server: our laptop forwarder writes a hello line first
-   (``pycharm_spec.Hello``: IDE reachable?  project root?  build?), then the IDE's own first
-   command arrives (PyCharm's handshake sends CMD_VERSION as soon as it accepts).  EOF, a
-   "not ok" hello, or silence until the deadline mean: no debugger, run on;
-3. only then call ``settrace`` - on that very socket (handed to pydevd in place of its own
-   connect, so the IDE sees one connection per rank, never a probe), with a watchdog that
-   releases ``settrace``'s wait for the IDE's "run" if the connection dies or the deadline passes.
+* ``attach --ide pycharm`` sets up the reverse forward and asks through the control channel
+  (``connect``): the rank connects from a background thread - the main thread may be busy or
+  blocked in a collective - and pydevd traces every thread (:class:`PyCharmDebugger`);
+* with ``--wait S`` the rank instead tries during its first S seconds, before the script runs on,
+  so breakpoints on the first lines stop too;
+* when PyCharm goes away (Stop, an IDE restart, the tunnel dropped) pydevd disposes itself; the rank
+  then removes the tracer from every thread (``trace_switch``: the idle cost again) and is idle,
+  ready to be asked again - the attach asks when the IDE's port is back;
+* with ``--hold-on-failure`` a crashed rank connects and PyCharm stops at the exception (``hold``).
+
+Every wait is bounded: the path is proven before ``settrace`` (``pycharm_link``), and a watchdog
+releases ``settrace``'s wait for the IDE's "run" if the connection dies or the deadline passes.
 
 This module never imports debugpy: both ship a ``_pydevd_bundle`` and cannot share a process.
 """
@@ -30,13 +30,12 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -44,139 +43,18 @@ from typing import Any
 from remote_debug.container import node_env
 from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
+from remote_debug.container.hold import ExcInfo, FailureHook, track_unhandled_stops
 from remote_debug.container.log import describe, log
+from remote_debug.container.pycharm_link import Connection, connect_within, node_port
 from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
-from remote_debug.pycharm_spec import HELLO_MAX_BYTES, HELLO_PREFIX, PYDEVD_DIST, Hello, satisfies
-from remote_debug.spec import LOOPBACK, ContractError, DebugSpec, RankEndpoint, RankState, check_port
+from remote_debug.container.trace_switch import TraceSwitch, uses_sys_monitoring
+from remote_debug.pycharm_spec import PYDEVD_DIST, satisfies
+from remote_debug.spec import LOOPBACK, ContractError, DebugSpec, RankEndpoint, RankState
 
 ENV_PATH_MAPPINGS = "PATHS_FROM_ECLIPSE_TO_PYTHON"  # read by pydevd_file_utils when it is imported
-RETRY_REFUSED = 0.5  # no tunnel on the node port yet: cheap to retry (a refused connect on loopback)
-RETRY_NO_IDE = 1.0  # tunnel up, IDE not answering: each try costs an SSH channel and a laptop connect
-HANDSHAKE_GRACE = 3.0  # a connection made just before the window closes still gets this long to answer
-RUN_GRACE = 15.0  # likewise for the IDE's breakpoints + "run" after a proven handshake
+RUN_GRACE = 15.0  # a proven handshake gets this long for the IDE's breakpoints + "run"
 WATCH_SECONDS = 0.5
-# The IDE's first bytes on a pydevd connection: a command id and a tab ("501\t1\t1.1\tUNIX\tID").
-_PYDEVD_LINE = re.compile(rb"^\d{3}\t")
-
-
-@dataclass
-class Connection:
-    sock: socket.socket
-    hello: Hello | None  # None: the far end is a plain `ssh -R`, not our forwarder
-
-
-class NoDebugger(Exception):
-    """This attempt found no debugger behind the node port (the message says why, one line)."""
-
-
-def node_port(spec: DebugSpec, identity: RankIdentity) -> int:
-    """The node-loopback port this rank connects to: ``port_base + local_rank``, or a free port.
-
-    A free port is only free when we look; the laptop asks the node's sshd to listen on it a
-    moment later.  Losing that race shows up on the laptop as a failed forward for this rank.
-    """
-    if spec.port_base:
-        return check_port(spec.port_base + identity.local_rank, f"PyCharm port for local rank {identity.local_rank}")
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-# --- proving the path ----------------------------------------------------------------------------
-
-
-def _recv_peek(sock: socket.socket, deadline: float, enough: int) -> bytes:
-    """Peek (without consuming) until ``enough`` bytes or a newline are buffered, EOF, or deadline."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        sock.settimeout(remaining)
-        data = sock.recv(HELLO_MAX_BYTES, socket.MSG_PEEK)
-        if not data or len(data) >= enough or b"\n" in data:
-            return data
-        time.sleep(0.01)  # a partial line is buffered: MSG_PEEK would return at once, so pace the loop
-
-
-def _read_exact(sock: socket.socket, count: int) -> bytes:
-    out = b""
-    while len(out) < count:
-        chunk = sock.recv(count - len(out))
-        if not chunk:
-            raise NoDebugger("the tunnel closed during the hello")
-        out += chunk
-    return out
-
-
-def _await_ide(sock: socket.socket, deadline: float) -> Hello | None:
-    """Consume our forwarder's hello (if any) and wait for the IDE's first command (left unread)."""
-    try:
-        data = _recv_peek(sock, deadline, len(HELLO_PREFIX))
-    except TimeoutError:
-        raise NoDebugger("connected, but nothing answered through the tunnel in time") from None
-    if not data:
-        raise NoDebugger("the tunnel is up but nothing answered on the laptop (is PyCharm's debug server running?)")
-    hello: Hello | None = None
-    if data.startswith(HELLO_PREFIX):
-        try:  # the rest of the line may still be on its way
-            data = _recv_peek(sock, deadline, HELLO_MAX_BYTES)
-        except TimeoutError:
-            raise NoDebugger("the laptop's hello did not arrive in time") from None
-        end = data.find(b"\n")
-        if end < 0:
-            raise NoDebugger("malformed hello from the laptop")
-        try:
-            hello = Hello.decode(_read_exact(sock, end + 1))
-        except ContractError as exc:
-            raise NoDebugger(str(exc)) from None
-        if not hello.ok:
-            raise NoDebugger(hello.error or "the laptop reports no debugger")
-        try:
-            data = _recv_peek(sock, deadline, 4)
-        except TimeoutError:
-            raise NoDebugger("the IDE accepted the connection but did not start the pydevd handshake") from None
-        if not data:
-            raise NoDebugger("the IDE closed the connection right away")
-    if not _PYDEVD_LINE.match(data):
-        raise NoDebugger("the far end of the tunnel does not speak pydevd's protocol")
-    return hello
-
-
-def connect(port: int, deadline: float) -> Connection:
-    """One attempt: a connection whose far end is proven to be a pydevd debug server."""
-    remaining = deadline - time.monotonic()
-    try:
-        sock = socket.create_connection((LOOPBACK, port), timeout=max(0.5, min(5.0, remaining)))
-    except ConnectionRefusedError:
-        raise NoDebugger(f"no tunnel on localhost:{port} (run 'remote-debug attach JOB --ide pycharm')") from None
-    except OSError as exc:
-        raise NoDebugger(f"cannot connect to localhost:{port}: {describe(exc)}") from None
-    try:
-        # pydevd sends one small message per event: without this each waits for the previous ACK.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        hello = _await_ide(sock, max(deadline, time.monotonic() + HANDSHAKE_GRACE))
-    except OSError as exc:  # reset while waiting: the same as EOF
-        sock.close()
-        raise NoDebugger(f"the tunnel failed: {describe(exc)}") from None
-    except BaseException:
-        sock.close()
-        raise
-    sock.settimeout(None)  # pydevd's reader blocks on recv
-    return Connection(sock, hello)
-
-
-def connect_within(port: int, deadline: float) -> tuple[Connection | None, str]:
-    """Try until ``deadline`` (at least once); returns the connection or the last reason for none."""
-    while True:
-        try:
-            return connect(port, deadline), ""
-        except NoDebugger as exc:
-            reason = str(exc)
-        pause = RETRY_REFUSED if reason.startswith("no tunnel") else RETRY_NO_IDE
-        if time.monotonic() + pause >= deadline:
-            return None, reason
-        time.sleep(pause)
+ASK_WINDOW = 15.0  # a "connect" request: how long the rank tries (the IDE may still be starting)
 
 
 # --- settrace ------------------------------------------------------------------------------------
@@ -302,16 +180,6 @@ def settrace(conn: Connection, port: int, deadline: float) -> tuple[bool, str]:
     return True, ""
 
 
-def _watch_session(reporter: RankReporter) -> None:
-    """Once PyCharm goes away (pydevd disposes itself and lets paused threads run), say so."""
-    db = _global_debugger()
-    while reporter.state not in FINAL_STATES:
-        if db is None or getattr(db, "pydb_disposed", False) or _global_debugger() is not db:
-            reporter.update(state=RankState.RUNNING, unless=FINAL_STATES)
-            return
-        time.sleep(WATCH_SECONDS)
-
-
 def installed_pydevd() -> str | None:
     try:
         return importlib.metadata.version(PYDEVD_DIST)
@@ -334,7 +202,7 @@ def _connects_out() -> int:
 def activate(
     spec: DebugSpec, identity: RankIdentity, directory: Path, endpoint: RankEndpoint, env: Mapping[str, str]
 ) -> RankReporter:
-    """Connect this rank to PyCharm within the wait window, or report why not and run on."""
+    """Publish this rank idle (or waiting, with ``--wait``), reachable through its control channel."""
     rank = identity.rank
     problem = _conflict()
     if problem:
@@ -346,51 +214,240 @@ def activate(
         log(f"rank {rank}: not debugging with PyCharm: {describe(exc)}")
         return RankReporter(directory, replace(endpoint, error=describe(exc)))
 
+    debugger = PyCharmDebugger(rank, port, env)
+    waiting = spec.wait_seconds > 0
     try:
-        # no "listen" here (the rank connects out), but attach's pause-safe and `stacks` reach it
-        endpoint = replace(endpoint, control_port=ControlServer(_connects_out, env).port)
-    except Exception as exc:
+        control = ControlServer(_connects_out, env, on_run_on=debugger.run_on, on_connect=debugger.request)
+        endpoint = replace(endpoint, control_port=control.port)
+    except Exception as exc:  # nobody can ask: only the wait window can connect this rank
         log(f"rank {rank}: control channel not started: {describe(exc)}")
-    started = time.monotonic()
-    deadline = started + spec.wait_seconds
     # Published before the first try: the laptop reads the port here to set up the reverse forward.
-    reporter = RankReporter(directory, replace(endpoint, port=port, state=RankState.WAITING))
-    install_exit_reporting(reporter)
-    conn, reason = connect_within(port, deadline)
-    if conn is None:
-        log(
-            f"rank {rank}: no PyCharm debugger within {spec.wait_seconds:g} s ({reason}); "
-            "training runs on without the debugger"
-        )
-        reporter.update(state=RankState.RUNNING, error=reason)
-        return reporter
-
-    hello = conn.hello
-    # pydevd names frames by their real path: map the real code dir, or symlinked dirs never match.
-    code_dir = os.path.realpath(node_env.code_dir(env))
-    mappings = merged_path_mappings(os.environ.get(ENV_PATH_MAPPINGS), hello.ide_root if hello else "", code_dir)
-    if mappings is not None:
-        os.environ[ENV_PATH_MAPPINGS] = mappings
-    if hello and hello.build:
-        have = installed_pydevd()
-        if have and not _safe_satisfies(have, hello.build):
-            log(
-                f"rank {rank}: pydevd-pycharm {have} does not match PyCharm build {hello.build}; "
-                f"install 'pydevd-pycharm~={hello.build}' in the job (debugging may misbehave)"
-            )
-    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    try:
-        attached, why = settrace(conn, port, deadline)
-    except Exception as exc:  # pydevd failed inside: the rank must train on regardless
-        attached, why = False, f"pydevd failed: {describe(exc)}"
-    if not attached:
-        log(f"rank {rank}: PyCharm debugger not attached ({why}); training runs on without the debugger")
-        reporter.update(state=RankState.RUNNING, error=why)
-        return reporter
-    log(f"rank {rank}: PyCharm debugger attached via localhost:{port} in {time.monotonic() - started:.2f} s")
-    reporter.update(state=RankState.ATTACHED)
-    quiet_thread(lambda: _watch_session(reporter), "remote-debug-pycharm-watch").start()
+    reporter = RankReporter(
+        directory, replace(endpoint, port=port, state=RankState.WAITING if waiting else RankState.IDLE)
+    )
+    debugger.reporter = reporter
+    debugger.failure_hook = install_exit_reporting(
+        reporter, hold_seconds=spec.hold_on_failure, debugger=debugger if endpoint.control_port else None
+    )
+    if waiting:
+        debugger.connect_in_window(time.monotonic() + spec.wait_seconds, spec.wait_seconds)
     return reporter
+
+
+class PyCharmDebugger:
+    """pydevd-pycharm in this rank: connected on request, tracing removed when the IDE goes away,
+    connected again when asked.  Also the hold's :class:`~remote_debug.container.hold.PostMortem`."""
+
+    def __init__(self, rank: int, port: int, env: Mapping[str, str]) -> None:
+        self.rank = rank
+        self.port = port  # the node port the laptop reverse-forwards to PyCharm
+        self.env = env
+        self.reporter: RankReporter | None = None
+        self.failure_hook: FailureHook | None = None
+        self.tracing = TraceSwitch()
+        self.sessions = 0  # PyCharm sessions so far (a new one after the first needs pydevd reset)
+        self._lock = threading.Lock()
+        self._connecting = False
+        self._py_db: Any = None  # the live session's debugger
+        self._window_stop = threading.Event()  # "run-on": leave the wait window
+        self._window_open = False
+
+    # --- asking ------------------------------------------------------------------------------------
+
+    def live(self) -> bool:
+        db = self._py_db
+        return db is not None and not getattr(db, "pydb_disposed", False) and _global_debugger() is db
+
+    def request(self, window: float = ASK_WINDOW) -> str:
+        """The control channel's "connect": try to reach PyCharm for ``window`` seconds from a background
+        thread (the main thread may be blocked in a collective); answers at once."""
+        with self._lock:
+            if self.live():
+                return "attached"
+            if self._connecting:
+                return "connecting"
+            self._connecting = True
+        deadline = time.monotonic() + window
+        quiet_thread(lambda: self._connect(deadline, window), "remote-debug-pycharm-connect").start()
+        return "connecting"
+
+    def connect_in_window(self, deadline: float, seconds: float) -> None:
+        """``--wait``: try on the calling (main) thread until ``deadline``, or until "run-on"."""
+        with self._lock:
+            self._connecting = True
+            self._window_open = True
+        try:
+            self._connect(deadline, seconds, stop=self._window_stop)
+        finally:
+            self._window_open = False
+
+    def run_on(self) -> str:
+        """The control channel's "run-on": attach selected other ranks, so leave the wait window now."""
+        if not self._window_open:
+            return "not waiting"
+        self._window_stop.set()
+        return "leaving the wait window"
+
+    def _connect(self, deadline: float, seconds: float, stop: threading.Event | None = None) -> None:
+        reporter = self.reporter
+        assert reporter is not None
+        try:
+            conn, reason = connect_within(self.port, deadline, stop)
+            if conn is None:
+                log(
+                    f"rank {self.rank}: no PyCharm debugger within {seconds:g} s ({reason}); training runs on, "
+                    "and 'remote-debug attach JOB --ide pycharm' can connect it later"
+                )
+                reporter.update(state=RankState.IDLE, error=reason, unless=(*FINAL_STATES, RankState.HELD))
+                return
+            started = time.monotonic()
+            try:
+                attached, why = self._attach(conn, deadline)
+            except Exception as exc:  # pydevd failed inside: the rank must train on regardless
+                attached, why = False, f"pydevd failed: {describe(exc)}"
+            if not attached:
+                log(f"rank {self.rank}: PyCharm debugger not attached ({why}); training runs on without it")
+                self._untrace()
+                reporter.update(state=RankState.IDLE, error=why, unless=(*FINAL_STATES, RankState.HELD))
+                return
+            self.sessions += 1
+            log(
+                f"rank {self.rank}: PyCharm debugger attached via localhost:{self.port} "
+                f"in {time.monotonic() - started:.2f} s" + (f" (session {self.sessions})" if self.sessions > 1 else "")
+            )
+            reporter.update(state=RankState.ATTACHED, error="", unless=(*FINAL_STATES, RankState.HELD))
+            quiet_thread(self._watch, "remote-debug-pycharm-watch").start()
+        finally:
+            with self._lock:
+                self._connecting = False
+
+    # --- one session -------------------------------------------------------------------------------
+
+    def _attach(self, conn: Connection, deadline: float) -> tuple[bool, str]:
+        hello = conn.hello
+        # pydevd names frames by their real path: map the real code dir, or symlinked dirs never match.
+        code_dir = os.path.realpath(node_env.code_dir(self.env))
+        mappings = merged_path_mappings(os.environ.get(ENV_PATH_MAPPINGS), hello.ide_root if hello else "", code_dir)
+        if mappings is not None:
+            os.environ[ENV_PATH_MAPPINGS] = mappings
+            _apply_path_mappings(mappings)  # a second session: pydevd_file_utils read the variable already
+        if hello and hello.build:
+            have = installed_pydevd()
+            if have and not _safe_satisfies(have, hello.build):
+                log(
+                    f"rank {self.rank}: pydevd-pycharm {have} does not match PyCharm build {hello.build}; "
+                    f"install 'pydevd-pycharm~={hello.build}' in the job (debugging may misbehave)"
+                )
+        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        if self.sessions:
+            _forget_last_session()
+        attached, why = settrace(conn, self.port, deadline)
+        if not attached:
+            return False, why
+        self._py_db = _global_debugger()
+        if self.failure_hook is not None:
+            self.failure_hook.reinstall()  # pydevd put its own excepthook there (it would exit the process)
+        track_unhandled_stops()
+        # settrace put pydevd's tracer into every thread in one attempt, which a thread starting another
+        # one at that moment misses (see TraceSwitch): once more, with receipts and retries
+        if not uses_sys_monitoring():
+            try:
+                self.tracing.set(True)
+            except Exception as exc:
+                log(f"rank {self.rank}: cannot check tracing after connecting: {describe(exc)}")
+        return True, ""
+
+    def _watch(self) -> None:
+        """Until PyCharm goes away (pydevd disposes itself and lets paused threads run): then untrace."""
+        reporter = self.reporter
+        assert reporter is not None
+        while reporter.state not in FINAL_STATES:
+            if not self.live():
+                self._py_db = None
+                self._untrace()
+                log(f"rank {self.rank}: PyCharm debugger gone; tracing removed (attach again to reconnect)")
+                reporter.update(state=RankState.IDLE, unless=(*FINAL_STATES, RankState.HELD))
+                return
+            with contextlib.suppress(Exception):
+                self.tracing.retry()
+            time.sleep(WATCH_SECONDS)
+
+    def _untrace(self) -> None:
+        """No tracer left in any thread, output no longer copied for the IDE, our excepthook back."""
+        if self.failure_hook is not None:
+            self.failure_hook.reinstall()
+        _end_output_redirect()
+        if "pydevd" not in sys.modules or uses_sys_monitoring():
+            return
+        try:
+            self.tracing.set(False)
+        except Exception as exc:
+            log(f"rank {self.rank}: cannot remove tracing after PyCharm left: {describe(exc)}")
+
+    # --- the post-mortem hold (hold.PostMortem) ----------------------------------------------------
+
+    def start(self) -> str:
+        self.request(window=ASK_WINDOW)
+        return f"PyCharm, through node port {self.port}"
+
+    def attached(self) -> bool:
+        if not self.live():
+            if not self._connecting:
+                self.request(window=ASK_WINDOW)  # PyCharm may have come back: try again
+            return False
+        return bool(getattr(self._py_db, "ready_to_run", True))
+
+    def stop_at(self, excinfo: ExcInfo) -> None:
+        """Stop the calling thread at the exception, as PyCharm's own post-mortem stop does."""
+        from _pydevd_bundle import pydevd_breakpoints
+        from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
+
+        py_db = self._py_db
+        tb = excinfo[2]
+        if py_db is None or tb is None:
+            return
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        thread = threading.current_thread()
+        info = set_additional_thread_info(thread)
+        hook = sys.excepthook
+        sys.excepthook = pydevd_breakpoints.dummy_excepthook  # pydevd would print the traceback once more
+        info.is_tracing += 1
+        try:
+            py_db.stop_on_unhandled_exception(thread, frames[-1], {id(f): f for f in frames}, excinfo)
+        finally:
+            info.is_tracing -= 1
+            sys.excepthook = hook
+
+
+def _forget_last_session() -> None:
+    """pydevd-pycharm is made for one settrace per process: after a session ended, reset what it kept,
+    so that settrace connects again (as its own ``settrace_forked`` does)."""
+    import pydevd
+
+    pydevd.connected = False
+    pydevd.SetupHolder.setup = None
+
+
+def _apply_path_mappings(mappings: str) -> None:
+    file_utils = sys.modules.get("pydevd_file_utils")
+    if file_utils is None:
+        return  # read from the environment when pydevd imports it
+    with contextlib.suppress(Exception):
+        file_utils.setup_client_server_paths(json.loads(mappings))
+
+
+def _end_output_redirect() -> None:
+    """Undo settrace's copy of stdout/stderr for the IDE: with nobody reading it, it would grow for the
+    rest of the run (and be sent in one burst at the next session)."""
+    for name in ("stdout", "stderr"):
+        original = getattr(sys, f"{name}_original", None)
+        if original is not None and hasattr(sys, f"_pydevd_{name[3:]}_buffer_"):
+            setattr(sys, name, original)
+            delattr(sys, f"_pydevd_{name[3:]}_buffer_")
+            delattr(sys, f"{name}_original")
 
 
 def _safe_satisfies(installed: str, build: str) -> bool:

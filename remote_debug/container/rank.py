@@ -22,15 +22,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from types import FrameType
-from typing import Any
 
 from remote_debug.container import node_env, rank_output
 from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
-from remote_debug.container.hold import track_unhandled_stops
+from remote_debug.container.hold import ExcInfo, stop_at_exception, track_unhandled_stops
 from remote_debug.container.log import describe, log
 from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
+from remote_debug.container.trace_switch import TraceSwitch, uses_sys_monitoring
 from remote_debug.spec import (
     ENV_CLAIMED_BY,
     ENV_LISTEN,
@@ -46,7 +45,6 @@ from remote_debug.spec import (
 
 POLL_SECONDS = 0.5  # how often the watcher looks at debugpy's "client connected" flag
 RETRACE_GRACE_SECONDS = 5.0  # a "listen" with no client seen within this (a session shorter than a poll): untrace
-TRACE_RETRY_SECONDS = 10.0  # a thread a tracer switch did not reach gets it again at every poll for this long
 
 # Modules and console scripts that start ranks rather than being one.  Their children carry
 # RANK/LOCAL_RANK (or OMPI_*) and get listeners; the launcher itself must not claim rank 0,
@@ -162,103 +160,6 @@ def _watch_connection(
             except Exception as exc:  # never let it take the rank down
                 log(f"debugger {'attach' if connected else 'detach'} handling failed: {describe(exc)}")
         time.sleep(POLL_SECONDS)
-
-
-class TraceSwitch:
-    """pydevd's tracer into or out of every thread of the rank, with a receipt from each thread.
-
-    Python 3.11 cannot set another thread's tracer; pydevd's helper (``set_trace_to_threads``) writes
-    it into the PyThreadState it finds by thread id, says it did, and stops at the first match.  But
-    while a thread starts another one, CPython (3.11 and older) has *two* states with that id: the new
-    thread's, preallocated by its parent, carries the parent's id until the new thread runs.  The
-    helper may write that one: the new thread gets the change, its parent (the training loop, say)
-    keeps what it had.  So one attempt may leave a detached rank traced (its idle cost back), or an
-    attached one untraced (breakpoints verified, never hit: a dead F5 for the user).
-
-    So the tracer installed is ours: at a thread's next call event it does what is wanted *now* (hand
-    over to pydevd, or take itself out) and checks that thread off; ``retry`` (every watcher poll)
-    installs it again in the threads that have not checked off, for TRACE_RETRY_SECONDS.  (Which of
-    them ran Python meanwhile cannot be told reliably, so a thread blocked in C gets it again too:
-    harmless, it checks off when it returns to Python.)  A thread in a loop without calls never
-    checks off: it keeps its tracer until it calls something, as before.
-
-    pydevd stays loaded and listening throughout.  (``pydevd.stoptrace()`` is no way to untrace: it
-    kills pydevd's threads, and debugpy cannot listen twice in a process.)
-    """
-
-    def __init__(self) -> None:
-        # what a thread's next call event must do: (trace?, threads yet to check off, pydevd's
-        # dispatcher, sys.settrace); replaced whole, so a thread acts and checks off in one version
-        self._state: tuple[bool, dict[int, None], Callable[..., Any] | None, Callable[[Any], None]] = (
-            True, {}, None, sys.settrace
-        )
-        self._retry_until = 0.0
-
-    def set(self, traced: bool) -> None:
-        """Tracing on (as pydevd does when it attaches to a running process) or off in every thread;
-        raises first where pydevd traces with sys.monitoring (Python 3.12+: nothing per thread)."""
-        import pydevd  # debugpy's vendored pydevd, on sys.path once debugpy.listen() ran
-        import pydevd_tracing
-        from _pydev_bundle import pydev_monkey
-        from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
-
-        if PYDEVD_USE_SYS_MONITORING:
-            raise RuntimeError("pydevd traces with sys.monitoring here: there is no per-thread tracer to switch")
-        py_db = pydevd.get_global_debugger()
-        if traced and py_db is None:
-            return
-        set_trace = getattr(pydevd_tracing.TracingFunctionHolder, "_original_tracing", None) or sys.settrace
-        if traced:
-            pydev_monkey.patch_thread_modules()  # new threads start traced
-        else:
-            threading.settrace(None)
-            pydev_monkey.undo_patch_thread_modules()  # new threads start untraced too
-        idents = self._threads()
-        self._state = (traced, dict.fromkeys(idents), py_db.trace_dispatch if traced else None, set_trace)
-        self._retry_until = time.monotonic() + TRACE_RETRY_SECONDS
-        self._install(idents)
-        if traced:
-            py_db.set_tracing_for_untraced_contexts()  # frames already running get pydevd's tracer
-
-    def retry(self) -> None:
-        """The switch once more in threads that have not checked off (see the class)."""
-        pending = self._state[1]  # (threads check themselves off concurrently: only pop it here)
-        if not pending:
-            return
-        if time.monotonic() > self._retry_until:
-            pending.clear()
-            return
-        alive = set(sys._current_frames())
-        for ident in list(pending):
-            if ident not in alive:
-                pending.pop(ident, None)
-        if pending:
-            self._install(list(pending))
-
-    def _tracer(self, frame: FrameType, event: str, arg: Any) -> Any:
-        traced, pending, dispatch, set_trace = self._state
-        pending.pop(threading.get_ident(), None)
-        if traced and dispatch is not None:
-            return dispatch(frame, event, arg)  # pydevd puts its own thread tracer in place of this one
-        set_trace(None)
-        return None
-
-    def _install(self, idents: list[int]) -> None:
-        import pydevd_tracing
-
-        # create_dummy_thread=False: a thread still starting is not in threading's table yet, and
-        # pydevd's stand-in for it would overwrite the real entry
-        pydevd_tracing.set_trace_to_threads(self._tracer, thread_idents=idents, create_dummy_thread=False)
-
-    @staticmethod
-    def _threads() -> list[int]:
-        """Every thread running Python but pydevd's and ours.  (Not from threading.enumerate(): it lists
-        a thread still starting with ident None, and pydevd then files a stand-in thread under None.)"""
-        skip = {
-            t.ident for t in threading.enumerate()
-            if getattr(t, "pydev_do_not_trace", False) or getattr(t, "is_pydev_daemon_thread", False)
-        }
-        return [ident for ident in sys._current_frames() if ident not in skip]
 
 
 def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, listener: _Listener) -> None:
@@ -385,7 +286,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     if lazy:
         reporter = RankReporter(directory, replace(endpoint, state=RankState.IDLE))
         listener.reporter = reporter
-        install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
+        install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, debugger=listener)
         return reporter
     try:
         port = listener.start_debugpy()
@@ -399,7 +300,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         directory, replace(endpoint, port=port, state=RankState.WAITING if waiting else RankState.LISTENING)
     )
     listener.reporter = reporter
-    install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, start_listener=listener.listen)
+    install_exit_reporting(reporter, hold_seconds=spec.hold_on_failure, debugger=listener)
     if waiting:
         _wait_for_client(reporter, spec.wait_seconds, identity.rank, listener)
     listener.watch()
@@ -446,9 +347,7 @@ class _Listener:
         self.port = int(port)
         # listen() put pydevd's tracer into every thread in one attempt, which a thread starting another
         # one at that moment misses (see TraceSwitch): once more, with receipts and retries
-        from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
-
-        if not PYDEVD_USE_SYS_MONITORING:
+        if not uses_sys_monitoring():
             try:
                 self.tracing.set(True)
             except Exception as exc:  # listen() did its own attempt: a rank keeps that one
@@ -503,6 +402,19 @@ class _Listener:
         self.run_on_asked = True
         self.window_wake.set()
         return "leaving the wait window"
+
+    # --- the post-mortem hold's view of this debugger (hold.PostMortem) ---
+
+    def start(self) -> str:
+        return f"port {self.listen()}"
+
+    def attached(self) -> bool:
+        import debugpy
+
+        return bool(debugpy.is_client_connected())
+
+    def stop_at(self, excinfo: ExcInfo) -> None:
+        stop_at_exception(excinfo)
 
     def listen(self) -> int:
         """The control channel's "listen": start debugpy unless it runs (tracing back on, if it was

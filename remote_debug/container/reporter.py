@@ -7,11 +7,10 @@ neither imports the other.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from remote_debug.container.hold import FailureHook
+from remote_debug.container.hold import FailureHook, PostMortem
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.spec import RankEndpoint, RankState, write_rank_manifest
 
@@ -58,7 +57,7 @@ class RankReporter:
                 self.endpoint,
                 port=self.endpoint.port if port is None else port,
                 state=self.endpoint.state if state is None else state,
-                error=self.endpoint.error if error is None else one_line(error),
+                error=self.endpoint.error if error is None else (one_line(error) or None),  # "": clear it
                 traceback=self.endpoint.traceback if traceback is None else traceback,
                 failed_at=self.endpoint.failed_at if failed_at is None else failed_at,
                 hold_until=self.endpoint.hold_until if hold_until is None else hold_until,
@@ -82,9 +81,11 @@ class RankReporter:
 
 
 def install_exit_reporting(
-    reporter: RankReporter, *, hold_seconds: float = 0.0, start_listener: Callable[[], int] | None = None
-) -> None:
+    reporter: RankReporter, *, hold_seconds: float = 0.0, debugger: PostMortem | None = None
+) -> FailureHook:
     """An uncaught exception marks the rank failed with its traceback; with ``hold_seconds`` and a
-    listener, the rank first waits for a post-mortem debugger (see ``hold``)."""
+    debugger, the rank first waits for a post-mortem debugger (see ``hold``)."""
     rank = reporter.endpoint.rank
-    FailureHook(reporter, rank, hold_seconds=hold_seconds, start_listener=start_listener).install()
+    hook = FailureHook(reporter, rank, hold_seconds=hold_seconds, debugger=debugger)
+    hook.install()
+    return hook

@@ -194,6 +194,8 @@ class Attacher:
                 self._follow_restarts()
                 self._announce_pause_safe()
             self.wait_release.release(self._manifests, self.options.ranks)
+            if all_ready or announced_ready:
+                self.ide.keep(self._ask_connect)  # PyCharm: ranks whose IDE went away and came back
             self._report_rank_faults()
             self.connection.keep_up()
             interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed (see interrupts.py)
@@ -234,6 +236,8 @@ class Attacher:
                 fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
                 self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
                                            state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
+                if self.ide.connects_out and r.control_port > 0:  # its way to the IDE is up: connect now
+                    self.ide.asked(r.rank, self._ask_connect(node, r))
                 new.append(fwd)
         self._manifests = manifests
         # before any debugger can stop a rank: its peers must not time out in their collectives
@@ -282,6 +286,17 @@ class Attacher:
         self.pause_safe.done(r)  # "listen" made this rank's collectives pause-safe too
         self.emit(events.RankListening(rank=r.rank, node=node, remote_port=listening.port, detail=listening.detail))
         return replace(r, port=listening.port, state=spec.RankState.LISTENING)
+
+    def _ask_connect(self, node: str, r: spec.RankEndpoint) -> bool:
+        """Ask a rank that connects out (PyCharm) to connect to the IDE now; whether it answered."""
+        try:
+            asked = self.connection.control(node).connect(r)
+        except (OSError, UserError) as exc:
+            self.emit(events.WarningEvent(message=f"rank {r.rank}: cannot ask it to connect to PyCharm: {exc}"))
+            return False
+        # ("connect" made the rank pause-safe too, but its own pause-safe round is what reports it)
+        self.emit(events.RankListening(rank=r.rank, node=node, remote_port=r.port, detail=asked.detail))
+        return True
 
     def _announce_pause_safe(self, *, force: bool = False) -> None:
         if any(f.local_port for f in self.forwards.values()):  # only once a debugger may attach

@@ -161,7 +161,8 @@ class PycharmConfig(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class RankListening(Event):
-    """A lazy rank started its debug listener when asked through its control channel."""
+    """A lazy rank started its debug listener when asked through its control channel (PyCharm: the rank was
+    asked to connect out to the IDE through ``remote_port``, its node port; ``detail`` says how it went)."""
 
     name: ClassVar[str] = "rank-listening"
     rank: int

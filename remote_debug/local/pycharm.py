@@ -310,7 +310,7 @@ def user_steps(job: str, port: int, workspace: Path) -> list[str]:
     return [
         f"In PyCharm, open {workspace}, set your breakpoints, then start the run configuration "
         f"'{config_name(job)}' (Run > Debug; a Python Debug Server on port {port}). "
-        "Waiting ranks connect to it within their wait window.",
+        "Every rank connects to it as soon as it runs, now or later; stop and start it any time.",
         "Each rank stops at your breakpoints (one process per rank in the Threads view): inspect it, "
         "then press Resume (F9) - the other ranks wait in their next collective until it runs on.",
     ]

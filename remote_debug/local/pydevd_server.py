@@ -14,6 +14,7 @@ and values once more.  The IDE speaks first: CMD_VERSION, the breakpoints, CMD_R
 from __future__ import annotations
 
 import contextlib
+import itertools
 import queue
 import socket
 import threading
@@ -37,6 +38,8 @@ CMD_REMOVE_BREAK = 112
 CMD_GET_FRAME = 114
 CMD_ERROR = 901
 CMD_VERSION = 501
+CMD_ADD_EXCEPTION_BREAK = 122  # a suspend's reason: stopped at an exception (a post-mortem stop)
+_STOP_REASONS = {str(CMD_SET_BREAK): "breakpoint", str(CMD_ADD_EXCEPTION_BREAK): "exception"}
 # "1.1" protocol, this machine's path style, breakpoints addressed by id (as PyCharm does).
 VERSION_TEXT = "1.1\tUNIX\tID"
 
@@ -98,7 +101,12 @@ class PydevdConnection:
         self._queue: queue.Queue[Message | None] = queue.Queue()
         self._send_lock = threading.Lock()
         self.closed = False
+        self.breakpoints: list[tuple[str, int]] = []  # (file, breakpoint id) set on this debuggee
         threading.Thread(target=self._read, daemon=True, name="pydevd-server-reader").start()
+
+    def set_breakpoint(self, path: str, line: int, breakpoint_id: int) -> None:
+        self.send(CMD_SET_BREAK, f"{breakpoint_id}\tpython-line\t{path}\t{line}\tNone\tNone\tNone\tNone\tFalse\tNONE")
+        self.breakpoints.append((path, breakpoint_id))
 
     def _read(self) -> None:
         buffer = b""
@@ -180,6 +188,8 @@ class PydevdServer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._connections: list[PydevdConnection] = []
+        self._done: set[int] = set()  # ranks whose session had its stops (or ended)
+        self._breakpoint_ids = itertools.count(1)
         self._acceptor = threading.Thread(target=self._accept_loop, daemon=True, name="pydevd-server")
 
     def start(self) -> int:
@@ -211,6 +221,7 @@ class PydevdServer:
             conn.close()
             with self._lock:
                 self.reports.append(report)
+                self._done.add(report.rank)
             self.emit(ev.RankDetached(rank=report.rank, node=report.node, error=report.error or None))
 
     def _debug(self, conn: PydevdConnection, report: RankReport, peer_port: int) -> None:
@@ -222,13 +233,10 @@ class PydevdServer:
             report.rank, report.node = who
         with self._lock:
             self.versions[report.rank] = version
-        ids: list[tuple[str, int]] = []  # (file, breakpoint id)
-        for path, lines in plan.breakpoints.items():
-            for line in lines:
-                ids.append((path, len(ids) + 1))
-                conn.send(
-                    CMD_SET_BREAK, f"{len(ids)}\tpython-line\t{path}\t{line}\tNone\tNone\tNone\tNone\tFalse\tNONE"
-                )
+        with self._lock:  # the plan's breakpoints, and any added before this point (add_breakpoint)
+            initial = [(path, line) for path, lines in plan.breakpoints.items() for line in lines]
+            for path, line in initial:
+                conn.set_breakpoint(path, line, next(self._breakpoint_ids))
         conn.send(CMD_RUN, "")
         self.emit(ev.RankAttached(rank=report.rank, node=report.node, pydevd=version))
         hits = 0
@@ -248,9 +256,13 @@ class PydevdServer:
                 suspend = parse_suspend(conn.wait_for(CMD_THREAD_SUSPEND, timeout=30.0).text)
                 self._record(conn, report, suspend)
             if hits >= plan.max_stops:
-                for path, bid in ids:
-                    conn.send(CMD_REMOVE_BREAK, f"python-line\t{path}\t{bid}")
+                with self._lock:
+                    for path, bid in conn.breakpoints:
+                        conn.send(CMD_REMOVE_BREAK, f"python-line\t{path}\t{bid}")
+                    conn.breakpoints.clear()
             conn.send(CMD_THREAD_RUN, suspend.thread_id)
+        with self._lock:
+            self._done.add(report.rank)
         # Stay connected until the rank ends: closing now would only detach the debugger.
         while not conn.closed and not self._stop.wait(0.2):
             pass
@@ -263,11 +275,25 @@ class PydevdServer:
             suspend.file,
             suspend.line,
             suspend.function,
-            "breakpoint" if suspend.reason == str(CMD_SET_BREAK) else "step",
+            _STOP_REASONS.get(suspend.reason, "step"),
             {k: v for k, v in variables.items() if not watch or k in watch},
         )
         report.stops.append(record)
         self.emit(record.event(report.rank, report.node))
+
+    def add_breakpoint(self, path: str, line: int) -> None:
+        """A breakpoint set while debuggees are connected (as a user clicks in the gutter): sent to every
+        session now, and to every later one."""
+        with self._lock:
+            self.plan.breakpoints.setdefault(path, []).append(line)
+            for conn in self._connections:
+                if not conn.closed:
+                    conn.set_breakpoint(path, line, next(self._breakpoint_ids))
+
+    def done_ranks(self) -> set[int]:
+        """The ranks whose session had all its stops, or ended."""
+        with self._lock:
+            return set(self._done)
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -275,7 +301,11 @@ class PydevdServer:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
+        """Stop listening and end every session (PyCharm's Stop): the port is free again at once."""
         self._stop.set()
+        with contextlib.suppress(OSError):
+            # wakes the accept() in the acceptor thread, which otherwise keeps the port bound after close
+            self._server.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._server.close()
         with self._lock:

@@ -12,6 +12,8 @@ reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
 - ``stacks``: ``sys._current_frames()`` of the rank: every thread's stack, no tracer installed (the
   debugger's own threads only when asked); a rank held for a post-mortem shows where it raised.
 - ``run-on``: a rank in its wait window leaves it now (:class:`WaitRelease`: attach did not select it).
+- ``connect``: a PyCharm rank connects out to the IDE now, through the reverse forward to its node port
+  (set up first); the reply comes at once (``status``: "connecting", "attached"), the connection after.
 """
 
 from __future__ import annotations
@@ -115,6 +117,12 @@ class RankControl:
             for t in reply.get("threads", [])
         ]
         return threads if all_threads else [t for t in threads if not t.internal]
+
+    def connect(self, rank: spec.RankEndpoint) -> Listening:
+        """Ask a PyCharm rank to connect out to the IDE now; ``detail``: its status and pause-safe detail."""
+        reply = self.request(rank.control_port, {"op": spec.ControlOp.CONNECT})
+        status, detail = reply.get("status"), _detail(reply)
+        return Listening(rank.port, "; ".join(str(x) for x in (status, detail) if x) or None)
 
     def run_on(self, rank: spec.RankEndpoint) -> str | None:
         """End the rank's wait window now; the reply's detail ("leaving the wait window", "not waiting")."""

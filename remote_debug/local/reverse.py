@@ -16,10 +16,12 @@ bytes both ways - but first we write one hello line (``pycharm_spec.Hello``) on 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import paramiko
@@ -32,6 +34,21 @@ from remote_debug.pycharm_spec import Hello
 from remote_debug.spec import LOOPBACK
 
 log = logging.getLogger(__name__)
+
+
+def ide_listening(port: int, host: str = LOOPBACK) -> bool:
+    """Whether something listens on ``host:port`` here, found out without connecting to it.
+
+    A connection that PyCharm accepts and that closes without a handshake can end its debug session, so
+    the attach never probes PyCharm's port: it tries to *bind* it (with SO_REUSEADDR, which a listening
+    socket still refuses, wildcard or loopback), and lets go at once."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 @dataclass(frozen=True)
@@ -63,17 +80,26 @@ class IdeBridge:
         # stand-in IDE (the headless server) tell which rank a connection comes from.
         self._origins: dict[int, RankOrigin] = {}
         self._told_no_ide: set[int] = set()  # ranks already reported as "IDE not listening"
+        self._live: dict[int, int] = {}  # rank -> its connections to the IDE open now
         self.connections = 0
+        # called when a rank's connection to the IDE ends (PyCharm stopped, restarted, or the rank ended)
+        self.on_end: Callable[[RankOrigin], None] | None = None
 
     def handler_for(self, rank: int, node: str, node_port: int) -> ReverseHandler:
         origin = RankOrigin(rank, node, node_port)
         return lambda chan, _from: self._serve(chan, origin)
+
+    def connected(self, rank: int) -> bool:
+        """Whether the rank has a connection to the IDE open now."""
+        with self._lock:
+            return self._live.get(rank, 0) > 0
 
     def origin_of(self, local_port: int) -> RankOrigin | None:
         with self._lock:
             return self._origins.get(local_port)
 
     def _serve(self, chan: paramiko.Channel, origin: RankOrigin) -> None:
+        counted = False
         try:
             ide = socket.create_connection((self.ide_host, self.ide_port), timeout=self.connect_timeout)
         except OSError as exc:
@@ -96,6 +122,8 @@ class IdeBridge:
                 self._origins[local_port] = origin
                 self._told_no_ide.discard(origin.rank)
                 self.connections += 1
+                self._live[origin.rank] = self._live.get(origin.rank, 0) + 1
+            counted = True
             # The IDE may already have sent its first command: it waits in `ide` until the pump
             # starts, so the hello is always the first line the rank reads.
             chan.sendall(Hello(ok=True, ide_root=self.ide_root, build=self.build).encode())
@@ -107,6 +135,11 @@ class IdeBridge:
             with contextlib.suppress(OSError):
                 ide.close()
             chan.close()
+            if counted:
+                with self._lock:
+                    self._live[origin.rank] -= 1
+                if self.on_end is not None:
+                    self.on_end(origin)
 
     def _stranger(self, ide: socket.socket) -> str:
         """Why the program behind ``ide`` is not ours to hand a rank to ("" if it is).

@@ -189,15 +189,27 @@ def test_unselected_rank_is_skipped(run: HookRun) -> None:
     assert time.monotonic() - started < 30
 
 
-def test_pycharm_rank_without_a_tunnel_runs_on_and_says_why(run: HookRun) -> None:
-    # A PyCharm rank connects out; with no reverse tunnel (and no wait) it tries once and trains on.
+def test_pycharm_rank_without_a_wait_starts_idle_and_never_tries_by_itself(run: HookRun) -> None:
+    # A PyCharm rank connects out only when attach asks (control channel) or while it waits (--wait):
+    # with no wait it trains at once, idle, and tries nothing.
     run.env[spec.ENV_IDE] = "pycharm"
     run.start(PYTHON, _script(run, EXIT_SCRIPT), str(run.marks), "0")
     assert run.wait() == 0
     rank = run.rank(0)
     assert rank["state"] == "finished" and rank["port"] != 0 and rank["ide"] == "pycharm"
-    assert "no tunnel" in rank["error"]
-    assert "rank 0: no PyCharm debugger within 0 s" in run.stderr
+    assert rank["control_port"] > 0 and rank["error"] is None
+    assert "PyCharm" not in run.stderr
+
+
+def test_pycharm_rank_waiting_without_a_tunnel_runs_on_and_says_why(run: HookRun) -> None:
+    # With a wait window and no reverse tunnel it tries for the window, then trains on, idle.
+    run.env[spec.ENV_IDE] = "pycharm"
+    run.env[spec.ENV_WAIT] = "1"
+    run.start(PYTHON, _script(run, EXIT_SCRIPT), str(run.marks), "0")
+    assert run.wait() == 0
+    rank = run.rank(0)
+    assert rank["state"] == "finished" and "no tunnel" in rank["error"]
+    assert "rank 0: no PyCharm debugger within 1 s" in run.stderr
 
 
 def test_usage_without_command() -> None:

@@ -9,6 +9,7 @@ to PyCharm's debug server through reverse forwards).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,10 @@ class RankForward:
     pid: int = 0  # the rank's process (a new one: `remote-debug run` restarted the rank)
 
 
+# ask a rank (on its node) to connect out to the IDE now; False if it could not be asked
+RankAsk = Callable[[str, spec.RankEndpoint], bool]
+
+
 class IdeSide:
     """Subclasses must say ``usable`` and ``expose``; the other steps do nothing unless overridden."""
 
@@ -37,6 +42,8 @@ class IdeSide:
     # whether ranks listen for the IDE (debugpy: the attach asks a lazy rank to start its listener
     # first) or connect out to it (PyCharm)
     ranks_listen: bool
+    # whether ranks are asked to connect out after they are exposed (PyCharm: ``connect``)
+    connects_out: bool = False
     # the launch.json this side wrote, if any (VS Code)
     launch_json: Path | None = None
 
@@ -70,6 +77,13 @@ class IdeSide:
     def all_ready(self, forwards: list[RankForward], world_size: int | None) -> None:
         """Discovery is over (every selected rank exposed, or the wait ran out); ``world_size``: the
         job's number of ranks, if known."""
+
+    def asked(self, rank: int, ok: bool) -> None:
+        """The attach asked ``rank`` to connect out (``ok``: it answered)."""
+
+    def keep(self, ask: RankAsk) -> None:
+        """Every poll while the job runs: a side whose ranks connect out asks them again (``ask``) when
+        the IDE is back after it went away."""
 
     def finished(self) -> bool:
         """Whether this side is done with the job while it runs on (headless: every rank had its

@@ -1,13 +1,21 @@
 """``attach --ide pycharm``: the PyCharm side of an attach (an :class:`IdeSide`).
 
 Per attach: settle the PyCharm build (and, for local jobs, check this interpreter's
-pydevd-pycharm against it), write the run configuration, and for every waiting rank ask its
-node's sshd to reverse-forward the rank's node port to the IDE port here (``reverse.IdeBridge``).
+pydevd-pycharm against it), write the run configuration, and for every rank ask its node's sshd to
+reverse-forward the rank's node port to the IDE port here (``reverse.IdeBridge``); then the rank is
+asked (control channel ``connect``) to connect out through it.  A rank in its ``--wait`` window
+tries by itself.
+
+PyCharm may come and go while the attach runs (the user presses Stop, then Debug again; PyCharm
+restarts): a rank whose connection ended removes its tracer and is idle, and :meth:`PyCharmIde.keep`
+asks it again once something listens on the IDE port (found out without connecting to it).
 Headless, the built-in pydevd server (``pydevd_server``) stands in for PyCharm on an ephemeral port.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +23,23 @@ from remote_debug import spec
 from remote_debug.local import events, pycharm
 from remote_debug.local.errors import UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport
-from remote_debug.local.ide.base import IdeSide
+from remote_debug.local.ide.base import IdeSide, RankAsk, RankForward
 from remote_debug.local.pydevd_server import PydevdServer
-from remote_debug.local.reverse import IdeBridge
+from remote_debug.local.reverse import IdeBridge, RankOrigin, ide_listening
 from remote_debug.local.tunnels import NodeTunnel
+
+# states in which a rank will never connect again
+_GONE = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
+ASK_FIRST_SECONDS = 2.0  # a rank not connected while the IDE listens is asked again after this...
+ASK_MAX_SECONDS = 30.0  # ...doubling each time it still does not connect, up to this
+
+
+@dataclass
+class _Asked:
+    node: str
+    endpoint: spec.RankEndpoint
+    next_at: float = 0.0  # monotonic: when it may be asked again
+    interval: float = ASK_FIRST_SECONDS
 
 
 @dataclass
@@ -30,7 +51,8 @@ class PyCharmOptions:
 
 class PyCharmIde(IdeSide):
     ide = spec.IDE.PYCHARM
-    ranks_listen = False  # a PyCharm rank connects out to the IDE's debug server
+    ranks_listen = False  # a PyCharm rank connects out to the IDE's debug server...
+    connects_out = True  # ...when asked, once its reverse forward is up
 
     def __init__(
         self,
@@ -48,6 +70,9 @@ class PyCharmIde(IdeSide):
         self.bridge: IdeBridge | None = None
         self.ide_port = 0
         self.run_config: Path | None = None
+        self._lock = threading.Lock()
+        self._asked: dict[int, _Asked] = {}  # exposed ranks that can be asked (they have a control channel)
+        self._ide_was_listening = False
 
     @property
     def writes_config(self) -> bool:
@@ -72,6 +97,7 @@ class PyCharmIde(IdeSide):
             port = self.options.port or pycharm.existing_port(self.workspace, self.job) or pycharm.DEFAULT_IDE_PORT
             self.ide_port = spec.check_port(port, "PyCharm port", allow_zero=False)
         self.bridge = IdeBridge(self.ide_port, ide_root=str(self.workspace), build=build, emit=self.emit)
+        self.bridge.on_end = self._connection_ended
         if self.headless is None and self.options.write_run_config:
             self.run_config = pycharm.write_run_config(self.workspace, self.job, self.ide_port)
             self.emit(
@@ -88,11 +114,69 @@ class PyCharmIde(IdeSide):
         return None if origin is None else (origin.rank, origin.node)
 
     def usable(self, rank: spec.RankEndpoint) -> bool:
-        """A PyCharm rank can be reached only while it waits: afterwards it never connects out again."""
-        return rank.port != 0 and rank.state == spec.RankState.WAITING
+        """A rank with a control channel connects whenever asked; one of an older hook only while it waits."""
+        if rank.port == 0 or rank.state in _GONE:
+            return False
+        return rank.control_port > 0 or rank.state == spec.RankState.WAITING
 
     def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
-        return self.forward(tunnel, node, rank)
+        port = self.forward(tunnel, node, rank)
+        if rank.control_port > 0:
+            with self._lock:
+                self._asked[rank.rank] = _Asked(node, rank)
+        return port
+
+    def asked(self, rank: int, ok: bool) -> None:
+        """The attach asked ``rank`` to connect (``ok``: it answered): the next ask waits, longer each time."""
+        with self._lock:
+            entry = self._asked.get(rank)
+            if entry is None:
+                return
+            entry.next_at = time.monotonic() + entry.interval
+            if ok:
+                entry.interval = min(ASK_MAX_SECONDS, entry.interval * 2)
+
+    def keep(self, ask: RankAsk) -> None:
+        """Ask the exposed ranks that have no connection to the IDE while it listens (it came back)."""
+        if self.bridge is None:
+            return
+        listening = self.server is not None or ide_listening(self.ide_port)
+        now = time.monotonic()
+        with self._lock:
+            if listening and not self._ide_was_listening:  # back (or up for the first time): ask soon
+                for entry in self._asked.values():
+                    entry.next_at, entry.interval = 0.0, ASK_FIRST_SECONDS
+            self._ide_was_listening = listening
+            due = [
+                (rank, entry) for rank, entry in self._asked.items()
+                if listening and now >= entry.next_at and not self.bridge.connected(rank)
+            ]
+        for rank, entry in due:
+            self.asked(rank, ask(entry.node, entry.endpoint))
+
+    def _connection_ended(self, origin: RankOrigin) -> None:
+        """A rank's session with the IDE ended: it is idle again; ask it soon if the IDE still listens."""
+        with self._lock:
+            entry = self._asked.get(origin.rank)
+            if entry is not None:
+                entry.next_at, entry.interval = time.monotonic() + ASK_FIRST_SECONDS, ASK_FIRST_SECONDS
+        if self.server is None:  # headless: the stand-in says it itself
+            self.emit(events.RankDetached(rank=origin.rank, node=origin.node, error=None))
+
+    def rank_held(self, forward: RankForward) -> None:
+        """A crashed rank waits for PyCharm (it tries by itself too): ask it now."""
+        with self._lock:
+            entry = self._asked.get(forward.rank)
+            if entry is not None:
+                entry.next_at, entry.interval = 0.0, ASK_FIRST_SECONDS
+
+    def finished(self) -> bool:
+        """Headless: every exposed rank had its stops (then the attach detaches, and the ranks untrace)."""
+        if self.server is None:
+            return False
+        with self._lock:
+            ranks = set(self._asked)
+        return bool(ranks) and ranks <= self.server.done_ranks()
 
     def forward(self, tunnel: NodeTunnel, node: str, endpoint: spec.RankEndpoint) -> int:
         """Reverse-forward the rank's node port to the IDE port; returns the IDE port."""
@@ -107,6 +191,8 @@ class PyCharmIde(IdeSide):
         """Let the stand-in IDE finish its sessions (the job has ended) and return its reports."""
         if self.server is None:
             return []
+        if self.finished():  # every rank had its stops: end the sessions (ranks still running untrace)
+            self.server.close()
         self.server.join(timeout)
         return list(self.server.reports)
 

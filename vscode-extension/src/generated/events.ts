@@ -168,7 +168,7 @@ export interface PycharmConfigEvent {
   steps: string[];
 }
 
-/** A lazy rank started its debug listener when asked through its control channel. */
+/** A lazy rank started its debug listener when asked through its control channel (PyCharm: the rank was asked to connect out to the IDE through `remote_port`, its node port; `detail` says how it went). */
 export interface RankListeningEvent {
   event: 'rank-listening';
   v: number;
