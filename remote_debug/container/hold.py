@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Protocol
 
 from remote_debug.container.log import describe, log
@@ -220,6 +220,16 @@ def reported_by_pydevd(exc: BaseException) -> bool:
     return any(seen is exc for seen in _last_unhandled_stop)
 
 
+def traceback_frames(excinfo: ExcInfo) -> list[FrameType]:
+    """The frames of the exception's traceback, outermost first (the last one raised)."""
+    frames = []
+    tb = excinfo[2]
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
 def stop_at_exception(excinfo: ExcInfo) -> None:
     """Stop the calling thread at ``excinfo``'s innermost user frame, reported to the attached client as
     an exception stop; returns when the client resumes (continue, detach).  Stepping is not possible:
@@ -234,13 +244,9 @@ def stop_at_exception(excinfo: ExcInfo) -> None:
     import pydevd
 
     py_db = pydevd.get_global_debugger()
-    tb = excinfo[2]
-    if py_db is None or tb is None:
+    frames = traceback_frames(excinfo)
+    if py_db is None or not frames:
         return
-    frames = []
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
     thread = threading.current_thread()
     info = py_db.set_additional_thread_info(thread)
     info.is_tracing += 1

@@ -43,7 +43,7 @@ from typing import Any
 from remote_debug.container import node_env
 from remote_debug.container.common import quiet_thread
 from remote_debug.container.control import ControlServer
-from remote_debug.container.hold import ExcInfo, FailureHook, track_unhandled_stops
+from remote_debug.container.hold import ExcInfo, FailureHook, traceback_frames, track_unhandled_stops
 from remote_debug.container.log import describe, log
 from remote_debug.container.pycharm_link import Connection, connect_within, node_port
 from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
@@ -403,13 +403,9 @@ class PyCharmDebugger:
         from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
 
         py_db = self._py_db
-        tb = excinfo[2]
-        if py_db is None or tb is None:
+        frames = traceback_frames(excinfo)
+        if py_db is None or not frames:
             return
-        frames = []
-        while tb is not None:
-            frames.append(tb.tb_frame)
-            tb = tb.tb_next
         thread = threading.current_thread()
         info = set_additional_thread_info(thread)
         hook = sys.excepthook
