@@ -22,6 +22,11 @@ a 2-node job from Training (goal <= 5 s), P5-SSM DAP ``next`` latency over SSM v
 ``python -m bench --sync [--short]`` runs sync's rows instead (bench/sync_bench.py): P9 a 200 MB workspace into a
 local job, rsync and sftp: the first sync, a re-sync after one file changed (goal <= 1 s), an unchanged re-sync.
 
+``python -m bench --pycharm [--short]`` runs P2 and P3 for a rank debugged from PyCharm instead (bench/pycharm_rows.py):
+P2-PyCharm the call-heavy loop in an idle PyCharm rank (pydevd-pycharm not even imported) vs no hook (goal <= 1.02x);
+P3-PyCharm the DDP step with a pydevd server (no breakpoints) connected through the rank's control channel
+(goal <= 1.10x), and after the server closed, as PyCharm's Stop does (goal <= 1.02x, the rank untraced).
+
 ``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
 every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
 (goals <= 5 s and <= 0.3x).
@@ -135,10 +140,13 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None
     return result
 
 
-def hook_env(paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0) -> dict[str, str]:
+def hook_env(
+    paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0, *, ide: spec.IDE = spec.IDE.VSCODE,
+    port_base: int = 0,
+) -> dict[str, str]:
     key_path, public_key = ensure_job_key(paths, job)
     env = dict(os.environ)
-    options = spec.DebugOptions(wait_seconds=wait)
+    options = spec.DebugOptions(ide=ide, port_base=port_base, wait_seconds=wait)
     secret = job_secret(key_path)
     env.update(spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=secret, options=options).to_env())
     env[spec.ENV_MANIFEST_DIR] = str(manifest_dir)
@@ -452,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sync", action="store_true", help="only sync's rows (P9, see bench/sync_bench.py)")
     parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
+    parser.add_argument(
+        "--pycharm", action="store_true", help="only P2 and P3 for a PyCharm rank (see bench/pycharm_rows.py)"
+    )
     args = parser.parse_args(argv)
     repeats = 1 if args.short else 3
     with tempfile.TemporaryDirectory(prefix="rd-bench-") as tmp:
@@ -466,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.iterate import iterate_rows
 
             results.update(iterate_rows(work, args.short))
+        elif args.pycharm:
+            from bench.pycharm_rows import pycharm_rows
+
+            results.update(pycharm_rows(work, paths, args.short))
         elif args.sync:
             from bench.sync_bench import sync_rows
 

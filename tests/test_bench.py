@@ -21,3 +21,15 @@ def test_bench_short_mode_reports_every_row(home: Path) -> None:
     assert rows["P5 DAP next latency"]["tunnel_next_ms"] > 0
     p6 = rows["P6 attach discovery, 100,000 log events before the manifest"]
     assert 0 < p6["discovery_s"] <= p6["goal_s"] == 5.0
+
+
+def test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank(home: Path) -> None:
+    # the rows fail outright unless the idle rank had no pydevd, the connected one a tracer, and none after
+    proc = subprocess.run([sys.executable, "-m", "bench", "--pycharm", "--short", "--json"], capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    [p2] = [v for k, v in rows.items() if k.startswith("P2-PyCharm")]
+    [p3] = [v for k, v in rows.items() if k.startswith("P3-PyCharm")]
+    assert p2["idle_vs_none"] > 0
+    assert p3["attached_step_ms"] > 0 and p3["after_detach_step_ms"] > 0 and p3["connect_s"] < 30
