@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.fake_aws import moto_cloud
 from tests.sagemaker import sdk_env
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "capture_sdk.py"
@@ -102,3 +103,16 @@ def sdk_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sdk
     if errors:
         raise errors[0]
     yield out
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """The laptop state dir of a test that calls enable() or builds requests (keys, bundles)."""
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto's AWS in us-east-1 for the test (S3 for bundles, STS, IAM)."""
+    with moto_cloud(monkeypatch, "us-east-1"):
+        yield

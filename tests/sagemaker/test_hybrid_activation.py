@@ -111,11 +111,6 @@ class StubbedSession:
         self.stub.add_response("delete_activation", {}, {"ActivationId": activation_id})
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(ha, "_pending", {})

@@ -18,7 +18,6 @@ import json
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
 from remote_debug.sagemaker.common import EnableError, RemoteDebugWarning
 from remote_debug.sagemaker.request import draft_request, wrap_entrypoint
 from tests.cli.test_bad_input import assert_refused, run_cli, snapshot
-from tests.fake_aws import moto_cloud
 from tests.sagemaker.conftest import SdkRun
 from tests.sagemaker.helpers import MOTO_USER_ID, assert_debuggable, validate
 from tests.sagemaker.test_request import BASE
@@ -92,17 +90,6 @@ def _request(condition: Any = _AS_IS, *, entry: bool = True) -> dict[str, Any]:
         del request["AlgorithmSpecification"]["ContainerEntrypoint"]
         del request["AlgorithmSpecification"]["ContainerArguments"]
     return request
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    with moto_cloud(monkeypatch, "us-east-1"):
-        yield
 
 
 def _enable(request: Any, state: Path, **kwargs: Any) -> tuple[Any, list[warnings.WarningMessage]]:

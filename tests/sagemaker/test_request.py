@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from remote_debug.local.errors import UserError
 from remote_debug.sagemaker.bundle import CHANNEL_ROOT
 from remote_debug.sagemaker.common import EnableError
 from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
-from tests.fake_aws import moto_cloud
 from tests.sagemaker.helpers import (
     IMAGE,
     MOTO_USER_ID,
@@ -45,17 +43,6 @@ BASE: dict[str, Any] = {
     "Environment": {"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib"},
     "Tags": [{"Key": "team", "Value": "ml"}],
 }
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    with moto_cloud(monkeypatch, "us-east-1"):
-        yield
 
 
 def test_raw_request_exactly(state: Path) -> None:
