@@ -30,6 +30,9 @@ class RankForward:
     pid: int = 0  # the rank's process (a new one: `remote-debug run` restarted the rank)
 
 
+# states in which a rank will never be debuggable again (the same for every IDE)
+GONE_STATES = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
+
 # ask a rank (on its node) to connect out to the IDE now; False if it could not be asked
 RankAsk = Callable[[str, spec.RankEndpoint], bool]
 

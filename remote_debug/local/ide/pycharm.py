@@ -23,13 +23,11 @@ from remote_debug import spec
 from remote_debug.local import events, pycharm
 from remote_debug.local.errors import UserError
 from remote_debug.local.headless import HeadlessPlan, RankReport
-from remote_debug.local.ide.base import IdeSide, RankAsk, RankForward
+from remote_debug.local.ide.base import GONE_STATES, IdeSide, RankAsk, RankForward
 from remote_debug.local.pydevd_server import PydevdServer
 from remote_debug.local.reverse import IdeBridge, RankOrigin, ide_listening
 from remote_debug.local.tunnels import NodeTunnel
 
-# states in which a rank will never connect again
-_GONE = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
 ASK_FIRST_SECONDS = 2.0  # a rank not connected while the IDE listens is asked again after this...
 ASK_MAX_SECONDS = 30.0  # ...doubling each time it still does not connect, up to this
 
@@ -115,7 +113,7 @@ class PyCharmIde(IdeSide):
 
     def usable(self, rank: spec.RankEndpoint) -> bool:
         """A rank with a control channel connects whenever asked; one of an older hook only while it waits."""
-        if rank.port == 0 or rank.state in _GONE:
+        if rank.port == 0 or rank.state in GONE_STATES:
             return False
         return rank.control_port > 0 or rank.state == spec.RankState.WAITING
 

@@ -7,12 +7,9 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local import events, interrupts, vscode_launch
-from remote_debug.local.ide.base import IdeSide, RankForward
+from remote_debug.local.ide.base import GONE_STATES, IdeSide, RankForward
 from remote_debug.local.tunnels import NodeTunnel
 from remote_debug.spec import LOOPBACK
-
-# states in which a rank will never listen again
-_GONE = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FINISHED)
 
 
 class VsCodeIde(IdeSide):
@@ -30,7 +27,7 @@ class VsCodeIde(IdeSide):
     def usable(self, rank: spec.RankEndpoint) -> bool:
         # a rank with a control channel gets its listener on request (lazy ranks), or has tracing
         # put back after a detach
-        return (rank.port != 0 or rank.control_port > 0) and rank.state not in _GONE
+        return (rank.port != 0 or rank.control_port > 0) and rank.state not in GONE_STATES
 
     def expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint) -> int:
         # one debugger per rank: a second one is refused in DAP, with a message naming the rank
