@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from remote_debug.cli.sync import size_text, synced_line
 from remote_debug.local import events
 from remote_debug.local.paths import StatePaths
 from tests.conftest import cleanup_jobs
+from tests.waiting import wait_for
 
 JOB = "synccli"
 SLEEPER = "import time\nfor i in range(6000):\n    time.sleep(0.1)\n"
@@ -48,13 +48,6 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str)
     assert len(lines) == 1 and lines[0].startswith("remote-debug: error: "), proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Project:

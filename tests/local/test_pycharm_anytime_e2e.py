@@ -23,7 +23,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from remote_debug.local.backends.machine import free_port
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.pydevd_server import PydevdServer
 from tests.jobs import LocalJob, launch_job
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed"),
@@ -137,14 +138,6 @@ class Server:
         wait_for(lambda: len(self.stops) >= count, timeout, lambda: f"{len(self.stops)} stops: {self.stops}")
         with self._lock:
             return list(self.stops)
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: Callable[[], object]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {what()}")
-        time.sleep(0.1)
 
 
 def status(marks: Path, rank: int) -> dict[str, Any]:
