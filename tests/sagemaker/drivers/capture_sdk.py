@@ -96,6 +96,17 @@ def scenario(fn: Callable[[Path], dict[str, Any]]) -> Callable[[Path], dict[str,
     return fn
 
 
+def _refusal(call: Callable[..., object], *args: Any, **kwargs: Any) -> str | None:
+    """What ``call(*args, **kwargs)`` (``enable()``, ``fit``) refused with, one line; None when it did not."""
+    from remote_debug.local.errors import UserError
+
+    try:
+        call(*args, **kwargs)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 def _source_dir(tmp: Path) -> Path:
     src = tmp / "src"
     src.mkdir(exist_ok=True)
@@ -270,7 +281,6 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
     from sagemaker.estimator import Estimator
 
     import remote_debug
-    from remote_debug.local.errors import UserError
 
     cases = {
         "network-isolation": lambda: _v2_pytorch(tmp, enable_network_isolation=True),
@@ -287,11 +297,7 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
                                         "direct-without-vpc": {"transport": "direct"}}
     out: dict[str, Any] = {}
     for name, make in cases.items():
-        try:
-            remote_debug.enable(make(), owner="alice", **extra.get(name, {}))
-            out[name] = None
-        except UserError as exc:
-            out[name] = str(exc)
+        out[name] = _refusal(remote_debug.enable, make(), owner="alice", **extra.get(name, {}))
     return out
 
 
@@ -324,16 +330,11 @@ def v2_keep_alive(tmp: Path) -> dict[str, Any]:
     (no container_entry_point), so enable() refuses it there - estimator untouched, no bundle, no key - and an
     estimator that names its entry (container_entry_point) gets it."""
     import remote_debug
-    from remote_debug.local.errors import UserError
 
     out: dict[str, Any] = {}
     toolkit = _v2_pytorch(tmp, max_run=7200)
     keys_before = _key_dirs()
-    try:
-        remote_debug.enable(toolkit, owner="alice", keep_alive=600)
-        out["toolkit"] = None
-    except UserError as exc:
-        out["toolkit"] = str(exc)
+    out["toolkit"] = _refusal(remote_debug.enable, toolkit, owner="alice", keep_alive=600)
     out["toolkit-untouched"] = _untouched(toolkit)
     out["toolkit-new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     byoc = remote_debug.enable(_v2_byoc(max_run=7200), owner="alice", keep_alive=600)
@@ -348,16 +349,11 @@ def v2_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
     enable() that accepted it, fit() refuses what no longer fits - max_run lowered below it, or the entry the hook
     was to wrap taken away - before any key is made."""
     import remote_debug
-    from remote_debug.local.errors import UserError
 
     out: dict[str, Any] = {}
     for name, max_run, keep_alive in (("over-max-run", 3600, 3600), ("over-default-max-run", None, 90000)):
         estimator = _v2_byoc(**({} if max_run is None else {"max_run": max_run}))
-        try:
-            remote_debug.enable(estimator, owner="alice", keep_alive=keep_alive)
-            out[name] = None
-        except UserError as exc:
-            out[name] = str(exc)
+        out[name] = _refusal(remote_debug.enable, estimator, owner="alice", keep_alive=keep_alive)
         out[f"{name}-untouched"] = _untouched(estimator)
     keys_before = _key_dirs()
     for name, change in (("lowered-after-enable", {"max_run": 300}),
@@ -365,11 +361,7 @@ def v2_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
         estimator = remote_debug.enable(_v2_byoc(max_run=7200), owner="alice", keep_alive=600)
         for attribute, value in change.items():
             setattr(estimator, attribute, value)
-        try:
-            estimator.fit(wait=False, logs=False, job_name=f"rd-{name}")
-            out[name] = None
-        except UserError as exc:
-            out[name] = str(exc)
+        out[name] = _refusal(estimator.fit, wait=False, logs=False, job_name=f"rd-{name}")
     out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     return out
 
@@ -488,7 +480,6 @@ def v3_refusals(tmp: Path) -> dict[str, Any]:
     from sagemaker.train.configs import Networking
 
     import remote_debug
-    from remote_debug.local.errors import UserError
 
     old_image = f"{IMAGE.partition(':')[0]}:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker"
     cases: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
@@ -498,11 +489,7 @@ def v3_refusals(tmp: Path) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, (make, kwargs) in cases.items():
-        try:
-            remote_debug.enable(make(), owner="a", **kwargs)
-            out[name] = None
-        except UserError as exc:
-            out[name] = str(exc)
+        out[name] = _refusal(remote_debug.enable, make(), owner="a", **kwargs)
     return out
 
 
@@ -521,25 +508,16 @@ def v3_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
     from sagemaker.train.configs import StoppingCondition
 
     import remote_debug
-    from remote_debug.local.errors import UserError
 
     trainer = _v3_trainer(tmp)
     out: dict[str, Any] = {"max-runtime": trainer.stopping_condition.max_runtime_in_seconds}
     keys_before = _key_dirs()
-    try:
-        remote_debug.enable(trainer, owner="alice", keep_alive=3600)
-        out["over-default-max-runtime"] = None
-    except UserError as exc:
-        out["over-default-max-runtime"] = str(exc)
+    out["over-default-max-runtime"] = _refusal(remote_debug.enable, trainer, owner="alice", keep_alive=3600)
     out["channels"] = [c.channel_name for c in trainer.input_data_config or []]
     out["environment"] = trainer.environment
     # no source_code: ModelTrainer sends no ContainerEntrypoint, the image's own entry runs - nothing to wrap
     imaged = _v3_trainer(tmp, source_code=None, stopping_condition=StoppingCondition(max_runtime_in_seconds=7200))
-    try:
-        remote_debug.enable(imaged, owner="alice", keep_alive=600)
-        out["no-source-code"] = None
-    except UserError as exc:
-        out["no-source-code"] = str(exc)
+    out["no-source-code"] = _refusal(remote_debug.enable, imaged, owner="alice", keep_alive=600)
     out["no-source-code-untouched"] = ([c.channel_name for c in imaged.input_data_config or []], imaged.environment)
     out["new-keys"] = sorted(set(_key_dirs()) - set(keys_before))
     return out
