@@ -25,7 +25,7 @@ import {
   launchJob,
   openWorkbench,
   pausedRankLocals,
-  repo,
+  placeExample,
   runCommand,
   say,
   screenshot,
@@ -43,12 +43,7 @@ useHarness('attach');
 // --- the test ---------------------------------------------------------------------------------------
 
 test('Attach All Ranks from the command palette stops both ranks at a breakpoint', { timeout: 900_000 }, async () => {
-  const script = 'train_ddp.py';
-  const source = fs.readFileSync(path.join(repo, 'remote_debug', 'examples', script), 'utf8');
-  fs.writeFileSync(path.join(state.workspace, script), source);
-  const lines = source.split('\n');
-  const marker = lines.findIndex((l) => l.includes('# REMOTE-DEBUG-BREAKPOINT'));
-  assert.ok(marker >= 0, 'the example has a REMOTE-DEBUG-BREAKPOINT line');
+  const { script, marker } = placeExample();
   const bpLine = marker + 2; // the line after `shard_marker = ...` (1-based): shard_marker has its value there
 
   await step('launch the job', async () => {

@@ -498,6 +498,17 @@ function emergencyStop(signal) {
 }
 
 /** Check the environment, and register the hooks that make and remove everything the test uses. */
+/** Copy the example training script into the workspace; its lines, and the index (0-based) of the line
+ *  marked REMOTE-DEBUG-BREAKPOINT (the tests stop on the line after it, where shard_marker has its value). */
+export function placeExample(script = 'train_ddp.py') {
+  const source = fs.readFileSync(path.join(repo, 'remote_debug', 'examples', script), 'utf8');
+  fs.writeFileSync(path.join(state.workspace, script), source);
+  const lines = source.split('\n');
+  const marker = lines.findIndex((l) => l.includes('# REMOTE-DEBUG-BREAKPOINT'));
+  assert.ok(marker >= 0, 'the example has a REMOTE-DEBUG-BREAKPOINT line');
+  return { script, lines, marker };
+}
+
 export function useHarness(name) {
   state.name = name;
   state.artifacts = path.join(path.resolve(process.env.RD_ARTIFACTS ?? path.join(repo, 'test-artifacts', 'e2e')), name);

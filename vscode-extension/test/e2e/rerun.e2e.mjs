@@ -32,7 +32,7 @@ import {
   openWorkbench,
   outputPanelLines,
   pausedRankLocals,
-  repo,
+  placeExample,
   runCommand,
   say,
   screenshot,
@@ -50,12 +50,7 @@ useHarness('rerun');
 // --- the test ---------------------------------------------------------------------------------------
 
 test('Sync and Re-run: an edit reaches both ranks of a kept-alive job, which stop at the breakpoint again', { timeout: 1_100_000 }, async () => {
-  const script = 'train_ddp.py';
-  const source = fs.readFileSync(path.join(repo, 'remote_debug', 'examples', script), 'utf8');
-  fs.writeFileSync(path.join(state.workspace, script), source);
-  const lines = source.split('\n');
-  const marker = lines.findIndex((l) => l.includes('# REMOTE-DEBUG-BREAKPOINT'));
-  assert.ok(marker >= 0, 'the example has a REMOTE-DEBUG-BREAKPOINT line');
+  const { script, lines, marker } = placeExample();
   const editLine = marker + 1; // `shard_marker = rank * 100 + step  # REMOTE-DEBUG-BREAKPOINT` (1-based)
   const bpLine = marker + 2; // the line after it: shard_marker has its value there
   const original = lines[marker].trim();
