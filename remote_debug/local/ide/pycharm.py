@@ -39,6 +39,11 @@ class _Asked:
     next_at: float = 0.0  # monotonic: when it may be asked again
     interval: float = ASK_FIRST_SECONDS
 
+    def reset(self, after: float = 0.0) -> None:
+        """Ask again ``after`` seconds from now, and start the backoff over."""
+        self.next_at = time.monotonic() + after if after else 0.0
+        self.interval = ASK_FIRST_SECONDS
+
 
 @dataclass
 class PyCharmOptions:
@@ -143,7 +148,7 @@ class PyCharmIde(IdeSide):
         with self._lock:
             if listening and not self._ide_was_listening:  # back (or up for the first time): ask soon
                 for entry in self._asked.values():
-                    entry.next_at, entry.interval = 0.0, ASK_FIRST_SECONDS
+                    entry.reset()
             self._ide_was_listening = listening
             due = [
                 (rank, entry) for rank, entry in self._asked.items()
@@ -157,7 +162,7 @@ class PyCharmIde(IdeSide):
         with self._lock:
             entry = self._asked.get(origin.rank)
             if entry is not None:
-                entry.next_at, entry.interval = time.monotonic() + ASK_FIRST_SECONDS, ASK_FIRST_SECONDS
+                entry.reset(after=ASK_FIRST_SECONDS)
         if self.server is None:  # headless: the stand-in says it itself
             self.emit(events.RankDetached(rank=origin.rank, node=origin.node, error=None))
 
@@ -166,7 +171,7 @@ class PyCharmIde(IdeSide):
         with self._lock:
             entry = self._asked.get(forward.rank)
             if entry is not None:
-                entry.next_at, entry.interval = 0.0, ASK_FIRST_SECONDS
+                entry.reset()
 
     def finished(self) -> bool:
         """Headless: every exposed rank had its stops (then the attach detaches, and the ranks untrace)."""
