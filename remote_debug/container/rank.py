@@ -338,6 +338,9 @@ class _Listener:
     def start_debugpy(self) -> int:
         check_port(self.requested, f"debug port for local rank {self.local_rank}")
         __import__("remote_debug.container.nodelay", fromlist=["enable"]).enable(debuggee=True)
+        from remote_debug.container.debugpy_startup import skip_unread_environment_report
+
+        skip_unread_environment_report()  # 2/3 of the CPU listen() costs, see there
         # pydevd connects only to an adapter of our own uid (the adapter gates its listeners itself,
         # from sitecustomize); raises rather than listen ungated
         __import__("remote_debug.container.debugpy_gate", fromlist=["gate_debuggee"]).gate_debuggee()

@@ -26,7 +26,7 @@ from remote_debug.local.ide import IdeSide, PyCharmOptions, RankForward, ide_sid
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.pause_safe import PauseSafe
-from remote_debug.local.rank_control import WaitRelease
+from remote_debug.local.rank_control import WaitRelease, fan_out
 
 # Said once per attach where the owner of a loopback connection cannot be told (not Linux).
 UID_CHECK_UNAVAILABLE = (
@@ -215,7 +215,7 @@ class Attacher:
         """Expose every selected rank that can be; True once all expected ranks are."""
         manifests = self.connection.manifests()
         expected = self._expected_ranks(manifests, info)  # the round's describe (a SageMaker API call)
-        new: list[RankForward] = []
+        found: list[tuple[str, spec.NodeManifest, spec.RankEndpoint]] = []
         for node, m in manifests.items():
             for r in m.ranks:
                 if r.rank not in expected or r.rank in self.forwards:
@@ -227,23 +227,27 @@ class Attacher:
                     self.emit(events.RankUnavailable(rank=r.rank, node=node, state=r.state, error=r.error))
                     self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir, r.pid)
                     continue
-                if self.ide.ranks_listen and r.control_port > 0:
-                    started = self._start_listener(node, r)
-                    if started is None:
-                        continue  # retried on the next round
-                    r = started
-                local_port = self.ide.expose(self.connection.tunnel(node), node, r)
-                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
-                self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
-                                           state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
-                if self.ide.connects_out and r.control_port > 0:  # its way to the IDE is up: connect now
-                    self.ide.asked(r.rank, self._ask_connect(node, r))
-                new.append(fwd)
+                found.append((node, m, r))
+        if self.ide.ranks_listen:  # every rank's listener at once: 64 ranks in about the time of a few
+            listening = fan_out(found, lambda f: self._start_listener(f[0], f[2]) if f[2].control_port > 0 else f[2])
+            found = [(node, m, r) for (node, m, _), r in zip(found, listening, strict=True) if r is not None]
+        new = [self._expose(node, m, r) for node, m, r in found]  # (None: retried on the next round)
+        if self.ide.connects_out:  # their way to the IDE is up: ask them all to connect now
+            asks = [(fwd.node, r) for fwd, (_, _, r) in zip(new, found, strict=True) if r.control_port > 0]
+            for (_, r), ok in zip(asks, fan_out(asks, lambda a: self._ask_connect(*a)), strict=True):
+                self.ide.asked(r.rank, ok)
         self._manifests = manifests
         # before any debugger can stop a rank: its peers must not time out in their collectives
         self._announce_pause_safe(force=bool(new))
         self.ide.ranks_ready(new)
         return expected <= set(self.forwards)
+
+    def _expose(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint) -> RankForward:
+        local_port = self.ide.expose(self.connection.tunnel(node), node, r)
+        fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
+        self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
+                                   state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
+        return fwd
 
     def _follow_restarts(self) -> None:
         """``remote-debug run`` replaced ranks' processes (a kept-alive job): expose each new process - on

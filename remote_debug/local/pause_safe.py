@@ -14,7 +14,7 @@ from collections.abc import Callable
 from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.errors import UserError
-from remote_debug.local.rank_control import RankControl
+from remote_debug.local.rank_control import RankControl, fan_out
 
 RETRY_SECONDS = 2.0
 # states in which a rank has no process group to protect any more
@@ -38,14 +38,19 @@ class PauseSafe:
         if now < self._next and not force:
             return
         self._next = now + RETRY_SECONDS
-        for node, m in manifests.items():
-            for r in m.ranks:
-                if (r.rank, r.pid) in self._done or not r.control_port or r.state in _OVER:
-                    continue
-                try:
-                    detail = self._control(node).pause_safe(r)
-                except (OSError, UserError) as exc:
-                    self._emit(events.WarningEvent(message=f"rank {r.rank}: pause-safe failed: {exc}"))
-                    continue
-                self._done.add((r.rank, r.pid))  # also when "pending": the rank applies it at init
-                self._emit(events.PauseSafe(rank=r.rank, node=node, detail=detail))
+        todo = [
+            (node, r)
+            for node, m in manifests.items()
+            for r in m.ranks
+            if (r.rank, r.pid) not in self._done and r.control_port and r.state not in _OVER
+        ]
+        fan_out(todo, lambda item: self._ask(*item))  # a job's ranks answer in parallel
+
+    def _ask(self, node: str, r: spec.RankEndpoint) -> None:
+        try:
+            detail = self._control(node).pause_safe(r)
+        except (OSError, UserError) as exc:
+            self._emit(events.WarningEvent(message=f"rank {r.rank}: pause-safe failed: {exc}"))
+            return
+        self._done.add((r.rank, r.pid))  # also when "pending": the rank applies it at init
+        self._emit(events.PauseSafe(rank=r.rank, node=node, detail=detail))

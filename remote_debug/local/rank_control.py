@@ -19,9 +19,10 @@ reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import paramiko
 
@@ -30,6 +31,21 @@ from remote_debug.local.errors import UserError
 from remote_debug.local.tunnels import NodeTunnel
 
 REQUEST_TIMEOUT = 15.0
+# control requests one command keeps in flight: ranks answer in parallel (a "listen" mostly waits for
+# debugpy's adapter to start), and a node's requests share its one SSH connection
+FAN_OUT = 16
+
+_Item = TypeVar("_Item")
+_Answer = TypeVar("_Answer")
+
+
+def fan_out(items: Sequence[_Item], ask: Callable[[_Item], _Answer], workers: int = FAN_OUT) -> list[_Answer]:
+    """``ask`` each item, up to ``workers`` at a time; the answers in the items' order.  ``ask`` handles
+    its own errors (one rank's trouble is not the others')."""
+    if len(items) <= 1:
+        return [ask(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="rank-control") as pool:
+        return list(pool.map(ask, items))
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ def test_version_check() -> None:
             if isinstance(t, ast.Name)}
     assert site["_SPEC_VERSION_ENV"] == spec.ENV_VERSION
     assert site["_OLD_PYTHON_REPORTED"] == entry.OLD_PYTHON_REPORTED
+    assert site["_CLAIMED_BY_ENV"] == spec.ENV_CLAIMED_BY
 
 
 def test_old_python_runs_the_command_unchanged_in_place(tmp_path: Path) -> None:
