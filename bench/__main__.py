@@ -27,6 +27,10 @@ P2-PyCharm the call-heavy loop in an idle PyCharm rank (pydevd-pycharm not even 
 P3-PyCharm the DDP step with a pydevd server (no breakpoints) connected through the rank's control channel
 (goal <= 1.10x), and after the server closed, as PyCharm's Stop does (goal <= 1.02x, the rank untraced).
 
+``python -m bench --scale [--short]`` runs issue 17's rows (bench/scale.py): P4-scale attach -> every rank stopped
+at 1, 8 and 64 ranks (8 nodes x 8), for a job whose ranks wait and for one attached mid-run; P11 the attach CLI's
+wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks.
+
 ``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
 every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
 (goals <= 5 s and <= 0.3x).
@@ -459,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         "--emulator", action="store_true", help="only the SageMaker path's rows, against `remote-debug emulator`"
     )
     parser.add_argument("--sync", action="store_true", help="only sync's rows (P9, see bench/sync_bench.py)")
+    parser.add_argument("--scale", action="store_true", help="only the 64-rank rows (see bench/scale.py)")
     parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
     parser.add_argument(
         "--pycharm", action="store_true", help="only P2 and P3 for a PyCharm rank (see bench/pycharm_rows.py)"
@@ -473,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.emulator import emulator_rows
 
             results.update(emulator_rows(work, args.short))
+        elif args.scale:
+            from bench.scale import scale_rows
+
+            results.update(scale_rows(work, args.short))
         elif args.iterate:
             from bench.iterate import iterate_rows
 

@@ -35,10 +35,15 @@ EVENTS_VERSION = 1
 CONFIG_NAME_PREFIX_TEMPLATE = "remote-debug: {job} "  # every configuration of a job (the space: job "a" vs "a-b")
 CONFIG_NAME_TEMPLATE = CONFIG_NAME_PREFIX_TEMPLATE + "rank {rank} ({node})"
 COMPOUND_NAME_TEMPLATE = CONFIG_NAME_PREFIX_TEMPLATE + "all ranks"
+NODE_COMPOUND_NAME_TEMPLATE = CONFIG_NAME_PREFIX_TEMPLATE + "node {node}"  # a multi-node job's ranks of one node
 
 
 def format_config_name(job: str, rank: int, node: str) -> str:
     return CONFIG_NAME_TEMPLATE.format(job=job, rank=rank, node=node)
+
+
+def format_node_compound_name(job: str, node: str) -> str:
+    return NODE_COMPOUND_NAME_TEMPLATE.format(job=job, node=node)
 
 
 def format_compound_name(job: str, ranks: list[int] | None = None) -> str:

@@ -487,7 +487,10 @@ def _local_root(local_root: str, workspace: Path) -> str:
 
 def _configurations(
     workspace: Path, job: str, targets: Sequence[RankTarget], debug_type: str, world_size: int | None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The job's configurations and compounds: the compound of every rank it holds first; with more than
+    one node, a compound per node too (8 x 8 ranks: "all ranks", "node algo-3", or one rank - not a scroll
+    through 64)."""
     spec.check_job_name(job)
     if not targets:
         raise spec.ContractError(f"no ranks of job {job} to write launch configurations for")
@@ -512,8 +515,22 @@ def _configurations(
     if len({t.rank for t in ordered}) != len(ordered):
         raise spec.ContractError(f"a rank of job {job} appears twice")
     name = compound_name(job, [t.rank for t in ordered], world_size)
-    compound = {"name": name, "configurations": [c["name"] for c in configs], "stopAll": False}
-    return configs, compound
+    compounds = [{"name": name, "configurations": [c["name"] for c in configs], "stopAll": False}]
+    nodes = sorted({t.node for t in ordered}, key=_node_order)
+    if len(nodes) > 1:
+        for node in nodes:
+            compounds.append({
+                "name": events.format_node_compound_name(job, node),
+                "configurations": [c["name"] for c, t in zip(configs, ordered, strict=True) if t.node == node],
+                "stopAll": False,
+            })
+    return configs, compounds
+
+
+def _node_order(node: str) -> tuple[str, int]:
+    """algo-2 before algo-10."""
+    stem, _, number = node.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (node, 0)
 
 
 def _skeleton(nl: str) -> str:
@@ -535,12 +552,12 @@ def update_launch_json(
 ) -> Path:
     """Write the job's attach configurations and compound into ``<workspace>/.vscode/launch.json``
     (``world_size``: the job's number of ranks, which names the compound; see :func:`compound_name`)."""
-    configs, compound = _configurations(workspace, job, targets, debug_type, world_size)
+    configs, compounds = _configurations(workspace, job, targets, debug_type, world_size)
     path = launch_json_path(workspace)
 
     def change(doc: _Document, notes: Notes) -> None:
         doc.sync("configurations", _prefix(job), configs, notes)
-        doc.sync("compounds", _prefix(job), [compound], notes)
+        doc.sync("compounds", _prefix(job), compounds, notes)
 
     _edit(path, change, remove=False, paths=paths)
     return path

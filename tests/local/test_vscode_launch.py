@@ -95,13 +95,32 @@ def test_the_compound_is_named_for_the_ranks_it_holds(tmp_path: Path) -> None:
     assert names(parsed(path), "compounds") == ["remote-debug: myjob rank 0"]
     assert parsed(path)["compounds"][0]["configurations"] == ["remote-debug: myjob rank 0 (algo-1)"]
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 2]), world_size=4)
-    assert names(parsed(path), "compounds") == ["remote-debug: myjob ranks 0,2"]
+    assert "remote-debug: myjob ranks 0,2" in names(parsed(path), "compounds")
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 1, 2, 3, 6]), world_size=8)
-    assert names(parsed(path), "compounds") == ["remote-debug: myjob ranks 0-3,6"]
+    assert "remote-debug: myjob ranks 0-3,6" in names(parsed(path), "compounds")
+    assert "remote-debug: myjob ranks 0,2" not in names(parsed(path), "compounds")
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)), world_size=2)
     assert names(parsed(path), "compounds") == ["remote-debug: myjob all ranks"]
     assert vl.compound_name("myjob", [1], 2) == "remote-debug: myjob rank 1"
     assert vl.compound_name("myjob", [0, 1], None) == "remote-debug: myjob all ranks"  # world size unknown
+
+
+def test_a_multi_node_job_has_a_compound_per_node_in_node_order(tmp_path: Path) -> None:
+    """64 ranks are not a list to scroll: "all ranks", or one node's ranks, or one rank (algo-2 before
+    algo-10); back to one node, the node compounds go."""
+    ten_nodes = [target(r, node=f"algo-{r // 8 + 1}", root=str(tmp_path)) for r in range(80)]
+    path = vl.update_launch_json(tmp_path, "myjob", ten_nodes, world_size=80)
+    compounds = parsed(path)["compounds"]
+    assert [c["name"] for c in compounds] == [
+        "remote-debug: myjob all ranks", *(f"remote-debug: myjob node algo-{n}" for n in range(1, 11)),
+    ]
+    assert compounds[10]["configurations"] == [f"remote-debug: myjob rank {r} (algo-10)" for r in range(72, 80)]
+    assert len(compounds[0]["configurations"]) == 80
+    vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)), world_size=2)
+    assert names(parsed(path), "compounds") == ["remote-debug: myjob all ranks"]
+    vl.update_launch_json(tmp_path, "myjob", ten_nodes, world_size=80)
+    assert vl.remove_job_configs(tmp_path, "myjob")  # every compound of the job goes with its configurations
+    assert not path.exists()  # the file was ours alone: restored to not existing
 
 
 def test_new_file_is_created(tmp_path: Path) -> None:
@@ -143,7 +162,9 @@ def test_user_content_survives_byte_for_byte(tmp_path: Path) -> None:
     assert names(data)[2:] == [f"remote-debug: myjob rank {r} (algo-{1 + r // 2})" for r in range(3)]
     assert all(c["type"] == "python" for c in data["configurations"][2:])
     assert data["compounds"][0] == before["compounds"][0]
-    assert names(data, "compounds") == ["mine", "remote-debug: myjob all ranks"]
+    assert names(data, "compounds") == [
+        "mine", "remote-debug: myjob all ranks", "remote-debug: myjob node algo-1", "remote-debug: myjob node algo-2",
+    ]
     assert data["inputs"] == [] and data["version"] == "0.2.0"
 
 
