@@ -1,9 +1,11 @@
 // Attach: `remote-debug attach JOB --json` as a managed background process, and the debug
 // sessions we start for its ranks once they are ready.
 //
-// One AttachProcess per (job, rank selection) the user asked for; usually one per job.  The
-// process owns the SSH tunnels: debug sessions live only as long as it runs, so detaching a job
-// stops its sessions and its process, and the process ending ends the sessions.
+// One AttachProcess per (job, rank selection) the user asked for; usually one per job.  Ranks a
+// running process covers just get their sessions; the rest of a selection gets a process of its
+// own (`--ranks` those), so attaching one node of 8 leaves the others untouched and attachable.
+// A process owns its SSH tunnels: the sessions started on them live only as long as it runs, so
+// detaching a job stops its sessions and its processes, and a process ending ends its sessions.
 
 import * as vscode from 'vscode';
 
@@ -119,6 +121,8 @@ export class AttachManager implements vscode.Disposable {
   private readonly processes = new Map<string, AttachProcess[]>();
   /** Sessions we started, by job#rank. */
   private readonly sessions = new Map<string, vscode.DebugSession>();
+  /** The attach process whose tunnel each job#rank's session was started on (it ends with that process). */
+  private readonly sessionOwner = new Map<string, AttachProcess>();
   /** Ranks whose session start is in flight (so two events don't start two). */
   private readonly starting = new Set<string>();
   /** Ranks whose process `remote-debug run` replaced (rank-restarted), until the new process's rank-ready. */
@@ -174,17 +178,50 @@ export class AttachManager implements vscode.Disposable {
     }
     const live = (this.processes.get(request.job) ?? []).filter((p) => !p.exited && !p.cancelled);
     const requested = request.ranks;
-    const coveredBy = live.find((p) => requested === undefined ? p.wanted === 'all' : requested.every((r) => p.covers(r)));
-    if (coveredBy) {
-      // the tunnels are up (or coming): just start the sessions that are missing
-      this.log.appendLine(`[${request.job}] already attached: starting sessions for ranks ${formatRanks(requested)}`);
-      await coveredBy.whenReadyOrExited();
-      await this.startSessions(coveredBy, requested);
+    const covering = this.covering(live, requested);
+    // the tunnels of these are up (or coming): just start the sessions that are missing
+    const starts = [...covering].map(async ([proc, ranks]) => {
+      this.log.appendLine(`[${request.job}] already attached: starting sessions for ranks ${formatRanks(ranks)}`);
+      await proc.whenReadyOrExited();
+      await this.startSessions(proc, ranks);
+    });
+    // the rest needs an attach process of its own, for just those ranks (the others stay as they are)
+    const rest = requested === undefined ? (covering.size ? [] : undefined) : requested.filter((r) => !live.some((p) => p.covers(r)));
+    if (rest?.length === 0) {
+      await Promise.all(starts);
       return;
     }
+    await Promise.all([...starts, this.spawn({ ...request, ranks: rest }, live)]);
+  }
+
+  /** Which live process starts the sessions of which requested ranks (all: an `all` process, if one runs). */
+  private covering(live: AttachProcess[], requested: number[] | undefined): Map<AttachProcess, number[] | undefined> {
+    const out = new Map<AttachProcess, number[] | undefined>();
+    if (requested === undefined) {
+      const all = live.find((p) => p.wanted === 'all');
+      if (all) {
+        out.set(all, undefined);
+      }
+      return out;
+    }
+    for (const rank of requested) {
+      const proc = live.find((p) => p.covers(rank));
+      if (proc) {
+        out.set(proc, [...(out.get(proc) ?? []), rank]);
+      }
+    }
+    return out;
+  }
+
+  /** A new `remote-debug attach` for the request's ranks; resolves once their sessions were started. */
+  private async spawn(request: AttachRequest, live: AttachProcess[]): Promise<void> {
+    const requested = request.ranks;
     const proc = new AttachProcess(request, this.cli, this.settings());
     this.processes.set(request.job, [...live, proc]);
-    this.model.attachStarted(request.job);
+    if (live.length === 0) {
+      // with another process running the job stays attached (or attaching) as it is; this one has its notification
+      this.model.attachStarted(request.job);
+    }
     await vscode.window.withProgress(
       {
         location: vscode.ProgressLocation.Notification,
@@ -243,9 +280,16 @@ export class AttachManager implements vscode.Disposable {
         proc.markExited();
         const others = (this.processes.get(job) ?? []).filter((p) => p !== proc && !p.exited);
         this.processes.set(job, others);
-        this.stopSessions(job, (rank) => proc.forwarded.has(rank));
+        // only the sessions on its tunnels: another process of the job may debug other ranks (or the same ones)
+        this.stopSessions(job, (rank) => {
+          const owner = this.sessionOwner.get(key(job, rank));
+          return owner ? owner === proc : proc.forwarded.has(rank);
+        });
         if (others.length === 0) {
           this.model.attachEnded(job, proc.cancelled ? undefined : error?.message);
+        } else {
+          const lost = [...proc.forwarded.keys()].filter((rank) => !others.some((o) => o.forwarded.has(rank)));
+          this.model.forwardingEnded(job, lost);
         }
         if (proc.ended) {
           const e = proc.ended;
@@ -365,6 +409,7 @@ export class AttachManager implements vscode.Disposable {
       configs.map(async (config) => {
         const k = key(job, config.remoteDebug.rank);
         this.starting.add(k);
+        this.sessionOwner.set(k, proc);
         this.model.setRankSession(job, config.remoteDebug.rank, 'attaching');
         try {
           const ok = await vscode.debug.startDebugging(proc.request.folder, config as vscode.DebugConfiguration);
@@ -400,6 +445,7 @@ export class AttachManager implements vscode.Disposable {
     const k = key(tag.job, tag.rank);
     if (this.sessions.get(k) === session) {
       this.sessions.delete(k);
+      this.sessionOwner.delete(k);
     }
     this.model.setRankSession(tag.job, tag.rank, 'detached');
     this.startPending(k);
@@ -464,6 +510,7 @@ export class AttachManager implements vscode.Disposable {
       const tag = rankTag(session.configuration);
       if (tag && tag.job === job && which(tag.rank)) {
         this.sessions.delete(k);
+        this.sessionOwner.delete(k);
         void Promise.resolve(vscode.debug.stopDebugging(session)).catch(() => undefined);
       }
     }

@@ -8,7 +8,8 @@ import { AttachManager, AttachSettings, showError } from './attach';
 import { Cli, CliError } from './cli';
 import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
 import { isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument } from './events';
-import { isKeptAlive, JobsModel, parseRanks, RANK_STATE_LABEL } from './model';
+import { isKeptAlive, JobsModel, parseRanks } from './model';
+import { pickedRanks, rankPickItems } from './rankPicker';
 import { RunManager, syncSource } from './rerun';
 import { REMOTE_SSH_EXTENSION, remoteSshUri, sshCommand, suggestedSettings } from './remoteSsh';
 import { TreeNode } from './tree';
@@ -83,6 +84,7 @@ export class Commands {
       'remoteDebug.attachToJob': this.attachToJob,
       'remoteDebug.attachAllRanks': this.attachAllRanks,
       'remoteDebug.attachRank': this.attachRank,
+      'remoteDebug.attachNode': this.attachNode,
       'remoteDebug.openRemoteSsh': this.openRemoteSsh,
       'remoteDebug.showStacks': this.showStacks,
       'remoteDebug.stopJob': this.stopJob,
@@ -202,23 +204,38 @@ export class Commands {
     if (!info) {
       return;
     }
-    let ranks: number[];
+    let ranks: number[] | undefined;
     if (node?.kind === 'rank') {
       ranks = [node.rank];
     } else {
       const all = this.model.allRanks(info.name);
-      const picked = await vscode.window.showQuickPick(
-        all.map((r) => ({
-          label: `rank ${r.rank}`,
-          description: `${r.node} · ${RANK_STATE_LABEL[r.state]}`,
-          rank: r.rank,
-        })),
-        { placeHolder: `Attach to which ranks of ${info.name}?`, canPickMany: true },
-      );
+      const picked = await vscode.window.showQuickPick(rankPickItems(all), {
+        placeHolder: `Attach to which nodes or ranks of ${info.name}?`,
+        canPickMany: true,
+      });
       if (!picked || picked.length === 0) {
         return;
       }
-      ranks = picked.map((p) => p.rank);
+      ranks = pickedRanks(picked, all.map((r) => r.rank));
+      if (ranks?.length === 0) {
+        return;
+      }
+    }
+    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+  }
+
+  /** From a node item: attach exactly the ranks the view shows on that node.  Elsewhere: Attach Rank…'s pick. */
+  async attachNode(node?: TreeNode): Promise<void> {
+    if (node?.kind !== 'node') {
+      return this.attachRank(node);
+    }
+    const info = await this.pickJob({ node, placeHolder: 'Attach to a node of which job?', single: true });
+    if (!info) {
+      return;
+    }
+    const ranks = this.model.nodeRanks(info.name, node.node);
+    if (ranks.length === 0) {
+      throw new Error(`the ranks on ${node.node} of ${info.name} are not known yet: use Attach All Ranks`);
     }
     await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
   }

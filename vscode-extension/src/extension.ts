@@ -74,6 +74,7 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     runOutput,
     attacher,
     runs,
+    tree,
     view,
     ...commands.register(),
     ...registerDebugType(),

@@ -35,6 +35,30 @@ export const RANK_STATE_LABEL: Record<RankState, string> = {
   finished: 'finished',
 };
 
+/** A node's ranks in one phrase each, for a collapsed node: in RankState order, the quiet states left out. */
+const RANK_COUNT_LABEL: Partial<Record<RankState, string>> = {
+  waiting: 'waiting',
+  listening: 'ready',
+  attaching: 'attaching',
+  attached: 'attached',
+  paused: 'paused',
+  unavailable: 'no debugger',
+  failed: 'failed',
+  restarting: 'restarting',
+  finished: 'finished',
+};
+
+/** `["3 attached", "1 paused"]`: how many of `ranks` are in each state worth a glance (non-zero counts only). */
+export function rankCounts(ranks: Iterable<RankEntry>): string[] {
+  const counts = new Map<RankState, number>();
+  for (const r of ranks) {
+    counts.set(r.state, (counts.get(r.state) ?? 0) + 1);
+  }
+  return (Object.keys(RANK_STATE_LABEL) as RankState[])
+    .filter((state) => RANK_COUNT_LABEL[state] && counts.get(state))
+    .map((state) => `${counts.get(state)} ${RANK_COUNT_LABEL[state]}`);
+}
+
 export type AttachState = 'none' | 'connecting' | 'ready' | 'ended' | 'failed';
 
 /** A Sync and Re-run of the job: copying the workspace (`sync`), then its `run` process is live. */
@@ -99,6 +123,11 @@ export function expectedRanks(info: JobInfo): Array<{ node: string; rank: number
     }
   });
   return out;
+}
+
+/** The node a rank runs on by that numbering (undefined: ranks per node not known, or beyond the last node). */
+export function expectedNode(info: JobInfo, rank: number): string | undefined {
+  return info.nproc_per_node > 0 ? info.nodes[Math.floor(rank / info.nproc_per_node)] : undefined;
 }
 
 export class JobsModel {
@@ -210,7 +239,7 @@ export class JobsModel {
         return r;
       }
     }
-    const home = nodeName ?? expectedRanks(entry.info).find((e) => e.rank === rank)?.node ?? entry.info.nodes[0] ?? 'algo-1';
+    const home = nodeName ?? expectedNode(entry.info, rank) ?? entry.info.nodes[0] ?? 'algo-1';
     const r: RankEntry = { rank, node: home, state: this.baseState(entry) };
     this.node(entry, home).ranks.set(rank, r);
     return r;
@@ -230,9 +259,10 @@ export class JobsModel {
       const node = this.node(entry, name);
       node.codeDir ??= codeDirs[name];
     }
+    // one pass over what is known: a scan of every node per expected rank is O(ranks x nodes) per listing
+    const known = new Set([...entry.nodes.values()].flatMap((n) => [...n.ranks.keys()]));
     for (const { node, rank } of expectedRanks(entry.info)) {
-      const exists = [...entry.nodes.values()].some((n) => n.ranks.has(rank));
-      if (!exists) {
+      if (!known.has(rank)) {
         this.node(entry, node).ranks.set(rank, { rank, node, state: this.baseState(entry) });
       }
     }
@@ -279,6 +309,28 @@ export class JobsModel {
       for (const r of node.ranks.values()) {
         r.localPort = undefined;
         if (r.state !== 'finished' && r.state !== 'unavailable' && r.state !== 'failed') {
+          r.state = this.baseState(entry);
+        }
+      }
+    }
+    this.changed();
+  }
+
+  /**
+   * One of several attach processes of the job exited: the tunnels of `ranks` (those no other process forwards) are
+   * gone, the job's attach goes on.  Their sessions end on their own; a rank nobody debugs is no longer reachable.
+   */
+  forwardingEnded(job: string, ranks: number[]): void {
+    const entry = this.jobs.get(job);
+    if (!entry || ranks.length === 0) {
+      return;
+    }
+    for (const rank of ranks) {
+      entry.forwarded.delete(rank);
+      const r = this.rankEntry(job, rank);
+      if (r) {
+        r.localPort = undefined;
+        if (r.state === 'waiting' || r.state === 'listening') {
           r.state = this.baseState(entry);
         }
       }
@@ -440,6 +492,11 @@ export class JobsModel {
       }
     }
     return undefined;
+  }
+
+  /** The ranks the view shows on a node, in order ([] when none are known yet). */
+  nodeRanks(job: string, node: string): number[] {
+    return [...(this.jobs.get(job)?.nodes.get(node)?.ranks.keys() ?? [])].sort((a, b) => a - b);
   }
 
   codeDir(job: string, node: string): string | undefined {

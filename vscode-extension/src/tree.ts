@@ -3,7 +3,7 @@
 import * as vscode from 'vscode';
 
 import { isRunning } from './events';
-import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, RankEntry, RankState } from './model';
+import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState } from './model';
 
 export type TreeNode =
   | { kind: 'job'; job: string }
@@ -96,12 +96,69 @@ export function rankDescription(r: RankEntry): string {
   return r.detail ? `${label} · ${r.detail}` : label;
 }
 
-export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode> {
+/** A node's row: `8 ranks · 3 attached · 1 paused · connected · ssh algo-1.job` (what a collapsed node is up to first). */
+export function nodeDescription(node: NodeEntry): string {
+  const ranks = node.ranks.size;
+  const rankText = ranks === 0 ? 'ranks not known yet' : `${ranks} rank${ranks === 1 ? '' : 's'}`;
+  return [rankText, ...rankCounts(node.ranks.values()), node.connected ? 'connected' : undefined, node.alias ? `ssh ${node.alias}` : undefined]
+    .filter(Boolean)
+    .join(' · ');
+}
+
+/** setTimeout / clearTimeout: the tests pass a clock they advance by hand. */
+export interface Scheduler {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const timers: Scheduler = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
+/** How long model changes gather before the view refreshes: short enough to feel immediate. */
+export const REFRESH_DELAY_MS = 80;
+
+export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vscode.Disposable {
   private readonly emitter = new vscode.EventEmitter<TreeNode | undefined | void>();
   readonly onDidChangeTreeData = this.emitter.event;
+  private readonly subscription: { dispose(): void };
+  private timer: { handle: unknown } | undefined;
 
-  constructor(private readonly model: JobsModel) {
-    model.onDidChange(() => this.emitter.fire());
+  constructor(
+    private readonly model: JobsModel,
+    private readonly scheduler: Scheduler = timers,
+    private readonly delayMs = REFRESH_DELAY_MS,
+  ) {
+    this.subscription = model.onDidChange(() => this.scheduleRefresh());
+  }
+
+  /**
+   * Attaching 64 ranks changes the model several hundred times within a few seconds (listening, ready, attaching,
+   * attached per rank), and each whole-tree refresh makes VS Code ask for every visible item again.  So the first
+   * change starts a timer, the changes until it runs ride along, and its one refresh shows the model as it is
+   * then: at most one refresh per interval, and the last change is always shown (unlike a debounce that restarts
+   * its timer, a steady stream of events cannot hold the view back).
+   */
+  private scheduleRefresh(): void {
+    if (this.timer) {
+      return;
+    }
+    this.timer = {
+      handle: this.scheduler.setTimeout(() => {
+        this.timer = undefined;
+        this.emitter.fire();
+      }, this.delayMs),
+    };
+  }
+
+  dispose(): void {
+    if (this.timer) {
+      this.scheduler.clearTimeout(this.timer.handle);
+      this.timer = undefined;
+    }
+    this.subscription.dispose();
+    this.emitter.dispose();
   }
 
   getChildren(element?: TreeNode): TreeNode[] {
@@ -204,17 +261,26 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode> {
         return item;
       }
       case 'node': {
-        const node = this.model.get(element.job)?.nodes.get(element.node) as NodeEntry;
-        const item = new vscode.TreeItem(element.node, vscode.TreeItemCollapsibleState.Expanded);
+        const entry = this.model.get(element.job);
+        const node: NodeEntry = entry?.nodes.get(element.node) ?? { name: element.node, connected: false, ranks: new Map() };
+        // 8 nodes x 8 ranks expanded is a 72-row wall: the node rows' counts say enough until one is opened
+        const collapsed = (entry?.nodes.size ?? 0) > 1;
+        const item = new vscode.TreeItem(
+          element.node,
+          collapsed ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.Expanded,
+        );
         item.id = `node:${element.job}/${element.node}`;
-        const ranks = node ? node.ranks.size : 0;
-        const rankText = ranks === 0 ? 'ranks not known yet' : `${ranks} rank${ranks === 1 ? '' : 's'}`;
-        item.description = [node?.alias ? `ssh ${node.alias}` : undefined, rankText, node?.connected ? 'connected' : undefined]
+        item.description = nodeDescription(node);
+        item.tooltip = [
+          node.codeDir ? `${element.node}: code in ${node.codeDir}` : element.node,
+          node.alias ? `ssh ${node.alias}` : undefined,
+        ]
           .filter(Boolean)
-          .join(' · ');
-        item.tooltip = node?.codeDir ? `${element.node}: code in ${node.codeDir}` : element.node;
-        item.contextValue = 'node';
-        item.iconPath = icon('server', node?.connected ? 'charts.green' : undefined);
+          .join('\n');
+        // `node-attachable`: Attach to This Node's Ranks (a running job whose ranks on the node are known)
+        const attachable = entry !== undefined && isRunning(entry.info) && node.ranks.size > 0;
+        item.contextValue = attachable ? 'node-attachable' : 'node';
+        item.iconPath = icon('server', node.connected ? 'charts.green' : undefined);
         return item;
       }
       case 'rank': {

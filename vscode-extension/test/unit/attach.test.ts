@@ -11,11 +11,11 @@ import { mock } from './vscode-mock';
 
 const settings: AttachSettings = { debugType: 'auto', pathMappings: [], justMyCode: false, readyTimeoutSeconds: 600 };
 
-function setup(attach: ScenarioStep, installed: string[] = []) {
+function setup(attach: ScenarioStep, installed: string[] = [], byRanks: Record<string, ScenarioStep> = {}) {
   mock.reset();
   const ws = tempDir('rd-ws');
   const folder = mock.folder(ws) as unknown as vscode.WorkspaceFolder;
-  const { cli, invocations } = fakeCli({ attach });
+  const { cli, invocations } = fakeCli({ attach, ...byRanks });
   const model = new JobsModel();
   model.setJobs([jobJson()]);
   const log: string[] = [];
@@ -124,6 +124,58 @@ describe('AttachManager', () => {
     await manager.attach({ job: 'local-1', ranks: [1], folder });
     assert.deepEqual(invocations()[0].args.slice(5, 7), ['--ranks', '1']);
     assert.deepEqual(started().map((c) => c.remoteDebug.rank), [1]);
+    await manager.stopAll();
+  });
+
+  test("a rank no running attach covers gets a process of its own (--ranks N); covered ranks just get their sessions", async () => {
+    // the rank items' inline Attach: rank 0 first, then rank 1 while rank 0's process runs on
+    const { folder, model, manager, invocations, started } = setup({ lines: attachLines(), hold: true }, [], {
+      'attach --ranks 0': { lines: attachLines('local-1', [0]), hold: true },
+      'attach --ranks 1': { lines: attachLines('local-1', [1]), hold: true },
+    });
+    const ranksArg = () => invocations().map((i) => i.args[i.args.indexOf('--ranks') + 1]);
+    await manager.attach({ job: 'local-1', ranks: [0], folder });
+    await manager.attach({ job: 'local-1', ranks: [1], folder });
+    assert.deepEqual(ranksArg(), ['0', '1']);
+    assert.deepEqual(started().map((c) => [c.remoteDebug.rank, c.connect.port]), [[0, 40000], [1, 40001]]);
+    assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['attached', 'attached']);
+    assert.equal(model.get('local-1')?.attach, 'ready');
+
+    // both ranks, each covered by its own process: no third process, no second session
+    await manager.attach({ job: 'local-1', ranks: [0, 1], folder });
+    assert.deepEqual(ranksArg(), ['0', '1']);
+    assert.equal(started().length, 2);
+    // rank 0's session ended: picking both again starts just that one, on its process's port
+    mock.endSession(mock.sessions.find((s) => s.configuration.remoteDebug.rank === 0));
+    await manager.attach({ job: 'local-1', ranks: [0, 1], folder });
+    assert.deepEqual(started().slice(2).map((c) => [c.remoteDebug.rank, c.connect.port]), [[0, 40000]]);
+    assert.equal(invocations().length, 2);
+    await manager.stopAll();
+    assert.equal(manager.isAttached('local-1'), false);
+  });
+
+  test("an attach process that exits stops only the sessions on its own tunnels; its ranks can be attached again", async () => {
+    const exits = [...attachLines(), { line: JSON.stringify({ event: 'warning', message: 'bye' }), after: 300 }];
+    const { folder, model, manager, invocations, started, log } = setup({ lines: exits, exit: 0 }, [], {
+      'attach --ranks 0': { lines: attachLines('local-1', [0]), hold: true },
+      'attach --ranks 1': { lines: attachLines('local-1', [1]), hold: true },
+    });
+    await manager.attach({ job: 'local-1', ranks: [0], folder });
+    // all ranks: a process of its own (rank 0's session stays on the first process's tunnel)
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    assert.deepEqual(started().map((c) => c.remoteDebug.rank), [0, 1]);
+    const [s0, s1] = mock.sessions;
+    await until('the all-ranks process to exit', () => log.some((l) => l.includes('remote-debug attach exited (code 0)')));
+    assert.deepEqual(mock.calls.filter((c) => c.fn === 'stopDebugging').map((c) => c.args[0]), [s1], "rank 0's session is not its");
+    mock.endSession(s1);
+    assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['attached', 'not-attached'], 'rank 1 has no tunnel any more');
+    assert.equal(model.rankEntry('local-1', 1)?.localPort, undefined);
+    assert.equal(model.get('local-1')?.attach, 'ready', 'the job is still attached');
+    assert.equal(manager.sessionFor('local-1', 0), s0);
+
+    await manager.attach({ job: 'local-1', ranks: [1], folder });
+    assert.deepEqual(invocations().map((i) => i.args[i.args.indexOf('--ranks') + 1]), ['0', 'all', '1']);
+    assert.deepEqual(started().slice(2).map((c) => c.remoteDebug.rank), [1]);
     await manager.stopAll();
   });
 

@@ -4,7 +4,7 @@ import { beforeEach, describe, test } from 'node:test';
 
 import * as vscode from 'vscode';
 
-import { commandsHarness, FAKE_CLI, jobJson, ScenarioStep, tempDir } from './helpers';
+import { commandsHarness, FAKE_CLI, jobJson, scaleJob, ScenarioStep, tempDir } from './helpers';
 import { mock, Uri } from './vscode-mock';
 
 function setup(scenario: Record<string, ScenarioStep>, jobs = [jobJson()]) {
@@ -44,10 +44,38 @@ describe('commands', () => {
 
   test('Attach Rank… from the palette asks for ranks; from a rank item it attaches that rank', async () => {
     const { run, requests } = setup({});
-    mock.quickPicks.push((items) => [items[1]]);
+    mock.quickPicks.push((items) => items.filter((i: { label: string }) => i.label === 'rank 1'));
     await run('remoteDebug.attachRank');
     await run('remoteDebug.attachRank', { kind: 'rank', job: 'local-1', node: 'algo-1', rank: 0 });
     assert.deepEqual(requests.map((r) => r.ranks), [[1], [0]]);
+    assert.equal(mock.calls.find((c) => c.fn === 'showQuickPick')?.args[1].canPickMany, true);
+  });
+
+  test('Attach Rank… at 8 x 8 ranks: whole nodes and single ranks in one pick, all ranks in one click', async () => {
+    const { run, requests } = setup({}, [scaleJob(8, 8)]);
+    const pick = (...labels: string[]) => (items: Array<{ label: string }>) => items.filter((i) => labels.includes(i.label));
+    mock.quickPicks.push(pick('algo-3 · ranks 16-23', 'rank 2', 'rank 17'), pick('All ranks (64)'), undefined);
+    await run('remoteDebug.attachRank');
+    await run('remoteDebug.attachRank');
+    await run('remoteDebug.attachRank'); // dismissed
+    assert.deepEqual(requests.map((r) => r.ranks), [[2, 16, 17, 18, 19, 20, 21, 22, 23], undefined]);
+    await run('remoteDebug.attachAllRanks');
+    assert.equal(mock.calls.filter((c) => c.fn === 'showQuickPick').length, 3, 'Attach All Ranks asks nothing');
+    assert.deepEqual(requests[2].ranks, undefined);
+  });
+
+  test("Attach to This Node's Ranks: a node item attaches exactly that node's ranks", async () => {
+    const { run, requests, model } = setup({}, [scaleJob(8, 8)]);
+    await run('remoteDebug.refresh');
+    await run('remoteDebug.attachNode', { kind: 'node', job: 'big', node: 'algo-2' });
+    assert.deepEqual(requests.map((r) => [r.job, r.ranks]), [['big', [8, 9, 10, 11, 12, 13, 14, 15]]]);
+    assert.equal(mock.calls.filter((c) => c.fn === 'showQuickPick').length, 0);
+
+    // a node whose ranks are not known yet (SageMaker before its ranks report): says what to do instead
+    model.upsertJob(scaleJob(2, 0, { name: 'sm' }));
+    await run('remoteDebug.attachNode', { kind: 'node', job: 'sm', node: 'algo-1' });
+    assert.match(mock.messages('showErrorMessage')[0], /ranks on algo-1 of sm are not known yet: use Attach All Ranks/);
+    assert.equal(requests.length, 1);
   });
 
   test('Detach: a rank item stops that rank, a job item the whole job', async () => {

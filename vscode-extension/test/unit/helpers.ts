@@ -182,3 +182,47 @@ function memento() {
   const store = new Map<string, unknown>();
   return { get: (k: string) => store.get(k), update: async (k: string, v: unknown) => void store.set(k, v), keys: () => [...store.keys()] };
 }
+
+/** A clock the test moves by hand, for JobsTreeProvider's refresh timer: `advance(ms)` runs the timers that fall due. */
+export function fakeScheduler() {
+  let now = 0;
+  let nextId = 1;
+  let timers: Array<{ id: number; at: number; fn: () => void }> = [];
+  return {
+    setTimeout(fn: () => void, ms: number): unknown {
+      const id = nextId++;
+      timers.push({ id, at: now + ms, fn });
+      return id;
+    },
+    clearTimeout(handle: unknown): void {
+      timers = timers.filter((t) => t.id !== handle);
+    },
+    advance(ms: number): void {
+      const until = now + ms;
+      for (;;) {
+        const due = timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
+        if (!due) {
+          break;
+        }
+        timers = timers.filter((t) => t !== due);
+        now = due.at;
+        due.fn();
+      }
+      now = until;
+    },
+    pending: () => timers.length,
+  };
+}
+
+/** A running job of `nodes` nodes x `perNode` ranks (algo-1 .. algo-N), as `jobs --json` lists it. */
+export function scaleJob(nodes = 8, perNode = 8, overrides: Partial<JobInfo> = {}): JobInfo {
+  const names = Array.from({ length: nodes }, (_, i) => `algo-${i + 1}`);
+  return jobJson({
+    name: 'big',
+    backend: 'sagemaker',
+    nodes: names,
+    nproc_per_node: perNode,
+    code_dirs: Object.fromEntries(names.map((n) => [n, '/opt/ml/code'])),
+    ...overrides,
+  });
+}

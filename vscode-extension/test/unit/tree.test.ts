@@ -3,7 +3,7 @@ import { test } from 'node:test';
 
 import { JobsModel } from '../../src/model';
 import { JobsTreeProvider, TreeNode } from '../../src/tree';
-import { jobJson } from './helpers';
+import { fakeScheduler, jobJson, scaleJob } from './helpers';
 
 function render(
   provider: JobsTreeProvider,
@@ -36,10 +36,13 @@ test('loading, error and empty states', () => {
 
 test('jobs -> nodes -> ranks with states and menus', () => {
   const m = new JobsModel();
-  const p = new JobsTreeProvider(m);
+  const clock = fakeScheduler();
+  const p = new JobsTreeProvider(m, clock);
   let fired = 0;
   p.onDidChangeTreeData(() => fired++);
   m.setJobs([jobJson(), jobJson({ name: 'old', status: 'Failed', secondary_status: 'Failed', exit_code: 1, failure_reason: 'OOM', created: 1 })]);
+  assert.equal(fired, 0, 'the refresh waits for the changes that come with it');
+  clock.advance(100);
   assert.equal(fired, 1);
   m.attachStarted('local-1');
   m.applyEvent('local-1', { event: 'node-connected', node: 'algo-1', alias: 'algo-1.local-1' });
@@ -53,9 +56,16 @@ test('jobs -> nodes -> ranks with states and menus', () => {
       ['old', 'Failed · exit 1 · local', 'job-ended'],
     ],
   );
-  const node = tree[0].children[0] as { label: string; description: string; children: Array<{ label: string; description: string; context: string }> };
+  const node = tree[0].children[0] as {
+    label: string;
+    description: string;
+    context: string;
+    children: Array<{ label: string; description: string; context: string }>;
+  };
   assert.equal(node.label, 'algo-1');
-  assert.equal(node.description, 'ssh algo-1.local-1 · 2 ranks · connected');
+  assert.equal(node.description, '2 ranks · 1 waiting · 1 paused · connected · ssh algo-1.local-1');
+  assert.equal(p.getTreeItem({ kind: 'node', job: 'local-1', node: 'algo-1' }).collapsibleState, 2, 'the only node: expanded');
+  assert.equal(node.context, 'node-attachable');
   assert.deepEqual(
     node.children.map((r) => [r.label, r.description, r.context]),
     [
@@ -121,4 +131,104 @@ test('a job that is not kept alive shows none of it', () => {
   assert.equal(render(p)[0].description, 'InProgress · Training · local');
   assert.equal(render(p)[0].context, 'job-running');
   assert.doesNotMatch(render(p)[0].tooltip!, /kept alive|run \d/);
+});
+
+test('refreshes are spaced: the first change starts the timer, a steady stream still shows, the last change always', () => {
+  const m = new JobsModel();
+  const clock = fakeScheduler();
+  const p = new JobsTreeProvider(m, clock, 80);
+  let fired = 0;
+  p.onDidChangeTreeData(() => fired++);
+  m.setJobs([jobJson()]);
+  clock.advance(79);
+  assert.equal(fired, 0);
+  clock.advance(1);
+  assert.equal(fired, 1);
+  // a change every 10 ms for a second: about one refresh per 80 ms, not one per change nor none until it stops
+  for (let i = 0; i < 100; i++) {
+    m.setRankSession('local-1', i % 2, i % 3 ? 'attached' : 'paused');
+    clock.advance(10);
+  }
+  assert.ok(fired >= 1 + 12 && fired <= 1 + 13, `${fired} refreshes`);
+  clock.advance(80);
+  assert.equal(clock.pending(), 0, 'nothing left to show');
+  p.dispose();
+  m.setRankSession('local-1', 0, 'detached');
+  assert.equal(clock.pending(), 0, 'disposed: no refresh scheduled');
+});
+
+test('64 ranks: an attach of 8 nodes x 8 ranks refreshes the view a handful of times and shows every state', () => {
+  const m = new JobsModel();
+  const clock = fakeScheduler();
+  const p = new JobsTreeProvider(m, clock);
+  let fired = 0;
+  let changes = 0;
+  let changesShown = 0;
+  m.onDidChange(() => changes++);
+  p.onDidChangeTreeData(() => {
+    fired++;
+    changesShown = changes;
+  });
+  const job = scaleJob(8, 8);
+  m.setJobs([job]);
+  clock.advance(100);
+  fired = 0;
+
+  // what `remote-debug attach big --json` prints, then what the debug sessions report; a line every millisecond
+  const nodes = job.nodes;
+  const node = (rank: number) => nodes[Math.floor(rank / 8)];
+  const ranks = Array.from({ length: 64 }, (_, r) => r);
+  const steps: Array<() => void> = [
+    () => m.attachStarted('big'),
+    () => m.applyEvent('big', { event: 'waiting', v: 1, what: 'nodes', nodes }),
+    () => m.applyEvent('big', { event: 'ssh-config', v: 1, aliases: nodes.map((n) => `${n}.big`), config: '/c' }),
+    ...nodes.map((n) => () => m.applyEvent('big', { event: 'node-connected', v: 1, node: n, alias: `${n}.big` })),
+    ...ranks.map((r) => () => m.applyEvent('big', { event: 'rank-listening', v: 1, rank: r, node: node(r), remote_port: 50000 + r, detail: null })),
+    ...ranks.map((r) => () =>
+      r === 63
+        ? m.applyEvent('big', { event: 'rank-unavailable', v: 1, rank: r, node: node(r), state: 'failed', error: 'no debugpy' })
+        : m.applyEvent('big', {
+            event: 'rank-ready', v: 1, rank: r, node: node(r), local_port: 40000 + r, remote_port: 50000 + r,
+            state: 'waiting', ide: 'vscode', code_dir: '/opt/ml/code',
+          }),
+    ),
+    ...ranks.map((r) => () => m.applyEvent('big', { event: 'pause-safe', v: 1, rank: r, node: node(r), detail: null })),
+    () => m.applyEvent('big', { event: 'ready', v: 1, ranks: ranks.filter((r) => r !== 63) }),
+    ...ranks.filter((r) => r !== 63).map((r) => () => m.setRankSession('big', r, 'attaching')),
+    ...ranks.filter((r) => r !== 63).map((r) => () => m.setRankSession('big', r, 'attached')),
+    // a breakpoint on rank 3 (the DAP tracker's "stopped"; the CLI's `stopped` is for headless attaches)
+    () => m.setRankSession('big', 3, 'paused', 'breakpoint'),
+    () => m.applyEvent('big', { event: 'stopped', v: 1, rank: 3, node: 'algo-1', file: 'train.py', line: 9, function: 'step', reason: 'breakpoint', variables: {} }),
+    () => m.applyEvent('big', { event: 'rank-failed', v: 1, rank: 10, node: 'algo-2', pid: 7, error: 'CUDA OOM', traceback: null, held: true }),
+  ];
+  for (const step of steps) {
+    step();
+    clock.advance(1);
+  }
+  clock.advance(100);
+
+  assert.ok(changes > 250, `${changes} model changes`);
+  // ~330 ms of events (one per ms) at one refresh per 80 ms at most: 5, and the last one shows the last change
+  assert.ok(fired <= 5, `${fired} refreshes for ${changes} changes`);
+  assert.equal(changesShown, changes, 'the last refresh came after the last change');
+  assert.equal(clock.pending(), 0);
+
+  const tree = render(p);
+  const rows = tree[0].children as Array<{ label: string; description: string; context: string; children: Array<{ label: string; description: string }> }>;
+  assert.equal(tree[0].description, 'InProgress · Training · attached · sagemaker');
+  assert.deepEqual(rows.map((n) => n.label), nodes);
+  assert.ok(rows.every((n) => n.children.length === 8 && n.context === 'node-attachable'));
+  assert.deepEqual(rows.map((n) => n.description), [
+    '8 ranks · 7 attached · 1 paused · connected · ssh algo-1.big',
+    '8 ranks · 7 attached · 1 failed · connected · ssh algo-2.big',
+    ...nodes.slice(2, 7).map((n) => `8 ranks · 8 attached · connected · ssh ${n}.big`),
+    '8 ranks · 7 attached · 1 no debugger · connected · ssh algo-8.big',
+  ]);
+  assert.deepEqual(rows[0].children.map((r) => r.label), ['rank 0', 'rank 1', 'rank 2', 'rank 3', 'rank 4', 'rank 5', 'rank 6', 'rank 7']);
+  assert.equal(rows[0].children[3].description, 'paused · breakpoint');
+  assert.equal(rows[1].children[2].description, 'failed · held after CUDA OOM');
+  assert.equal(rows[7].children[7].description, 'no debugger · failed: no debugpy');
+  assert.equal(rows[5].children[0].description, 'attached');
+  const collapsed = p.getTreeItem({ kind: 'node', job: 'big', node: 'algo-3' }).collapsibleState;
+  assert.equal(collapsed, 1, 'several nodes: collapsed, their rows say enough');
 });

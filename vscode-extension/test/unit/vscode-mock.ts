@@ -36,6 +36,11 @@ export enum TreeItemCollapsibleState {
   Expanded = 2,
 }
 
+export enum QuickPickItemKind {
+  Separator = -1,
+  Default = 0,
+}
+
 export class ThemeColor {
   constructor(readonly id: string) {}
 }
