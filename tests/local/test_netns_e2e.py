@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from remote_debug.local.attach import AttachOptions
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.machine_job import read_job_file
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
 from tests.ddp_job import break_line, make_project
 from tests.event_log import EventLog
 from tests.jobs import launch_job
@@ -31,18 +29,6 @@ def _our_namespaces(prefix: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=15).stdout
     return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix + "-")]
 
-
-@pytest.fixture
-def job_namespaces(home: Path) -> Iterator[list[str]]:
-    """Filled by the test with the job's namespaces; deleted here even when the test fails."""
-    names: list[str] = []
-    try:
-        yield names
-    finally:
-        from tests.conftest import cleanup_jobs
-
-        cleanup_jobs(StatePaths.default())  # processes first: a namespace lives while they run
-        netns.delete(names)
 
 
 def _refused(port: int) -> bool:

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from remote_debug.local.attach import AttachOptions
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.machine_job import read_job_file
 from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
 from tests.event_log import EventLog
 from tests.jobs import LocalJob, launch_job
 from tests.waiting import wait_for
@@ -39,17 +37,6 @@ LIGHT_RANK = textwrap.dedent(
     """
 )
 
-
-@pytest.fixture
-def job_namespaces(home: Path) -> Iterator[list[str]]:
-    names: list[str] = []
-    try:
-        yield names
-    finally:
-        from tests.conftest import cleanup_jobs
-
-        cleanup_jobs(StatePaths.default())  # processes first: a namespace lives while they run
-        netns.delete(names)
 
 
 def _running_idle(job: LocalJob) -> bool:

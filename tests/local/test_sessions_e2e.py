@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,18 +59,6 @@ ONE_RANK_DDP = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def cleanup(home: Path) -> Iterator[list[str]]:
-    """Namespaces to delete even when the test fails, after the jobs' processes."""
-    names: list[str] = []
-    try:
-        yield names
-    finally:
-        from tests.conftest import cleanup_jobs
-
-        cleanup_jobs(StatePaths.default())
-        netns.delete(names)
-
 
 def ssh(paths: StatePaths, alias: str, command: str) -> str:
     result = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", alias, command],
@@ -91,7 +78,7 @@ def wait_for_log(job: LocalJob, *needles: str, timeout: float = 150) -> str:
 
 @needs_netns
 def test_nodes_name_each_other_and_what_ssh_started_ends_with_stop(
-    home: Path, tmp_path: Path, cleanup: list[str], monkeypatch: pytest.MonkeyPatch
+    home: Path, tmp_path: Path, job_namespaces: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No cgroup for the sessions, as in a SageMaker container: what leaves its session and its
     # environment behind is then found only by its network namespace.
@@ -102,7 +89,7 @@ def test_nodes_name_each_other_and_what_ssh_started_ends_with_stop(
     release = tmp_path / "release"
     job = launch_job("named", project, ["python", "train.py", str(release)], nodes=2)
     state = read_job_file(job.paths.job_dir("named"))
-    cleanup.extend(state["netns"])
+    job_namespaces.extend(state["netns"])
     assert state["isolation"] == "netns"
 
     wait_for_log(job, "rank 0 on algo-1: sum 3.0", "rank 1 on algo-2: sum 3.0")
