@@ -150,13 +150,10 @@ def gate_adapter(argv: list[str] | None = None) -> None:
 
     Fails closed: an adapter that cannot be gated exits, so the rank's ``debugpy.listen()`` fails and
     reports it, rather than serving anyone who connects."""
-    import sys
-
     from remote_debug.container import nodelay
-    from remote_debug.spec import ENV_CLAIMED_BY
 
-    parent = nodelay.adapter_parent(sys.orig_argv if argv is None else argv)
-    if parent is None or not os.environ.get(ENV_CLAIMED_BY):
+    parent = nodelay.our_rank_adapter(argv)
+    if parent is None:
         return
     try:
         nodelay.import_adapter_debugpy(parent)

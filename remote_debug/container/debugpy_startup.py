@@ -16,11 +16,9 @@ our ranks (from ``sitecustomize``).  Never raises: a failure only costs that CPU
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 
 from remote_debug.container.log import describe, log
-from remote_debug.spec import ENV_CLAIMED_BY
 
 _MARK = "_remote_debug_reads_first"
 
@@ -48,13 +46,13 @@ def skip_unread_environment_report() -> bool:
 
 
 def in_adapter(argv: Sequence[str] | None = None) -> bool:
-    """From ``sitecustomize``: patch debugpy's adapter subprocess of one of our ranks (recognised as
-    :func:`remote_debug.container.nodelay.enable` does); anything else returns False at once."""
+    """From ``sitecustomize``: patch debugpy's adapter subprocess of one of our ranks
+    (:func:`remote_debug.container.nodelay.our_rank_adapter`); anything else returns False at once."""
     try:
         from remote_debug.container import nodelay
 
-        parent = nodelay.adapter_parent(sys.orig_argv if argv is None else argv)
-        if parent is None or not os.environ.get(ENV_CLAIMED_BY):
+        parent = nodelay.our_rank_adapter(argv)
+        if parent is None:
             return False
         nodelay.import_adapter_debugpy(parent)  # the adapter's own copy, which its __main__ then uses
     except Exception as exc:

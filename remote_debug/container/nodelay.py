@@ -42,8 +42,8 @@ def enable(*, debuggee: bool = False, argv: Sequence[str] | None = None) -> bool
     try:
         if debuggee:
             return _patch_debuggee()
-        parent = adapter_parent(sys.orig_argv if argv is None else argv)
-        if parent is None or not os.environ.get(ENV_CLAIMED_BY):
+        parent = our_rank_adapter(argv)
+        if parent is None:
             return False
         return _patch_adapter(parent)
     except Exception as exc:  # never break the process for a latency optimisation
@@ -87,6 +87,14 @@ def _patch_debuggee() -> bool:
     pydevd.start_client = _wrap(pydevd.start_client)
     pydevd_comm.start_client = _wrap(pydevd_comm.start_client)
     return True
+
+
+def our_rank_adapter(argv: Sequence[str] | None = None) -> str | None:
+    """The dir holding the ``debugpy`` package when THIS process (``argv``: ``sys.orig_argv``) is debugpy's
+    adapter spawned by one of our ranks (which leaves its claim in the environment), else None: what every
+    patch of the adapter (TCP_NODELAY, the uid gate, the start-up report) checks first."""
+    parent = adapter_parent(sys.orig_argv if argv is None else argv)
+    return parent if parent is not None and os.environ.get(ENV_CLAIMED_BY) else None
 
 
 def adapter_parent(argv: Sequence[str]) -> str | None:

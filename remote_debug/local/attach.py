@@ -233,7 +233,7 @@ class Attacher:
             found = [(node, m, r) for (node, m, _), r in zip(found, listening, strict=True) if r is not None]
         new = [self._expose(node, m, r) for node, m, r in found]  # (None: retried on the next round)
         if self.ide.connects_out:  # their way to the IDE is up: ask them all to connect now
-            asks = [(fwd.node, r) for fwd, (_, _, r) in zip(new, found, strict=True) if r.control_port > 0]
+            asks = [(node, r) for node, _, r in found if r.control_port > 0]
             for (_, r), ok in zip(asks, fan_out(asks, lambda a: self._ask_connect(*a)), strict=True):
                 self.ide.asked(r.rank, ok)
         self._manifests = manifests
