@@ -28,6 +28,16 @@ def break_line(path: Path) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "BREAK-HERE" in line)
 
 
+def marked_project(root: Path, template: str) -> tuple[Path, Path]:
+    """``root/project`` with ``train.py`` = ``template`` formatted with ``marks=`` the path of ``root/marks``,
+    the dir where the script leaves marks for the test and the test for the script; both returned."""
+    project, marks = root / "project", root / "marks"
+    project.mkdir()
+    marks.mkdir()
+    (project / "train.py").write_text(template.format(marks=str(marks)))
+    return project, marks
+
+
 def make_project(root: Path) -> Path:
     src = root / "project"
     src.mkdir()

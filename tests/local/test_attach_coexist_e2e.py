@@ -28,7 +28,7 @@ import pytest
 from remote_debug.local.dap_client import attach_and_configure
 from remote_debug.spec import LOOPBACK
 from tests.container.helpers import wait_for
-from tests.ddp_job import break_line
+from tests.ddp_job import break_line, marked_project
 from tests.jobs import LocalJob, launch_job
 
 JOB = "coexist"
@@ -138,10 +138,7 @@ def stop_through(port: int, project: Path, code_dir: str, line: int) -> Any:
 
 
 def test_attaches_side_by_side_on_one_live_job(home: Path, tmp_path: Path, attaches: list[AttachProcess]) -> None:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
-    (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
+    project, marks = marked_project(tmp_path, SCRIPT)
     line = break_line(project / "train.py")
     job: LocalJob = launch_job(JOB, project, nproc_per_node=2)
     workspace = ["--workspace", str(project)]

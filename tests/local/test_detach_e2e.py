@@ -12,7 +12,7 @@ from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
 from tests.container.helpers import wait_for
-from tests.ddp_job import break_line
+from tests.ddp_job import break_line, marked_project
 from tests.jobs import launch_job
 
 # Each rank loops until the test drops "done", writing whether any tracer is installed.  Both ranks
@@ -47,11 +47,8 @@ def traced(marks: Path, rank: int) -> str | None:
 
 
 def test_after_detach_no_rank_keeps_a_tracer(home: Path, tmp_path: Path) -> None:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
+    project, marks = marked_project(tmp_path, SCRIPT)
     script = project / "train.py"
-    script.write_text(SCRIPT.format(marks=str(marks)))
     job = launch_job("untrace", project, nproc_per_node=2)
     # idle: lazy listeners, nobody attached yet -> no tracer in either rank
     wait_for(lambda: traced(marks, 0) and traced(marks, 1), 60, "both ranks running")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from remote_debug.local.jobinfo import HeldRank
+from tests.ddp_job import marked_project
 from tests.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
@@ -37,16 +38,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _project(tmp_path: Path) -> tuple[Path, Path]:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
-    (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
-    return project, marks
-
-
 def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Path) -> None:
-    project, marks = _project(tmp_path)
+    project, marks = marked_project(tmp_path, SCRIPT)
     job = launch_job("held-jobs", project, nproc_per_node=2, hold_on_failure=60)
     try:
         deadline = time.monotonic() + 90
@@ -82,7 +75,7 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
 
 
 def test_a_failed_torchrun_job_says_which_exception(home: Path, tmp_path: Path) -> None:
-    project, marks = _project(tmp_path)
+    project, marks = marked_project(tmp_path, SCRIPT)
     job = launch_job("failed-reason", project, nproc_per_node=2)
     (marks / "release").write_text("")
     assert job.wait_status(("Completed", "Failed", "Stopped"), timeout=90) == "Failed"

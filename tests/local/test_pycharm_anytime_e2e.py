@@ -33,6 +33,7 @@ from remote_debug.local import events as ev
 from remote_debug.local.backends.machine import free_port
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.pydevd_server import PydevdServer
+from tests.ddp_job import marked_project
 from tests.jobs import LocalJob, launch_job
 from tests.waiting import wait_for
 
@@ -93,11 +94,7 @@ def _line(script: Path, mark: str) -> int:
 
 @pytest.fixture
 def project(tmp_path: Path) -> tuple[Path, Path]:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
-    (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
-    return project, marks
+    return marked_project(tmp_path, SCRIPT)
 
 
 class Server:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ddp_job import marked_project
 from tests.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
@@ -51,10 +52,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_stacks_show_each_rank_blocked_frame_and_leave_no_tracer(home: Path, tmp_path: Path) -> None:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
-    (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
+    project, marks = marked_project(tmp_path, SCRIPT)
     job = launch_job("hung", project, nproc_per_node=2)
     try:
         deadline = time.monotonic() + 90
@@ -110,10 +108,7 @@ HELD_SCRIPT = textwrap.dedent(
 
 
 def test_a_held_rank_shows_where_it_raised_and_debugpy_threads_only_when_asked(home: Path, tmp_path: Path) -> None:
-    project, marks = tmp_path / "project", tmp_path / "marks"
-    project.mkdir()
-    marks.mkdir()
-    (project / "train.py").write_text(HELD_SCRIPT.format(marks=str(marks)))
+    project, marks = marked_project(tmp_path, HELD_SCRIPT)
     job = launch_job("held-stacks", project, nproc_per_node=2, hold_on_failure=60)
     try:
         deadline = time.monotonic() + 90
