@@ -54,11 +54,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.dap_timing import dap_next_ms
+from bench.rank_jobs import break_line, launch_rank_job, wait_for_ranks
 from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.dap_client import attach_and_configure
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.keys import ensure_job_key, job_secret
@@ -287,36 +287,7 @@ def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict
 
 
 def _launch_rank_job(paths: StatePaths, work: Path, name: str, nodes: int, nproc: int) -> tuple[MachineBackend, Path]:
-    src = work / name
-    src.mkdir(exist_ok=True)
-    (src / "ranks.py").write_text(RANK_SCRIPT)
-    backend = MachineBackend(paths)
-    backend.launch(
-        LaunchRequest(
-            command=["python", "ranks.py"],
-            name=name,
-            source_dir=src,
-            nodes=nodes,
-            nproc_per_node=nproc,
-            options=spec.DebugOptions(wait_seconds=120),
-        )
-    )
-    return backend, src
-
-
-def _break_line(src: Path) -> int:
-    return next(i for i, line in enumerate((src / "ranks.py").read_text().splitlines(), 1) if "BENCH-BREAK" in line)
-
-
-def _wait_until_ranks_wait(backend: MachineBackend, name: str, ranks: int, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ranks_now = [r for m in backend.manifests(name).values() if m for r in m.ranks]
-        waiting = [r for r in ranks_now if r.state == spec.RankState.WAITING]
-        if len(waiting) == ranks:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"P4: the {ranks} ranks of {name} did not start")
+    return launch_rank_job(paths, work, name, nodes, nproc, script=RANK_SCRIPT, wait_seconds=120)
 
 
 def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]]) -> dict[str, float]:
@@ -324,18 +295,15 @@ def p4_attach_time(paths: StatePaths, work: Path, shapes: list[tuple[int, int]])
     for nodes, nproc in shapes:
         name = f"bench-p4-{nodes}x{nproc}"
         backend, src = _launch_rank_job(paths, work, name, nodes, nproc)
-        stamps: dict[str, float] = {}
         stopped: list[float] = []
 
-        def emit(event: events.Event, stamps: dict[str, float] = stamps, stopped: list[float] = stopped) -> None:
-            if isinstance(event, events.Ready):
-                stamps["ready"] = time.perf_counter()
+        def emit(event: events.Event, stopped: list[float] = stopped) -> None:
             if isinstance(event, events.Stopped):
                 stopped.append(time.perf_counter())
 
-        plan = HeadlessPlan(breakpoints={str(src / "ranks.py"): [_break_line(src)]}, max_stops=1)
+        plan = HeadlessPlan(breakpoints={str(src / "ranks.py"): [break_line(src / "ranks.py")]}, max_stops=1)
         # the clock starts once every rank runs and waits for its debugger: attach time, not job start
-        _wait_until_ranks_wait(backend, name, nodes * nproc)
+        wait_for_ranks(backend, name, nodes * nproc, spec.RankState.WAITING)
         start = time.perf_counter()
         try:
             Attacher(
@@ -372,7 +340,7 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
         if not ready.wait(90) or not attacher.forwards:
             raise RuntimeError("P5: attach did not forward the rank")
         fwd = attacher.forwards[0]
-        line = _break_line(src)
+        line = break_line(src / "ranks.py")
         mapping = [(str(src), fwd.code_dir)]
         script = str(src / "ranks.py")
         for label, port in (("tunnel", fwd.local_port), ("direct", fwd.remote_port)):

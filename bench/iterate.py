@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.rank_jobs import break_line
 from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions
@@ -38,10 +39,6 @@ SCRIPT = textwrap.dedent(
     print(seen, flush=True)  # BENCH-BREAK
     """
 )
-
-
-def _break_line(src: Path) -> int:
-    return next(i for i, line in enumerate((src / "train.py").read_text().splitlines(), 1) if "BENCH-BREAK" in line)
 
 
 class Stops:
@@ -78,7 +75,8 @@ def _launch(backend: MachineBackend, src: Path, name: str, keep_alive: float) ->
 
 
 def _attach(backend: MachineBackend, paths: StatePaths, src: Path, name: str, stops: Stops) -> threading.Thread:
-    plan = HeadlessPlan(breakpoints={str(src / "train.py"): [_break_line(src)]}, max_stops=1, watch=("seen",))
+    script = src / "train.py"
+    plan = HeadlessPlan(breakpoints={str(script): [break_line(script)]}, max_stops=1, watch=("seen",))
     options = AttachOptions(workspace=src, headless=plan, write_launch_json=False, edit_user_ssh_config=False)
     thread = threading.Thread(target=Attacher(backend, name, options, stops.emit, paths).run, daemon=True)
     thread.start()

@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.rank_jobs import break_line, launch_rank_job, wait_for_ranks
 from remote_debug import spec
 from remote_debug.local import events
 from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
@@ -53,26 +52,17 @@ class _Job:
         self, paths: StatePaths, work: Path, nodes: int, nproc: int, *, waiting: bool, purpose: str = "p4"
     ) -> None:
         self.name = f"bench-{purpose}-{'w' if waiting else 'r'}-{nodes}x{nproc}"
-        self.src = work / self.name
-        self.src.mkdir(exist_ok=True)
-        (self.src / "ranks.py").write_text(LIGHT_RANK)
-        self.line = next(i for i, t in enumerate(LIGHT_RANK.splitlines(), 1) if "BENCH-BREAK" in t)
         self.paths, self.ranks = paths, nodes * nproc
-        self.backend = MachineBackend(paths)
-        self.backend.launch(LaunchRequest(
-            command=["python", "ranks.py"], name=self.name, source_dir=self.src, nodes=nodes, nproc_per_node=nproc,
-            options=spec.DebugOptions(wait_seconds=600 if waiting else 0),
-        ))
-        want = spec.RankState.WAITING if waiting else spec.RankState.IDLE
-        deadline = time.monotonic() + 300
-        while True:
-            ranks = [r for m in self.backend.manifests(self.name).values() if m for r in m.ranks]
-            if len(ranks) == self.ranks and all(r.state == want for r in ranks):
-                return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.name}: the ranks did not all become {want}")
-            time.sleep(0.2)
+        self.backend, self.src = launch_rank_job(
+            paths, work, self.name, nodes, nproc, script=LIGHT_RANK, wait_seconds=600 if waiting else 0
+        )
+        self.line = break_line(self.src / "ranks.py")
+        try:
+            wait_for_ranks(self.backend, self.name, self.ranks,
+                           spec.RankState.WAITING if waiting else spec.RankState.IDLE)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def plan(self) -> HeadlessPlan:
         return HeadlessPlan(breakpoints={str(self.src / "ranks.py"): [self.line]}, max_stops=1, attach_timeout=120)
