@@ -35,18 +35,10 @@ export const RANK_STATE_LABEL: Record<RankState, string> = {
   finished: 'finished',
 };
 
-/** A node's ranks in one phrase each, for a collapsed node: in RankState order, the quiet states left out. */
-const RANK_COUNT_LABEL: Partial<Record<RankState, string>> = {
-  waiting: 'waiting',
-  listening: 'ready',
-  attaching: 'attaching',
-  attached: 'attached',
-  paused: 'paused',
-  unavailable: 'no debugger',
-  failed: 'failed',
-  restarting: 'restarting',
-  finished: 'finished',
-};
+/** A node's ranks in one phrase each, for a collapsed node: the state's label, shorter where it is long. */
+const RANK_COUNT_WORDING: Partial<Record<RankState, string>> = { waiting: 'waiting', listening: 'ready', attaching: 'attaching' };
+/** States not worth a count: every rank of an idle job is in one of them. */
+const QUIET_STATES: ReadonlySet<RankState> = new Set<RankState>(['starting', 'not-attached']);
 
 /** `["3 attached", "1 paused"]`: how many of `ranks` are in each state worth a glance (non-zero counts only). */
 export function rankCounts(ranks: Iterable<RankEntry>): string[] {
@@ -55,8 +47,8 @@ export function rankCounts(ranks: Iterable<RankEntry>): string[] {
     counts.set(r.state, (counts.get(r.state) ?? 0) + 1);
   }
   return (Object.keys(RANK_STATE_LABEL) as RankState[])
-    .filter((state) => RANK_COUNT_LABEL[state] && counts.get(state))
-    .map((state) => `${counts.get(state)} ${RANK_COUNT_LABEL[state]}`);
+    .filter((state) => !QUIET_STATES.has(state) && counts.get(state))
+    .map((state) => `${counts.get(state)} ${RANK_COUNT_WORDING[state] ?? RANK_STATE_LABEL[state]}`);
 }
 
 export type AttachState = 'none' | 'connecting' | 'ready' | 'ended' | 'failed';
