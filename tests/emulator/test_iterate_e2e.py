@@ -97,6 +97,13 @@ class AttachProcess:
         with self._lock:
             return [e for e in self.events if e.get("event") == kind]
 
+    def seen(self) -> str:
+        """What this attach did so far, for a failure message: its exit code, events (with their rank), stderr."""
+        with self._lock:
+            events = [f"{e.get('event')}{'' if e.get('rank') is None else ' ' + str(e['rank'])}" for e in self.events]
+        return (f"attach exit code {self.proc.poll()}; events {events}; stderr "
+                f"{self.stderr_path.read_text()[-2000:]}")
+
     def wait_for(self, check: Callable[[], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
         while True:
@@ -105,12 +112,7 @@ class AttachProcess:
                 return found
             left = deadline - time.monotonic()
             if left <= 0 or (self.proc.poll() is not None and self._new.empty() and not self._reader.is_alive()):
-                with self._lock:
-                    seen = [e.get("event") for e in self.events]
-                raise AssertionError(
-                    f"no {what} within {timeout} s (attach exit code {self.proc.poll()}); events {seen}; stderr "
-                    f"{self.stderr_path.read_text()[-2000:]}"
-                )
+                raise AssertionError(f"no {what} within {timeout} s; {self.seen()}")
             try:
                 self._new.get(timeout=min(left, 1.0))
             except queue.Empty:
@@ -221,7 +223,11 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
         assert on_node.returncode == 0 and on_node.stdout.strip() == "1", (on_node.stdout, on_node.stderr)
 
         # 4. run: the entry again on every node; the attach that was already there stops every new rank
-        run = emu.cli("run", job, timeout=240)
+        try:
+            run = emu.cli("run", job, timeout=240)
+        except subprocess.TimeoutExpired as exc:  # what did the attach see of run 1's ranks?
+            output = (exc.output or b"")[-2000:]
+            raise AssertionError(f"run 1 did not end within 240 s; {attach.seen()}; run's output {output!r}") from None
         assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
         new = attach.wait_for(lambda: len(s := attach.stops_at_step("7")) == RANKS and s, 30,
                               "stop of every rank at step 7")
