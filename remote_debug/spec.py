@@ -107,6 +107,14 @@ ENV_PG_TIMEOUT = "REMOTE_DEBUG_PG_TIMEOUT"
 # After the last debugger detaches, a rank removes pydevd's tracer from every thread (idle cost again)
 # and puts it back on the next attach; "0" keeps the tracer installed (debugpy's own behaviour)
 ENV_UNTRACE_ON_DETACH = "REMOTE_DEBUG_UNTRACE_ON_DETACH"
+# Where a rank's debugpy speaks DAP: "in-process" (default: pydevd in the rank serves the debug port,
+# no adapter process per rank) or "subprocess" (debugpy's own default: an adapter process per rank
+# relays between the IDE and pydevd)
+ENV_DEBUGPY_ADAPTER = "REMOTE_DEBUG_DEBUGPY_ADAPTER"
+DEBUGPY_ADAPTERS = ("in-process", "subprocess")
+# What a rank's debug port (and the laptop's forward to it) answers a second debugger with, after
+# "rank N" / "rank N of job J"; the headless attach recognises it
+ALREADY_ATTACHED = "already has a debugger attached; detach it first"
 # Seconds the node hook gives the command after forwarding a stop signal (SIGTERM) before it SIGKILLs
 # whatever the command started (default 100: SageMaker SIGKILLs the container 120 s after its SIGTERM)
 ENV_STOP_GRACE = "REMOTE_DEBUG_STOP_GRACE"

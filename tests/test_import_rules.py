@@ -3,7 +3,8 @@
 * ``remote_debug/container/**`` runs inside the training image: it imports the standard library,
   debugpy / pydevd (or pydevd-pycharm), the contract modules (``remote_debug.spec``,
   ``remote_debug.pycharm_spec``, ``remote_debug.manifest_lines``, ``remote_debug.job_secret``),
-  the stdlib helpers both sides share (``remote_debug.osutil``, ``remote_debug.peer_uid``) and itself -
+  the stdlib helpers both sides share (``remote_debug.osutil``, ``remote_debug.peer_uid``,
+  ``remote_debug.dap_wire``) and itself -
   nothing from the laptop side, no other package.
 * No import cycles between ``remote_debug`` modules: module-level and function-level imports both
   count (a function-level import still makes the two modules depend on each other); imports under
@@ -38,6 +39,7 @@ CONTAINER_MAY_IMPORT = (
     f"{PACKAGE}.job_secret",  # the per-job secret: control tokens and manifest MACs
     f"{PACKAGE}.osutil",
     f"{PACKAGE}.peer_uid",  # which local user opened a loopback connection
+    f"{PACKAGE}.dap_wire",  # DAP framing: a rank refusing a second debugger speaks it too
 )
 CONTAINER_THIRD_PARTY = ("debugpy", "pydevd")  # and pydevd_*, _pydevd*, _pydev* (debugpy's vendored pydevd)
 SAGEMAKER_MAY_IMPORT = (

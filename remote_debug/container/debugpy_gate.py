@@ -9,12 +9,16 @@ accept only sockets of our own uid:
   the IDE connects to, and the port pydevd connects back to.  Both come from
   ``debugpy.common.sockets.create_server``; the listener it returns gets an ``accept`` that closes a
   stranger's connection and waits for the next one.
-* in a rank, before ``debugpy.listen()``: pydevd's connection to "its adapter".  The adapter reports
-  its ports on a loopback listener of the rank, and a stranger who got there first could name a
-  server of its own, which would then drive pydevd.  Gating that listener does not work: the adapter
-  writes and closes at once, so its socket may have no owner left by the time we look.  So pydevd's
-  own connection is checked instead: the socket that accepted it must be ours (a socket accepted by
-  a listener has the listener's owner, and a fake adapter must keep it open to do anything).
+* in a rank that serves DAP itself (debugpy's in-process adapter, our default): pydevd's own server
+  socket, a :class:`GatedListener` that also takes one debugger at a time
+  (:mod:`remote_debug.container.dap_server`).
+* in a rank with an adapter subprocess, before ``debugpy.listen()``: pydevd's connection to "its
+  adapter".  The adapter reports its ports on a loopback listener of the rank, and a stranger who
+  got there first could name a server of its own, which would then drive pydevd.  Gating that
+  listener does not work: the adapter writes and closes at once, so its socket may have no owner
+  left by the time we look.  So pydevd's own connection is checked instead: the socket that
+  accepted it must be ours (a socket accepted by a listener has the listener's owner, and a fake
+  adapter must keep it open to do anything).
 
 Where the owner of a socket cannot be told (not Linux) nothing is patched: the laptop says so at attach.
 """

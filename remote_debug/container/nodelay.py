@@ -9,7 +9,9 @@ debuggee and in the adapter a step takes a few ms.
 
 * ``debugpy.common.sockets._new_sock``: every listener and client socket of the adapter and of
   ``debugpy.listen()`` (Linux copies TCP_NODELAY from a listener to the sockets it accepts);
-* ``pydevd.start_client``: the debuggee's connection to its adapter.
+* ``pydevd.start_client``: the debuggee's connection to its adapter;
+* ``pydevd.create_server_socket``: the DAP server of a rank that has no adapter process
+  (``debugpy.listen(in_process_debug_adapter=True)``, our default).
 
 It runs in two kinds of process: a rank, right before ``debugpy.listen()`` (``debuggee=True``),
 and debugpy's adapter subprocess, from our ``sitecustomize`` (the adapter inherits the hook's
@@ -86,6 +88,9 @@ def _patch_debuggee() -> bool:
     # pydevd imported start_client by name; PyDB.connect looks it up in pydevd's globals.
     pydevd.start_client = _wrap(pydevd.start_client)
     pydevd_comm.start_client = _wrap(pydevd_comm.start_client)
+    # the same for the server socket of a rank that serves DAP itself (in-process adapter); the
+    # sockets it accepts inherit TCP_NODELAY from it
+    pydevd.create_server_socket = _wrap(pydevd.create_server_socket)
     return True
 
 

@@ -31,7 +31,10 @@ from remote_debug.container.log import describe, log
 from remote_debug.container.reporter import FINAL_STATES, RankIdentity, RankReporter, install_exit_reporting
 from remote_debug.container.trace_switch import TraceSwitch, uses_sys_monitoring
 from remote_debug.spec import (
+    ALREADY_ATTACHED,
+    DEBUGPY_ADAPTERS,
     ENV_CLAIMED_BY,
+    ENV_DEBUGPY_ADAPTER,
     ENV_LISTEN,
     ENV_UNTRACE_ON_DETACH,
     IDE,
@@ -275,6 +278,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     lazy = not waiting and env.get(ENV_LISTEN, "lazy").strip().lower() != "eager"
     listener = _Listener(identity.rank, identity.local_rank, requested)
     listener.untrace_on_detach = env.get(ENV_UNTRACE_ON_DETACH, "1").strip() != "0"
+    listener.in_process = _adapter_choice(env) == "in-process"
     listener.window_open = waiting  # from now: a "run-on" that comes before the wait starts still counts
     control: ControlServer | None = None
     try:
@@ -307,6 +311,17 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     return reporter
 
 
+def _adapter_choice(env: Mapping[str, str]) -> str:
+    """REMOTE_DEBUG_DEBUGPY_ADAPTER, or the default; an unknown value is logged and means the default
+    (a rank never fails for a setting of the debugger)."""
+    value = env.get(ENV_DEBUGPY_ADAPTER, "").strip() or DEBUGPY_ADAPTERS[0]
+    if value not in DEBUGPY_ADAPTERS:
+        log(f"{ENV_DEBUGPY_ADAPTER}={value!r} is not one of {', '.join(DEBUGPY_ADAPTERS)}; "
+            f"using {DEBUGPY_ADAPTERS[0]}")
+        return DEBUGPY_ADAPTERS[0]
+    return value
+
+
 def _not_selected() -> int:
     raise RuntimeError("this rank is not selected for debugging (REMOTE_DEBUG_RANKS)")
 
@@ -325,6 +340,7 @@ class _Listener:
         self.untraced = False  # tracing removed after a detach
         self._untrace_failed = False
         self.untrace_on_detach = True  # REMOTE_DEBUG_UNTRACE_ON_DETACH=0 keeps the tracer after a detach
+        self.in_process = True  # pydevd serves DAP itself (REMOTE_DEBUG_DEBUGPY_ADAPTER, see start_debugpy)
         self._seen_client = False  # a client was connected since tracing was (re)installed
         self._armed_at: float | None = None  # when "listen" last asked for tracing
         self._lock = threading.Lock()
@@ -336,17 +352,30 @@ class _Listener:
         self.run_on_asked = False
 
     def start_debugpy(self) -> int:
+        """``debugpy.listen()`` on loopback; the port a debugger connects to.
+
+        By default pydevd in the rank serves DAP itself (``in_process_debug_adapter``) instead of
+        debugpy starting an adapter process per rank to relay between the IDE and pydevd: at 64 ranks
+        on a node those 64 Python start-ups were half of an attach's CPU (docs/PERFORMANCE.md).  What
+        the adapter gave that a rank still needs is put back: our uid gate and one debugger at a time
+        on the port, a vanished debugger lets the rank run on (``dap_server``), TCP_NODELAY
+        (``nodelay``)."""
         check_port(self.requested, f"debug port for local rank {self.local_rank}")
         __import__("remote_debug.container.nodelay", fromlist=["enable"]).enable(debuggee=True)
+        from remote_debug.container import dap_server, debugpy_gate
         from remote_debug.container.debugpy_startup import skip_unread_environment_report
 
         skip_unread_environment_report()  # 2/3 of the CPU listen() costs, see there
-        # pydevd connects only to an adapter of our own uid (the adapter gates its listeners itself,
-        # from sitecustomize); raises rather than listen ungated
-        __import__("remote_debug.container.debugpy_gate", fromlist=["gate_debuggee"]).gate_debuggee()
+        # raise rather than listen ungated: pydevd's own DAP server takes our uid only; or, with an
+        # adapter process, pydevd connects only to an adapter of our own uid (the adapter gates its
+        # listeners itself, from sitecustomize)
+        if self.in_process:
+            dap_server.prepare(f"rank {self.rank} {ALREADY_ATTACHED}")
+        else:
+            debugpy_gate.gate_debuggee()
         import debugpy
 
-        _host, port = debugpy.listen((LOOPBACK, self.requested))
+        _host, port = debugpy.listen((LOOPBACK, self.requested), in_process_debug_adapter=self.in_process)
         self.port = int(port)
         # listen() put pydevd's tracer into every thread in one attempt, which a thread starting another
         # one at that moment misses (see TraceSwitch): once more, with receipts and retries

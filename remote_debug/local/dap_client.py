@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from remote_debug.local import dap_wire
-from remote_debug.local.dap_wire import JsonDict
+from remote_debug import dap_wire
+from remote_debug.dap_wire import JsonDict
 
 DEFAULT_TIMEOUT = 10.0
 # Per-event-name queue bound: a chatty debuggee must not grow memory without limit when nobody waits on it.

@@ -21,6 +21,7 @@ from remote_debug.local.dap_client import (
     attach_and_configure,
     inspect_stop,
 )
+from remote_debug.spec import ALREADY_ATTACHED
 
 
 @dataclass
@@ -140,7 +141,8 @@ _ALREADY_DEBUGGED = "is already being debugged"
 def _why(exc: Exception) -> str:
     """One line for a session that failed; a rank that has a debugger already is said to."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, DapRequestFailedError) and _ALREADY_DEBUGGED in text:
+    # a rank serving DAP itself (or a forward of ours) refuses the second debugger's initialize
+    if isinstance(exc, DapRequestFailedError) and (_ALREADY_DEBUGGED in text or ALREADY_ATTACHED in text):
         return "it already has a debugger attached (an IDE, or another attach): detach that one to debug it here"
     return text
 

@@ -27,10 +27,9 @@ from typing import Any
 
 import paramiko
 
-from remote_debug import peer_uid
-from remote_debug.local import dap_wire
+from remote_debug import dap_wire, peer_uid
 from remote_debug.local.errors import UserError
-from remote_debug.spec import LOOPBACK
+from remote_debug.spec import ALREADY_ATTACHED, LOOPBACK
 
 log = logging.getLogger(__name__)
 # paramiko logs every failed connection attempt as an ERROR with a traceback; with no logging set up
@@ -440,11 +439,11 @@ class NodeTunnel:
                     self._sessions[remote_port] = 1
             if busy:
                 what, on_refuse = exclusive
-                message = f"{what} already has a debugger attached; detach it first"
+                message = f"{what} {ALREADY_ATTACHED}"
                 if on_refuse is not None:  # first: the log line is there by the time the IDE shows it
                     with contextlib.suppress(Exception):  # a callback's bug must not kill the forward
                         on_refuse(message)
-                _refuse_dap(client, message)
+                dap_wire.refuse(client, message)
                 return
         try:
             try:
@@ -502,37 +501,6 @@ class NodeTunnel:
             self._drop_transport_locked()
 
 
-def _refuse_dap(client: socket.socket, message: str, timeout: float = 5.0) -> None:
-    """Answer a DAP client's first request with ``success: false`` and ``message``, then close.
-
-    An IDE shows a failed ``initialize`` as an error dialog with the message (VS Code does).
-    """
-    reader = None
-    try:
-        client.settimeout(timeout)
-        reader = client.makefile("rb")
-        request = dap_wire.read_message(reader, max_header_line=1024, max_body=1 << 20)
-        if request is None:
-            return
-        response = {
-            "seq": 1,
-            "type": "response",
-            "request_seq": int(request.get("seq", 0)),
-            "success": False,
-            "command": str(request.get("command", "")),
-            "message": message,
-            "body": {"error": {"id": 1, "format": message, "showUser": True}},
-        }
-        client.sendall(dap_wire.encode(response))
-    except (OSError, ValueError, AttributeError):
-        pass  # the client went away or spoke no DAP: closing is all that is left
-    finally:
-        if reader is not None:
-            with contextlib.suppress(OSError):
-                reader.close()
-        with contextlib.suppress(OSError):
-            client.shutdown(socket.SHUT_RDWR)
-        client.close()
 
 
 def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:

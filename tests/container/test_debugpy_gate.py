@@ -81,20 +81,28 @@ WAITING_RANK = (
 )
 
 
-def test_a_probe_that_closes_at_once_does_not_deafen_the_adapter(run: HookRun) -> None:
+def _probe(port: int, pause: float) -> None:
+    """Connect, then go with a RST: a port scanner, or a client that gave up at once."""
+    probe = socket.create_connection(("127.0.0.1", port))
+    time.sleep(pause)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: gone at once
+    probe.close()
+
+
+@pytest.mark.parametrize("adapter", spec.DEBUGPY_ADAPTERS)
+def test_a_probe_that_closes_at_once_does_not_deafen_the_listener(run: HookRun, adapter: str) -> None:
     """debugpy's adapter runs each client's handler in its accept thread; a client gone within
     milliseconds made the handler's first send raise, which ended the thread: every later F5 then
-    hung.  Twenty such probes (our own uid: the gate lets them in), then a real attach."""
+    hung.  Twenty such probes (our own uid: the gate lets them in), then a real attach; the same for a
+    rank serving DAP itself (the default), whose connection thread must go on accepting too."""
     run.env[spec.ENV_WAIT] = "60"
+    run.env[spec.ENV_DEBUGPY_ADAPTER] = adapter
     script = run.root / "train.py"
     script.write_text(WAITING_RANK)
     run.start(PYTHON, str(script), str(run.marks))
     rank = wait_for(lambda: run.rank_if_any(0), 30, "the rank document")
     for i in range(20):
-        probe = socket.create_connection(("127.0.0.1", rank["port"]))
-        time.sleep(i * 0.0005)  # past the gate's check (0-10 ms), before the adapter's first send
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: gone at once
-        probe.close()
+        _probe(rank["port"], i * 0.0005)  # past the gate's check (0-10 ms), before the adapter's first send
     time.sleep(0.5)  # the adapter has met every probe
     dap = MiniDap(rank["port"], timeout=15)
     try:

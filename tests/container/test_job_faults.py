@@ -82,7 +82,7 @@ def test_stop_with_a_rank_paused_at_a_breakpoint_leaves_nothing_running(run: Hoo
         dap.response_to(dap.send("configurationDone"))
         dap.response_to(attach)
         assert dap.event("stopped")["body"]["reason"] == "breakpoint"
-        assert len(_leftovers(run)) >= 6  # hook, sshd, torchrun, 2 ranks, rank 0's debugpy adapter
+        assert len(_leftovers(run)) >= 4  # hook, torchrun, 2 ranks
         code, took = _stop_and_measure(run, 60)
     finally:
         dap.close()

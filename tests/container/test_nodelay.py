@@ -9,9 +9,10 @@ import textwrap
 from pathlib import Path
 
 import debugpy
+import pytest
 
 from remote_debug.container import nodelay
-from remote_debug.spec import ENV_CLAIMED_BY
+from remote_debug.spec import DEBUGPY_ADAPTERS, ENV_CLAIMED_BY
 
 ADAPTER_DIR = str(Path(debugpy.__file__).parent / "adapter")
 
@@ -22,7 +23,8 @@ DEBUGGEE = textwrap.dedent(
     assert nodelay.enable(debuggee=True)
     import debugpy
     from remote_debug.local.dap_client import attach_and_configure
-    _, port = debugpy.listen(("127.0.0.1", 0))
+    in_process = sys.argv[1:] == ["in-process"]
+    _, port = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=in_process)
     client = attach_and_configure("127.0.0.1", port, timeout=60)
     ours = []
     for obj in gc.get_objects():
@@ -31,8 +33,10 @@ DEBUGGEE = textwrap.dedent(
                 peer = obj.getpeername()
             except OSError:
                 continue
-            if peer[1] != port:  # not the test client's own socket: pydevd's connection to the adapter
-                ours.append(obj.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            if peer[1] == port:  # the test client's own socket
+                continue
+            # pydevd's connection to its adapter, or (in-process) the debugger's connection pydevd accepted
+            ours.append(obj.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
     client.close()
     print(ours)
     """
@@ -59,10 +63,12 @@ def _run(code: str, *args: str, env: dict[str, str]) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def test_debuggee_connection_to_its_adapter_has_nodelay() -> None:
+@pytest.mark.parametrize("adapter", DEBUGPY_ADAPTERS)
+def test_debuggee_dap_connection_has_nodelay(adapter: str) -> None:
+    """To its adapter process, or from the IDE when pydevd serves DAP itself."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_")}
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    result = _run(DEBUGGEE, env=env)
+    result = _run(DEBUGGEE, adapter, env=env)
     assert result.startswith("[") and "0" not in result and result != "[]", result
 
 

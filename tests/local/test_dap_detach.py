@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import dap_wire
+from remote_debug import dap_wire
 from remote_debug.local.dap_client import DapClient
 
 # how long the scripted adapter waits between `terminated` and the disconnect response (debugpy: ~1 ms;

@@ -23,13 +23,15 @@ pytestmark = pytest.mark.skipif(
 
 SCRIPT = textwrap.dedent(
     """
+    import sys
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     total = comm.allreduce(rank + 1)
     secret = 1000 + 7 * rank  # BREAK-HERE
-    print("rank", rank, "total", total + secret, flush=True)
+    # one write per line: the ranks share mpirun's stdout, unbuffered, and print() writes each piece
+    sys.stdout.write(f"rank {rank} total {total + secret}\\n")
     comm.Barrier()
     """
 )

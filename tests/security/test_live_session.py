@@ -47,13 +47,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
 def test_every_listener_of_the_session_is_on_loopback(session: Session) -> None:
     ports = scan_listeners(session)
     # The scan saw every kind of listener we open: sshd, each rank's control channel and debug
-    # listener (debugpy's adapter holds the debug port), and the attach's local forwards.
+    # listener (pydevd in the rank serves DAP itself: no adapter process), and the attach's local forwards.
     m = session.manifest()
     assert len(m.ranks) == 2
     assert ports.get(m.sshd_port) == "sshd"
     for r in m.ranks:
         assert ports.get(r.control_port) == "rank", (r.rank, ports)
-        assert ports.get(r.port) == "debugpy adapter", (r.rank, ports)
+        assert ports.get(r.port) == "rank", (r.rank, ports)
     forwards = [e["local_port"] for e in session.events if e["event"] == "rank-ready"]
     assert len(forwards) == 2 and all(ports.get(p) == "attach (this process)" for p in forwards)
 

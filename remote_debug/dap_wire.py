@@ -1,9 +1,13 @@
-"""DAP's wire format, once: ``Content-Length`` framed JSON messages (the headless client and the
-forward that refuses a second debugger both speak it)."""
+"""DAP's wire format, once: ``Content-Length`` framed JSON messages (the headless client, the laptop's
+forward that refuses a second debugger, and a rank's own DAP server that does the same all speak it).
+
+Standard library only: it runs on both sides (``local/`` and ``container/``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
@@ -44,3 +48,36 @@ def read_message(reader: BinaryIO, *, max_header_line: int = -1, max_body: int |
     if not isinstance(message, dict):
         raise ValueError("DAP message is not a JSON object")
     return message
+
+
+def refuse(client: socket.socket, message: str, timeout: float = 5.0) -> None:
+    """Answer a DAP client's first request with ``success: false`` and ``message``, then close.
+
+    An IDE shows a failed ``initialize`` as an error dialog with the message (VS Code does).
+    """
+    reader = None
+    try:
+        client.settimeout(timeout)
+        reader = client.makefile("rb")
+        request = read_message(reader, max_header_line=1024, max_body=1 << 20)
+        if request is None:
+            return
+        response = {
+            "seq": 1,
+            "type": "response",
+            "request_seq": int(request.get("seq", 0)),
+            "success": False,
+            "command": str(request.get("command", "")),
+            "message": message,
+            "body": {"error": {"id": 1, "format": message, "showUser": True}},
+        }
+        client.sendall(encode(response))
+    except (OSError, ValueError, AttributeError):
+        pass  # the client went away or spoke no DAP: closing is all that is left
+    finally:
+        if reader is not None:
+            with contextlib.suppress(OSError):
+                reader.close()
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_RDWR)
+        client.close()
