@@ -1,6 +1,6 @@
 """The ``remote-debug`` console script and ``python -m remote_debug``.
 
-Not ``remote_debug.cli:main`` directly: importing ``remote_debug.cli`` loads every command (~0.3 s), and
+Not ``remote_debug.cli:main`` directly: importing the CLI and its command takes 0.1-0.3 s, and
 a Ctrl-C in that window must be recorded too (see ``remote_debug.local.interrupts``), while callers that
 import the CLI in-process (tests, the SageMaker integration) keep their own SIGINT handling.
 """

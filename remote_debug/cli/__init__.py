@@ -2,40 +2,79 @@
 
 One module per subcommand; every command takes ``--json``; bad input is one line on stderr and
 exit code 2 (see :func:`main`).
+
+A command registers on ``app`` when its module is imported.  :func:`main` imports only the module of
+the command on its command line (all of them for ``--help``, or for a name it does not know, so typer
+lists them all): importing every command costs ~0.3 s, and ``stacks`` or ``jobs`` should not pay for
+``attach``'s json5 and paramiko's.  ``from remote_debug.cli import app`` (tests, in-process callers)
+still gets every command.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import sys
+from collections.abc import Sequence
 
-import paramiko
 from typer import Abort, Exit
 from typer.exceptions import TyperException
 
-# Importing the command modules registers them on ``app``.
-from remote_debug.cli import (  # noqa: F401
-    attach,
-    cleanup,
-    demo,
-    doctor,
-    emulator,
-    enable,
-    jobs,
-    launch,
-    proxy,
-    prune,
-    run,
-    ssh,
-    ssh_config,
-    stacks,
-    stop,
-    sync,
-)
-from remote_debug.cli.app import app
+from remote_debug.cli import application as _app_module
 from remote_debug.cli.output import error_line
 from remote_debug.local.errors import UserError
 from remote_debug.spec import ContractError
+
+# command name -> the module of remote_debug.cli that registers it, in the order --help lists them
+COMMAND_MODULES: dict[str, str] = {
+    "attach": "attach",
+    "cleanup": "cleanup",
+    "demo": "demo",
+    "doctor": "doctor",
+    "emulator": "emulator",
+    "enable": "enable",
+    "jobs": "jobs",
+    "launch": "launch",
+    "proxy": "proxy",
+    "prune": "prune",
+    "run": "run",
+    "release": "run",
+    "ssh": "ssh",
+    "ssh-config": "ssh_config",
+    "stacks": "stacks",
+    "stop": "stop",
+    "sync": "sync",
+}
+# the options of ``remote-debug`` itself (``global_options``) that take a value
+_GLOBAL_VALUE_OPTIONS = ("--profile", "--region")
+
+
+def invoked_command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` (without the program name) names, None when it names none (``--help``)."""
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_VALUE_OPTIONS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def load_commands(argv: Sequence[str] | None = None) -> None:
+    """Register the command ``argv`` names, or every command (``argv`` None, or no known command)."""
+    name = None if argv is None else invoked_command(argv)
+    modules = [COMMAND_MODULES[name]] if name in COMMAND_MODULES else list(dict.fromkeys(COMMAND_MODULES.values()))
+    for module in modules:
+        importlib.import_module(f"remote_debug.cli.{module}")
+
+
+def __getattr__(name: str) -> object:
+    # ``from remote_debug.cli import app``: the application with every command
+    if name == "app":
+        load_commands()
+        return _app_module.app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["app", "main"]
 
@@ -69,8 +108,9 @@ _FILE_ERROR_HINTS = {
 
 
 def main() -> None:
+    load_commands(sys.argv[1:])
     try:
-        result = app(standalone_mode=False)
+        result = _app_module.app(standalone_mode=False)
     except (UserError, ContractError) as exc:
         error_line(str(exc))
         sys.exit(2)
@@ -83,12 +123,20 @@ def main() -> None:
         hint = _FILE_ERROR_HINTS.get(exc.errno or 0, "retry; 'remote-debug doctor' checks the set-up")
         error_line(f"{exc.strerror or exc}{where}: {hint}")
         sys.exit(2)
-    except paramiko.SSHException as exc:
-        error_line(f"ssh connection to the job failed: {exc}; check the job with 'remote-debug doctor JOB'")
-        sys.exit(2)
     except (KeyboardInterrupt, Abort):
         error_line("interrupted")
         sys.exit(130)
     except Exit as exc:
         sys.exit(exc.exit_code)
+    except Exception as exc:  # last: typer's Abort and Exit are Exceptions too
+        if not _is_ssh_error(exc):
+            raise
+        error_line(f"ssh connection to the job failed: {exc}; check the job with 'remote-debug doctor JOB'")
+        sys.exit(2)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _is_ssh_error(exc: BaseException) -> bool:
+    """A paramiko SSHException, without importing paramiko (~0.1 s) for commands that never load it."""
+    paramiko = sys.modules.get("paramiko")
+    return paramiko is not None and isinstance(exc, paramiko.SSHException)

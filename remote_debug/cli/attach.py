@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_PORT, PycharmBuild, app, flag, positive_seconds
+from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag, positive_seconds
 from remote_debug.cli.output import event_printer
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import backend_for, job_ref

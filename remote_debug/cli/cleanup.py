@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from remote_debug.cli.app import app, flag
+from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, err_console, print_json
 from remote_debug.local import aws
 from remote_debug.local.errors import UserError

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import MAX_PORT, PycharmBuild, app, flag
+from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, event_printer, print_json
 from remote_debug.local.backends.machine import MAX_NODES, MAX_NPROC_PER_NODE
 from remote_debug.local.demo import run_demo

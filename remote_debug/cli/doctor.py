@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from remote_debug.cli.app import app, flag
+from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.local.backends import job_ref
 from remote_debug.local.doctor import FAIL, Doctor, passed

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import MAX_PORT, app, flag
+from remote_debug.cli.application import MAX_PORT, app, flag
 from remote_debug.cli.output import print_json
 from remote_debug.local import interrupts
 from remote_debug.local.errors import UserError

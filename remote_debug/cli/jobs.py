@@ -7,7 +7,7 @@ from typing import Annotated
 
 from rich.table import Table
 
-from remote_debug.cli.app import app, flag
+from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, error_line, print_json
 from remote_debug.local.backends import all_backends
 from remote_debug.local.errors import UserError

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import MAX_PORT, app
+from remote_debug.cli.application import MAX_PORT, app
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.proxy import run_proxy
 

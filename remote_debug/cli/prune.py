@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import app, flag
+from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, err_console, print_json
 from remote_debug.local.events import plural
 from remote_debug.local.prune import JobOutcome, Pruner

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import app, flag, positive_seconds
+from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import event_printer, print_json
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import app, positive_seconds
+from remote_debug.cli.application import app, positive_seconds
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 

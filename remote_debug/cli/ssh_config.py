@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from remote_debug import spec
-from remote_debug.cli.app import app, flag, positive_seconds
+from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import console, print_json
 from remote_debug.local import ssh_config as ssh_files
 from remote_debug.local.connection import JobConnection

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import app, flag
+from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json, progress
 from remote_debug.local.backends import backend_for, job_ref
 

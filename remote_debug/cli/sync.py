@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from remote_debug.cli.app import app, flag, positive_seconds
+from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json
 from remote_debug.local.events import Synced, plural
 from remote_debug.local.sync import Syncer, SyncMethod

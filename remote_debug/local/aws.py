@@ -1,7 +1,7 @@
 """AWS profile, region and clients for the laptop side, resolved in one place.
 
 Precedence, as the AWS CLI v2 has it: ``--profile`` / ``--region`` (the global CLI options, see
-``cli/app.py``), then ``AWS_PROFILE`` and ``AWS_REGION`` > ``AWS_DEFAULT_REGION``, then the
+``cli/application.py``), then ``AWS_PROFILE`` and ``AWS_REGION`` > ``AWS_DEFAULT_REGION``, then the
 profile's ``region`` in ``~/.aws/config``.  The region is always passed to boto3 explicitly: the
 botocore here ignores ``AWS_REGION`` (only ``AWS_DEFAULT_REGION`` and profiles), while users and
 every other SDK set ``AWS_REGION``.

@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from remote_debug.job_secret import derive_job_secret
 from remote_debug.local.paths import StatePaths, private_dir
 
@@ -27,6 +24,11 @@ def ensure_job_key(paths: StatePaths, job: str) -> tuple[Path, str]:
         # others could read it.  Ours, so make it private again rather than fail.
         os.chmod(key_path, 0o600)
         return key_path, pub_path.read_text().strip()
+    # imported here: every ProxyCommand (one process per ssh connection) imports this module, and
+    # only a launch makes a key (cryptography's import is ~12 ms of each proxy's start-up)
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private_bytes = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()

@@ -182,7 +182,7 @@ LAUNCH = ["launch", "--local", "--name", "ok"]
 IDE_CHOICES = "is not one of 'vscode', 'pycharm'"
 
 # (argv, what the error line must say...).  Ranges and choices are typer's (min/max, Enum): "Invalid value
-# for '--x': ..." names the option and the bound; --timeout is refused by cli.app.positive_seconds.
+# for '--x': ..." names the option and the bound; --timeout is refused by cli.application.positive_seconds.
 OUT_OF_RANGE: list[tuple[list[str], ...]] = [
     (["attach", JOB, "--ide", "pycharm", "--pycharm-port", "70000"], ["'--pycharm-port'", "65535"]),
     (["attach", JOB, "--ide", "pycharm", "--pycharm-port", "-1"], ["'--pycharm-port'", "greater than or equal to 0"]),

@@ -54,7 +54,7 @@ def test_help_renders_in_typer_style_without_bool_metavars(argv: list[str]) -> N
 
 
 def test_every_bool_option_is_a_flag() -> None:
-    """Each bool option is declared with ``cli.app.flag`` (-h/--help too: ``cli.app.Command``)."""
+    """Each bool option is declared with ``cli.application.flag`` (-h/--help too: ``cli.application.Command``)."""
     group = cli_group()
     ctx = typer.Context(group)
     flags = 0

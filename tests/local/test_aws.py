@@ -91,7 +91,7 @@ def test_unknown_profile_is_one_line(clean: Path) -> None:
 def test_cli_global_options_reach_aws(clean: Path) -> None:
     """`remote-debug --region R --profile P CMD` sets what aws.py resolves, in a fresh process."""
     code = (
-        "import sys; from remote_debug.cli.app import app; from remote_debug.local import aws\n"
+        "import sys; from remote_debug.cli.application import app; from remote_debug.local import aws\n"
         "from remote_debug.cli import doctor\n"
         "@app.command('probe')\n"
         "def probe() -> None:\n"
