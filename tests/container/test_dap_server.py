@@ -3,6 +3,8 @@ promised still holds - one debugger at a time, and a debugger that vanishes lets
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from remote_debug import spec
@@ -18,6 +20,29 @@ LOOPING_RANK = (
     "    beats += 1  # BREAK\n"
     "    time.sleep(0.02)\n"
 )
+BREAK_LINE = LOOPING_RANK.splitlines().index("    beats += 1  # BREAK") + 1
+
+
+def _looping_rank(run: HookRun) -> tuple[Path, int]:
+    """The rank started, listening at once; its script and debug port."""
+    script = run.root / "train.py"
+    script.write_text(LOOPING_RANK)
+    run.env[spec.ENV_LISTEN] = "eager"
+    run.start(PYTHON, str(script), str(run.marks))
+    port = wait_for(lambda: (d := run.rank_if_any(0)) is not None and d["port"] and d["port"], 30, "the listener")
+    return script, int(port)
+
+
+def _stopped_at_break(script: Path, port: int) -> tuple[MiniDap, int]:
+    """A debugger attached with a breakpoint on BREAK_LINE, the rank stopped there; its stopped thread."""
+    dap = MiniDap(port)
+    dap.initialize()
+    attach = dap.send("attach", justMyCode=False)
+    dap.event("initialized")
+    dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": BREAK_LINE}]))
+    dap.response_to(dap.send("configurationDone"))
+    dap.response_to(attach)
+    return dap, dap.event("stopped")["body"]["threadId"]
 
 
 def test_a_rank_serving_dap_takes_one_debugger_at_a_time(run: HookRun) -> None:
@@ -25,23 +50,10 @@ def test_a_rank_serving_dap_takes_one_debugger_at_a_time(run: HookRun) -> None:
     connection.  A second client on the rank's own port (a second IDE over Remote-SSH, past the
     laptop forward's refusal) is answered with a clear refusal instead; a probe does not end the
     session either; the first debugger keeps its stopped rank, and once it detaches the next one gets in."""
-    script = run.root / "train.py"
-    script.write_text(LOOPING_RANK)
-    run.env[spec.ENV_LISTEN] = "eager"
-    run.start(PYTHON, str(script), str(run.marks))
-    port = wait_for(lambda: (d := run.rank_if_any(0)) is not None and d["port"] and d["port"], 30, "the listener")
-    line = LOOPING_RANK.splitlines().index("    beats += 1  # BREAK") + 1
-    first = MiniDap(port)
+    script, port = _looping_rank(run)
+    first, thread = _stopped_at_break(script, port)
     second = None
     try:
-        first.initialize()
-        attach = first.send("attach", justMyCode=False)
-        first.event("initialized")
-        first.response_to(first.send("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": line}]))
-        first.response_to(first.send("configurationDone"))
-        first.response_to(attach)
-        thread = first.event("stopped")["body"]["threadId"]
-
         second = MiniDap(port)
         refused = second.initialize()
         assert refused["success"] is False
@@ -51,7 +63,7 @@ def test_a_rank_serving_dap_takes_one_debugger_at_a_time(run: HookRun) -> None:
         _probe(port, 0.001)
 
         frame = first.response_to(first.send("stackTrace", threadId=thread))["body"]["stackFrames"][0]
-        assert frame["line"] == line  # the first debugger still has its stopped rank
+        assert frame["line"] == BREAK_LINE  # the first debugger still has its stopped rank
         first.response_to(first.send("setBreakpoints", source={"path": str(script)}, breakpoints=[]))
         first.response_to(first.send("continue", threadId=thread))
         first.response_to(first.send("disconnect", terminateDebuggee=False))
@@ -69,29 +81,12 @@ def test_a_rank_serving_dap_takes_one_debugger_at_a_time(run: HookRun) -> None:
     assert run.wait(30) == 0, run.stderr
 
 
-def _stopped_at_break(run: HookRun, port: int, script_line: int) -> tuple[MiniDap, int]:
-    script = run.root / "train.py"
-    dap = MiniDap(port)
-    dap.initialize()
-    attach = dap.send("attach", justMyCode=False)
-    dap.event("initialized")
-    dap.response_to(dap.send("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": script_line}]))
-    dap.response_to(dap.send("configurationDone"))
-    dap.response_to(attach)
-    return dap, dap.event("stopped")["body"]["threadId"]
-
-
 def test_a_debugger_that_vanishes_at_a_breakpoint_lets_the_rank_run_on(run: HookRun) -> None:
     """The IDE's connection drops without a ``disconnect`` (VS Code killed, the tunnel cut): the rank
     does not stay paused (which would stall its peers at the next collective), its breakpoint is gone,
     its document says nobody is attached, and the next debugger gets in."""
-    script = run.root / "train.py"
-    script.write_text(LOOPING_RANK)
-    run.env[spec.ENV_LISTEN] = "eager"
-    run.start(PYTHON, str(script), str(run.marks))
-    port = wait_for(lambda: (d := run.rank_if_any(0)) is not None and d["port"] and d["port"], 30, "the listener")
-    line = LOOPING_RANK.splitlines().index("    beats += 1  # BREAK") + 1
-    dap, _thread = _stopped_at_break(run, port, line)
+    script, port = _looping_rank(run)
+    dap, _thread = _stopped_at_break(script, port)
     wait_for(lambda: run.rank_if_any(0)["state"] == "attached", 10, "the rank to say it is attached")
     dap.sock.close()  # gone, without a word
 
