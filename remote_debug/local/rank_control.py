@@ -31,8 +31,8 @@ from remote_debug.local.errors import UserError
 from remote_debug.local.tunnels import NodeTunnel
 
 REQUEST_TIMEOUT = 15.0
-# control requests one command keeps in flight: ranks answer in parallel (a "listen" mostly waits for
-# debugpy's adapter to start), and a node's requests share its one SSH connection
+# control requests one command keeps in flight: ranks answer in parallel (a "listen" is mostly the rank
+# importing debugpy, on the rank's own CPU), and a node's requests share its one SSH connection
 FAN_OUT = 16
 
 _Item = TypeVar("_Item")

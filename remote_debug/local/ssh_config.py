@@ -92,7 +92,7 @@ def _quote(value: str, *, percent: bool = False, glob: bool = False) -> str:
     return f'"{value}"'
 
 
-def _natural(text: str) -> list[Any]:
+def natural_key(text: str) -> list[Any]:
     # algo-2 before algo-10; re.split with a group alternates str, digits, str... so types line up
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
@@ -151,7 +151,7 @@ def _sorted_entries(entries: Sequence[HostEntry]) -> list[HostEntry]:
     jobs = {e.job for e in entries}
     if len(jobs) != 1:
         raise spec.ContractError(f"ssh entries mix jobs {', '.join(sorted(jobs))}: write one job at a time")
-    ordered = sorted(entries, key=lambda e: _natural(e.node))
+    ordered = sorted(entries, key=lambda e: natural_key(e.node))
     for a, b in itertools.pairwise(ordered):
         if a.node == b.node:
             raise spec.ContractError(f"node {a.node} appears twice in job {a.job}")
@@ -317,7 +317,7 @@ def job_entries(paths: StatePaths, job: str) -> JobEntries:
 def jobs_with_entries(paths: StatePaths) -> list[str]:
     """Every job that has a Host file or pinned keys of ours (names that are not job names are not ours)."""
     names = job_names_in(paths.job_ssh_configs_dir, ".conf") | job_names_in(paths.known_hosts_dir)
-    return sorted(names, key=_natural)
+    return sorted(names, key=natural_key)
 
 
 def remove_all_entries(paths: StatePaths) -> list[JobEntries]:

@@ -8,13 +8,13 @@ behind.  Reached through one SSH connection per node, like ``attach``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
 from remote_debug import spec
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
+from remote_debug.local.rank_control import fan_out
 
 
 def collect_stacks(
@@ -38,10 +38,10 @@ def collect_stacks(
             raise UserError(f"ranks {unknown} of job {connection.job} have not reported (or are not debugged)")
     # only now: bad input (unknown ranks) must not leave ssh entries behind
     connection.write_ssh_entries(manifests, edit_user_config=False)
-    with connection, ThreadPoolExecutor(max_workers=max(1, min(16, len(selected)))) as pool:
+    with connection:
         for node in {node for node, _r in selected}:
             connection.tunnel(node)  # created here, not from the pool's threads
-        results = list(pool.map(lambda item: _rank_stacks(connection, *item, all_threads=all_threads), selected))
+        results = fan_out(selected, lambda item: _rank_stacks(connection, *item, all_threads=all_threads))
     return {"job": connection.job, "ranks": sorted(results, key=lambda r: int(r["rank"]))}
 
 

@@ -501,8 +501,6 @@ class NodeTunnel:
             self._drop_transport_locked()
 
 
-
-
 def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
     watched: list[Any] = [sock, chan]  # paramiko channels are selectable (they have fileno())
     while True:

@@ -48,6 +48,7 @@ from remote_debug.local import events
 from remote_debug.local.launch_record import LaunchJsonError as LaunchJsonError
 from remote_debug.local.launch_record import Notes, edit_launch_json
 from remote_debug.local.paths import StatePaths
+from remote_debug.local.ssh_config import natural_key
 
 Gap = list[str | Comment]  # whitespace and comments between two tokens, as json-five keeps them
 DEFAULT_UNIT = "    "  # what VS Code writes when it creates launch.json
@@ -516,7 +517,7 @@ def _configurations(
         raise spec.ContractError(f"a rank of job {job} appears twice")
     name = compound_name(job, [t.rank for t in ordered], world_size)
     compounds = [{"name": name, "configurations": [c["name"] for c in configs], "stopAll": False}]
-    nodes = sorted({t.node for t in ordered}, key=_node_order)
+    nodes = sorted({t.node for t in ordered}, key=natural_key)  # algo-2 before algo-10
     if len(nodes) > 1:
         for node in nodes:
             compounds.append({
@@ -525,12 +526,6 @@ def _configurations(
                 "stopAll": False,
             })
     return configs, compounds
-
-
-def _node_order(node: str) -> tuple[str, int]:
-    """algo-2 before algo-10."""
-    stem, _, number = node.rpartition("-")
-    return (stem, int(number)) if number.isdigit() else (node, 0)
 
 
 def _skeleton(nl: str) -> str:

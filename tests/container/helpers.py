@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -364,6 +365,15 @@ class MiniDap:
         done = self.response_to(self.send("configurationDone"))
         assert done["success"], done
         return self.response_to(attach_seq)
+
+
+def probe_and_reset(port: int, pause: float) -> None:
+    """Connect to a debug port, then go with a RST after ``pause`` s: a port scanner, or a client that
+    gave up at once."""
+    probe = socket.create_connection(("127.0.0.1", port))
+    time.sleep(pause)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: gone at once
+    probe.close()
 
 
 # --- security scans: listeners and secrets, read from /proc -------------------------------------------

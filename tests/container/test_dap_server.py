@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, MiniDap, wait_for
-from tests.container.test_debugpy_gate import _probe
+from tests.container.helpers import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
 
 # A rank that runs until told to stop, with a line to break on.
 LOOPING_RANK = (
@@ -60,7 +59,7 @@ def test_a_rank_serving_dap_takes_one_debugger_at_a_time(run: HookRun) -> None:
         assert refused["message"] == "rank 0 already has a debugger attached; detach it first"
         with pytest.raises(EOFError):
             second.receive()  # and closed
-        _probe(port, 0.001)
+        probe_and_reset(port, 0.001)
 
         frame = first.response_to(first.send("stackTrace", threadId=thread))["body"]["stackFrames"][0]
         assert frame["line"] == BREAK_LINE  # the first debugger still has its stopped rank

@@ -5,7 +5,6 @@ plays the whole attack): a gated listener hands over only our own connections, a
 from __future__ import annotations
 
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import pytest
 
 from remote_debug import spec
 from remote_debug.container import debugpy_gate
-from tests.container.helpers import PYTHON, HookRun, MiniDap, wait_for
+from tests.container.helpers import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
 from tests.second_user import needs_second_user, python_as_nobody
 
 
@@ -81,14 +80,6 @@ WAITING_RANK = (
 )
 
 
-def _probe(port: int, pause: float) -> None:
-    """Connect, then go with a RST: a port scanner, or a client that gave up at once."""
-    probe = socket.create_connection(("127.0.0.1", port))
-    time.sleep(pause)
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: gone at once
-    probe.close()
-
-
 @pytest.mark.parametrize("adapter", spec.DEBUGPY_ADAPTERS)
 def test_a_probe_that_closes_at_once_does_not_deafen_the_listener(run: HookRun, adapter: str) -> None:
     """debugpy's adapter runs each client's handler in its accept thread; a client gone within
@@ -102,7 +93,7 @@ def test_a_probe_that_closes_at_once_does_not_deafen_the_listener(run: HookRun, 
     run.start(PYTHON, str(script), str(run.marks))
     rank = wait_for(lambda: run.rank_if_any(0), 30, "the rank document")
     for i in range(20):
-        _probe(rank["port"], i * 0.0005)  # past the gate's check (0-10 ms), before the adapter's first send
+        probe_and_reset(rank["port"], i * 0.0005)  # past the gate's check (0-10 ms), before the adapter's first send
     time.sleep(0.5)  # the adapter has met every probe
     dap = MiniDap(rank["port"], timeout=15)
     try:
