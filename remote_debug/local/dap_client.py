@@ -566,7 +566,15 @@ class StopInfo:
 
 def inspect_stop(client: DapClient, timeout: float | None = None) -> StopInfo:
     """Wait for ``stopped``, then describe the top frame of the stopped thread with its locals."""
-    stopped = client.wait_stopped(timeout)
+    return describe_stop(client, client.wait_stopped(timeout), timeout)
+
+
+def describe_stop(client: DapClient, stopped: JsonDict, timeout: float | None = None) -> StopInfo:
+    """The top frame of the thread a ``stopped`` event names, with its locals.
+
+    Its own ``timeout`` for the requests: a caller that polls for the stop with a short one must not
+    give the requests that short a time, or a slow link loses the stop (the event is taken, the rank
+    stays paused, and no second ``stopped`` ever comes)."""
     thread_id = int(stopped.get("threadId", 0))
     if not thread_id:  # some stops name no thread; take the first one
         threads = client.threads(timeout)

@@ -19,6 +19,7 @@ from remote_debug.local.dap_client import (
     DapRequestFailedError,
     StopInfo,
     attach_and_configure,
+    describe_stop,
     inspect_stop,
 )
 from remote_debug.spec import ALREADY_ATTACHED
@@ -104,9 +105,11 @@ def debug_rank(
         hits = 0
         while hits < plan.max_stops and not stop.is_set() and not client.closed:
             try:
-                hit = inspect_stop(client, timeout=1.0)
+                stopped = client.wait_stopped(timeout=1.0)
             except DapError:
                 continue  # no stop yet: check whether we should give up, then wait again
+            # the rank is paused now: the requests get the client's full timeout, never the poll's
+            hit = describe_stop(client, stopped)
             hits += 1
             _record(report, hit, plan, emit, rank, node)
             if plan.pause_seconds > 0:

@@ -31,6 +31,7 @@ from remote_debug.local.dap_client import (
     attach_and_configure,
     inspect_stop,
 )
+from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -312,11 +313,15 @@ class FlakyForward:
     """Stands in for `ssh -L` before the remote end listens.
 
     Accepts, then closes the first `drops` connections (after `hold` seconds, as ssh does once the channel
-    open fails); afterwards relays to `target`.
+    open fails); afterwards relays to `target`.  Once a chunk from `target` holds `slow_after`, every
+    later one comes `reply_delay` seconds late (a slow link, or a node too busy to answer at once).
     """
 
-    def __init__(self, target: int, drops: int, hold: float = 0.05) -> None:
+    def __init__(
+        self, target: int, drops: int, hold: float = 0.05, *, slow_after: bytes = b"", reply_delay: float = 0.0
+    ) -> None:
         self.target, self.drops, self.hold = target, drops, hold
+        self.slow_after, self.reply_delay = slow_after, reply_delay
         self.accepted = 0
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._server.getsockname()[1])
@@ -338,14 +343,17 @@ class FlakyForward:
             upstream = socket.create_connection(("127.0.0.1", self.target))
             with self._lock:
                 self._socks += [conn, upstream]
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, marker in ((conn, upstream, b""), (upstream, conn, self.slow_after)):
+                threading.Thread(target=self._pump, args=(a, b, marker), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, slow_after: bytes) -> None:
+        slow = False
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                if slow:
+                    time.sleep(self.reply_delay)
                 dst.sendall(data)
+                slow = slow or bool(slow_after and slow_after in data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
 
@@ -374,6 +382,41 @@ def test_attach_through_forward_that_drops_first_connections(
         assert dbg.wait() == 0
         client.disconnect()
     finally:
+        forward.close()
+
+
+def test_headless_session_keeps_a_stop_whose_replies_come_slowly(lab: Lab, layout: Layout) -> None:
+    """A headless session polls for the stop with a short timeout.  The stop's stackTrace and
+    variables answers must get the full request timeout: over a link that delays each reply after
+    the stop by more than the poll, the stopped event was taken, its requests timed out, and the
+    session then waited forever for a second stop from a rank that stayed paused (CI's 64-rank
+    attach, under load)."""
+    dbg = lab.start(iterations=2)
+    forward = FlakyForward(dbg.port(), drops=0, slow_after=b'"stopped"', reply_delay=1.3)
+    plan = HeadlessPlan(breakpoints={str(layout.local): [BREAK_LINE]}, max_stops=1, attach_timeout=60)
+    reports: list[RankReport] = []
+    give_up = threading.Event()
+
+    def session() -> None:
+        reports.append(debug_rank(
+            RANK, "algo-1", "127.0.0.1", forward.port, plan,
+            path_mappings=layout.mapping, emit=lambda _event: None, stop=give_up,
+        ))
+
+    runner = threading.Thread(target=session, daemon=True)
+    try:
+        runner.start()
+        runner.join(60)
+        assert not runner.is_alive(), "the session lost its stop and waited for another one"
+        [report] = reports
+        assert report.error is None, report.error
+        [stop] = report.stops
+        assert (stop.file, stop.line) == (str(layout.local), BREAK_LINE)
+        assert stop.variables["value"] == str(10 * RANK)
+        assert dbg.wait() == 0  # let go: breakpoints cleared, the debuggee ran to its end
+    finally:
+        give_up.set()
+        runner.join(10)
         forward.close()
 
 
