@@ -14,7 +14,10 @@ no ``from __future__ import annotations``, no newer syntax, plain-name annotatio
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "enable"]
+# The name to ``pip install``: PyPI's "remote-debug" is an unrelated project (an HPC tool).  The import
+# package stays ``remote_debug`` and the command ``remote-debug``.
+DISTRIBUTION = "remote-debug-training"
+__all__ = ["DISTRIBUTION", "__version__", "enable"]
 
 
 def __getattr__(name: str) -> Any:

@@ -44,6 +44,7 @@ COMMAND_MODULES: dict[str, str] = {
     "stacks": "stacks",
     "stop": "stop",
     "sync": "sync",
+    "version": "version",
 }
 # the options of ``remote-debug`` itself (``global_options``) that take a value
 _GLOBAL_VALUE_OPTIONS = ("--profile", "--region")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from typing import Annotated
 
@@ -9,6 +11,7 @@ from rich.table import Table
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, error_line, print_json
+from remote_debug.local.aws_access import describe_unlisted
 from remote_debug.local.backends import all_backends
 from remote_debug.local.errors import UserError
 from remote_debug.local.events import plural
@@ -71,7 +74,10 @@ def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -
         except UserError as exc:  # AWS unreachable or not allowed: still list the local jobs
             if not backend.capabilities.remote:  # this machine's own jobs: a real error
                 raise
-            error_line(f"{backend.name} jobs not listed: {exc}")
+            if as_json:  # for a program (the extension's warning): why, in one word, and the fix
+                sys.stderr.write(json.dumps(describe_unlisted(backend.name, exc)) + "\n")
+            else:
+                error_line(f"{backend.name} jobs not listed: {exc}")
     if as_json:
         print_json([j.to_json() for j in found])
         return

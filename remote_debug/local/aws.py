@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_debug.local.errors import UserError
+from remote_debug.local.errors import AwsAccessError, UserError
 from remote_debug.spec import Transport, check_job_name
 
 if TYPE_CHECKING:
@@ -125,10 +125,16 @@ def configured() -> bool:
 def session(profile_name: str | None = None, region: str | None = None) -> boto3.Session:
     """A boto3 session for the resolved (or given) profile and region; UserError when there is none."""
     profile_name = profile_name or profile()
+    if profile_name and not _profile_exists(profile_name):
+        raise AwsAccessError(
+            f"AWS profile {profile_name!r} not found in ~/.aws/config or ~/.aws/credentials: "
+            "check --profile / AWS_PROFILE (aws configure list-profiles)",
+            problem="profile-not-found", fix="aws configure list-profiles", profile=profile_name,
+        )
     if not region:
         region, _source = resolve_region(profile_name)
     if not region:
-        raise UserError(NO_REGION)
+        raise AwsAccessError(NO_REGION, problem="no-region", profile=profile_name)
     key = (profile_name, region)
     with _lock:
         cached = _sessions.get(key)
@@ -149,6 +155,16 @@ def session(profile_name: str | None = None, region: str | None = None) -> boto3
     return made
 
 
+def _profile_exists(profile_name: str) -> bool:
+    """Whether a config file names the profile (else botocore's region lookup just finds no region)."""
+    import botocore.session
+
+    try:
+        return profile_name in botocore.session.Session().available_profiles
+    except Exception:  # an unreadable config file: let boto3 say what is wrong with it
+        return True
+
+
 def client(service: str, *, profile_name: str | None = None, region: str | None = None) -> Any:
     from botocore.config import Config
 
@@ -162,13 +178,15 @@ def describe_error(exc: BaseException, what: str) -> str:
         EndpointConnectionError,
         NoCredentialsError,
         NoRegionError,
+        SSOError,
         TokenRetrievalError,
     )
 
     if isinstance(exc, NoCredentialsError):
         return f"{what}: no AWS credentials found: run 'aws configure' or 'aws sso login', or pass --profile"
-    if isinstance(exc, TokenRetrievalError):
-        return f"{what}: the AWS SSO token is expired: run 'aws sso login' (with your --profile)"
+    if isinstance(exc, (TokenRetrievalError, SSOError)):  # SSOTokenLoadError: never logged in
+        named = f" --profile {profile()}" if profile() else ""
+        return f"{what}: the AWS SSO session has expired or was never started: run 'aws sso login{named}'"
     if isinstance(exc, NoRegionError):
         return f"{what}: {NO_REGION}"
     if isinstance(exc, EndpointConnectionError):

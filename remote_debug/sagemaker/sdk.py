@@ -7,7 +7,7 @@ import re
 
 from remote_debug.sagemaker.common import EnableError
 
-INSTALL_HINT = "pip install 'remote-debug[sagemaker]' (or the sagemaker version your launcher needs)"
+INSTALL_HINT = "pip install 'remote-debug-training[sagemaker]' (or the sagemaker version your launcher needs)"
 
 
 def sdk_version() -> tuple[int, ...] | None:

@@ -123,7 +123,7 @@ def _ship_bundle(estimator: Any, paths: StatePaths) -> None:
     if isinstance(source_dir, str) and source_dir.lower().startswith("s3://"):
         raise EnableError(
             "source_dir is on S3, so the SDK does not repack it and remote_debug cannot be shipped with it: "
-            "use a local source_dir, or install remote-debug in the image (templates/byoc)"
+            "use a local source_dir, or install remote-debug-training in the image (templates/byoc)"
         )
     bundle = bundle_dir(paths)
     ours = [str(bundle / "remote_debug"), str(bundle / "debugpy")]

@@ -15,6 +15,8 @@ from typing import Any
 import botocore.session
 import pytest
 
+from remote_debug import DISTRIBUTION
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 POLICIES = sorted((TEMPLATES / "iam").glob("*.json"))
 
@@ -178,6 +180,10 @@ def test_no_policy_scopes_sessions_by_an_id_prefix() -> None:
         assert "session/${aws:userid}" not in path.read_text(), path.name
 
 
+# the file name pip wheel gives this project's wheel: the distribution name, normalized (PEP 427)
+WHEEL_PREFIX = re.sub(r"[-_.]+", "_", DISTRIBUTION).lower() + "-"
+
+
 def test_byoc_snippet_installs_this_project_from_a_wheel_not_pypi() -> None:
     text = SNIPPET.read_text()
     instructions = dockerfile(text)
@@ -187,7 +193,7 @@ def test_byoc_snippet_installs_this_project_from_a_wheel_not_pypi() -> None:
     # PyPI's "remote-debug" is another project (and would shadow the bundle enable() ships)
     assert all("remote-debug" not in names for names, _ in asked), asked
     wheels = [(args, paths) for per_run in installs for args in per_run
-              for names, paths in [requirements(args)] if any("remote_debug-" in p for p in paths)]
+              for names, paths in [requirements(args)] if any(WHEEL_PREFIX in p for p in paths)]
     assert len(wheels) == 1, asked
     args, [wheel] = wheels[0]
     assert wheel.endswith(".whl") and "--no-deps" in args  # the laptop's dependencies stay out of the image

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 from remote_debug import osutil, spec
 from remote_debug.job_secret import SecretError, check_job_secret
 from remote_debug.local import aws, keys, ssm
+from remote_debug.local.aws_access import access_error
 from remote_debug.local.backends.base import Backend, Capabilities
 from remote_debug.local.backends.sagemaker_logs import ManifestLog
 from remote_debug.local.errors import UnknownJobError, UserError
@@ -289,7 +290,7 @@ class SageMakerBackend(Backend):
         except Exception as exc:
             if not aws.is_error(exc):
                 raise
-            raise UserError(aws.describe_error(exc, "listing SageMaker training jobs")) from None
+            raise access_error(exc, "listing SageMaker training jobs") from None
         jobs: list[JobInfo] = []
         for name in list(dict.fromkeys(names))[:LIST_LIMIT]:
             try:
