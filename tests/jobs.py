@@ -55,7 +55,7 @@ def launch_job(name: str, project: Path, command: list[str] | None = None, **req
     job = LocalJob(name, project)
     job.info = job.backend.launch(
         LaunchRequest(
-            command=command or ["python", "train.py"], name=name, source_dir=project,
+            command=command or ["python", "train.py"], name=name, source_dir=request.pop("source_dir", project),
             options=DebugOptions(**chosen), **request,
         )
     )

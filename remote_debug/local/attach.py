@@ -121,6 +121,7 @@ class Attacher:
         info = self.connection.require_running()
         # checked before anything is written (when the backend knows the world size)
         check_ranks(self.job, self.options.ranks, len(info.nodes) * info.nproc_per_node)
+        self.ide.set_job(info)
         # launch.json goes there, and headless breakpoints and path mappings are relative to it
         uses_workspace = self.options.write_launch_json or self.options.headless is not None
         if uses_workspace and not self.options.workspace.is_dir():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import json5
 import pytest
 
 from remote_debug.local.attach import AttachOptions
@@ -84,3 +85,25 @@ def test_job_env_and_layout_mirror_sagemaker(home: Path, tmp_path: Path) -> None
         assert env["resourceconfig"]["current_host"] == node
         assert env["resourceconfig"]["hosts"] == ["algo-1", "algo-2"]
         assert (job_dir / "logs" / f"{node}.log").exists()
+
+
+
+def test_a_job_whose_source_is_a_subfolder_of_the_workspace_maps_that_subfolder(home: Path, tmp_path: Path) -> None:
+    """``launch --source-dir <ws>/training``: the code dir holds the contents of training/, so the folder
+    here that maps to it is training/, not the workspace (else no breakpoint binds: <ws>/training/x.py
+    would be looked for at <code dir>/training/x.py).  launch.json and the headless session both."""
+    workspace = tmp_path / "ws"
+    script = workspace / "training" / "train.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import os\nvalue = 41 + 1\nprint('value', value)  # SUBFOLDER-BREAK\n")
+    job = launch_job("subfolder", workspace, source_dir=script.parent, wait_seconds=90)
+    result = job.attach(AttachOptions(workspace=workspace, headless=HeadlessPlan(breakpoints={str(script): [3]})))
+
+    assert result.job.status == "Completed", result.job.failure_reason
+    [report] = result.reports
+    assert report.error is None
+    [stop] = report.stops
+    assert (stop.file, stop.line, stop.variables["value"]) == (str(script), 3, "42")
+    [forward] = result.forwards
+    [config] = json5.loads((workspace / ".vscode" / "launch.json").read_text())["configurations"]
+    assert config["pathMappings"] == [{"localRoot": "${workspaceFolder}/training", "remoteRoot": forward.code_dir}]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local.headless import RankReport
+from remote_debug.local.jobinfo import JobInfo
 from remote_debug.local.tunnels import NodeTunnel
 
 
@@ -37,6 +38,15 @@ GONE_STATES = (spec.RankState.SKIPPED, spec.RankState.FAILED, spec.RankState.FIN
 RankAsk = Callable[[str, spec.RankEndpoint], bool]
 
 
+def local_code_root(info: JobInfo, workspace: Path) -> Path:
+    """The folder on this machine whose contents are at the job's code dir: the job's source dir when it
+    is a folder here (``launch --local --source-dir training/`` copies that folder's contents, not the
+    workspace's), else the workspace.  A SageMaker job's source dir is an S3 upload: the workspace
+    (``--workspace``) then says which folder it was."""
+    source = Path(info.source_dir) if info.source_dir and "://" not in info.source_dir else None
+    return source if source is not None and source.is_dir() else workspace
+
+
 class IdeSide:
     """Subclasses must say ``usable`` and ``expose``; the other steps do nothing unless overridden."""
 
@@ -55,6 +65,9 @@ class IdeSide:
         """Whether this side writes the job's IDE configuration (launch.json, a run configuration) with
         its own ports: then it is the job's one IDE attach (``attach_lock``)."""
         return False
+
+    def set_job(self, info: JobInfo) -> None:
+        """The job as the attach first sees it (running), before ``prepare``."""
 
     def prepare(self) -> None:
         """Before any tunnel exists: everything that can refuse (version checks, IDE files)."""

@@ -63,7 +63,7 @@ class HeadlessIde(VsCodeIde):
                 LOOPBACK,
                 forward.local_port,
                 self.plan,
-                path_mappings=[(str(self.workspace), forward.code_dir)],
+                path_mappings=[(str(self.local_root), forward.code_dir)],
                 emit=self.emit,
                 stop=self._stop,
             )

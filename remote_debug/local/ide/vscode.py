@@ -7,7 +7,8 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local import events, interrupts, vscode_launch
-from remote_debug.local.ide.base import GONE_STATES, IdeSide, RankForward
+from remote_debug.local.ide.base import GONE_STATES, IdeSide, RankForward, local_code_root
+from remote_debug.local.jobinfo import JobInfo
 from remote_debug.local.tunnels import NodeTunnel
 from remote_debug.spec import LOOPBACK
 
@@ -19,6 +20,12 @@ class VsCodeIde(IdeSide):
     def __init__(self, job: str, workspace: Path, emit: events.Emit, *, write_launch_json: bool) -> None:
         self.job, self.workspace, self.emit = job, workspace, emit
         self.write_launch_json = write_launch_json
+        # the folder here whose contents are at the job's code dir (pathMappings' localRoot): the
+        # workspace, unless the attach knows the job's source dir is a folder of its own (set_job)
+        self.local_root = workspace
+
+    def set_job(self, info: JobInfo) -> None:
+        self.local_root = local_code_root(info, self.workspace)
 
     @property
     def writes_config(self) -> bool:
@@ -57,7 +64,7 @@ class VsCodeIde(IdeSide):
                 node=f.node,
                 host=LOOPBACK,
                 port=f.local_port,
-                local_root=str(self.workspace),
+                local_root=str(self.local_root),
                 remote_root=f.code_dir,
             )
             for f in sorted(forwards, key=lambda f: f.rank)
