@@ -1,9 +1,11 @@
 """Pause-safe collectives: while a debugger may stop one rank, every rank of the job raises its
 process-group timeout, so that its peers' collectives do not time out meanwhile.
 
-A rank without a process group yet raises it itself at init ("pending"); ranks that did not answer,
-reported later or were restarted (a new process with the same rank number) are asked again, at most
-every :data:`RETRY_SECONDS`.
+A rank without a process group yet raises it itself at init ("pending").  A rank seen for the first
+time (it reported after discovery, or torchrun restarted it: a new process with the same rank number)
+is asked at once: a debugger may hold another rank stopped already, and the newcomer's next
+collective would start with the short timeout.  Only ranks whose answer failed wait
+:data:`RETRY_SECONDS` before they are asked again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class PauseSafe:
         self._control = control  # node -> the control channels of its ranks
         self._emit = emit
         self._done: set[tuple[int, int]] = set()  # (rank, pid): a restarted rank is a new process
+        self._asked: set[tuple[int, int]] = set()  # asked at least once (the failed ones wait to be retried)
         self._next = 0.0
 
     def done(self, rank: spec.RankEndpoint) -> None:
@@ -33,17 +36,22 @@ class PauseSafe:
         self._done.add((rank.rank, rank.pid))
 
     def announce(self, manifests: dict[str, spec.NodeManifest], *, force: bool = False) -> None:
-        """Ask every rank not asked yet (unless the last round was under RETRY_SECONDS ago)."""
+        """Ask every rank seen for the first time now; the ones whose answer failed again once the
+        last round is RETRY_SECONDS old (or ``force``)."""
         now = time.monotonic()
-        if now < self._next and not force:
-            return
-        self._next = now + RETRY_SECONDS
+        retry = force or now >= self._next
         todo = [
             (node, r)
             for node, m in manifests.items()
             for r in m.ranks
             if (r.rank, r.pid) not in self._done and r.control_port and r.state not in _OVER
+            and (retry or (r.rank, r.pid) not in self._asked)
         ]
+        if not todo:
+            return
+        if retry:
+            self._next = now + RETRY_SECONDS
+        self._asked.update((r.rank, r.pid) for _node, r in todo)
         fan_out(todo, lambda item: self._ask(*item))  # a job's ranks answer in parallel
 
     def _ask(self, node: str, r: spec.RankEndpoint) -> None:

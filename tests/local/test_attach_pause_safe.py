@@ -41,15 +41,42 @@ def test_late_and_restarted_ranks_are_made_pause_safe() -> None:
     tracker.announce(manifests([rank(0, 100, 7000), rank(1, 101, 7001)]), force=True)
     assert control.requests == [(7001, "pause-safe")]
 
-    # rank 2 reports only now, and torchrun restarted rank 1 (new pid, new control port); within the
-    # retry interval nobody is asked, after it both are
+    # rank 2 reports only now, and torchrun restarted rank 1 (new pid, new control port): both are asked
+    # at once, within the retry interval too (rank 0 may be stopped already: their next collective
+    # must not start with the short timeout)
     later = manifests([rank(0, 100, 7000), rank(1, 201, 7101), rank(2, 102, 7002)])
     tracker.announce(later)
-    assert len(control.requests) == 1
-    tracker.announce(later, force=True)  # a new debuggee: everyone not asked yet is asked now
     assert sorted(control.requests[1:]) == [(7002, "pause-safe"), (7101, "pause-safe")]
     assert sorted(e.rank for e in emitted if isinstance(e, ev.PauseSafe)) == [1, 1, 2]
 
     # nothing new: nobody is asked twice
     tracker.announce(later)
+    tracker.announce(later, force=True)
     assert len(control.requests) == 3
+
+
+class FailingOnceControl(RecordingControl):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+
+    def pause_safe(self, r: spec.RankEndpoint) -> str:
+        if self.fail:
+            self.requests.append((r.control_port, "refused"))
+            raise OSError("connection refused")
+        return super().pause_safe(r)
+
+
+def test_a_rank_whose_answer_failed_is_asked_again_after_the_retry_interval() -> None:
+    control = FailingOnceControl()
+    emitted: list[ev.Event] = []
+    tracker = PauseSafe(lambda node: control, emitted.append)  # type: ignore[arg-type,return-value]
+    seen = manifests([rank(1, 101, 7001)])
+    tracker.announce(seen)
+    assert control.requests == [(7001, "refused")]
+    assert any(isinstance(e, ev.WarningEvent) for e in emitted)
+    control.fail = False
+    tracker.announce(seen)  # within RETRY_SECONDS of the failed round: not again yet
+    assert control.requests == [(7001, "refused")]
+    tracker.announce(seen, force=True)  # the interval is over (or a new debuggee): asked again
+    assert control.requests == [(7001, "refused"), (7001, "pause-safe")]
