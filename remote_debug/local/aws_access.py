@@ -92,9 +92,17 @@ def access_error(exc: BaseException, what: str) -> AwsAccessError:
     problem = problem_of(exc, profile_name) if aws.is_error(exc) else "error"
     message = aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {exc}"
     region = aws.settings().region or aws.resolve_region(profile_name)[0]
-    return AwsAccessError(
-        message, problem=problem, fix=fix_for(problem, profile_name), profile=profile_name, region=region
-    )
+    fix = fix_for(problem, profile_name)
+    if _is_broken_config(exc):  # a profile that cannot give credentials as written: set it up again
+        named = f" --profile {shlex.quote(profile_name)}" if profile_name else ""
+        problem, fix = "no-credentials", f"aws configure{' sso' if is_sso_profile(profile_name) else ''}{named}"
+    return AwsAccessError(message, problem=problem, fix=fix, profile=profile_name, region=region)
+
+
+def _is_broken_config(exc: BaseException) -> bool:
+    from botocore.exceptions import InvalidConfigError
+
+    return isinstance(exc, InvalidConfigError)
 
 
 def describe_unlisted(backend: str, exc: UserError) -> dict[str, str | None]:

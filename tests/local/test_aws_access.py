@@ -38,6 +38,13 @@ sso_region = us-east-1
 
 [profile keys]
 region = eu-west-1
+
+[profile broken]
+sso_session = half
+region = us-west-2
+
+[sso-session half]
+sso_start_url = https://corp.awsapps.com/start
 """
 
 
@@ -71,6 +78,9 @@ def _jobs_json(home: Path, **env: str) -> tuple[list[object], list[dict[str, obj
         ("keys", "no-credentials", "aws configure --profile keys", "eu-west-1"),
         # a name in neither file: not "no region", which is what botocore's lookup alone concludes
         ("nosuch", "profile-not-found", "aws configure list-profiles", None),
+        # an sso-session without sso_region: botocore's InvalidConfigError when the client is made (it was a
+        # traceback, and the local jobs went unlisted with it)
+        ("broken", "no-credentials", "aws configure sso --profile broken", "us-west-2"),
     ],
 )
 def test_jobs_json_says_why_sagemaker_was_not_listed_and_the_fix(
