@@ -98,10 +98,16 @@ export function errorMessage(stderr: string, exitCode: number | null, inv?: Invo
   return `${what} failed with exit code ${exitCode}`;
 }
 
+/**
+ * The CLI's name on PyPI.  Not `remote-debug`: that PyPI name belongs to an unrelated HPC tool, and installing it
+ * installs the wrong program.  The command stays `remote-debug`.
+ */
+export const DISTRIBUTION = 'remote-debug-training';
+
 export function notFoundMessage(inv: Invocation): string {
   return (
-    `cannot run ${inv.command}: not found. Install remote-debug (pip install remote-debug) or set ` +
-    `"remoteDebug.cliPath" / "remoteDebug.pythonPath" in the settings`
+    `cannot run ${inv.command}: not found. Install the CLI (pip install ${DISTRIBUTION}, or the command ` +
+    `"Remote Debug: Install or Upgrade the remote-debug CLI") or set "remoteDebug.cliPath" / "remoteDebug.pythonPath" in the settings`
   );
 }
 
@@ -161,7 +167,11 @@ export class Cli {
         }
       };
       const onAbort = () => {
+        // a cancel (the progress notification's): SIGINT lets the CLI clean up; one that ignores it is killed
         child.kill('SIGINT');
+        const kill = setTimeout(() => child.kill('SIGKILL'), 5000);
+        kill.unref?.();
+        child.once('close', () => clearTimeout(kill));
         finish(() => reject(new CliError('cancelled', null, stderr)));
       };
       const timer = options.timeoutMs

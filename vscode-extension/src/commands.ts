@@ -5,13 +5,18 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 
 import { AttachManager, AttachSettings, showError } from './attach';
+import { AttachTargets } from './attachTarget';
 import { Cli, CliError } from './cli';
 import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
 import { isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument } from './events';
+import { ListingProblems, parseListingStderr } from './listingProblems';
 import { isKeptAlive, JobsModel, parseRanks } from './model';
-import { pickedRanks, rankPickItems } from './rankPicker';
+import { withCancellableProgress } from './progress';
+import { pickedRanks, rankPickItems, stuckRanks } from './rankPicker';
 import { RunManager, syncSource } from './rerun';
-import { REMOTE_SSH_EXTENSION, remoteSshUri, sshCommand, suggestedSettings } from './remoteSsh';
+import { REMOTE_SSH_EXTENSION, remoteSshUri, remoteWindowKind, sshCommand, suggestedSettings } from './remoteSsh';
+import { SshConfigConsent } from './sshConsent';
+import { restrictedSetting } from './trust';
 import { TreeNode } from './tree';
 
 const NEVER_ASK_SSH_SETTINGS = 'remoteDebug.neverOfferRemoteSshSettings';
@@ -27,11 +32,13 @@ export interface Settings extends AttachSettings {
   refreshIntervalSeconds: number;
 }
 
-export function readSettings(): Settings {
-  const c = vscode.workspace.getConfiguration('remoteDebug');
+/** The settings; `scope`: a workspace folder (or a file in one), whose own values win in a multi-root workspace. */
+export function readSettings(scope?: vscode.Uri): Settings {
+  const c = vscode.workspace.getConfiguration('remoteDebug', scope);
   return {
-    cliPath: c.get<string>('cliPath', 'remote-debug'),
-    pythonPath: c.get<string>('pythonPath', ''),
+    // executables: in Restricted Mode only the user's own values count (src/trust.ts)
+    cliPath: restrictedSetting(c, 'cliPath', 'remote-debug'),
+    pythonPath: restrictedSetting(c, 'pythonPath', ''),
     // the CLI reads the standard AWS variables; empty settings leave the environment alone
     env: { AWS_PROFILE: c.get<string>('aws.profile', ''), AWS_REGION: c.get<string>('aws.region', '') },
     defaultRanks: c.get<string>('defaultRanks', 'all'),
@@ -54,6 +61,18 @@ interface Log {
 export class Commands {
   private refreshing: Promise<void> | undefined;
   private lastListingWarning = '';
+  /** Why a backend's jobs were not listed (the Jobs view's warning node, the AWS status bar item). */
+  readonly listing = new ListingProblems();
+  private consent: SshConfigConsent | undefined;
+
+  /** Ask-once before ~/.ssh/config is edited (activate shares it with attach, for --no-ssh-include). */
+  get sshConsent(): SshConfigConsent {
+    return (this.consent ??= new SshConfigConsent(this.globalState));
+  }
+
+  set sshConsent(consent: SshConfigConsent) {
+    this.consent = consent;
+  }
 
   constructor(
     private readonly cli: Cli,
@@ -62,6 +81,8 @@ export class Commands {
     private readonly log: Log,
     private readonly globalState: vscode.Memento,
     private readonly runs: RunManager,
+    /** Where each job's code is on this machine (path mappings' local root, the workspace folder). */
+    readonly targets: AttachTargets = new AttachTargets(),
   ) {}
 
   register(): vscode.Disposable[] {
@@ -106,15 +127,20 @@ export class Commands {
       try {
         const result = await this.cli.run(['jobs', '--json'], { timeoutMs: 60_000 });
         this.model.setJobs(parseJobs(result.stdout));
-        // e.g. "sagemaker jobs not listed: no AWS credentials": worth a line, not every refresh
+        // a backend that could not be listed (expired SSO token, no region, ...): one JSON line each from newer
+        // CLIs, a plain line from older ones; worth a log line when it changes, not every refresh
+        const { problems, otherLines } = parseListingStderr(result.stderr);
+        this.listing.set(problems);
         const warning = result.stderr.trim();
         if (warning && warning !== this.lastListingWarning) {
-          this.log.appendLine(`jobs: ${warning}`);
+          problems.forEach((p) => this.log.appendLine(`jobs: ${p.backend} not listed (${p.problem}): ${p.message}${p.fix ? ` (fix: ${p.fix})` : ''}`));
+          otherLines.forEach((l) => this.log.appendLine(`jobs: ${l}`));
         }
         this.lastListingWarning = warning;
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         this.log.appendLine(`jobs: ${message}`);
+        this.listing.set([]); // the error says it all; a stale warning would only confuse
         this.model.setError(message);
       } finally {
         this.refreshing = undefined;
@@ -123,7 +149,8 @@ export class Commands {
     return this.refreshing;
   }
 
-  private async pickJob(options: { node?: TreeNode; placeHolder: string; single?: boolean }): Promise<JobInfo | undefined> {
+  /** The tree item's job, else the only running one (`single`), else the user's pick of the running jobs. */
+  async pickJob(options: { node?: TreeNode; placeHolder: string; single?: boolean }): Promise<JobInfo | undefined> {
     if (options.node && options.node.kind !== 'message') {
       const entry = this.model.get(options.node.job);
       if (entry) {
@@ -160,47 +187,36 @@ export class Commands {
     return picked?.info;
   }
 
-  private folderFor(info: JobInfo): vscode.WorkspaceFolder {
-    const folders = vscode.workspace.workspaceFolders ?? [];
-    if (folders.length === 0) {
-      throw new Error(
-        'open the folder with your training code first (File > Open Folder): breakpoints there map to the code in the job',
-      );
-    }
-    if (info.source_dir) {
-      const src = path.resolve(info.source_dir);
-      const match = folders.find((f) => {
-        const p = path.resolve(f.uri.fsPath);
-        return p === src || src.startsWith(p + path.sep) || p.startsWith(src + path.sep);
-      });
-      if (match) {
-        return match;
-      }
-    }
-    return folders[0];
-  }
-
   // --- attach -----------------------------------------------------------------------------------
 
+  /** Attach to `ranks` of the job from where its code is here (attachTarget.ts); nothing when a pick is dismissed. */
+  private async attachJob(info: JobInfo, ranks: number[] | undefined | ((folder: vscode.WorkspaceFolder) => number[] | undefined)): Promise<void> {
+    const target = await this.targets.resolve(info);
+    if (!target) {
+      return;
+    }
+    const wanted = typeof ranks === 'function' ? ranks(target.folder) : ranks;
+    await this.attacher.attach({ job: info.name, ranks: wanted, folder: target.folder, localRoot: target.localRoot });
+  }
+
   async attachToJob(node?: TreeNode): Promise<void> {
-    const info = await this.pickJob({ node, placeHolder: 'Attach the debugger to which job?' });
+    const info = await this.pickJob({ node, placeHolder: vscode.l10n.t('Attach the debugger to which job?') });
     if (!info) {
       return;
     }
-    const ranks = parseRanks(readSettings().defaultRanks);
-    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+    await this.attachJob(info, (folder) => parseRanks(readSettings(folder.uri).defaultRanks));
   }
 
   async attachAllRanks(node?: TreeNode): Promise<void> {
-    const info = await this.pickJob({ node, placeHolder: 'Attach to every rank of which job?', single: true });
+    const info = await this.pickJob({ node, placeHolder: vscode.l10n.t('Attach to every rank of which job?'), single: true });
     if (!info) {
       return;
     }
-    await this.attacher.attach({ job: info.name, ranks: undefined, folder: this.folderFor(info) });
+    await this.attachJob(info, undefined);
   }
 
   async attachRank(node?: TreeNode): Promise<void> {
-    const info = await this.pickJob({ node, placeHolder: 'Attach to a rank of which job?', single: true });
+    const info = await this.pickJob({ node, placeHolder: vscode.l10n.t('Attach to a rank of which job?'), single: true });
     if (!info) {
       return;
     }
@@ -209,8 +225,9 @@ export class Commands {
       ranks = [node.rank];
     } else {
       const all = this.model.allRanks(info.name);
-      const picked = await vscode.window.showQuickPick(rankPickItems(all), {
-        placeHolder: `Attach to which nodes or ranks of ${info.name}?`,
+      const stuck = stuckRanks(all, info.held_ranks.map((h) => h.rank)).filter((r) => !this.attacher.sessionFor(info.name, r));
+      const picked = await vscode.window.showQuickPick(rankPickItems(all, stuck), {
+        placeHolder: vscode.l10n.t('Attach to which nodes or ranks of {0}?', info.name),
         canPickMany: true,
       });
       if (!picked || picked.length === 0) {
@@ -221,7 +238,7 @@ export class Commands {
         return;
       }
     }
-    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+    await this.attachJob(info, ranks);
   }
 
   /** From a node item: attach exactly the ranks the view shows on that node.  Elsewhere: Attach Rank…'s pick. */
@@ -237,7 +254,7 @@ export class Commands {
     if (ranks.length === 0) {
       throw new Error(`the ranks on ${node.node} of ${info.name} are not known yet: use Attach All Ranks`);
     }
-    await this.attacher.attach({ job: info.name, ranks, folder: this.folderFor(info) });
+    await this.attachJob(info, ranks);
   }
 
   /** From a rank: stop its session.  From a job (or the palette): stop every session and the tunnels. */
@@ -269,12 +286,17 @@ export class Commands {
     if (!info) {
       return;
     }
-    const folder = this.folderFor(info);
-    const settings = readSettings();
+    const target = await this.targets.resolve(info);
+    if (!target) {
+      return;
+    }
+    const folder = target.folder;
+    const settings = readSettings(folder.uri);
     await this.runs.syncAndRerun({
       job: info.name,
       folder,
-      source: syncSource(info, folder.uri.fsPath),
+      // the folder whose contents are the code dir (a SageMaker job's picked folder), else as syncSource says
+      source: target.localRoot ?? syncSource(info, folder.uri.fsPath),
       waitSeconds: settings.rerunWaitSeconds,
       ranks: parseRanks(settings.defaultRanks),
     });
@@ -319,9 +341,8 @@ export class Commands {
     }
     // release stops a run still on: ours ends as one we stopped, not as a failed run
     await this.runs.stop(info.name);
-    const result = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: releasing ${info.name}` },
-      () => this.cli.run(['release', info.name, '--json'], { timeoutMs: 300_000 }),
+    const result = await withCancellableProgress(vscode.l10n.t('Remote Debug: releasing {0}', info.name), (signal) =>
+      this.cli.run(['release', info.name, '--json'], { timeoutMs: 300_000, signal }),
     );
     this.log.appendLine(`released ${info.name}`);
     try {
@@ -342,10 +363,14 @@ export class Commands {
     if (!info) {
       return;
     }
+    // ssh (and Remote-SSH) find the entries through one Include line in ~/.ssh/config: not without a yes
+    if (!(await this.sshConsent.ensure())) {
+      await this.explainSshEntriesNeeded(info.name, node);
+      return;
+    }
     // the CLI writes (or refreshes) the ssh entries and tells us their aliases
-    const data = (await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: ssh entries for ${info.name}` },
-      () => this.cli.json(['ssh-config', info.name, '--json'], { timeoutMs: 120_000 }),
+    const data = (await withCancellableProgress(vscode.l10n.t('Remote Debug: ssh entries for {0}', info.name), (signal) =>
+      this.cli.json(['ssh-config', info.name, '--json'], { timeoutMs: 120_000, signal }),
     )) as { aliases?: unknown };
     const aliases = Array.isArray(data.aliases) ? data.aliases.filter((a): a is string => typeof a === 'string') : [];
     if (aliases.length === 0) {
@@ -367,25 +392,71 @@ export class Commands {
     const nodeName = alias.endsWith(`.${info.name}`) ? alias.slice(0, -(info.name.length + 1)) : alias;
     const folder = this.model.codeDir(info.name, nodeName) ?? readSettings().pathMappings[0]?.remoteRoot ?? DEFAULT_REMOTE_ROOT;
 
-    if (!vscode.extensions.getExtension(REMOTE_SSH_EXTENSION)) {
-      const choice = await vscode.window.showWarningMessage(
-        `Remote Debug: the Remote - SSH extension (${REMOTE_SSH_EXTENSION}) is not installed. The node is reachable as "${alias}" with plain ssh.`,
-        'Open Terminal',
-        'Copy ssh Command',
+    const remoteName = vscode.env.remoteName;
+    if (remoteName) {
+      // This window is itself remote: the extension (and the CLI, and the entries it wrote) run on that machine,
+      // where the Remote-SSH extension -- a UI extension on the laptop -- is out of sight.  Not "missing".
+      await this.offerPlainSsh(
+        alias,
+        vscode.l10n.t(
+          'Remote Debug: this is a {0} window. Opening a job node in Remote-SSH needs a local VS Code window (with remote-debug installed on that machine). From this window, the node is reachable with "{1}" in a terminal.',
+          remoteWindowKind(remoteName),
+          sshCommand(alias),
+        ),
       );
-      if (choice === 'Open Terminal') {
-        const terminal = vscode.window.createTerminal({ name: `ssh ${alias}` });
-        terminal.show();
-        terminal.sendText(sshCommand(alias));
-      } else if (choice === 'Copy ssh Command') {
-        await vscode.env.clipboard.writeText(sshCommand(alias));
-      }
+      return;
+    }
+    if (!vscode.extensions.getExtension(REMOTE_SSH_EXTENSION)) {
+      await this.offerPlainSsh(
+        alias,
+        vscode.l10n.t(
+          'Remote Debug: the Remote - SSH extension ({0}) is not installed. The node is reachable as "{1}" with plain ssh.',
+          REMOTE_SSH_EXTENSION,
+          alias,
+        ),
+      );
       return;
     }
     await this.offerRemoteSshSettings(aliases);
     const uri = vscode.Uri.parse(remoteSshUri(alias, folder));
     this.log.appendLine(`opening ${uri.toString(true)}`);
     await vscode.commands.executeCommand('vscode.openFolder', uri, { forceNewWindow: true });
+  }
+
+  /** `ssh <alias>` instead of Remote-SSH: in a terminal, or on the clipboard. */
+  private async offerPlainSsh(alias: string, message: string): Promise<void> {
+    const openTerminal = vscode.l10n.t('Open Terminal');
+    const copy = vscode.l10n.t('Copy ssh Command');
+    const choice = await vscode.window.showWarningMessage(message, openTerminal, copy);
+    if (choice === openTerminal) {
+      const terminal = vscode.window.createTerminal({ name: `ssh ${alias}` });
+      terminal.show();
+      terminal.sendText(sshCommand(alias));
+    } else if (choice === copy) {
+      await vscode.env.clipboard.writeText(sshCommand(alias));
+    }
+  }
+
+  /** Open Remote-SSH without the Include line: say why it cannot, and how to allow it (even after a Never). */
+  private async explainSshEntriesNeeded(job: string, node?: TreeNode): Promise<void> {
+    const allow = vscode.l10n.t('Allow…');
+    const copy = vscode.l10n.t('Copy Command');
+    const command = `remote-debug ssh-config ${job}`;
+    const choice = await vscode.window.showInformationMessage(
+      vscode.l10n.t(
+        'Remote Debug: Open Remote-SSH needs the job\'s ssh Host entries, which ssh finds through one Include line in ~/.ssh/config, and Remote Debug may not add it. Allow it, or run "{0}" yourself.',
+        command,
+      ),
+      allow,
+      copy,
+    );
+    if (choice === allow) {
+      if (await this.sshConsent.ask()) {
+        await this.openRemoteSsh(node);
+      }
+    } else if (choice === copy) {
+      await vscode.env.clipboard.writeText(command);
+    }
   }
 
   /** Offer the Remote-SSH settings that help training containers; change nothing without a yes. */
@@ -429,9 +500,8 @@ export class Commands {
     let stdout: string;
     try {
       stdout = (
-        await vscode.window.withProgress(
-          { location: vscode.ProgressLocation.Notification, title: `Remote Debug: stacks of ${info.name}` },
-          () => this.cli.run(['stacks', info.name, '--json'], { timeoutMs: 120_000 }),
+        await withCancellableProgress(vscode.l10n.t('Remote Debug: stacks of {0}', info.name), (signal) =>
+          this.cli.run(['stacks', info.name, '--json'], { timeoutMs: 120_000, signal }),
         )
       ).stdout;
     } catch (err) {
@@ -475,9 +545,8 @@ export class Commands {
     }
     await this.runs.stop(info.name);
     await this.attacher.detach(info.name);
-    const stopped = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: `Remote Debug: stopping ${info.name}` },
-      () => this.cli.json(['stop', info.name, '--json'], { timeoutMs: 300_000 }),
+    const stopped = await withCancellableProgress(vscode.l10n.t('Remote Debug: stopping {0}', info.name), (signal) =>
+      this.cli.json(['stop', info.name, '--json'], { timeoutMs: 300_000, signal }),
     );
     this.model.upsertJob(parseJob(stopped));
     await this.refresh();
@@ -508,7 +577,7 @@ export class Commands {
       return;
     }
     const folder = vscode.workspace.getWorkspaceFolder(script) ?? folders[0];
-    const settings = readSettings();
+    const settings = readSettings(folder.uri);
     const nproc = await vscode.window.showInputBox({
       prompt: 'Ranks per node (torchrun --nproc-per-node)',
       value: String(settings.nprocPerNode),
@@ -536,9 +605,8 @@ export class Commands {
       relative,
     ];
     const launched = parseJob(
-      await vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: `Remote Debug: launching ${relative}` },
-        () => this.cli.json(args, { cwd: folder.uri.fsPath, timeoutMs: 120_000 }),
+      await withCancellableProgress(vscode.l10n.t('Remote Debug: launching {0}', relative), (signal) =>
+        this.cli.json(args, { cwd: folder.uri.fsPath, timeoutMs: 120_000, signal }),
       ),
     );
     this.model.upsertJob(launched);

@@ -47,6 +47,24 @@ export function configName(job: string, rank: number, node: string): string {
   return formatConfigName(job, rank, node);
 }
 
+/**
+ * The name of a rank's debug session as the Call Stack shows it: the rank first, so 64 rows stay apart when the
+ * view cuts them short ("rank 3 · algo-1 · job" rather than "remote-debug: job rank 3 (…").  The rank sessions are
+ * children of the job's own session (jobSession.ts), which carries the job's name in full.
+ * (Until the CLI's template says the same: see formatConfigName, remote_debug/local/events.py.)
+ */
+export const SESSION_NAME_TEMPLATE = 'rank {rank} · {node} · {job}';
+
+export function sessionName(job: string, rank: number, node: string): string {
+  const values: Record<string, string> = { job, rank: String(rank), node };
+  return SESSION_NAME_TEMPLATE.replace(/\{(\w+)\}/g, (whole, key: string) => values[key] ?? whole);
+}
+
+/** The job's parent session: "Remote Debug: job". */
+export function jobSessionName(job: string): string {
+  return `Remote Debug: ${job}`;
+}
+
 export function compoundName(job: string): string {
   return formatCompoundName(job);
 }
@@ -58,25 +76,34 @@ export function substituteWorkspace(value: string, workspaceFolder: string | und
   return value.replace(/\$\{workspaceFolder\}/g, workspaceFolder).replace(/\$\{workspaceRoot\}/g, workspaceFolder);
 }
 
+/** The entries of a pathMappings value (a setting, a launch.json attribute) that have both roots. */
+export function validMappings(value: unknown): PathMapping[] {
+  return (Array.isArray(value) ? (value as Array<Partial<PathMapping> | null>) : []).filter(
+    (m): m is PathMapping => !!m && typeof m.localRoot === 'string' && typeof m.remoteRoot === 'string' && !!m.localRoot && !!m.remoteRoot,
+  );
+}
+
 /**
- * The path mappings for a rank: the user's setting if any (with ${workspaceFolder} expanded),
- * otherwise workspace folder <-> the job's code dir.
+ * The path mappings for a rank: the user's setting if any (with ${workspaceFolder} expanded), otherwise
+ * `localRoot` <-> the job's code dir.  `localRoot` is the folder whose contents are in the code dir: the job's
+ * source dir (`--source-dir <ws>/training` puts the contents of training/ there, not the workspace folder's), or
+ * the folder the user picked for a SageMaker job; without one, the workspace folder.
  */
 export function pathMappings(
   setting: PathMapping[] | undefined,
   workspaceFolder: string | undefined,
   codeDir: string | undefined,
+  localRoot?: string,
 ): PathMapping[] {
-  const valid = (setting ?? []).filter(
-    (m) => m && typeof m.localRoot === 'string' && typeof m.remoteRoot === 'string' && m.localRoot && m.remoteRoot,
-  );
+  const valid = validMappings(setting);
   if (valid.length) {
     return valid.map((m) => ({ localRoot: substituteWorkspace(m.localRoot, workspaceFolder), remoteRoot: m.remoteRoot }));
   }
-  if (!workspaceFolder) {
+  const local = localRoot ?? workspaceFolder;
+  if (!local) {
     return [];
   }
-  return [{ localRoot: workspaceFolder, remoteRoot: codeDir ?? DEFAULT_REMOTE_ROOT }];
+  return [{ localRoot: local, remoteRoot: codeDir ?? DEFAULT_REMOTE_ROOT }];
 }
 
 export interface RankConfigInput {
@@ -87,6 +114,8 @@ export interface RankConfigInput {
   host?: string;
   debugType: string;
   workspaceFolder?: string;
+  /** The local folder whose contents are the code dir (default: the workspace folder). */
+  localRoot?: string;
   codeDir?: string;
   pathMappingSetting?: PathMapping[];
   justMyCode?: boolean;
@@ -98,10 +127,10 @@ export function rankConfiguration(input: RankConfigInput): RankDebugConfiguratio
   }
   return {
     type: input.debugType,
-    name: configName(input.job, input.rank, input.node),
+    name: sessionName(input.job, input.rank, input.node),
     request: 'attach',
     connect: { host: input.host ?? '127.0.0.1', port: input.port },
-    pathMappings: pathMappings(input.pathMappingSetting, input.workspaceFolder, input.codeDir),
+    pathMappings: pathMappings(input.pathMappingSetting, input.workspaceFolder, input.codeDir, input.localRoot),
     justMyCode: input.justMyCode ?? false,
     remoteDebug: { job: input.job, rank: input.rank, node: input.node },
   };

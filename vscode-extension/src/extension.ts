@@ -5,11 +5,18 @@
 import * as vscode from 'vscode';
 
 import { AttachManager } from './attach';
+import { AttachCommands } from './attachCommands';
+import { AttachMemory } from './attachMemory';
+import { AttachTargets } from './attachTarget';
+import { AwsStatusBar, registerAwsCommands, trackListingContext } from './awsUi';
 import { Cli } from './cli';
+import { CliSetup } from './cliSetup';
 import { Commands, readSettings } from './commands';
 import { registerDebugType } from './debugAdapter';
 import { JobsModel } from './model';
+import { warnIfUnsupported } from './platform';
 import { RunManager } from './rerun';
+import { useSshConsent } from './sshConsent';
 import { JobsTreeProvider } from './tree';
 
 export interface ExtensionApi {
@@ -23,15 +30,26 @@ let attacher: AttachManager | undefined;
 let runs: RunManager | undefined;
 
 export function activate(context: vscode.ExtensionContext): ExtensionApi {
-  const log = vscode.window.createOutputChannel('Remote Debug');
+  // a LogOutputChannel: each line with its time and level (info / warn / error)
+  const log = vscode.window.createOutputChannel('Remote Debug', { log: true });
   const cli = new Cli(() => readSettings());
   const model = new JobsModel();
-  attacher = new AttachManager(cli, model, log, () => readSettings());
+  // where each job's code is here (path mappings), and which jobs were attached (for a window reload)
+  const targets = new AttachTargets(context.workspaceState);
+  const memory = new AttachMemory(context.workspaceState);
+  attacher = new AttachManager(cli, model, log, (scope) => readSettings(scope), undefined, {
+    memory,
+    localRootFor: (job) => {
+      const info = model.get(job)?.info;
+      return info && targets.known(info);
+    },
+  });
   // a re-run's output (its ranks' lines), apart from the extension's own log
   const runOutput = vscode.window.createOutputChannel('Remote Debug: Run');
   runs = new RunManager(cli, model, attacher, log, runOutput, () => commands.refresh());
-  const commands = new Commands(cli, model, attacher, log, context.globalState, runs);
-  const tree = new JobsTreeProvider(model);
+  const commands = new Commands(cli, model, attacher, log, context.globalState, runs, targets);
+  const attachCommands = new AttachCommands(commands, model, attacher, targets, memory, log);
+  const tree = new JobsTreeProvider(model, undefined, undefined, commands.listing);
   const view = vscode.window.createTreeView('remoteDebug.jobs', { treeDataProvider: tree, showCollapseAll: true });
 
   // Refresh while the view is visible (the CLI is cheap to ask, but not free on SageMaker).
@@ -77,7 +95,10 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     tree,
     view,
     ...commands.register(),
-    ...registerDebugType(),
+    ...attachCommands.register(),
+    // launch.json's {"type": "remote-debug", "job": …} runs the attach; the dynamic entries list the running jobs
+    ...registerDebugType(attachCommands),
+    ...warnIfUnsupported(model),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration('remoteDebug')) {
         schedule();
@@ -86,8 +107,19 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     }),
     { dispose: () => timer && clearInterval(timer) },
   );
+  // the CLI version check and Install / Upgrade; AWS profile, region and listing problems; ask before ~/.ssh/config
+  const cliSetup = new CliSetup({ cli, settings: () => readSettings(), log, refresh: () => commands.refresh() });
+  context.subscriptions.push(
+    ...cliSetup.register(),
+    ...registerAwsCommands(commands.listing, () => commands.refresh()),
+    new AwsStatusBar(commands.listing),
+    trackListingContext(commands.listing),
+    useSshConsent(commands.sshConsent),
+  );
+  void cliSetup.check();
   schedule();
-  void commands.refresh();
+  // the first listing says which of the jobs attached before a window reload still run: those are attached again
+  void commands.refresh().then(() => attachCommands.restoreAfterReload());
   return { model, attacher, commands, runs };
 }
 

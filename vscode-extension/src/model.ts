@@ -63,6 +63,8 @@ export interface RankEntry {
   localPort?: number;
   remotePort?: number;
   detail?: string; // why unavailable, where paused, ...
+  /** Its debug session ended unexpectedly (the tunnel dropped) and was not started again: the view offers Re-attach. */
+  lost?: boolean;
 }
 
 export interface NodeEntry {
@@ -83,6 +85,8 @@ export interface JobEntry {
   forwarded: Set<number>;
   /** A Sync and Re-run in progress (this window's): undefined when none. */
   rerun?: RerunState;
+  /** Attached before the window reloaded and not attached again yet: the view offers Re-attach. */
+  reattachable?: boolean;
 }
 
 /**
@@ -473,6 +477,24 @@ export class JobsModel {
       r.detail = detail;
     }
     this.changed();
+  }
+
+  /** A rank's session ended unexpectedly (true), or it was started again or is not wanted any more (false). */
+  setRankLost(job: string, rank: number, lost: boolean): void {
+    const r = this.rankEntry(job, rank);
+    if (r && !!r.lost !== lost) {
+      r.lost = lost || undefined;
+      this.changed();
+    }
+  }
+
+  /** The job was attached before a window reload (true) until it is attached again or forgotten (false). */
+  setReattachable(job: string, reattachable: boolean): void {
+    const entry = this.jobs.get(job);
+    if (entry && !!entry.reattachable !== reattachable) {
+      entry.reattachable = reattachable || undefined;
+      this.changed();
+    }
   }
 
   rankEntry(job: string, rank: number): RankEntry | undefined {

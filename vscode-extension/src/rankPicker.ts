@@ -25,13 +25,41 @@ export function rankRanges(ranks: number[]): string {
   return out.join(', ');
 }
 
-/** The items for the job's ranks (`JobsModel.allRanks`), nodes in their natural order. */
-export function rankPickItems(ranks: RankEntry[]): RankPickItem[] {
+/**
+ * The ranks that stopped for a debugger and have none: waiting for one before their script runs (`--wait`, the
+ * CLI's "waiting"), or failed and held alive for a post-mortem (`held`: the job listing's held_ranks).  A paused
+ * rank has a session already.  Attaching just these is what a 64-rank job needs when a few ranks hang or crash.
+ */
+export function stuckRanks(ranks: RankEntry[], held: Iterable<number> = []): number[] {
+  const heldSet = new Set(held);
+  const attachedish = new Set(['attaching', 'attached', 'paused']);
+  return ranks
+    .filter((r) => !attachedish.has(r.state))
+    .filter((r) => r.state === 'waiting' || heldSet.has(r.rank) || (r.state === 'failed' && !!r.detail?.startsWith('held')))
+    .map((r) => r.rank)
+    .sort((a, b) => a - b);
+}
+
+/**
+ * The items for the job's ranks (`JobsModel.allRanks`), nodes in their natural order; `stuck` (stuckRanks), when
+ * any: one item for just those, after "All ranks".
+ */
+export function rankPickItems(ranks: RankEntry[], stuck: number[] = []): RankPickItem[] {
   const byNode = new Map<string, RankEntry[]>();
   for (const r of ranks) {
     byNode.set(r.node, [...(byNode.get(r.node) ?? []), r]);
   }
-  const items: RankPickItem[] = [{ label: ranks.length ? `All ranks (${ranks.length})` : 'All ranks', ranks: 'all' }];
+  const items: RankPickItem[] = [
+    { label: ranks.length ? vscode.l10n.t('All ranks ({0})', ranks.length) : vscode.l10n.t('All ranks'), ranks: 'all' },
+  ];
+  if (stuck.length) {
+    items.push({
+      label: vscode.l10n.t('Paused and failed ranks ({0})', stuck.length),
+      description: rankRanges(stuck),
+      detail: vscode.l10n.t('waiting for a debugger, or held after a failure'),
+      ranks: stuck,
+    });
+  }
   for (const node of [...byNode.keys()].sort(naturalCompare)) {
     const own = byNode.get(node)!.sort((a, b) => a.rank - b.rank);
     const numbers = own.map((r) => r.rank);

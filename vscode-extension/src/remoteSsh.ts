@@ -64,3 +64,26 @@ export function suggestedSettings(current: CurrentRemoteSshSettings, aliases: st
 export function sshCommand(alias: string): string {
   return `ssh ${alias}`;
 }
+
+/**
+ * What people call the kind of remote window VS Code is in (`vscode.env.remoteName`).  From such a window the
+ * extension runs on the remote side, so it cannot see the Remote-SSH extension (a UI extension on the laptop) and the
+ * ssh entries the CLI writes live on that remote machine, not where Remote-SSH would read them.
+ */
+export function remoteWindowKind(remoteName: string): string {
+  switch (remoteName) {
+    case 'ssh-remote':
+      return 'Remote-SSH';
+    case 'wsl':
+      return 'WSL';
+    case 'dev-container':
+    case 'attached-container':
+      return 'Dev Container';
+    case 'codespaces':
+      return 'Codespaces';
+    case 'tunnel':
+      return 'Remote Tunnel';
+    default:
+      return remoteName;
+  }
+}

@@ -59,7 +59,7 @@ const RUN_STOP_GRACE_MS = 25_000;
 
 /** What an older CLI without sync/run gets instead of click's "No such command". */
 function tooOld(command: string): string {
-  return `Sync and Re-run needs a newer remote-debug CLI (this one has no "${command}" command): pip install -U remote-debug`;
+  return `Sync and Re-run needs a newer remote-debug CLI (this one has no "${command}" command): pip install -U remote-debug-training`;
 }
 
 export function syncArgs(job: string, source: string): string[] {

@@ -3,13 +3,24 @@
 import * as vscode from 'vscode';
 
 import { isRunning } from './events';
+import { backendTitle, ListingProblem, ListingProblems } from './listingProblems';
 import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState } from './model';
 
 export type TreeNode =
   | { kind: 'job'; job: string }
   | { kind: 'node'; job: string; node: string }
   | { kind: 'rank'; job: string; node: string; rank: number }
-  | { kind: 'message'; id: string; label: string; detail?: string; command?: vscode.Command; icon?: string };
+  | {
+      kind: 'message';
+      id: string;
+      label: string;
+      detail?: string;
+      command?: vscode.Command;
+      icon?: string;
+      iconColor?: string;
+      /** Actions shown under the message (a listing problem's fixes); the message is expanded then. */
+      children?: TreeNode[];
+    };
 
 const RANK_ICON: Record<RankState, [string, string?]> = {
   starting: ['loading~spin'],
@@ -88,12 +99,15 @@ export function jobContextValue(entry: JobEntry): string {
   const attached = entry.attach === 'connecting' || entry.attach === 'ready' ? '-attached' : '';
   const kept = isKeptAlive(entry) ? '-keepalive' : '';
   const rerunning = entry.rerun !== undefined ? '-rerunning' : '';
-  return running + attached + kept + rerunning;
+  // `-reattach`: ranks whose sessions ended unexpectedly, or attached before a window reload (Re-attach)
+  const reattach = entry.reattachable || [...entry.nodes.values()].some((n) => [...n.ranks.values()].some((r) => r.lost)) ? '-reattach' : '';
+  return running + attached + kept + rerunning + reattach;
 }
 
 export function rankDescription(r: RankEntry): string {
   const label = RANK_STATE_LABEL[r.state];
-  return r.detail ? `${label} · ${r.detail}` : label;
+  const text = r.detail ? `${label} · ${r.detail}` : label;
+  return r.lost ? `${text} · ${vscode.l10n.t('session ended unexpectedly')}` : text;
 }
 
 /** A node's row: `8 ranks · 3 attached · 1 paused · connected · ssh algo-1.job` (what a collapsed node is up to first). */
@@ -129,8 +143,11 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
     private readonly model: JobsModel,
     private readonly scheduler: Scheduler = timers,
     private readonly delayMs = REFRESH_DELAY_MS,
+    private readonly listing: ListingProblems = new ListingProblems(),
   ) {
-    this.subscription = model.onDidChange(() => this.scheduleRefresh());
+    const jobs = model.onDidChange(() => this.scheduleRefresh());
+    const problems = listing.onDidChange(() => this.scheduleRefresh());
+    this.subscription = { dispose: () => (jobs.dispose(), problems.dispose()) };
   }
 
   /**
@@ -180,13 +197,19 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
             icon: 'gear',
             command: { command: 'workbench.action.openSettings', title: 'Open Settings', arguments: ['remoteDebug.'] },
           },
+          ...(cliNotInstalled(this.model.error) ? [installNode()] : []),
         ];
       }
       if (!this.model.loaded) {
         return [{ kind: 'message', id: 'loading', label: 'Loading jobs…', icon: 'loading~spin' }];
       }
-      // [] makes the view show its welcome content (package.json viewsWelcome): what to do next
-      return this.model.list().map((e) => ({ kind: 'job', job: e.info.name }));
+      const jobs = this.model.list().map((e): TreeNode => ({ kind: 'job', job: e.info.name }));
+      // No jobs: [] makes the view show its welcome content (package.json viewsWelcome), which names the listing
+      // problem when there is one (context key remoteDebug.listingProblem).  With jobs, the problems go on top.
+      return jobs.length === 0 ? [] : [...this.listing.problems.map(problemNode), ...jobs];
+    }
+    if (element.kind === 'message') {
+      return element.children ?? [];
     }
     if (element.kind === 'job') {
       const entry = this.model.get(element.job);
@@ -234,11 +257,12 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
   getTreeItem(element: TreeNode): vscode.TreeItem {
     switch (element.kind) {
       case 'message': {
-        const item = new vscode.TreeItem(element.label, vscode.TreeItemCollapsibleState.None);
+        const collapsible = element.children?.length ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None;
+        const item = new vscode.TreeItem(element.label, collapsible);
         item.id = `message:${element.id}`;
         item.description = element.detail;
         item.tooltip = element.detail ? `${element.label}: ${element.detail}` : element.label;
-        item.iconPath = element.icon ? icon(element.icon) : undefined;
+        item.iconPath = element.icon ? icon(element.icon, element.iconColor) : undefined;
         item.command = element.command;
         item.contextValue = 'message';
         return item;
@@ -292,7 +316,8 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
         const attachedish = r.state === 'attached' || r.state === 'paused' || r.state === 'attaching';
         // a held failed rank can still be debugged (post-mortem); any other failed rank is done
         const done = r.state === 'finished' || r.state === 'unavailable' || (r.state === 'failed' && !r.detail?.startsWith('held'));
-        item.contextValue = attachedish ? 'rank-attached' : done ? 'rank-done' : 'rank-detached';
+        // `rank-detached-lost`: its session ended unexpectedly (Re-attach inline)
+        item.contextValue = attachedish ? 'rank-attached' : done ? 'rank-done' : r.lost ? 'rank-detached-lost' : 'rank-detached';
         const [id, color] = RANK_ICON[r.state];
         item.iconPath = icon(id, color);
         return item;
@@ -321,6 +346,70 @@ function jobTooltip(entry: JobEntry): string {
     lines.push(`failure: ${i.failure_reason}`);
   }
   return lines.join('\n');
+}
+
+/** The CLI could not be started at all (not on PATH, or the interpreter lacks the package): offer to install it. */
+export function cliNotInstalled(error: string | undefined): boolean {
+  return error !== undefined && /: not found\b|No module named '?remote_debug/.test(error);
+}
+
+function installNode(): TreeNode {
+  return {
+    kind: 'message',
+    id: 'install-cli',
+    label: vscode.l10n.t('Install the remote-debug CLI (pip install remote-debug-training)…'),
+    icon: 'cloud-download',
+    command: { command: 'remoteDebug.installCli', title: vscode.l10n.t('Install or Upgrade the remote-debug CLI') },
+  };
+}
+
+/** `SageMaker jobs not listed: AWS SSO token expired (profile dev)`: the profile only when the message lacks it. */
+export function problemLabel(p: ListingProblem): string {
+  const profile = p.profile && !p.message.includes(p.profile) ? vscode.l10n.t(' (profile {0})', p.profile) : '';
+  return vscode.l10n.t('{0} jobs not listed: {1}{2}', backendTitle(p.backend), p.message, profile);
+}
+
+/** A listing problem as a warning with its fixes underneath, the way the AWS Toolkit shows a broken connection. */
+export function problemNode(p: ListingProblem): TreeNode {
+  const id = `problem:${p.backend}`;
+  const actions: TreeNode[] = [];
+  if (p.fix) {
+    actions.push({
+      kind: 'message',
+      id: `${id}/fix`,
+      label: vscode.l10n.t('Run {0}', p.fix),
+      icon: 'terminal',
+      command: { command: 'remoteDebug.aws.runFix', title: vscode.l10n.t('Run in Terminal'), arguments: [p.fix] },
+    });
+  }
+  if (p.problem !== 'unreachable' && p.problem !== 'error') {
+    actions.push(
+      {
+        kind: 'message',
+        id: `${id}/profile`,
+        label: vscode.l10n.t('Pick AWS Profile…'),
+        detail: p.profile,
+        icon: 'account',
+        command: { command: 'remoteDebug.aws.pickProfile', title: vscode.l10n.t('Pick AWS Profile…') },
+      },
+      {
+        kind: 'message',
+        id: `${id}/region`,
+        label: vscode.l10n.t('Pick AWS Region…'),
+        detail: p.region,
+        icon: 'globe',
+        command: { command: 'remoteDebug.aws.pickRegion', title: vscode.l10n.t('Pick AWS Region…') },
+      },
+    );
+  }
+  actions.push({
+    kind: 'message',
+    id: `${id}/refresh`,
+    label: vscode.l10n.t('Refresh'),
+    icon: 'refresh',
+    command: { command: 'remoteDebug.refresh', title: vscode.l10n.t('Refresh') },
+  });
+  return { kind: 'message', id, label: problemLabel(p), icon: 'warning', iconColor: 'problemsWarningIcon.foreground', children: actions };
 }
 
 export function naturalCompare(a: string, b: string): number {

@@ -312,8 +312,17 @@ export async function outputPanelLines() {
 
 // --- debug sessions ---------------------------------------------------------------------------------
 
+// The rank sessions are children of the job's own session ("Remote Debug: <job>", one level up in the Call Stack)
+// and are named rank first: "rank 0 · algo-1 · <job>".  Found by name, at whatever depth they are shown.
+const escapeRegExp = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+// (no end anchor: a row's text runs the name into its state, "… · e2e-x1Paused on breakpoint")
+const rankName = (rank) => new RegExp(`rank ${rank === undefined ? '\\d+' : rank} · \\S+ · ${escapeRegExp(state.job)}`);
+
+/** A Call Stack row (callStackRows) that is a rank's session (`rank`: that rank's; undefined: any rank's). */
+export const isRankSession = (row, rank) => row.label.startsWith('Session ') && rankName(rank).test(row.label);
+
 /** The call stack row of a rank's session. */
-export const rankRow = (rank) => state.page.locator('.debug-call-stack .monaco-list-row', { hasText: `${state.job} rank ${rank} (` }).first();
+export const rankRow = (rank) => state.page.locator('.debug-call-stack .monaco-list-row', { hasText: rankName(rank) }).first();
 
 /** Click a row on its label, away from the inline actions (Continue/Pause...) that show on hover. */
 export async function clickLabel(locator) {
@@ -326,7 +335,7 @@ export async function waitForPausedSessions(count, timeout = 300_000) {
   const rows = await waitFor(`${count} sessions paused on a breakpoint`, async () => {
     await failOnErrorToast();
     const r = await callStackRows();
-    const paused = r.filter((x) => x.level === '1' && /Paused on breakpoint$/i.test(x.label));
+    const paused = r.filter((x) => isRankSession(x) && /Paused on breakpoint$/i.test(x.label));
     return paused.length === count ? r : undefined;
   }, { timeout, interval: 1000 });
   say(`call stack: ${JSON.stringify(rows.map((r) => r.label))}`);
@@ -341,7 +350,7 @@ export async function pausedRankLocals(rank, { line, script }) {
   await clickLabel(rankRow(rank));
   const frame = await waitFor(`the top frame of rank ${rank}`, async () => {
     const rows = await callStackRows();
-    const at = rows.findIndex((r) => r.level === '1' && r.label.includes(`${state.job} rank ${rank} (`));
+    const at = rows.findIndex((r) => isRankSession(r, rank));
     if (at < 0) {
       return undefined;
     }
@@ -350,7 +359,7 @@ export async function pausedRankLocals(rank, { line, script }) {
       return undefined;
     }
     const next = rows[at + 1];
-    return next && next.level !== '1' && next.label.startsWith('Stack Frame') ? next : undefined;
+    return next && Number(next.level) > Number(rows[at].level) && next.label.startsWith('Stack Frame') ? next : undefined;
   }, { timeout: 30_000 });
   say(`rank ${rank} top frame: ${frame.label}`);
   assert.equal(frame.label, `Stack Frame main, line ${line}, ${script}`, `rank ${rank} is paused in main() at line ${line}`);
@@ -378,7 +387,7 @@ export async function continueRank(rank) {
   await runCommand('Debug: Continue');
   await waitFor(`rank ${rank} to run on`, async () => {
     const rows = await callStackRows();
-    const row = rows.find((r) => r.level === '1' && r.label.includes(`${state.job} rank ${rank} (`));
+    const row = rows.find((r) => isRankSession(r, rank));
     return !row || !/Paused/i.test(row.label);
   }, { timeout: 30_000 });
 }
@@ -393,8 +402,15 @@ export async function launchJob(args, command) {
   say(`job ${state.job}`);
 }
 
+/** Replace the code-server machine's settings (where machine-scoped settings such as remoteDebug.cliPath live). */
+export function writeMachineSettings(settings) {
+  const dir = path.join(state.root, 'user-data', 'Machine');
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, 'settings.json'), JSON.stringify(settings, null, 2));
+}
+
 /** Install the VSIX into a throwaway code-server and start it on the workspace; `settings`: added user settings. */
-export async function startCodeServer(settings = {}) {
+export async function startCodeServer(settings = {}, { workspaceTrust = false } = {}) {
   const ud = path.join(state.root, 'user-data');
   const ext = path.join(state.root, 'extensions');
   fs.mkdirSync(path.join(ud, 'User'), { recursive: true });
@@ -403,7 +419,7 @@ export async function startCodeServer(settings = {}) {
     JSON.stringify(
       {
         'workbench.startupEditor': 'none',
-        'security.workspace.trust.enabled': false,
+        'security.workspace.trust.enabled': workspaceTrust,
         'extensions.autoUpdate': false,
         'extensions.autoCheckUpdates': false,
         'telemetry.telemetryLevel': 'off',
@@ -420,6 +436,10 @@ export async function startCodeServer(settings = {}) {
       2,
     ),
   );
+  // cliPath / pythonPath are machine settings (scope machine-overridable, like the Python extension's interpreter
+  // path): in a remote window -- and code-server's workbench is one -- VS Code reads those from the machine's
+  // settings (Machine/settings.json), never from the user's, which belong to the laptop
+  writeMachineSettings({ 'remoteDebug.cliPath': env.cli });
   const config = path.join(state.root, 'code-server.yaml');
   fs.writeFileSync(config, 'auth: none\ncert: false\n');
   const common = ['--config', config, '--user-data-dir', ud, '--extensions-dir', ext];
@@ -433,7 +453,7 @@ export async function startCodeServer(settings = {}) {
     [
       ...common,
       '--bind-addr', `127.0.0.1:${port}`, '--auth', 'none', '--disable-telemetry', '--disable-update-check',
-      '--disable-workspace-trust', '--disable-getting-started-override', '--reconnection-grace-time', '5',
+      ...(workspaceTrust ? [] : ['--disable-workspace-trust']), '--disable-getting-started-override', '--reconnection-grace-time', '5',
       state.workspace,
     ],
     { env: childEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] },

@@ -43,6 +43,7 @@ import {
   useHarness,
   waitFor,
   waitForPausedSessions,
+  isRankSession,
 } from './harness.mjs';
 
 useHarness('rerun');
@@ -185,7 +186,7 @@ test('Sync and Re-run: an edit reaches both ranks of a kept-alive job, which sto
     await runCommand('View: Show Run and Debug');
     // run 1's ranks are stopped: their paused sessions end before run 2's start
     await waitFor("run 1's paused sessions to end", async () => {
-      const paused = (await callStackRows()).filter((x) => x.level === '1' && /Paused on breakpoint$/i.test(x.label));
+      const paused = (await callStackRows()).filter((x) => isRankSession(x) && /Paused on breakpoint$/i.test(x.label));
       return paused.length < 2;
     }, { timeout: 120_000, interval: 250 });
   });

@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { beforeEach, describe, test } from 'node:test';
 
 import * as vscode from 'vscode';
 
-import { commandsHarness, FAKE_CLI, jobJson, scaleJob, ScenarioStep, tempDir } from './helpers';
+import { rankConfiguration } from '../../src/debugConfig';
+import { commandsHarness, FAKE_CLI, jobJson, scaleJob, ScenarioStep, tempDir, until } from './helpers';
 import { mock, Uri } from './vscode-mock';
 
 function setup(scenario: Record<string, ScenarioStep>, jobs = [jobJson()]) {
@@ -100,24 +102,84 @@ describe('commands', () => {
     assert.equal(requests.length, 0);
   });
 
-  test('the workspace folder that holds the job source is used', async () => {
+  test("a job whose source is a subfolder: the folder that holds it, and the subfolder <-> the code dir", async () => {
     const other = tempDir('rd-other');
     const src = tempDir('rd-src');
-    const { run, requests } = setup({}, [jobJson({ source_dir: path.join(src, 'sub') })]);
+    const sub = path.join(src, 'sub');
+    fs.mkdirSync(sub);
+    const code = '/jobs/local-1/nodes/algo-1/code';
+    const { run, requests } = setup({}, [jobJson({ source_dir: sub })]);
     mock.workspaceFolders = [
       { uri: Uri.file(other), name: 'other', index: 0 },
       { uri: Uri.file(src), name: 'src', index: 1 },
     ];
     await run('remoteDebug.attachAllRanks');
     assert.equal(requests[0].folder.uri.fsPath, src);
+    assert.equal(requests[0].localRoot, sub);
+    // what the rank sessions get (AttachManager builds them from the request): sub's contents are in the code dir
+    const config = rankConfiguration({
+      job: 'local-1', rank: 0, node: 'algo-1', port: 40000, debugType: 'remote-debug',
+      workspaceFolder: requests[0].folder.uri.fsPath, localRoot: requests[0].localRoot, codeDir: code,
+    });
+    assert.deepEqual(config.pathMappings, [{ localRoot: sub, remoteRoot: code }]);
+    assert.equal(mock.calls.filter((c) => c.fn === 'showQuickPick' || c.fn === 'showWorkspaceFolderPick').length, 0, 'nothing asked');
+  });
+
+  test('a SageMaker job: its local folder is picked once, then every attach (and Sync and Re-run) uses it', async () => {
+    const sm = jobJson({ name: 'sm', backend: 'sagemaker', source_dir: null, code_dirs: { 'algo-1': '/opt/ml/code' } });
+    const { run, requests, ws } = setup({}, [sm]);
+    fs.mkdirSync(path.join(ws, 'training'));
+    mock.quickPicks.push((items) => items.find((i: { label: string }) => i.label.endsWith('training')));
+    await run('remoteDebug.attachAllRanks');
+    await run('remoteDebug.attachAllRanks');
+    assert.deepEqual(requests.map((r) => [r.folder.uri.fsPath, r.localRoot]), [
+      [ws, path.join(ws, 'training')],
+      [ws, path.join(ws, 'training')],
+    ]);
+    assert.equal(mock.calls.filter((c) => c.fn === 'showQuickPick').length, 1, 'asked once');
+  });
+
+  test('Attach Rank… offers the paused and failed ranks as one item', async () => {
+    const job = jobJson({ nproc_per_node: 4, held_ranks: [{ rank: 2, node: 'algo-1', seconds_left: 60, error: 'boom' }] });
+    const { run, requests, model } = setup({}, [job]);
+    await run('remoteDebug.refresh');
+    model.applyEvent('local-1', { event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 1, remote_port: 2, state: 'waiting', ide: 'vscode', code_dir: '/c' });
+    mock.quickPicks.push((items) => items.filter((i: { label: string }) => i.label.startsWith('Paused and failed ranks')));
+    await run('remoteDebug.attachRank');
+    const items = mock.calls.find((c) => c.fn === 'showQuickPick')!.args[0];
+    assert.deepEqual([items[1].label, items[1].description], ['Paused and failed ranks (2)', '0, 2']);
+    assert.deepEqual(requests.map((r) => r.ranks), [[0, 2]]);
+  });
+
+  test('settings are read per workspace folder: Attach to Job… uses that folder\'s default ranks', async () => {
+    const { run, requests, ws } = setup({});
+    mock.config['remoteDebug.defaultRanks'] = 'all';
+    mock.folderConfig[ws] = { 'remoteDebug.defaultRanks': '1' };
+    mock.quickPicks.push((items) => items[0]);
+    await run('remoteDebug.attachToJob');
+    assert.deepEqual(requests.map((r) => r.ranks), [[1]]);
+  });
+
+  test('long commands can be cancelled: the CLI process is stopped, nothing is said', async () => {
+    const { run, events } = setup({ stacks: { hold: true } });
+    const stacks = run('remoteDebug.showStacks');
+    await until('stacks to run', () => events().some((e) => e.args[0] === 'stacks'));
+    const progress = mock.calls.find((c) => c.fn === 'withProgress' && /stacks of/.test(c.args[0].title))!;
+    assert.equal(progress.args[0].cancellable, true);
+    mock.progressTokens.at(-1)!.cancel();
+    await stacks;
+    await until('the CLI to get SIGINT', () => events().some((e) => e.args[0] === 'stacks' && e.signal === 'SIGINT'));
+    assert.deepEqual(mock.messages('showErrorMessage'), []);
+    assert.equal(mock.documents.length, 0);
   });
 
   test('Open Remote-SSH without the Remote-SSH extension offers plain ssh', async () => {
     const { run, invocations } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases: ['algo-1.local-1'], config: '/c' }) } });
-    mock.messageAnswers.push('Open Terminal');
+    mock.messageAnswers.push('Allow', 'Open Terminal'); // Allow: the ask-once for ~/.ssh/config
     await run('remoteDebug.openRemoteSsh');
     assert.deepEqual(invocations().map((i) => i.args[0]), ['jobs', 'ssh-config']);
-    assert.match(mock.messages('showWarningMessage')[0], /Remote - SSH extension .* is not installed.*"algo-1.local-1"/);
+    assert.match(mock.messages('showWarningMessage')[0], /add one line to ~\/\.ssh\/config/);
+    assert.match(mock.messages('showWarningMessage')[1], /Remote - SSH extension .* is not installed.*"algo-1.local-1"/);
     assert.deepEqual(mock.terminals.map((t) => t.sent), [['ssh algo-1.local-1']]);
     assert.equal(mock.executed.filter((e) => e.command === 'vscode.openFolder').length, 0);
   });
@@ -126,7 +188,7 @@ describe('commands', () => {
     mock.extensions = ['ms-vscode-remote.remote-ssh'];
     const aliases = ['algo-1.local-1', 'algo-2.local-1'];
     const { run, model } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases }) } }, [jobJson({ nodes: ['algo-1', 'algo-2'], code_dirs: { 'algo-2': '/opt/ml/code' } })]);
-    mock.messageAnswers.push('Change Settings');
+    mock.messageAnswers.push('Allow', 'Change Settings');
     await run('remoteDebug.openRemoteSsh', { kind: 'node', job: 'local-1', node: 'algo-2' });
     assert.ok(model.get('local-1'));
     const prompt = mock.calls.find((c) => c.fn === 'showInformationMessage')!;
@@ -149,7 +211,7 @@ describe('commands', () => {
   test('Open Remote-SSH changes nothing without consent, and "Never Ask" sticks', async () => {
     mock.extensions = ['ms-vscode-remote.remote-ssh'];
     const { run } = setup({ 'ssh-config': { stdout: JSON.stringify({ aliases: ['algo-1.local-1'] }) } });
-    mock.messageAnswers.push('Never Ask');
+    mock.messageAnswers.push('Allow', 'Never Ask');
     await run('remoteDebug.openRemoteSsh');
     await run('remoteDebug.openRemoteSsh');
     assert.equal(mock.configUpdates.length, 0);

@@ -5,10 +5,12 @@ import {
   compoundName,
   configName,
   connectTarget,
+  jobSessionName,
   pathMappings,
   rankConfiguration,
   rankTag,
   resolveDebugType,
+  sessionName,
 } from '../../src/debugConfig';
 import { COMPOUND_NAME_TEMPLATE, CONFIG_NAME_TEMPLATE, formatConfigNamePrefix } from '../../src/generated/events';
 
@@ -43,13 +45,24 @@ describe('path mappings', () => {
   test('no workspace and no setting: no mapping', () => {
     assert.deepEqual(pathMappings([], undefined, '/c'), []);
   });
+  test("the job's source folder is the local root: <ws>/training, not <ws>, holds what is in the code dir", () => {
+    assert.deepEqual(pathMappings([], '/ws', '/jobs/j/code', '/ws/training'), [{ localRoot: '/ws/training', remoteRoot: '/jobs/j/code' }]);
+    assert.deepEqual(pathMappings(undefined, '/ws', undefined, '/elsewhere/src'), [{ localRoot: '/elsewhere/src', remoteRoot: '/opt/ml/code' }]);
+    // the setting still wins
+    const setting = [{ localRoot: '${workspaceFolder}/lib', remoteRoot: '/opt/ml/code/lib' }];
+    assert.deepEqual(pathMappings(setting, '/ws', '/c', '/ws/training'), [{ localRoot: '/ws/lib', remoteRoot: '/opt/ml/code/lib' }]);
+  });
 });
 
 describe('rank configurations', () => {
-  test("named like the CLI's launch.json entries, tagged, attach+connect", () => {
+  test('sessions are named rank first (64 rows stay apart in the Call Stack), tagged, attach+connect', () => {
     const c = rankConfiguration({ job: 'j', rank: 3, node: 'algo-2', port: 41234, debugType: 'remote-debug', workspaceFolder: '/ws', codeDir: '/opt/ml/code' });
-    assert.equal(c.name, 'remote-debug: j rank 3 (algo-2)');
-    assert.equal(c.name, configName('j', 3, 'algo-2'));
+    assert.equal(c.name, 'rank 3 · algo-2 · j');
+    assert.equal(c.name, sessionName('j', 3, 'algo-2'));
+    assert.equal(sessionName('a{rank}', 1, 'n'), 'rank 1 · n · a{rank}', 'a job name is not a template');
+    assert.equal(jobSessionName('j'), 'Remote Debug: j');
+    // the CLI's launch.json names (one definition, generated)
+    assert.equal(configName('j', 3, 'algo-2'), 'remote-debug: j rank 3 (algo-2)');
     assert.equal(compoundName('j'), 'remote-debug: j all ranks');
     // one definition, generated from remote_debug/local/events.py
     assert.equal(CONFIG_NAME_TEMPLATE, 'remote-debug: {job} rank {rank} ({node})');

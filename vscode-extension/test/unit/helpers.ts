@@ -12,6 +12,7 @@ import { Commands } from '../../src/commands';
 import { JobInfo } from '../../src/events';
 import { JobsModel } from '../../src/model';
 import { RunManager } from '../../src/rerun';
+import { SshConfigConsent } from '../../src/sshConsent';
 import { mock } from './vscode-mock';
 
 // bundled tests run from out/test/unit/; the fixture stays in the source tree
@@ -159,6 +160,7 @@ export function commandsHarness(scenario: Record<string, ScenarioStep>, jobs = [
     detachRank: async (job: string, rank: number) => void detached.push(`${job}#${rank}`),
     activeJobs: () => [...attached],
     isAttached: (job: string) => attached.includes(job),
+    sessionFor: () => undefined,
   } as unknown as AttachManager;
   const log: string[] = [];
   const output: string[] = [];
@@ -173,6 +175,8 @@ export function commandsHarness(scenario: Record<string, ScenarioStep>, jobs = [
     () => commands!.refresh(),
   );
   commands = new Commands(cli, model, attacher, { appendLine: (l) => log.push(l), show: () => undefined }, memento() as unknown as vscode.Memento, runs);
+  // the ask-once for ~/.ssh/config, over its own store: the test machine's ~/.ssh/config must not decide it
+  commands.sshConsent = new SshConfigConsent(memento(), () => false);
   commands.register();
   const run = (name: string, ...args: unknown[]) => mock.commands.get(name)!(...args);
   return { ws, folder, model, commands, runs, requests, detached, invocations, events, run, log, output, outputShown: () => outputShown };

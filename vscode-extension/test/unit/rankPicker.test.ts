@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import * as vscode from 'vscode';
 
 import { JobsModel } from '../../src/model';
-import { pickedRanks, RankPickItem, rankPickItems, rankRanges } from '../../src/rankPicker';
+import { pickedRanks, RankPickItem, rankPickItems, rankRanges, stuckRanks } from '../../src/rankPicker';
 import { scaleJob } from './helpers';
 
 function bigModel(): JobsModel {
@@ -60,4 +60,22 @@ test('a job whose ranks are not known yet: just "All ranks"', () => {
   const m = new JobsModel();
   m.setJobs([scaleJob(2, 0)]);
   assert.deepEqual(rankPickItems(m.allRanks('big')).map((i) => i.label), ['All ranks']);
+});
+
+test('the paused and failed ranks: waiting for a debugger or held after a failure, without a session', () => {
+  const m = bigModel();
+  const ready = (rank: number, state: 'waiting' | 'listening') =>
+    m.applyEvent('big', { event: 'rank-ready', v: 1, rank, node: 'algo-1', local_port: 1, remote_port: 2, state, ide: 'vscode', code_dir: '/c' });
+  ready(1, 'waiting');
+  ready(2, 'listening');
+  ready(3, 'waiting');
+  m.setRankSession('big', 3, 'paused', 'breakpoint'); // attached and paused: has its session
+  m.applyEvent('big', { event: 'rank-failed', v: 1, rank: 9, node: 'algo-2', pid: 1, error: 'boom', traceback: null, held: true });
+  m.applyEvent('big', { event: 'rank-failed', v: 1, rank: 10, node: 'algo-2', pid: 1, error: 'boom', traceback: null, held: false });
+  const stuck = stuckRanks(m.allRanks('big'), [40]);
+  assert.deepEqual(stuck, [1, 9, 40]);
+  const items = rankPickItems(m.allRanks('big'), stuck);
+  assert.deepEqual([items[1].label, items[1].description, items[1].ranks], ['Paused and failed ranks (3)', '1, 9, 40', [1, 9, 40]]);
+  assert.deepEqual(pickedRanks([items[1]], m.allRanks('big').map((r) => r.rank)), [1, 9, 40]);
+  assert.equal(rankPickItems(m.allRanks('big')).some((i) => /Paused/.test(i.label)), false, 'none: no item');
 });

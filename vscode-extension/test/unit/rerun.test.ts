@@ -177,14 +177,14 @@ describe('Sync and Re-run', () => {
     await h.run('remoteDebug.refresh');
     await h.run('remoteDebug.syncAndRerun');
     assert.deepEqual(mock.messages('showErrorMessage'), [
-      'Remote Debug: Sync and Re-run needs a newer remote-debug CLI (this one has no "sync" command): pip install -U remote-debug',
+      'Remote Debug: Sync and Re-run needs a newer remote-debug CLI (this one has no "sync" command): pip install -U remote-debug-training',
     ]);
     mock.reset();
     const h2 = commandsHarness({ sync: { stdout: synced() } }, [keptAlive()], ['local-1']);
     await h2.run('remoteDebug.refresh');
     await h2.run('remoteDebug.syncAndRerun');
     await until('the error', () => mock.messages('showErrorMessage').length > 0);
-    assert.match(mock.messages('showErrorMessage')[0], /no "run" command\): pip install -U remote-debug$/);
+    assert.match(mock.messages('showErrorMessage')[0], /no "run" command\): pip install -U remote-debug-training$/);
   });
 
   test('a file that cannot be saved: nothing is synced', async () => {

@@ -232,3 +232,23 @@ test('64 ranks: an attach of 8 nodes x 8 ranks refreshes the view a handful of t
   const collapsed = p.getTreeItem({ kind: 'node', job: 'big', node: 'algo-3' }).collapsibleState;
   assert.equal(collapsed, 1, 'several nodes: collapsed, their rows say enough');
 });
+
+test('a rank whose session ended unexpectedly, and a job attached before a reload, offer Re-attach', () => {
+  const m = new JobsModel();
+  const p = new JobsTreeProvider(m);
+  m.setJobs([jobJson()]);
+  m.attachStarted('local-1');
+  m.applyEvent('local-1', { event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 1, remote_port: 2, state: 'listening', ide: 'vscode', code_dir: '/c' });
+  m.setRankLost('local-1', 0, true);
+  const job = () => render(p)[0];
+  const rank0 = () => (job().children[0] as { children: Array<{ description: string; context: string }> }).children[0];
+  assert.equal(job().context, 'job-running-attached-reattach');
+  assert.deepEqual([rank0().description, rank0().context], ['debugger port ready · session ended unexpectedly', 'rank-detached-lost']);
+  m.setRankLost('local-1', 0, false);
+  assert.deepEqual([job().context, rank0().context], ['job-running-attached', 'rank-detached']);
+  m.attachEnded('local-1');
+  m.setReattachable('local-1', true);
+  assert.equal(job().context, 'job-running-reattach');
+  m.setReattachable('local-1', false);
+  assert.equal(job().context, 'job-running');
+});

@@ -95,6 +95,22 @@ export enum ProgressLocation {
   Notification = 15,
 }
 
+export enum StatusBarAlignment {
+  Left = 1,
+  Right = 2,
+}
+
+/** vscode.l10n: no translations in tests; `{0}` / `{name}` placeholders are filled in as VS Code does. */
+export const l10n = {
+  t(message: string, ...args: any[]): string {
+    const named = args.length === 1 && typeof args[0] === 'object' && args[0] !== null ? args[0] : undefined;
+    return message.replace(/\{([^}]+)\}/g, (whole, key: string) => {
+      const value = named ? named[key] : args[Number(key)];
+      return value === undefined ? whole : String(value);
+    });
+  },
+};
+
 export enum ConfigurationTarget {
   Global = 1,
   Workspace = 2,
@@ -106,6 +122,15 @@ export class DebugAdapterServer {
     readonly port: number,
     readonly host?: string,
   ) {}
+}
+
+export class DebugAdapterInlineImplementation {
+  constructor(readonly implementation: any) {}
+}
+
+export enum DebugConfigurationProviderTriggerKind {
+  Initial = 1,
+  Dynamic = 2,
 }
 
 // --- scripted UI ----------------------------------------------------------------------------------
@@ -143,16 +168,44 @@ export const mock = {
   commands: new Map<string, (...args: any[]) => any>(),
   executed: [] as Array<{ command: string; args: any[] }>,
   progressTokens: [] as CancellationTokenSource[],
-  startDebugging: (async () => true) as (folder: any, config: any) => Promise<boolean>,
+  startDebugging: (async () => true) as (folder: any, config: any, options?: any) => Promise<boolean>,
+  /** Per workspace folder (its fsPath), settings that win over the others when read with that folder as scope. */
+  folderConfig: {} as Record<string, Record<string, any>>,
+  /** Answers for showWorkspaceFolderPick / showOpenDialog, in order (a function picks from the folders). */
+  folderPicks: [] as Array<((folders: any[]) => any) | undefined>,
+  openDialogs: [] as Array<Uri[] | undefined>,
+  /** OutputChannels created with `{ log: true }` (LogOutputChannels), by name. */
+  logChannels: new Map<string, any>(),
+  opened: [] as string[],
   sessions: [] as any[],
   trackerFactories: [] as Array<{ type: string; factory: any }>,
   documents: [] as Array<{ content: string; language: string }>,
-  terminals: [] as Array<{ name: string; sent: string[] }>,
+  terminals: [] as Array<{ name: string; sent: string[]; options?: any; output?: string }>,
   clipboard: '',
   findFiles: [] as Uri[],
   /** Open text documents (workspace.textDocuments); `document()` adds one. */
   textDocuments: [] as Array<{ uri: Uri; isDirty: boolean; isUntitled: boolean; save(): Promise<boolean> }>,
   saved: [] as string[],
+  /** Workspace-level values (mock.config holds the user-level ones); get() prefers these, as VS Code merges them. */
+  workspaceConfig: {} as Record<string, any>,
+  trusted: true,
+  remoteName: undefined as string | undefined,
+  /** extension id -> its `exports` (getExtension(id).exports after activate()). */
+  extensionExports: {} as Record<string, any>,
+  statusBarItems: [] as any[],
+  /** Simulate a settings change: fires onDidChangeConfiguration for `key` (and the sections above it). */
+  changeConfig(key: string): void {
+    configChange.fire({ affectsConfiguration: (section: string) => key === section || key.startsWith(`${section}.`) });
+  },
+  grantTrust(): void {
+    this.trusted = true;
+    trustGranted.fire();
+  },
+  /** The user (or the process) closes a terminal: onDidCloseTerminal fires. */
+  closeTerminal(t: any, code?: number): void {
+    t.exitStatus = code === undefined ? undefined : { code };
+    terminalClosed.fire(t);
+  },
   reset(): void {
     this.calls = [];
     this.quickPicks = [];
@@ -171,9 +224,21 @@ export const mock = {
     this.documents = [];
     this.terminals = [];
     this.clipboard = '';
+    this.folderConfig = {};
+    this.folderPicks = [];
+    this.openDialogs = [];
+    this.logChannels = new Map();
+    this.opened = [];
     this.findFiles = [];
     this.textDocuments = [];
     this.saved = [];
+    this.workspaceConfig = {};
+    this.trusted = true;
+    this.remoteName = undefined;
+    this.extensionExports = {};
+    this.statusBarItems = [];
+    terminalClosed.dispose();
+    trustGranted.dispose();
     debugStart.dispose();
     debugEnd.dispose();
     configChange.dispose();
@@ -205,8 +270,15 @@ export const mock = {
     return doc;
   },
   /** Simulate VS Code starting / ending a debug session for a configuration. */
-  startSession(config: any): any {
-    const session = { id: `s${this.sessions.length}`, name: config.name, type: config.type, configuration: config };
+  startSession(config: any, options?: any): any {
+    const session = {
+      id: `s${this.sessions.length}-${Math.random().toString(36).slice(2, 8)}`,
+      name: config.name,
+      type: config.type,
+      configuration: config,
+      parentSession: options?.parentSession,
+      options,
+    };
     this.sessions.push(session);
     debugStart.fire(session);
     return session;
@@ -229,6 +301,8 @@ export const mock = {
 const debugStart = new EventEmitter<any>();
 const debugEnd = new EventEmitter<any>();
 const configChange = new EventEmitter<any>();
+const terminalClosed = new EventEmitter<any>();
+const trustGranted = new EventEmitter<void>();
 
 function record(fn: string, args: any[]): void {
   mock.calls.push({ fn, args });
@@ -242,16 +316,35 @@ function message(fn: string) {
 }
 
 export const window = {
-  createOutputChannel(name: string) {
+  createOutputChannel(name: string, options?: any) {
     const lines: string[] = [];
-    return {
+    const channel = {
       name,
       lines,
       appendLine: (l: string) => lines.push(l),
       append: (l: string) => lines.push(l),
+      // a LogOutputChannel's levels (`{ log: true }`): the level is kept in the line
+      info: (l: string) => lines.push(`[info] ${l}`),
+      warn: (l: string) => lines.push(`[warning] ${l}`),
+      error: (l: string | Error) => lines.push(`[error] ${String(l instanceof Error ? l.message : l)}`),
+      debug: (l: string) => lines.push(`[debug] ${l}`),
+      trace: (l: string) => lines.push(`[trace] ${l}`),
       show: () => record('output.show', [name]),
       dispose: () => undefined,
     };
+    if (options?.log) {
+      mock.logChannels.set(name, channel);
+    }
+    return channel;
+  },
+  async showWorkspaceFolderPick(options?: any): Promise<any> {
+    record('showWorkspaceFolderPick', [options]);
+    const answer = mock.folderPicks.shift();
+    return typeof answer === 'function' ? answer(mock.workspaceFolders ?? []) : answer;
+  },
+  async showOpenDialog(options?: any): Promise<Uri[] | undefined> {
+    record('showOpenDialog', [options]);
+    return mock.openDialogs.shift();
   },
   showInformationMessage: message('showInformationMessage'),
   showWarningMessage: message('showWarningMessage'),
@@ -279,9 +372,44 @@ export const window = {
     return { visible: false, badge: undefined, onDidChangeVisibility: visibility.event, dispose: () => undefined };
   },
   createTerminal(options: any) {
-    const t = { name: options.name, sent: [] as string[], show: () => undefined, sendText: (s: string) => t.sent.push(s) };
+    const t: any = {
+      name: options.name,
+      options,
+      sent: [] as string[],
+      /** What an extension terminal's pty wrote. */
+      output: '',
+      show: () => undefined,
+      sendText: (s: string) => t.sent.push(s),
+      dispose: () => mock.closeTerminal(t),
+    };
     mock.terminals.push(t);
+    if (options.pty) {
+      // VS Code opens an extension terminal's pty once the terminal is up; closing the pty closes the terminal
+      options.pty.onDidWrite((data: string) => (t.output += data));
+      options.pty.onDidClose?.((code?: number) => mock.closeTerminal(t, typeof code === 'number' ? code : undefined));
+      queueMicrotask(() => options.pty.open(undefined));
+    }
     return t;
+  },
+  onDidCloseTerminal: terminalClosed.event,
+  onDidChangeWindowState: new EventEmitter<{ focused: boolean }>().event,
+  createStatusBarItem(id?: string, alignment?: StatusBarAlignment, priority?: number) {
+    const item = {
+      id,
+      alignment,
+      priority,
+      text: '',
+      tooltip: undefined as any,
+      command: undefined as any,
+      name: undefined as string | undefined,
+      backgroundColor: undefined as ThemeColor | undefined,
+      visible: false,
+      show: () => void (item.visible = true),
+      hide: () => void (item.visible = false),
+      dispose: () => void (item.visible = false),
+    };
+    mock.statusBarItems.push(item);
+    return item;
   },
   activeTextEditor: undefined as any,
   async showTextDocument(doc: any) {
@@ -297,12 +425,30 @@ export const workspace = {
   get textDocuments() {
     return mock.textDocuments;
   },
-  getConfiguration(section?: string) {
+  getConfiguration(section?: string, scope?: Uri) {
     const prefix = section ? `${section}.` : '';
+    // a workspace folder's own values win when read with a scope inside it (as VS Code merges them)
+    const folder = scope && mock.workspaceFolders?.find((f) => scope.fsPath === f.uri.fsPath || scope.fsPath.startsWith(`${f.uri.fsPath}/`));
+    const folderValues = folder ? mock.folderConfig[folder.uri.fsPath] ?? {} : {};
     return {
       get<T>(key: string, fallback?: T): T {
         const full = prefix + key;
+        if (full in folderValues) {
+          return folderValues[full] as T;
+        }
+        if (full in mock.workspaceConfig) {
+          return mock.workspaceConfig[full] as T;
+        }
         return (full in mock.config ? mock.config[full] : fallback) as T;
+      },
+      inspect<T>(key: string) {
+        const full = prefix + key;
+        return {
+          key: full,
+          globalValue: mock.config[full] as T | undefined,
+          workspaceValue: mock.workspaceConfig[full] as T | undefined,
+          workspaceFolderValue: undefined as T | undefined,
+        };
       },
       async update(key: string, value: any, target: any) {
         mock.configUpdates.push({ section: section ?? '', key, value, target });
@@ -311,6 +457,10 @@ export const workspace = {
     };
   },
   onDidChangeConfiguration: configChange.event,
+  get isTrusted() {
+    return mock.trusted;
+  },
+  onDidGrantWorkspaceTrust: trustGranted.event,
   async findFiles(): Promise<Uri[]> {
     return mock.findFiles;
   },
@@ -338,13 +488,13 @@ export const debug = {
     record('registerDebugAdapterDescriptorFactory', [type, factory]);
     return new Disposable();
   },
-  registerDebugConfigurationProvider(type: string, provider: any) {
-    record('registerDebugConfigurationProvider', [type, provider]);
+  registerDebugConfigurationProvider(type: string, provider: any, triggerKind?: DebugConfigurationProviderTriggerKind) {
+    record('registerDebugConfigurationProvider', [type, provider, triggerKind]);
     return new Disposable();
   },
-  async startDebugging(folder: any, config: any): Promise<boolean> {
-    record('startDebugging', [folder, config]);
-    return mock.startDebugging(folder, config);
+  async startDebugging(folder: any, config: any, options?: any): Promise<boolean> {
+    record('startDebugging', [folder, config, options]);
+    return mock.startDebugging(folder, config, options);
   },
   async stopDebugging(session: any): Promise<void> {
     record('stopDebugging', [session]);
@@ -368,14 +518,25 @@ export const extensions = {
     return mock.extensions.map((id) => ({ id }));
   },
   getExtension(id: string) {
-    return mock.extensions.includes(id) ? { id } : undefined;
+    if (!mock.extensions.includes(id)) {
+      return undefined;
+    }
+    const exports = mock.extensionExports[id];
+    return { id, isActive: exports !== undefined, exports, activate: async () => exports };
   },
 };
 
 export const env = {
+  get remoteName() {
+    return mock.remoteName;
+  },
   clipboard: {
     async writeText(text: string) {
       mock.clipboard = text;
     },
+  },
+  async openExternal(uri: Uri): Promise<boolean> {
+    mock.opened.push(uri.toString());
+    return true;
   },
 };
