@@ -168,15 +168,7 @@ def _profile_exists(profile_name: str) -> bool:
 def client(service: str, *, profile_name: str | None = None, region: str | None = None) -> Any:
     from botocore.config import Config
 
-    made = session(profile_name, region)
-    try:
-        return made.client(service, config=Config(**CLIENT_CONFIG))
-    except Exception as exc:  # e.g. an SSO profile without sso_region: a broken config, not a crash
-        if not is_error(exc):
-            raise
-        from remote_debug.local.aws_access import access_error  # (it imports this module)
-
-        raise access_error(exc, f"AWS {service} client") from None
+    return session(profile_name, region).client(service, config=Config(**CLIENT_CONFIG))
 
 
 def describe_error(exc: BaseException, what: str) -> str:

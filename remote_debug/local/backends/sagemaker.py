@@ -205,7 +205,12 @@ class SageMakerBackend(Backend):
     def client(self, service: str, profile: str | None = None, region: str | None = None) -> Any:
         if self._clients is not None:
             return self._clients(service)
-        return aws.client(service, profile_name=profile, region=region or aws.settings().region or self.region)
+        try:
+            return aws.client(service, profile_name=profile, region=region or aws.settings().region or self.region)
+        except Exception as exc:  # e.g. an SSO profile without sso_region: a broken config, not a traceback
+            if not aws.is_error(exc):
+                raise
+            raise access_error(exc, f"AWS {service} client") from None
 
     def available(self) -> bool:
         """Cheap: whether AWS is configured at all (no network, no boto3)."""
