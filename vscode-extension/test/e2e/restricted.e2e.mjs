@@ -79,7 +79,7 @@ test('Restricted Mode: the Jobs view works with the machine CLI; the workspace c
     await runCommand('Remote Debug: Show Output');
     // (VS Code also leaves a restricted setting's workspace value out of inspect() here, so the extension's
     // "ignoring the workspace setting" hint has nothing to name: the proof is what ran)
-    const bin = path.dirname(env.python);
+    const bin = path.dirname(path.resolve(env.python)); // (./dev passes it as .../vscode-extension/../.venv/...)
     await waitFor("the CLI check's line in the output", async () =>
       (await outputPanelLines()).some((l) => l.includes(`(remote-debug-training) on ${bin}/`)), { timeout: 30_000 });
     await screenshot('restricted-output');
