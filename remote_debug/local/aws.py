@@ -171,32 +171,63 @@ def client(service: str, *, profile_name: str | None = None, region: str | None 
     return session(profile_name, region).client(service, config=Config(**CLIENT_CONFIG))
 
 
-def describe_error(exc: BaseException, what: str) -> str:
-    """One actionable line for a botocore error raised while doing ``what``."""
+def error_kind(exc: BaseException) -> str:
+    """What a botocore error says about access, in one word: ``no-credentials``, ``partial-credentials``,
+    ``sso`` (token missing or expired), ``expired`` (the service said the credentials expired),
+    ``profile-not-found``, ``broken-config``, ``no-region``, ``unreachable``, ``access-denied``, or ``other``.
+    The one classification :func:`describe_error` and ``aws_access`` (``jobs --json``'s problems) share."""
     from botocore.exceptions import (
         ClientError,
         EndpointConnectionError,
+        InvalidConfigError,
         NoCredentialsError,
         NoRegionError,
+        PartialCredentialsError,
+        ProfileNotFound,
         SSOError,
         TokenRetrievalError,
     )
 
-    if isinstance(exc, NoCredentialsError):
+    kinds: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
+        (NoCredentialsError, "no-credentials"),
+        (PartialCredentialsError, "partial-credentials"),
+        ((TokenRetrievalError, SSOError), "sso"),  # SSOTokenLoadError: never logged in
+        (ProfileNotFound, "profile-not-found"),
+        (InvalidConfigError, "broken-config"),  # e.g. an sso-session without sso_region
+        (NoRegionError, "no-region"),
+        (EndpointConnectionError, "unreachable"),
+    )
+    for types, kind in kinds:
+        if isinstance(exc, types):
+            return kind
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        if code in ("ExpiredToken", "ExpiredTokenException", "RequestExpired"):
+            return "expired"
+        if "AccessDenied" in code or code in ("UnauthorizedOperation", "UnrecognizedClientException"):
+            return "access-denied"
+    return "other"
+
+
+def describe_error(exc: BaseException, what: str) -> str:
+    """One actionable line for a botocore error raised while doing ``what``."""
+    kind = error_kind(exc)
+    if kind == "no-credentials":
         return f"{what}: no AWS credentials found: run 'aws configure' or 'aws sso login', or pass --profile"
-    if isinstance(exc, (TokenRetrievalError, SSOError)):  # SSOTokenLoadError: never logged in
+    if kind == "sso":
         named = f" --profile {profile()}" if profile() else ""
         return f"{what}: the AWS SSO session has expired or was never started: run 'aws sso login{named}'"
-    if isinstance(exc, NoRegionError):
+    if kind == "no-region":
         return f"{what}: {NO_REGION}"
-    if isinstance(exc, EndpointConnectionError):
+    if kind == "unreachable":
         return f"{what}: cannot reach AWS ({exc}): check the network, a proxy, or the region"
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
+    if kind == "expired":
+        return f"{what}: the AWS credentials have expired: refresh them (aws sso login / new keys)"
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):  # a ClientError: the service's own code and message
+        error = response.get("Error", {})
         code, message = str(error.get("Code", "")), " ".join(str(error.get("Message", "")).split())
-        if code in ("ExpiredToken", "ExpiredTokenException", "RequestExpired"):
-            return f"{what}: the AWS credentials have expired: refresh them (aws sso login / new keys)"
-        if "AccessDenied" in code or code in ("UnauthorizedOperation", "UnrecognizedClientException"):
+        if kind == "access-denied":
             return f"{what}: access denied ({message}): run 'remote-debug doctor' to see missing IAM permissions"
         return f"{what}: {code}: {message}"
     return f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())}"

@@ -20,41 +20,13 @@ from remote_debug.local.errors import AwsAccessError, UserError
 PROBLEMS = (
     "no-credentials", "sso-expired", "profile-not-found", "no-region", "access-denied", "unreachable", "error",
 )
-_EXPIRED_CODES = ("ExpiredToken", "ExpiredTokenException", "RequestExpired")
-
-
-def problem_of(exc: BaseException, profile_name: str | None = None) -> str:
-    """The kind of a botocore error (or of our own AwsAccessError) met with ``profile_name``."""
-    if isinstance(exc, AwsAccessError):
-        return exc.problem
-    from botocore.exceptions import (
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        NoRegionError,
-        PartialCredentialsError,
-        ProfileNotFound,
-        SSOError,
-        TokenRetrievalError,
-    )
-
-    if isinstance(exc, (SSOError, TokenRetrievalError)):  # SSOTokenLoadError, UnauthorizedSSOTokenError too
-        return "sso-expired"
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return "no-credentials"
-    if isinstance(exc, ProfileNotFound):
-        return "profile-not-found"
-    if isinstance(exc, NoRegionError):
-        return "no-region"
-    if isinstance(exc, EndpointConnectionError):
-        return "unreachable"
-    if isinstance(exc, ClientError):
-        code = aws.error_code(exc)
-        if code in _EXPIRED_CODES:  # an SSO profile logs in again; other credentials need new keys
-            return "sso-expired" if is_sso_profile(profile_name) else "no-credentials"
-        if "AccessDenied" in code or code in ("UnauthorizedOperation", "UnrecognizedClientException"):
-            return "access-denied"
-    return "error"
+# aws.error_kind's words that are not a problem's own (the others are; "expired" depends on the profile)
+_PROBLEM_OF_KIND = {
+    "partial-credentials": "no-credentials",
+    "broken-config": "no-credentials",  # the profile cannot give credentials as written: set it up again
+    "sso": "sso-expired",
+    "other": "error",
+}
 
 
 def is_sso_profile(profile_name: str | None) -> bool:
@@ -69,19 +41,23 @@ def is_sso_profile(profile_name: str | None) -> bool:
     return bool(scoped.get("sso_session") or scoped.get("sso_start_url"))
 
 
-def fix_for(problem: str, profile_name: str | None) -> str | None:
-    """A command line that mends ``problem`` for ``profile_name``, when one command does."""
+def problem_and_fix(kind: str, profile_name: str | None, sso: bool) -> tuple[str, str | None]:
+    """The problem for an :func:`aws.error_kind` met with ``profile_name`` (``sso``: an IAM Identity Center
+    profile), and a command line that mends it when one command does."""
     named = f" --profile {shlex.quote(profile_name)}" if profile_name else ""
-    sso = is_sso_profile(profile_name)
+    expired = "sso-expired" if sso else "no-credentials"  # an SSO profile logs in again; others need new keys
+    problem = expired if kind == "expired" else _PROBLEM_OF_KIND.get(kind, kind)
+    if kind == "broken-config":
+        return problem, f"aws configure{' sso' if sso else ''}{named}"
     if problem == "sso-expired" or (problem == "no-credentials" and sso):
-        return f"aws sso login{named}"
+        return problem, f"aws sso login{named}"
     if problem == "no-credentials":
-        return f"aws configure{named}"
+        return problem, f"aws configure{named}"
     if problem == "profile-not-found":
-        return "aws configure list-profiles"
+        return problem, "aws configure list-profiles"
     if problem == "access-denied":
-        return "remote-debug doctor --aws"
-    return None
+        return problem, "remote-debug doctor --aws"
+    return problem, None
 
 
 def access_error(exc: BaseException, what: str) -> AwsAccessError:
@@ -89,20 +65,12 @@ def access_error(exc: BaseException, what: str) -> AwsAccessError:
     if isinstance(exc, AwsAccessError):
         return exc
     profile_name = aws.profile()
-    problem = problem_of(exc, profile_name) if aws.is_error(exc) else "error"
-    message = aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {exc}"
+    botocore_error = aws.is_error(exc)
+    kind = aws.error_kind(exc) if botocore_error else "other"
+    problem, fix = problem_and_fix(kind, profile_name, is_sso_profile(profile_name))
+    message = aws.describe_error(exc, what) if botocore_error else f"{what}: {exc}"
     region = aws.settings().region or aws.resolve_region(profile_name)[0]
-    fix = fix_for(problem, profile_name)
-    if _is_broken_config(exc):  # a profile that cannot give credentials as written: set it up again
-        named = f" --profile {shlex.quote(profile_name)}" if profile_name else ""
-        problem, fix = "no-credentials", f"aws configure{' sso' if is_sso_profile(profile_name) else ''}{named}"
     return AwsAccessError(message, problem=problem, fix=fix, profile=profile_name, region=region)
-
-
-def _is_broken_config(exc: BaseException) -> bool:
-    from botocore.exceptions import InvalidConfigError
-
-    return isinstance(exc, InvalidConfigError)
 
 
 def describe_unlisted(backend: str, exc: UserError) -> dict[str, str | None]:
