@@ -234,23 +234,26 @@ const REQUIRED: Checked = {
   'run-ended': { job: 'string', run: 'number', exit_code: 'number' },
 };
 
+/** A line of the CLI's output that is one JSON object (an event, a listing problem); undefined for any other line. */
+export function jsonObjectLine(line: string): Record<string, unknown> | undefined {
+  const text = line.trim();
+  if (!text.startsWith('{')) {
+    return undefined;
+  }
+  try {
+    return obj(JSON.parse(text));
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * One line of `remote-debug attach --json`.  Returns undefined for a line that is not a JSON
  * object with an "event" (the CLI may print other things) and for a known event missing a field
  * we rely on; an unknown event is returned as is, for the output channel.
  */
 export function parseEventLine(line: string): AttachEvent | UnknownEvent | undefined {
-  const text = line.trim();
-  if (!text.startsWith('{')) {
-    return undefined;
-  }
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const o = obj(data);
+  const o = jsonObjectLine(line);
   if (!o || typeof o.event !== 'string') {
     return undefined;
   }

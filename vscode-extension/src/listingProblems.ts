@@ -5,6 +5,8 @@
 // print a plain line instead ("sagemaker jobs not listed: ...").  Without this, an expired token looked exactly like
 // "No debuggable jobs yet".  No vscode import: parsed and tested on strings.
 
+import { jsonObjectLine } from './events';
+
 export type ProblemKind =
   | 'no-credentials'
   | 'sso-expired'
@@ -44,20 +46,10 @@ function optionalString(v: unknown): string | undefined {
 
 /** One stderr line as a problem, or undefined when it is not one of the CLI's structured lines. */
 export function parseProblemLine(line: string): ListingProblem | undefined {
-  const text = line.trim();
-  if (!text.startsWith('{')) {
+  const o = jsonObjectLine(line);
+  if (!o) {
     return undefined;
   }
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) {
-    return undefined;
-  }
-  const o = doc as Record<string, unknown>;
   const backend = optionalString(o.unlisted);
   if (!backend) {
     return undefined;
