@@ -365,6 +365,10 @@ export async function pausedRankLocals(rank, { line, script }) {
   assert.equal(frame.label, `Stack Frame main, line ${line}, ${script}`, `rank ${rank} is paused in main() at line ${line}`);
   const frameRow = state.page.locator(`.debug-call-stack .monaco-list-row[data-index="${frame.index}"]`);
   await clickLabel(frameRow);
+  // The Variables view keeps showing the frame focused before the click (VS Code focuses the session that
+  // stopped last) until it has fetched the new frame's scopes: wait for this rank's own `rank` local, else a
+  // fast read would return the other rank's locals.
+  const isThisRank = (v) => v.some((t) => new RegExp(`^rank\\s*[:=]?\\s*${rank}$`).test(t));
   const vars = await waitFor(`the locals of rank ${rank}`, async () => {
     const v = await variablesText();
     if (v.includes('Locals') && !v.some((t) => t.startsWith('shard_marker'))) {
@@ -374,7 +378,7 @@ export async function pausedRankLocals(rank, { line, script }) {
       }
       return undefined;
     }
-    return v.some((t) => t.startsWith('shard_marker')) ? v : undefined;
+    return v.some((t) => t.startsWith('shard_marker')) && isThisRank(v) ? v : undefined;
   }, { timeout: 30_000 });
   const value = (name) => vars.find((t) => new RegExp(`^${name}\\s*[:= ]`).test(t));
   say(`rank ${rank} variables: ${value('rank')}; ${value('shard_marker')} (${vars.length - 2} locals)`);
