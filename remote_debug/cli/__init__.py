@@ -27,6 +27,7 @@ from remote_debug.spec import ContractError
 
 # command name -> the module of remote_debug.cli that registers it, in the order --help lists them
 COMMAND_MODULES: dict[str, str] = {
+    "adopt": "adopt",
     "attach": "attach",
     "cleanup": "cleanup",
     "demo": "demo",

@@ -301,7 +301,9 @@ class MachineBackend(Backend):
             debuggable=True,
             source_dir=state.get("source_dir"),
             logs={n: str(NodeLayout(job_dir, n).log_file) for n in state.get("nodes", [])},
-            code_dirs={n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
+            # an adopted job's code is where its processes run (job.json's code_dirs), a launched one's is the copy
+            code_dirs=dict(state.get("code_dirs") or {})
+            or {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
             machine=MachineJobDetails(
                 job_dir=str(job_dir),
                 isolation=spec.parse_choice(Isolation, state.get("isolation", Isolation.LOOPBACK), "job isolation"),

@@ -1,0 +1,67 @@
+"""``remote-debug adopt --pid PID``: make a running job that was started without remote_debug debuggable."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from remote_debug.cli.application import app, flag
+from remote_debug.cli.output import console, print_json, progress
+from remote_debug.local.errors import UserError
+
+
+@app.command()
+def adopt(
+    pid: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--pid", min=1,
+            help="A torchrun/mpirun launcher or a single Python process of this machine; one --pid per node.",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Job name (default: adopted-PID-HHMMSS).")] = None,
+    list_them: Annotated[bool, flag("--list", help="List the running Python jobs that can be adopted.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
+) -> None:
+    """Adopt a running job started without remote-debug: inject the rank agent into every rank.
+
+    Afterwards the job is listed by 'jobs' and attach, stacks, ssh and stop work on it as on a launched
+    job.  Needs the same user as the job, and gdb for Python 3.10-3.13 ranks (3.14+: sys.remote_exec).
+    """
+    from remote_debug.local.adopt import adopt_local, adopted_jobs
+    from remote_debug.local.paths import StatePaths
+
+    paths = StatePaths.default()
+    if list_them:
+        if pid:
+            raise UserError("--list takes no --pid: use one or the other")
+        from remote_debug.local.adopt_candidates import list_candidates
+
+        found = list_candidates(adopted_jobs(paths))
+        if as_json:
+            print_json([c.to_dict() for c in found])
+            return
+        if not found:
+            console.print("no running Python jobs of yours found", markup=False)
+        for c in found:
+            what = f"{c.ranks} rank{'s' if c.ranks != 1 else ''}" if c.ranks else c.kind
+            state = "adoptable" if c.adoptable else f"not adoptable: {c.reason}"
+            console.print(f"{c.pid:>8}  {what:<9} python {c.python or '?':<5} {state}\n          {c.command}",
+                          markup=False)
+        return
+    if not pid:
+        raise UserError("give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list)")
+    with progress(f"adopting pid {', '.join(map(str, pid))}", enabled=not as_json):
+        outcome = adopt_local(pid, name, paths=paths)
+    if as_json:
+        print_json(outcome.to_dict())
+        return
+    if outcome.already:
+        console.print(f"pid {pid[0]} was adopted before: job {outcome.job}", markup=False)
+    else:
+        console.print(f"adopted as job {outcome.job}", markup=False)
+    for r in outcome.ranks:
+        note = f" ({r.note})" if r.note else ""
+        console.print(f"  rank {r.rank}  pid {r.pid}  {r.node}  {r.state}{note}", markup=False)
+    console.print(f"next: remote-debug attach {outcome.job}", markup=False)

@@ -1,0 +1,146 @@
+"""Whether a running rank may be adopted, checked for every rank before any is touched.
+
+Adopting means running code inside someone's training process.  Each reason to refuse is checked
+here, before the first rank is touched, so a refusal never leaves half a job adopted; each is one line
+the user can act on:
+
+* same uid as the rank.  Not merely "ptrace allowed": the rank agent admits debuggers of its own
+  uid only (the control channel's and debugpy's uid gates), and the node's sshd runs as the adopter,
+  so a root adopter of another user's rank would inject an agent nobody could reach.
+* ptrace allowed: Yama's ``ptrace_scope`` (1: only descendants unless CAP_SYS_PTRACE; 2: admin only;
+  3: never) and the capability in our own ``CapEff``;
+* not traced already (``TracerPid``): a second tracer fails, and the rank may be stopped in a debugger;
+* Python 3.10+ (what the agent needs), and a way in: ``sys.remote_exec`` on 3.14+ (the caller
+  must be the same version: the target's own executable), gdb on 3.10-3.13;
+* not opted out: PEP 768's ``PYTHON_DISABLE_REMOTE_DEBUG`` / ``-X disable_remote_debug``, and ours,
+  ``REMOTE_DEBUG_ADOPT=0``;
+* in our mount namespace: the agent is a file we write, and the rank must see it at the same path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from remote_debug.container.adopt.procs import PROC, ProcError, RankProcess, python_version, read_status
+from remote_debug.spec import ENV_VERSION
+
+CAP_SYS_PTRACE = 19
+YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
+OPT_OUT_ENV = "REMOTE_DEBUG_ADOPT"
+MIN_PYTHON = (3, 10)
+REMOTE_EXEC_PYTHON = (3, 14)  # PEP 768: sys.remote_exec
+
+
+class AdoptRefused(Exception):
+    """One line: why this job cannot be adopted (nothing was touched)."""
+
+
+@dataclass(frozen=True)
+class Way:
+    """How code gets into a rank: ``remote_exec`` (3.14+) or ``gdb`` (a pending call)."""
+
+    method: str
+    python: tuple[int, int]
+    tool: str  # gdb's path, or the rank's own interpreter for remote_exec
+
+
+def has_cap(status: dict[str, str], cap: int) -> bool:
+    try:
+        return bool(int(status.get("CapEff", "0"), 16) >> cap & 1)
+    except ValueError:
+        return False
+
+
+def yama_scope() -> int:
+    try:
+        return int(YAMA_SCOPE.read_text().strip())
+    except (OSError, ValueError):
+        return 0  # no Yama: classic ptrace rules (same uid)
+
+
+def _pid_label(rank: RankProcess) -> str:
+    return f"rank {rank.rank} (pid {rank.pid})"
+
+
+def check_rank(rank: RankProcess, *, gdb: str | None = None) -> Way:
+    """The way into ``rank``; AdoptRefused with one line when there is none."""
+    label = _pid_label(rank)
+    try:
+        status = read_status(rank.pid)
+    except ProcError as exc:
+        raise AdoptRefused(f"{label}: {exc}") from None
+    uid = int(status.get("Uid", "-1").split()[0])
+    if uid != os.geteuid():
+        raise AdoptRefused(
+            f"{label} runs as uid {uid}, not as you (uid {os.geteuid()}): adopt it as the user that runs "
+            "the job (its debugger admits that user only)"
+        )
+    if ENV_VERSION in rank.env:
+        raise AdoptRefused(f"{label} was started with remote-debug already: attach to its job instead")
+    tracer = status.get("TracerPid", "0")
+    if tracer not in ("", "0"):
+        raise AdoptRefused(f"{label} is being traced by pid {tracer} (a debugger or strace): end that first")
+    own = read_status(os.getpid())
+    scope = yama_scope()
+    if scope >= 3:
+        raise AdoptRefused("ptrace is disabled on this machine (kernel.yama.ptrace_scope=3): nothing can adopt")
+    if scope >= 1 and not has_cap(own, CAP_SYS_PTRACE):
+        raise AdoptRefused(
+            f"ptrace of a non-child is restricted (kernel.yama.ptrace_scope={scope}): run adopt with "
+            "CAP_SYS_PTRACE (e.g. as root) or set the sysctl to 0"
+        )
+    opt_out = rank.env.get(OPT_OUT_ENV, "").strip() == "0"
+    if opt_out or rank.env.get("PYTHON_DISABLE_REMOTE_DEBUG") or _x_option(rank.argv, "disable_remote_debug"):
+        raise AdoptRefused(f"{label} opted out of remote debugging ({_opt_out_name(rank, opt_out)})")
+    try:
+        if os.stat(PROC / str(rank.pid) / "ns" / "mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+            raise AdoptRefused(
+                f"{label} is in another mount namespace (a container?): run adopt inside it"
+            )
+    except OSError:
+        pass  # no namespace links to compare (not Linux-like /proc): assume the same
+    version = python_version(rank.pid)
+    if version is None:
+        raise AdoptRefused(f"{label} is not a Python process")
+    if version < MIN_PYTHON:
+        raise AdoptRefused(f"{label} runs Python {version[0]}.{version[1]}: adopt needs Python 3.10 or newer")
+    if version >= REMOTE_EXEC_PYTHON:
+        return Way("remote_exec", version, os.readlink(PROC / str(rank.pid) / "exe"))
+    tool = gdb or shutil.which("gdb")
+    if tool is None:
+        raise AdoptRefused(
+            f"{label} runs Python {version[0]}.{version[1]}, which needs gdb to adopt: install gdb "
+            "(apt-get install gdb), or read its stacks with 'remote-debug stacks --no-hook'"
+        )
+    return Way("gdb", version, tool)
+
+
+def check_all(ranks: Sequence[RankProcess], *, gdb: str | None = None) -> dict[int, Way]:
+    """pid -> way for every rank, or AdoptRefused for the first that cannot be adopted."""
+    if not ranks:
+        raise AdoptRefused("no ranks found (no Python process with torchrun/MPI rank variables under that pid)")
+    return {rank.pid: check_rank(rank, gdb=gdb) for rank in ranks}
+
+
+def _x_option(argv: Sequence[str], name: str) -> bool:
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg == "-X" and i + 1 < len(args) and args[i + 1].split("=")[0] == name:
+            return True
+        if arg.startswith("-X") and arg[2:].split("=")[0] == name:
+            return True
+        if not arg.startswith("-"):
+            break  # the script: what follows are its arguments, not the interpreter's
+    return False
+
+
+def _opt_out_name(rank: RankProcess, ours: bool) -> str:
+    if ours:
+        return f"{OPT_OUT_ENV}=0"
+    if rank.env.get("PYTHON_DISABLE_REMOTE_DEBUG"):
+        return "PYTHON_DISABLE_REMOTE_DEBUG"
+    return "-X disable_remote_debug"

@@ -1,0 +1,161 @@
+"""Adopt the ranks of one node: find them, check them all, queue the agent in each, confirm each.
+
+Runs where the ranks run: called in-process by ``remote-debug adopt --pid`` for a job of this machine,
+and meant to run on a SageMaker instance as ``python -m remote_debug.container --adopt-node REQUEST``
+for ``adopt JOB`` (the request file holds the job's environment; the answer is one JSON line).
+
+Success is what the rank itself reports - its rank document in the node's manifest dir, with its pid -
+never gdb's exit code (gdb exits 0 when the queued code later fails).  A rank whose document does not
+appear within the confirm window is "pending": its main thread is in native code (a collective, a long
+C call) and runs the queued agent when it returns to Python.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from remote_debug import osutil
+from remote_debug.container.adopt import inject
+from remote_debug.container.adopt.agent import bootstrap_source
+from remote_debug.container.adopt.checks import AdoptRefused, Way, check_all
+from remote_debug.container.adopt.procs import RankProcess, children_map, find_ranks
+from remote_debug.spec import ENV_MANIFEST_DIR, ENV_STATE_DIR, ContractError, read_rank_documents
+
+CONFIRM_SECONDS = 10.0
+INJECT_PARALLEL = 4  # gdb per rank; one at a time per target anyway (a second tracer gets EPERM)
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../remote_debug
+
+
+@dataclass
+class AdoptedRank:
+    rank: int
+    pid: int
+    node: str
+    state: str  # "idle"/"listening"/... (its rank document's state), or "pending", or "failed"
+    note: str | None = None
+
+
+@dataclass
+class NodeResult:
+    node: str
+    ranks: list[AdoptedRank] = field(default_factory=list)
+    already: bool = False  # every rank had been adopted before: nothing was done
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def node_ranks(roots: Sequence[int]) -> list[RankProcess]:
+    """The ranks under every root pid (a launcher, or a rank itself), each once."""
+    children = children_map()
+    seen: dict[int, RankProcess] = {}
+    for root in roots:
+        for rank in find_ranks(root, children):
+            seen.setdefault(rank.pid, rank)
+    return sorted(seen.values(), key=lambda r: r.rank)
+
+
+def make_bundle(directory: Path) -> Path:
+    """A dir holding only ``remote_debug`` and ``debugpy`` (links to this installation's), for sys.path."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = importlib.util.find_spec("debugpy")
+    packages = {"remote_debug": PACKAGE_DIR}
+    if found is not None and found.submodule_search_locations:
+        packages["debugpy"] = Path(next(iter(found.submodule_search_locations)))
+    for name, target in packages.items():
+        link = directory / name
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        tmp = directory / f".{name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target, target_is_directory=True)
+        os.replace(tmp, link)
+    return directory
+
+
+def _documents(manifest_dir: Path) -> dict[int, str]:
+    """pid -> state of every rank document in the node's manifest dir."""
+    try:
+        return {doc.pid: str(doc.state) for doc in read_rank_documents(manifest_dir, skip_broken=True)}
+    except (ContractError, OSError):
+        return {}
+
+
+def adopt_node(
+    node: str,
+    roots: Sequence[int],
+    env: dict[str, str],
+    *,
+    confirm_seconds: float = CONFIRM_SECONDS,
+    gdb: str | None = None,
+    ranks: Sequence[RankProcess] | None = None,
+    ways: dict[int, Way] | None = None,
+) -> NodeResult:
+    """Adopt every rank under ``roots``.  ``env``: the spec and this node's dirs (manifest, state), as the
+    hook would give a rank.  AdoptRefused (nothing touched) when any rank cannot be adopted."""
+    manifest_dir = Path(env[ENV_MANIFEST_DIR])
+    state_dir = Path(env[ENV_STATE_DIR])
+    found = list(ranks) if ranks is not None else node_ranks(roots)
+    ways = ways if ways is not None else check_all(found, gdb=gdb)
+    before = _documents(manifest_dir)
+    errors: dict[int, str] = {}
+    todo = [r for r in found if r.pid not in before]
+    result = NodeResult(node=node, already=not todo)
+    if todo:
+        bundle = make_bundle(state_dir / "bundle")
+        config = state_dir / "adopt-config.json"
+        osutil.atomic_write_text(config, json.dumps({"env": env}) + "\n", mode=0o600)
+        bootstrap = state_dir / "adopt-agent.py"
+        osutil.atomic_write_text(bootstrap, bootstrap_source(bundle, config), mode=0o600)
+
+        def one(rank: RankProcess) -> None:
+            try:
+                inject.queue(rank.pid, ways[rank.pid], bootstrap)
+            except inject.InjectError as exc:
+                errors[rank.pid] = str(exc)
+
+        with ThreadPoolExecutor(max_workers=INJECT_PARALLEL) as pool:
+            list(pool.map(one, todo))
+        deadline = time.monotonic() + confirm_seconds
+        docs = _documents(manifest_dir)
+        while any(r.pid not in docs and r.pid not in errors for r in todo) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            docs = _documents(manifest_dir)
+    else:
+        docs = before
+    for rank in found:
+        if rank.pid in docs:
+            note = "adopted before" if rank.pid in before else None
+            result.ranks.append(AdoptedRank(rank.rank, rank.pid, node, docs[rank.pid], note))
+        elif rank.pid in errors:
+            result.ranks.append(AdoptedRank(rank.rank, rank.pid, node, "failed", errors[rank.pid]))
+        else:
+            result.ranks.append(AdoptedRank(
+                rank.rank, rank.pid, node, "pending",
+                "blocked in native code; the debugger attaches when it returns to Python",
+            ))
+    return result
+
+
+def main(argv: Sequence[str]) -> int:
+    """``--adopt-node REQUEST``: REQUEST is a JSON file {"node", "roots", "env"}; prints a NodeResult line."""
+    try:
+        request = json.loads(Path(argv[0]).read_text())
+        result = adopt_node(str(request["node"]), [int(p) for p in request["roots"]], dict(request["env"]))
+    except (IndexError, OSError, ValueError, KeyError) as exc:
+        print(json.dumps({"error": f"bad adopt request: {exc}"}))
+        return 2
+    except AdoptRefused as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    print(result.to_json())
+    sys.stdout.flush()
+    return 0
