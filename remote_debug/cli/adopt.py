@@ -29,7 +29,7 @@ def adopt(
     Afterwards the job is listed by 'jobs' and attach, stacks, ssh and stop work on it as on a launched
     job.  Needs the same user as the job, and gdb for Python 3.10-3.13 ranks (3.14+: sys.remote_exec).
     """
-    from remote_debug.local.adopt import adopt_local, adopted_jobs
+    from remote_debug.local.adopt import adopt_local, adopted_jobs, plan_nodes
     from remote_debug.local.paths import StatePaths
 
     paths = StatePaths.default()
@@ -52,8 +52,10 @@ def adopt(
         return
     if not pid:
         raise UserError("give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list)")
+    # every rank checked before a word of progress: a refusal is the one line the user sees
+    plans = None if set(pid) & set(adopted_jobs(paths)) else plan_nodes(pid)
     with progress(f"adopting pid {', '.join(map(str, pid))}", enabled=not as_json):
-        outcome = adopt_local(pid, name, paths=paths)
+        outcome = adopt_local(pid, name, paths=paths, plans=plans)
     if as_json:
         print_json(outcome.to_dict())
         return

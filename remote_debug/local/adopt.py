@@ -119,13 +119,16 @@ def plan_nodes(pids: Sequence[int]) -> dict[str, tuple[int, list[RankProcess], d
 def adopt_local(
     pids: Sequence[int], name: str | None = None, *, paths: StatePaths | None = None,
     confirm_seconds: float = 10.0,
+    plans: dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]] | None = None,
 ) -> AdoptOutcome:
+    """Adopt the job whose node launchers are ``pids``; ``plans``: :func:`plan_nodes`' answer, when the caller
+    checked first (the CLI does, so that a refusal is its only line)."""
     paths = paths or StatePaths.default()
     known = adopted_jobs(paths)
     if any(pid in known for pid in pids):
         job = next(known[pid] for pid in pids if pid in known)
         return _already(paths, job)
-    plans = plan_nodes(pids)
+    plans = plans if plans is not None else plan_nodes(pids)
     first = pids[0]
     name = name or default_name(first)
     try:
