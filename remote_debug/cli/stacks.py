@@ -9,28 +9,63 @@ import typer
 from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json
+from remote_debug.container.pyspy import PyspyError
 from remote_debug.local.connection import JobConnection
-from remote_debug.local.stacks import collect_stacks, format_stacks
+from remote_debug.local.errors import UserError
+from remote_debug.local.stacks import collect_job_stacks_no_hook, collect_pid_stacks, collect_stacks, format_stacks
 
 
 @app.command()
 def stacks(
-    job: Annotated[str, typer.Argument(help="Job name (or SageMaker training-job ARN).")],
+    job: Annotated[
+        str | None, typer.Argument(help="Job name (or SageMaker training-job ARN); with --pid, none.")
+    ] = None,
     ranks: Annotated[str, typer.Option("--ranks", help="all, or e.g. 0,2.")] = "all",
     timeout: Annotated[
         float,
         typer.Option(
             "--timeout",
             metavar="SECONDS",
-            help="How long to wait for the nodes to be reachable.",
+            help="How long to wait for the nodes to be reachable (--no-hook: for the ranks to start).",
             callback=positive_seconds,
         ),
     ] = 30.0,
     as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
     all_threads: Annotated[bool, flag("--all-threads", help="Also the debugger's own threads.")] = False,
+    no_hook: Annotated[
+        bool,
+        flag("--no-hook", help="Read each rank with py-spy, not through the job's hook (jobs of this machine)."),
+    ] = False,
+    pid: Annotated[
+        int | None,
+        typer.Option(
+            "--pid", min=1, help="With --no-hook: the ranks under this process (a torchrun launcher or one rank)."
+        ),
+    ] = None,
 ) -> None:
-    """Where is it hung? Every rank's Python stacks, without ptrace and without tracing."""
-    report = collect_stacks(JobConnection.open(job), spec.parse_ranks(ranks), timeout=timeout, all_threads=all_threads)
+    """Where is it hung? Every rank's Python stacks, without tracing.
+
+    By default through the job's hook (no ptrace).
+
+    --no-hook: py-spy reads each rank from outside, pausing it ~20 ms (jobs of this machine; --pid: any process).
+    """
+    selection = spec.parse_ranks(ranks)
+    if pid is not None and job is not None:
+        raise UserError(f"give a job or --pid, not both: remote-debug stacks --no-hook --pid {pid}")
+    if pid is None and job is None:
+        raise UserError("which job? remote-debug stacks JOB (or: remote-debug stacks --no-hook --pid PID)")
+    try:
+        if pid is not None:
+            # --pid is py-spy's by nature (a process tree has no hook to ask): --no-hook is implied
+            report = collect_pid_stacks(pid, selection, all_threads=all_threads)
+        elif no_hook:
+            assert job is not None
+            report = collect_job_stacks_no_hook(job, selection, timeout=timeout, all_threads=all_threads)
+        else:
+            assert job is not None
+            report = collect_stacks(JobConnection.open(job), selection, timeout=timeout, all_threads=all_threads)
+    except PyspyError as exc:
+        raise UserError(str(exc)) from None
     if as_json:
         print_json(report)
     else:
