@@ -19,13 +19,14 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.server import Call, Forward, Front
-from remote_debug.emulator.ssm_channel import DataChannelServer
+from remote_debug.emulator.ssm_channel import SHELL_DOCUMENT, DataChannelServer
+from remote_debug.emulator.ssm_shell import open_shell
 from remote_debug.emulator.training import TrainingJobs
 from remote_debug.spec import LOOPBACK
 
 ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too
 DEFAULT_REGION = "us-east-1"
-SESSION_DOCUMENTS = ("AWS-StartSSHSession", "AWS-StartPortForwardingSession")
+SESSION_DOCUMENTS = ("AWS-StartSSHSession", "AWS-StartPortForwardingSession", SHELL_DOCUMENT)
 _TRAINING_JOB_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-job/")
 _OWNER = re.compile(r"[^A-Za-z0-9_.@+=-]")
 
@@ -134,12 +135,17 @@ class Emulator:
     def _start_session(self, call: Call) -> dict[str, Any]:
         assert self.jobs is not None
         target = call.params["Target"]
-        document = call.params.get("DocumentName", "SSM-SessionManagerRunShell")
+        document = call.params.get("DocumentName", SHELL_DOCUMENT)
         if document not in SESSION_DOCUMENTS:
             raise ApiError(
                 "ValidationException",
                 f"the emulator serves the documents {', '.join(SESSION_DOCUMENTS)}, not {document}",
             )
+        owner = _OWNER.sub("", call.access_key)[:64] or "emulator"
+        if document == SHELL_DOCUMENT:  # an interactive shell in the node (ssm_shell.py)
+            session = open_shell(self.channel, self.jobs, target, call.params.get("Parameters", {}), owner)
+            return {"SessionId": session.session_id, "TokenValue": session.token_value,
+                    "StreamUrl": session.stream_url}
         _job, connect = self.jobs.connector(target)
         try:
             session = self.channel.open_session(
@@ -147,7 +153,7 @@ class Emulator:
                 document=document,
                 parameters=call.params.get("Parameters", {}),
                 connect=connect,
-                owner=_OWNER.sub("", call.access_key)[:64] or "emulator",
+                owner=owner,
             )
         except ValueError as exc:
             raise ApiError("ValidationException", str(exc)) from None

@@ -13,6 +13,9 @@ the OpenDataChannel text frame with the token, and speaks ``ClientMessage`` fram
   carry a session over a reconnect (ResumeSession + a new WebSocket with a fresh token);
 * AWS-StartSSHSession: the plugin relays its stdin/stdout as raw bytes; we dial the target port when
   the handshake completes and end the session (channel_closed) when the target closes;
+* SSM-SessionManagerRunShell (no DocumentName): session type ``Standard_Stream``; the relay, a shell on a
+  pseudo-terminal inside the node, is :mod:`.ssm_shell`'s (this module only routes the plugin's Size
+  messages to it);
 * AWS-StartPortForwardingSession: the plugin multiplexes local connections with smux v1 over the
   stream; each smux stream is dialed on its own when its SYN arrives, like the agent's
   ``port_mux.go``. We announce agent version ``AGENT_VERSION`` (> 3.1.1511.0) so that the plugin
@@ -56,6 +59,10 @@ AGENT_VERSION = "3.3.1611.0"
 MUX_MIN_CLIENT_VERSION = (1, 1, 70)  # the agent's own threshold for smux port forwarding
 SSH_DOCUMENT = "AWS-StartSSHSession"
 PORT_FORWARDING_DOCUMENT = "AWS-StartPortForwardingSession"
+SHELL_DOCUMENT = "SSM-SessionManagerRunShell"  # StartSession without a DocumentName
+# The plugin's name for shell sessions (upstream src/config/config.go ShellPluginName): its handshake
+# then registers shellsession.go's handler (terminal in cbreak -echo, keystrokes and Size messages).
+SHELL_SESSION_TYPE = "Standard_Stream"
 PATH_PREFIX = "/v1/data-channel/"
 
 MAX_PAYLOAD = 64 * 1024
@@ -138,14 +145,18 @@ class _Outgoing:
         self.raw, self.sent, self.attempts = raw, sent, 0
 
 
+RelayFactory = Callable[["_Channel"], "_Relay"]
+
+
 class _Channel:
     """One session's data-channel state; it outlives WebSocket connections (resume). Loop thread only,
     except ``session``/``token_used``/``closed``, which change under the server's lock."""
 
-    def __init__(self, server: DataChannelServer, session: Session, properties: dict[str, str], forwarding: bool,
-                 connect: Connector) -> None:
+    def __init__(self, server: DataChannelServer, session: Session, properties: dict[str, Any], forwarding: bool,
+                 connect: Connector, session_type: str = "Port", make_relay: RelayFactory | None = None) -> None:
         self.server, self.session, self.properties, self.forwarding = server, session, properties, forwarding
         self.connect = connect
+        self.session_type, self.make_relay = session_type, make_relay
         self.token_used = False
         self.closed = False
         self.ws: ServerConnection | None = None
@@ -182,7 +193,7 @@ class _Channel:
             self.handshake_timer = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self.fail, (
                 "Handshake timed out. Please ensure that you have the latest version of the session manager plugin."))
             self.send_stream(m.PayloadType.HANDSHAKE_REQUEST,
-                             m.handshake_request(AGENT_VERSION, "Port", self.properties))
+                             m.handshake_request(AGENT_VERSION, self.session_type, self.properties))
         else:
             now = time.monotonic()
             for pending in self.unacked.values():
@@ -326,6 +337,8 @@ class _Channel:
         elif (message.payload_type == m.PayloadType.FLAG
               and m.parse_flag(message.payload) == m.PayloadTypeFlag.TERMINATE_SESSION):
             self.server.spawn(self.end("", graceful=False))
+        elif message.payload_type == m.PayloadType.SIZE:  # shell sessions: the plugin's terminal size
+            self.relay.resize(message.payload)
         # DisconnectToPort is basic port forwarding's; with smux a closed local connection is a FIN.
 
     def _on_handshake_response(self, payload: bytes) -> None:
@@ -344,7 +357,10 @@ class _Channel:
         elapsed = time.monotonic() - self.handshake_started
         self.send_stream(m.PayloadType.HANDSHAKE_COMPLETE, m.handshake_complete(elapsed))
         port = self.session.port
-        self.relay = MuxRelay(self, port) if self.forwarding else StdioRelay(self, port)
+        if self.make_relay is not None:
+            self.relay = self.make_relay(self)
+        else:
+            self.relay = MuxRelay(self, port) if self.forwarding else StdioRelay(self, port)
         log.info("session %s: handshake complete (plugin %s)", self.session.session_id, response.client_version)
 
     # --- ending -------------------------------------------------------------------------------------
@@ -505,6 +521,9 @@ class _Relay:
 
     def pipe_failed(self, pipe: _Pipe, exc: Exception) -> None:
         raise NotImplementedError
+
+    def resize(self, payload: bytes) -> None:
+        """A Size message (``{"cols": C, "rows": R}``): only a terminal has a size."""
 
     def _pipe(self, sid: int = 0) -> _Pipe:
         pipe = _Pipe(self, sid)
@@ -710,11 +729,32 @@ class DataChannelServer:
         if not _OWNER.fullmatch(owner):
             raise ValueError(f"owner {owner!r} is not a valid user or role session name")
         port, properties, forwarding = _properties(document, parameters)
+        return self._open(target, document, port, owner,
+                          lambda session: _Channel(self, session, properties, forwarding, connect))
+
+    def open_shell_session(self, *, target: str, properties: dict[str, Any], make_relay: RelayFactory,
+                           owner: str) -> Session:
+        """A ``Standard_Stream`` session whose relay ``make_relay`` builds once the handshake completes."""
+        if self._loop is None or self._closed:
+            raise RuntimeError("the data channel server is not running")
+        if not _OWNER.fullmatch(owner):
+            raise ValueError(f"owner {owner!r} is not a valid user or role session name")
+
+        def no_port(port: int) -> socket.socket:
+            raise OSError(f"a shell session dials no port ({port})")
+
+        return self._open(target, SHELL_DOCUMENT, 0, owner, lambda session: _Channel(
+            self, session, properties, False, no_port, SHELL_SESSION_TYPE, make_relay))
+
+    def _open(self, target: str, document: str, port: int, owner: str,
+              make_channel: Callable[[Session], _Channel]) -> Session:
+        loop = self._loop
+        assert loop is not None
         session_id = f"{owner}-{secrets.token_hex(9)[:17]}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         session = Session(session_id, target, document, port, secrets.token_urlsafe(32),
                           f"ws://{host}:{self.port}{PATH_PREFIX}{session_id}?role=publish_subscribe")
-        channel = _Channel(self, session, properties, forwarding, connect)
+        channel = make_channel(session)
         with self._lock:
             self._channels[session_id] = channel
         loop.call_soon_threadsafe(channel.arm_timer)  # never opened -> terminated like a dropped one
