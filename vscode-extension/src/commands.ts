@@ -4,6 +4,7 @@ import * as path from 'node:path';
 
 import * as vscode from 'vscode';
 
+import { Adopter } from './adopt';
 import { AttachManager, AttachSettings, showError } from './attach';
 import { AttachTargets } from './attachTarget';
 import { Cli, CliError } from './cli';
@@ -64,6 +65,8 @@ export class Commands {
   /** Why a backend's jobs were not listed (the Jobs view's warning node, the AWS status bar item). */
   readonly listing = new ListingProblems();
   private consent: SshConfigConsent | undefined;
+  /** Adopt a Running Process… and Adopt Job… (adopt.ts); their Attach All Ranks is this class's. */
+  private readonly adopter: Adopter;
 
   /** Ask-once before ~/.ssh/config is edited (activate shares it with attach, for --no-ssh-include). */
   get sshConsent(): SshConfigConsent {
@@ -83,7 +86,9 @@ export class Commands {
     private readonly runs: RunManager,
     /** Where each job's code is on this machine (path mappings' local root, the workspace folder). */
     readonly targets: AttachTargets = new AttachTargets(),
-  ) {}
+  ) {
+    this.adopter = new Adopter(cli, model, this, log);
+  }
 
   register(): vscode.Disposable[] {
     const wrap =
@@ -114,6 +119,8 @@ export class Commands {
       'remoteDebug.syncAndRerun': this.syncAndRerun,
       'remoteDebug.stopRun': this.stopRun,
       'remoteDebug.release': this.release,
+      'remoteDebug.adopt': () => this.adopter.adoptProcess(),
+      'remoteDebug.adoptJob': (node?: TreeNode) => this.adopter.adoptJob(node),
       'remoteDebug.showOutput': async () => this.log.show(),
     };
     return Object.entries(table).map(([name, fn]) => vscode.commands.registerCommand(name, wrap(name, fn)));

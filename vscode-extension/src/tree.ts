@@ -2,6 +2,7 @@
 
 import * as vscode from 'vscode';
 
+import { isAdoptableJob } from './adopt';
 import { isRunning } from './events';
 import { backendTitle, ListingProblem, ListingProblems } from './listingProblems';
 import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState } from './model';
@@ -92,7 +93,8 @@ export function keptAlivePhrase(secondsLeft: number): string {
 
 /**
  * `job-running` / `job-ended`, then `-attached` while an attach process runs, `-keepalive` for a kept-alive job
- * (Release, Sync and Re-run inline), `-rerunning` while this window's re-run runs (Stop Run).
+ * (Release, Sync and Re-run inline), `-rerunning` while this window's re-run runs (Stop Run), `-adoptable` for a running
+ * SageMaker job launched without remote debugging (Adopt Job…).
  */
 export function jobContextValue(entry: JobEntry): string {
   const running = isRunning(entry.info) ? 'job-running' : 'job-ended';
@@ -101,7 +103,8 @@ export function jobContextValue(entry: JobEntry): string {
   const rerunning = entry.rerun !== undefined ? '-rerunning' : '';
   // `-reattach`: ranks whose sessions ended unexpectedly, or attached before a window reload (Re-attach)
   const reattach = entry.reattachable || [...entry.nodes.values()].some((n) => [...n.ranks.values()].some((r) => r.lost)) ? '-reattach' : '';
-  return running + attached + kept + rerunning + reattach;
+  const adoptable = isAdoptableJob(entry.info) ? '-adoptable' : '';
+  return running + attached + kept + rerunning + reattach + adoptable;
 }
 
 export function rankDescription(r: RankEntry): string {

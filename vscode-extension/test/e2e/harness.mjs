@@ -344,9 +344,11 @@ export async function waitForPausedSessions(count, timeout = 300_000) {
 
 /**
  * Select a paused rank's session, check its top frame (`main` at `line` of `script`), and read its locals:
- * returns `value(name)`, the Variables row of a local.
+ * returns `value(name)`, the Variables row of a local.  `marker`: a local the frame has (train_ddp.py's
+ * `shard_marker` by default); `rankLocal`: the frame has a `rank` local equal to the rank (false: a script that
+ * is not a torchrun rank, e.g. an adopted plain process).
  */
-export async function pausedRankLocals(rank, { line, script }) {
+export async function pausedRankLocals(rank, { line, script, marker = 'shard_marker', rankLocal = true }) {
   await clickLabel(rankRow(rank));
   const frame = await waitFor(`the top frame of rank ${rank}`, async () => {
     const rows = await callStackRows();
@@ -368,20 +370,20 @@ export async function pausedRankLocals(rank, { line, script }) {
   // The Variables view keeps showing the frame focused before the click (VS Code focuses the session that
   // stopped last) until it has fetched the new frame's scopes: wait for this rank's own `rank` local, else a
   // fast read would return the other rank's locals.
-  const isThisRank = (v) => v.some((t) => new RegExp(`^rank\\s*[:=]?\\s*${rank}$`).test(t));
+  const isThisRank = (v) => !rankLocal || v.some((t) => new RegExp(`^rank\\s*[:=]?\\s*${rank}$`).test(t));
   const vars = await waitFor(`the locals of rank ${rank}`, async () => {
     const v = await variablesText();
-    if (v.includes('Locals') && !v.some((t) => t.startsWith('shard_marker'))) {
+    if (v.includes('Locals') && !v.some((t) => t.startsWith(marker))) {
       const locals = state.page.locator('.debug-variables .monaco-list-row', { hasText: 'Locals' }).first();
       if ((await locals.getAttribute('aria-expanded')) === 'false') {
         await clickLabel(locals);
       }
       return undefined;
     }
-    return v.some((t) => t.startsWith('shard_marker')) && isThisRank(v) ? v : undefined;
+    return v.some((t) => t.startsWith(marker)) && isThisRank(v) ? v : undefined;
   }, { timeout: 30_000 });
   const value = (name) => vars.find((t) => new RegExp(`^${name}\\s*[:= ]`).test(t));
-  say(`rank ${rank} variables: ${value('rank')}; ${value('shard_marker')} (${vars.length - 2} locals)`);
+  say(`rank ${rank} variables: ${rankLocal ? `${value('rank')}; ` : ''}${value(marker)} (${vars.length - 2} locals)`);
   return value;
 }
 
@@ -394,6 +396,27 @@ export async function continueRank(rank) {
     const row = rows.find((r) => isRankSession(r, rank));
     return !row || !/Paused/i.test(row.label);
   }, { timeout: 30_000 });
+}
+
+// --- the Jobs view --------------------------------------------------------------------------------------
+
+/** The Jobs view's pane (the view container must be showing). */
+export const jobsPane = () => state.page.locator('[id="workbench.view.extension.remoteDebug"]');
+
+/** A row of the Jobs view whose text starts with `text`. */
+export const viewRow = (text) => jobsPane().locator('.monaco-list-row', { hasText: text }).first();
+
+/** Hover a row of the Jobs view and click one of its inline action buttons (by the command's title). */
+export async function clickInline(row, title) {
+  await row.hover();
+  const button = row.locator(`.actions .action-label[aria-label="${title}"]`);
+  await button.waitFor({ state: 'visible', timeout: 15_000 });
+  await button.click();
+}
+
+export async function showJobsView() {
+  await runCommand('View: Show Remote Debug');
+  await jobsPane().waitFor({ state: 'visible', timeout: 30_000 });
 }
 
 // --- set-up and tear-down ---------------------------------------------------------------------------

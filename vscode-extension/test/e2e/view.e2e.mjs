@@ -27,8 +27,10 @@ import * as path from 'node:path';
 import {
   cli,
   callStackRows,
+  clickInline,
   env,
   jobInfo,
+  jobsPane,
   jobsViewRows,
   launchJob,
   notifications,
@@ -39,10 +41,12 @@ import {
   say,
   screenshot,
   setBreakpoint,
+  showJobsView,
   startCodeServer,
   state,
   step,
   useHarness,
+  viewRow,
   waitFor,
   isRankSession,
   writeMachineSettings,
@@ -64,25 +68,6 @@ region = us-west-2
 sso_start_url = https://corp.awsapps.com/start
 sso_region = us-east-1
 `;
-
-/** The Jobs view's pane (the view container must be showing). */
-const jobsPane = () => state.page.locator('[id="workbench.view.extension.remoteDebug"]');
-
-/** A row of the Jobs view whose text starts with `text`. */
-const viewRow = (text) => jobsPane().locator('.monaco-list-row', { hasText: text }).first();
-
-/** Hover a row of the Jobs view and click one of its inline action buttons (by the command's title). */
-async function clickInline(row, title) {
-  await row.hover();
-  const button = row.locator(`.actions .action-label[aria-label="${title}"]`);
-  await button.waitFor({ state: 'visible', timeout: 15_000 });
-  await button.click();
-}
-
-async function showJobsView() {
-  await runCommand('View: Show Remote Debug');
-  await jobsPane().waitFor({ state: 'visible', timeout: 30_000 });
-}
 
 test('The Jobs view: credentials warning, 8 ranks of a subfolder job, inline buttons, stacks, stop, launch', { timeout: 1_200_000 }, async () => {
   // the job's code is training/: its code dir on the node holds training/'s contents
