@@ -189,6 +189,7 @@ def test_a_rank_blocked_in_a_collective_gets_its_agent_when_it_returns(home: Pat
         states = {r["rank"]: (r["state"], r["note"]) for r in outcome["ranks"]}
         assert states[1] == ("idle", None), outcome
         assert states[0][0] == "pending" and "native code" in states[0][1], outcome
+        assert "main thread in all_reduce" in states[0][1], outcome  # where it waits, from py-spy
         (marks / "hold").unlink()  # rank 1 joins: the collective returns, rank 0 runs its queued agent
         result = attach_headless("blocked", project, script, break_line(script) + 1)
         assert {r.rank: r.stops[0].variables["marker"] for r in result.reports} == {0: "7", 1: "1007"}

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from remote_debug import osutil
+from remote_debug.container import pyspy
 from remote_debug.container.adopt import inject
 from remote_debug.container.adopt.agent import bootstrap_source
 from remote_debug.container.adopt.checks import AdoptRefused, Way, check_all
@@ -138,11 +139,22 @@ def adopt_node(
         elif rank.pid in errors:
             result.ranks.append(AdoptedRank(rank.rank, rank.pid, node, "failed", errors[rank.pid]))
         else:
-            result.ranks.append(AdoptedRank(
-                rank.rank, rank.pid, node, "pending",
-                "blocked in native code; the debugger attaches when it returns to Python",
-            ))
+            result.ranks.append(AdoptedRank(rank.rank, rank.pid, node, "pending", pending_note(rank.pid)))
     return result
+
+
+def pending_note(pid: int) -> str:
+    """Why a rank has not run its agent yet, with where it waits (py-spy, when it is there: the stack is
+    what the user wants to see of a hung rank, and the only one to be had until the rank returns)."""
+    note = "blocked in native code; the debugger attaches when it returns to Python"
+    try:
+        main = pyspy.dump(pid, timeout=5.0).main_thread
+    except pyspy.PyspyError:
+        return note
+    if main is None or not main.frames:
+        return note
+    top = main.frames[-1]  # frames run outermost first: the last is where it waits
+    return f"{note} (main thread in {top.function}, {top.file}:{top.line})"
 
 
 def main(argv: Sequence[str]) -> int:
