@@ -1,4 +1,5 @@
-"""``remote-debug adopt --pid PID``: make a running job that was started without remote_debug debuggable."""
+"""``remote-debug adopt --pid PID`` / ``adopt JOB``: make a running job that was started without remote_debug
+debuggable (a job of this machine / a SageMaker training job)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from remote_debug.local.errors import UserError
 
 @app.command()
 def adopt(
+    job: Annotated[
+        str | None,
+        typer.Argument(help="A running SageMaker training job (name or ARN) to adopt through SageMaker's remote "
+                       "debugging (SSM).", show_default=False),
+    ] = None,
     pid: Annotated[
         list[int] | None,
         typer.Option(
@@ -28,7 +34,13 @@ def adopt(
 
     Afterwards the job is listed by 'jobs' and attach, stacks, ssh and stop work on it as on a launched
     job.  Needs the same user as the job, and gdb for Python 3.10-3.13 ranks (3.14+: sys.remote_exec).
+    JOB: a SageMaker training job, reached through SageMaker's remote debugging (turned on if off).
     """
+    if job is not None:
+        if pid or name or list_them:
+            raise UserError("adopt JOB takes no --pid, --name or --list: a SageMaker job keeps its own name")
+        _adopt_sagemaker(job, as_json)
+        return
     from remote_debug.local.adopt import adopt_local, adopted_jobs, plan_nodes
     from remote_debug.local.paths import StatePaths
 
@@ -51,9 +63,10 @@ def adopt(
                           markup=False)
         return
     if not pid:
-        raise UserError("give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list)")
+        raise UserError("give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list), "
+                        "or a SageMaker job: remote-debug adopt JOB")
     # every rank checked before a word of progress: a refusal is the one line the user sees
-    plans = None if set(pid) & set(adopted_jobs(paths)) else plan_nodes(pid)
+    plans = None if set(pid) & set(adopted_jobs(paths)) else plan_nodes(pid, paths)
     with progress(f"adopting pid {', '.join(map(str, pid))}", enabled=not as_json):
         outcome = adopt_local(pid, name, paths=paths, plans=plans)
     if as_json:
@@ -67,3 +80,40 @@ def adopt(
         note = f" ({r.note})" if r.note else ""
         console.print(f"  rank {r.rank}  pid {r.pid}  {r.node}  {r.state}{note}", markup=False)
     console.print(f"next: remote-debug attach {outcome.job}", markup=False)
+
+
+def _adopt_sagemaker(job: str, as_json: bool) -> None:
+    from remote_debug.local import aws
+    from remote_debug.local.adopt_sagemaker import adopt_sagemaker
+    from remote_debug.local.ssm_shell import ShellSession
+
+    name, arn_region = aws.parse_training_job(job)
+    region, source = aws.resolve_region()
+    if arn_region and source != "--region":  # the ARN names the job's region; --region still wins
+        region = arn_region
+    if not region:
+        raise UserError(aws.NO_REGION)
+    profile = aws.profile()
+    sagemaker = aws.client("sagemaker", profile_name=profile, region=region)
+    ssm_client = aws.client("ssm", profile_name=profile, region=region)
+
+    def open_shell(node: str) -> ShellSession:
+        shell = ShellSession.for_node(ssm_client, name, node, profile=profile or "")
+        shell.start()
+        return shell
+
+    def say(line: str) -> None:
+        if not as_json:
+            console.print(line, markup=False)
+
+    with progress(f"adopting SageMaker job {name}", enabled=not as_json):
+        outcome = adopt_sagemaker(name, sagemaker=sagemaker, open_shell=open_shell, say=say)
+    if as_json:
+        print_json(outcome.to_dict())
+        return
+    console.print(f"job {name} was adopted before" if outcome.already else f"adopted SageMaker job {name}",
+                  markup=False)
+    for r in outcome.ranks:
+        note = f" ({r.note})" if r.note else ""
+        console.print(f"  rank {r.rank}  pid {r.pid}  {r.node}  {r.state}{note}", markup=False)
+    console.print(f"next: remote-debug attach {name}", markup=False)

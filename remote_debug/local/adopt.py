@@ -32,7 +32,7 @@ from typing import Any
 from remote_debug import osutil, spec
 from remote_debug.container.adopt import checks
 from remote_debug.container.adopt.node import AdoptedRank, adopt_node, node_ranks
-from remote_debug.container.adopt.procs import PROC, ProcError, RankProcess, proc_info
+from remote_debug.container.adopt.procs import PROC, ProcError, RankProcess, net_namespace, proc_info
 from remote_debug.local.backends.machine_job import (
     NodeLayout,
     node_environment,
@@ -93,8 +93,11 @@ def default_name(pid: int) -> str:
     return f"adopted-{pid}-{time.strftime('%H%M%S')}"
 
 
-def plan_nodes(pids: Sequence[int]) -> dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]]:
+def plan_nodes(
+    pids: Sequence[int], paths: StatePaths | None = None
+) -> dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]]:
     """node -> (root pid, its ranks, the way into each), every rank checked; UserError (one line) if not."""
+    paths = paths or StatePaths.default()
     if len(set(pids)) != len(pids):
         raise UserError("the same --pid was given twice: give each node's launcher once")
     plans: dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]] = {}
@@ -103,7 +106,7 @@ def plan_nodes(pids: Sequence[int]) -> dict[str, tuple[int, list[RankProcess], d
         try:
             proc_info(pid)
             ranks = node_ranks([pid])
-            ways = checks.check_all(ranks)
+            ways = checks.check_all(ranks, sees=paths.jobs_dir)
         except ProcError as exc:
             raise UserError(f"cannot adopt pid {pid}: {exc}") from None
         except checks.AdoptRefused as exc:
@@ -128,7 +131,7 @@ def adopt_local(
     if any(pid in known for pid in pids):
         job = next(known[pid] for pid in pids if pid in known)
         return _already(paths, job)
-    plans = plans if plans is not None else plan_nodes(pids)
+    plans = plans if plans is not None else plan_nodes(pids, paths)
     first = pids[0]
     name = name or default_name(first)
     try:
@@ -189,6 +192,7 @@ def _create_job_dir(
     cpus = os.cpu_count() or 1
     node_plans: dict[str, Any] = {}
     code_dirs: dict[str, str] = {}
+    namespaces: dict[str, str] = {}
     try:
         for node, (pid, _ranks, _ways) in plans.items():
             prepare_node(NodeLayout(staging, node), hosts, {}, cpus)
@@ -199,6 +203,9 @@ def _create_job_dir(
             env.update({"REMOTE_DEBUG_CODE_DIR": cwd, "SM_MODULE_DIR": cwd})
             node_plans[node] = {"root_pid": pid, "env": env}
             code_dirs[node] = cwd
+            namespace = net_namespace(pid)
+            if namespace is not None:  # a node in a network namespace: its daemon and our relay go in there too
+                namespaces[node] = namespace
         state = {
             "name": name,
             "backend": "local",
@@ -215,9 +222,10 @@ def _create_job_dir(
             "stop_grace_seconds": STOP_GRACE_SECONDS,
             "node_plans": node_plans,
             "code_dirs": code_dirs,
-            "isolation": "loopback",
+            "isolation": "netns" if namespaces else "loopback",
             "isolation_note": "adopted: the processes' own network",
-            "node_netns": {},
+            # node -> its network namespace (a name, or /proc/PID/ns/net); "netns" stays empty: not ours to delete
+            "node_netns": namespaces,
             "node_addresses": {},
             "netns": [],
             "adopted": {"roots": {node: plan[0] for node, plan in plans.items()}},

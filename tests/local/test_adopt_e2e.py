@@ -26,15 +26,17 @@ import pytest
 
 from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
+from remote_debug.local.backends import netns
 from remote_debug.local.headless import HeadlessPlan
 from remote_debug.local.paths import StatePaths
-from tests.adopt_targets import Plain, plain_python, plain_torchrun, pyenv_python, wait_file
-from tests.container.helpers import wait_for
+from tests.adopt_targets import Plain, plain_env, plain_python, plain_torchrun, pyenv_python, wait_file
+from tests.container.helpers import free_port, wait_for
 from tests.ddp_job import break_line, marked_project
 from tests.jobs import LocalJob
 from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
 
 CLI = [sys.executable, "-m", "remote_debug"]
+needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
 
 # A plain torchrun rank: a second thread spins (GIL contention), the main thread loops over a collective,
 # and reports whether any tracer is installed (main thread or a fresh thread).
@@ -267,3 +269,40 @@ def test_an_opted_out_process_is_refused_and_an_unknown_pid_too(home: Path, tmp_
     gone = cli("adopt", "--pid", str(job.pid), check=False)
     assert gone.returncode == 2 and f"process {job.pid} does not exist" in gone.stderr, gone.stderr
     assert _no_jobs()
+
+
+@needs_netns
+def test_two_nodes_in_network_namespaces_are_adopted_and_every_rank_stops(home: Path, tmp_path: Path) -> None:
+    """A plain 2-node torchrun job, each node a network namespace of its own (as SageMaker's instances are
+    separate hosts): one --pid per node; each node's sshd runs in its namespace, reached only through the relay."""
+    project, marks = marked_project(tmp_path, DDP)
+    script = project / "train.py"
+    plan = netns.plan_for(tmp_path)
+    made: list[str] = []
+    nodes: list[Plain] = []
+    try:
+        made = netns.create(plan, 2)
+        port = free_port()
+        env = plain_env(**{name: netns.IFNAME for name in netns.IFNAME_ENV})
+        for i in range(2):
+            argv = [*netns.exec_prefix(plan.namespace(i)), sys.executable, "-m", "torch.distributed.run",
+                    "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "1",
+                    "--master-addr", plan.address(0), "--master-port", str(port), "train.py"]
+            nodes.append(Plain(argv, project, env, tmp_path / f"node{i}.log"))
+        wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90,
+                 f"both ranks running: {[n.output() for n in nodes]}")
+        outcome = adopt("--pid", str(nodes[0].pid), "--pid", str(nodes[1].pid), "--name", "two-nodes")
+        assert outcome["nodes"] == ["algo-1", "algo-2"]
+        assert [(r["rank"], r["node"], r["state"]) for r in outcome["ranks"]] == [
+            (0, "algo-1", "idle"), (1, "algo-2", "idle")
+        ], outcome
+        state = json.loads((StatePaths.default().job_dir("two-nodes") / "job.json").read_text())
+        assert state["node_netns"] == {"algo-1": plan.namespace(0), "algo-2": plan.namespace(1)}
+        result = attach_headless("two-nodes", project, script, break_line(script) + 1)
+        assert [(r.rank, r.node, r.stops[0].variables["marker"]) for r in result.reports] == [
+            (0, "algo-1", "7"), (1, "algo-2", "1007")
+        ]
+    finally:
+        for node in nodes:
+            node.stop()
+        netns.delete(made)

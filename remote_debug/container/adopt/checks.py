@@ -14,7 +14,7 @@ the user can act on:
   must be the same version: the target's own executable), gdb on 3.10-3.13;
 * not opted out: PEP 768's ``PYTHON_DISABLE_REMOTE_DEBUG`` / ``-X disable_remote_debug``, and ours,
   ``REMOTE_DEBUG_ADOPT=0``;
-* in our mount namespace: the agent is a file we write, and the rank must see it at the same path.
+* sees our files: the agent is a file we write, and the rank must see it at the same path.
 """
 
 from __future__ import annotations
@@ -66,8 +66,26 @@ def _pid_label(rank: RankProcess) -> str:
     return f"rank {rank.rank} (pid {rank.pid})"
 
 
-def check_rank(rank: RankProcess, *, gdb: str | None = None) -> Way:
-    """The way into ``rank``; AdoptRefused with one line when there is none."""
+def sees_same(pid: int, path: Path) -> bool:
+    """Whether ``pid`` sees ``path`` (its nearest existing ancestor) as the same file as we do.
+
+    Not "the same mount namespace": ``ip netns exec`` gives its command a mount namespace of its own (to bind
+    /etc/netns files), yet /tmp and home are the same there.  What matters is that the rank can open the agent
+    file we write, so the dir it goes into is compared through the rank's own root (``/proc/PID/root``)."""
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        ours = os.stat(path)
+        theirs = os.stat(f"{PROC}/{pid}/root{path}")
+    except OSError:
+        return False
+    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None = None) -> Way:
+    """The way into ``rank``; AdoptRefused with one line when there is none.  ``sees``: a dir the rank must see
+    as we do (where its agent file will be)."""
     label = _pid_label(rank)
     try:
         status = read_status(rank.pid)
@@ -96,13 +114,8 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None) -> Way:
     opt_out = rank.env.get(OPT_OUT_ENV, "").strip() == "0"
     if opt_out or rank.env.get("PYTHON_DISABLE_REMOTE_DEBUG") or _x_option(rank.argv, "disable_remote_debug"):
         raise AdoptRefused(f"{label} opted out of remote debugging ({_opt_out_name(rank, opt_out)})")
-    try:
-        if os.stat(PROC / str(rank.pid) / "ns" / "mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
-            raise AdoptRefused(
-                f"{label} is in another mount namespace (a container?): run adopt inside it"
-            )
-    except OSError:
-        pass  # no namespace links to compare (not Linux-like /proc): assume the same
+    if sees is not None and not sees_same(rank.pid, sees):
+        raise AdoptRefused(f"{label} does not see {sees} as we do (another container?): run adopt inside it")
     version = python_version(rank.pid)
     if version is None:
         raise AdoptRefused(f"{label} is not a Python process")
@@ -119,11 +132,13 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None) -> Way:
     return Way("gdb", version, tool)
 
 
-def check_all(ranks: Sequence[RankProcess], *, gdb: str | None = None) -> dict[int, Way]:
+def check_all(
+    ranks: Sequence[RankProcess], *, gdb: str | None = None, sees: Path | None = None
+) -> dict[int, Way]:
     """pid -> way for every rank, or AdoptRefused for the first that cannot be adopted."""
     if not ranks:
         raise AdoptRefused("no ranks found (no Python process with torchrun/MPI rank variables under that pid)")
-    return {rank.pid: check_rank(rank, gdb=gdb) for rank in ranks}
+    return {rank.pid: check_rank(rank, gdb=gdb, sees=sees) for rank in ranks}
 
 
 def _x_option(argv: Sequence[str], name: str) -> bool:

@@ -1,8 +1,10 @@
 """Adopt the ranks of one node: find them, check them all, queue the agent in each, confirm each.
 
 Runs where the ranks run: called in-process by ``remote-debug adopt --pid`` for a job of this machine,
-and meant to run on a SageMaker instance as ``python -m remote_debug.container --adopt-node REQUEST``
-for ``adopt JOB`` (the request file holds the job's environment; the answer is one JSON line).
+and on a SageMaker instance (over an SSM shell session) for ``adopt JOB``:
+``python -m remote_debug.container --adopt-node --probe`` finds this node's ranks and checks them (one
+JSON line, :func:`probe`), then ``--adopt-node REQUEST`` adopts them (the request file holds the job's
+environment; the answer is one JSON line).
 
 Success is what the rank itself reports - its rank document in the node's manifest dir, with its pid -
 never gdb's exit code (gdb exits 0 when the queued code later fails).  A rank whose document does not
@@ -15,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +30,16 @@ from remote_debug.container import pyspy
 from remote_debug.container.adopt import inject
 from remote_debug.container.adopt.agent import bootstrap_source
 from remote_debug.container.adopt.checks import AdoptRefused, Way, check_all
-from remote_debug.container.adopt.procs import RankProcess, children_map, find_ranks
+from remote_debug.container.adopt.procs import (
+    PROC,
+    ProcError,
+    RankProcess,
+    children_map,
+    find_ranks,
+    python_version,
+    rank_of,
+    read_environ,
+)
 from remote_debug.spec import ENV_MANIFEST_DIR, ENV_STATE_DIR, ContractError, read_rank_documents
 
 CONFIRM_SECONDS = 10.0
@@ -105,7 +117,7 @@ def adopt_node(
     manifest_dir = Path(env[ENV_MANIFEST_DIR])
     state_dir = Path(env[ENV_STATE_DIR])
     found = list(ranks) if ranks is not None else node_ranks(roots)
-    ways = ways if ways is not None else check_all(found, gdb=gdb)
+    ways = ways if ways is not None else check_all(found, gdb=gdb, sees=state_dir)
     before = _documents(manifest_dir)
     errors: dict[int, str] = {}
     todo = [r for r in found if r.pid not in before]
@@ -157,8 +169,72 @@ def pending_note(pid: int) -> str:
     return f"{note} (main thread in {top.function}, {top.file}:{top.line})"
 
 
+def _namespaces(pid: int | str) -> tuple[int, int] | None:
+    """The (mount, network) namespace inodes of ``pid``; None when unreadable."""
+    try:
+        return os.stat(PROC / str(pid) / "ns" / "mnt").st_ino, os.stat(PROC / str(pid) / "ns" / "net").st_ino
+    except OSError:
+        return None
+
+
+def container_roots() -> list[int]:
+    """The topmost process of each training tree in this container: the ancestors of every rank here.
+
+    A rank is any Python process of our mount and network namespaces with torchrun/MPI rank variables; from
+    it we go up while the parent is still in those namespaces.  On SageMaker that ends at the container's PID 1
+    (a PID namespace of its own); in the emulator, which has no PID namespace, at the command the node was
+    started with (its parent, the emulator, lives outside the node's namespaces): either way the process whose
+    stdout is the container's log, and whose end is the node's end.
+    """
+    ours = _namespaces("self")
+    children = children_map()
+    parents = {child: parent for parent, kids in children.items() for child in kids}
+    roots: list[int] = []
+    for pid in sorted(parents):
+        if _namespaces(pid) != ours or pid == os.getpid():
+            continue
+        try:
+            env = read_environ(pid)
+        except ProcError:
+            continue
+        if rank_of(pid, env, ()) is None or python_version(pid) is None:
+            continue
+        top = pid
+        while parents.get(top, 0) > 0 and _namespaces(parents[top]) == ours:
+            top = parents[top]
+        if top not in roots:
+            roots.append(top)
+    return roots
+
+
+def probe() -> dict[str, object]:
+    """What the laptop needs to know of this node before adopting anything: its roots, its ranks, gdb, and the
+    one line why they cannot be adopted (``refusal``), checked exactly as :func:`adopt_node` will."""
+    roots = container_roots()
+    answer: dict[str, object] = {"uid": os.geteuid(), "roots": roots, "ranks": [], "gdb": shutil.which("gdb"),
+                                 "code_dir": None, "refusal": None}
+    try:
+        ranks = node_ranks(roots)
+        answer["ranks"] = [{"rank": r.rank, "pid": r.pid, "python": list(python_version(r.pid) or ())}
+                           for r in ranks]
+        check_all(ranks)
+    except (AdoptRefused, ProcError) as exc:
+        answer["refusal"] = str(exc)
+        return answer
+    try:  # where the first rank runs: what the IDE's workspace maps to
+        answer["code_dir"] = os.readlink(PROC / str(ranks[0].pid) / "cwd")
+    except OSError:
+        pass
+    return answer
+
+
 def main(argv: Sequence[str]) -> int:
-    """``--adopt-node REQUEST``: REQUEST is a JSON file {"node", "roots", "env"}; prints a NodeResult line."""
+    """``--adopt-node REQUEST``: REQUEST is a JSON file {"node", "roots", "env"}; prints a NodeResult line.
+    ``--adopt-node --probe``: prints :func:`probe`'s line."""
+    if list(argv[:1]) == ["--probe"]:
+        print(json.dumps(probe()))
+        sys.stdout.flush()
+        return 0
     try:
         request = json.loads(Path(argv[0]).read_text())
         result = adopt_node(str(request["node"]), [int(p) for p in request["roots"]], dict(request["env"]))

@@ -237,3 +237,27 @@ def find_ranks(root: int, children: Mapping[int, list[int]] | None = None) -> li
             pid=root, rank=0, local_rank=0, world_size=1, node_rank=0, argv=info.argv, env=read_environ(root),
         ))
     return sorted(ranks, key=lambda r: r.rank)
+
+
+NETNS_DIR = Path("/run/netns")
+
+
+def net_namespace(pid: int) -> str | None:
+    """``pid``'s network namespace when it is not ours: its ``ip netns`` name, else its /proc path (valid for as
+    long as the process lives, which is as long as anyone needs to reach it)."""
+    try:
+        theirs = os.stat(PROC / str(pid) / "ns" / "net").st_ino
+        if theirs == os.stat(PROC / "self" / "ns" / "net").st_ino:
+            return None
+    except OSError:
+        return None
+    try:
+        for entry in sorted(NETNS_DIR.iterdir()):
+            try:
+                if os.stat(entry).st_ino == theirs:
+                    return entry.name
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return str(PROC / str(pid) / "ns" / "net")

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import remote_debug.local.backends.netns as netns
 from remote_debug import osutil, spec
 from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
 from remote_debug.local.jobinfo import JobStatus
@@ -68,11 +69,14 @@ class AdoptedSupervisor:
         inherited = dict(os.environ)
         for name in (*spec.SPEC_ENV_NAMES, *spec.SPEC_OPTIONAL_ENV_NAMES, spec.ENV_CLAIMED_BY):
             inherited.pop(name, None)
+        namespaces = self.state.get("node_netns") or {}
         for node, plan in self.state["node_plans"].items():
             layout = NodeLayout(self.job_dir, node)
+            # a node in its own network namespace gets its sshd in there, where its ranks' listeners are
+            enter = _netns_prefix(namespaces[node]) if node in namespaces else []
             with open(layout.log_file, "ab", buffering=0) as log:
                 self.daemons[node] = subprocess.Popen(
-                    [sys.executable, "-m", "remote_debug.container", "--node-daemon",
+                    [*enter, sys.executable, "-m", "remote_debug.container", "--node-daemon",
                      "--parent-pid", str(self.roots[node])],
                     env={**inherited, **plan["env"]}, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True,
@@ -114,6 +118,12 @@ class AdoptedSupervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _netns_prefix(namespace: str) -> list[str]:
+    """nsenter into a namespace named by ``ip netns`` or given as a path (nsenter execs: the pid stays the daemon's)."""
+    path = namespace if namespace.startswith("/") else str(netns.NETNS_DIR / namespace)
+    return ["nsenter", f"--net={path}"]
 
 
 def main(argv: list[str] | None = None) -> int:
