@@ -31,6 +31,9 @@ P3-PyCharm the DDP step with a pydevd server (no breakpoints) connected through 
 at 1, 8 and 64 ranks (8 nodes x 8), for a job whose ranks wait and for one attached mid-run; P11 the attach CLI's
 wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks.
 
+``python -m bench --adopt [--short]`` runs issue 19's row (bench/adopt_bench.py): P13 ``adopt`` of a plain torchrun job
+(2 or 4 ranks, each with a thread contending for the GIL): seconds per rank, and the stall of a collective peer.
+
 ``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
 every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
 (goals <= 5 s and <= 0.3x).
@@ -433,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", action="store_true", help="only sync's rows (P9, see bench/sync_bench.py)")
     parser.add_argument("--scale", action="store_true", help="only the 64-rank rows (see bench/scale.py)")
     parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
+    parser.add_argument("--adopt", action="store_true", help="only the adopt row (P13, see bench/adopt_bench.py)")
     parser.add_argument(
         "--pycharm", action="store_true", help="only P2 and P3 for a PyCharm rank (see bench/pycharm_rows.py)"
     )
@@ -450,6 +454,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.scale import scale_rows
 
             results.update(scale_rows(work, args.short))
+        elif args.adopt:
+            from bench.adopt_bench import adopt_rows
+
+            results.update(adopt_rows(work, args.short))
         elif args.iterate:
             from bench.iterate import iterate_rows
 

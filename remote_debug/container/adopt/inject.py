@@ -32,15 +32,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from remote_debug.container.adopt import elf_symbols
 from remote_debug.container.adopt.checks import Way
 
 GDB_TIMEOUT_SECONDS = 60.0
 REMOTE_EXEC_TIMEOUT_SECONDS = 30.0
 PAGE = 4096
-# gdb settings that must hold before it attaches: no symbol loading beyond what we name, no
+# gdb settings that must hold before it attaches: no symbol loading beyond what we name, no thread library,
 # auto-loaded scripts (python-gdb.py), no debuginfod lookups (no network), no questions.
 _GDB_INIT = (
     "set auto-solib-add off",
+    "set libthread-db-search-path /nonexistent",  # no thread debugging: we call on the thread gdb stopped
     "set auto-load off",
     "set debuginfod enabled off",
     "set pagination off",
@@ -64,35 +66,49 @@ def pending_code(bootstrap: Path) -> str:
     )
 
 
-def gdb_commands(code: str) -> list[str]:
-    """The gdb commands that queue ``code`` as a pending call (after attach, with -iex _GDB_INIT)."""
+def gdb_commands(code: str, addresses: dict[str, int] | None = None) -> list[str]:
+    """The gdb commands that queue ``code`` as a pending call (after attach, with -iex _GDB_INIT).
+
+    ``addresses`` (:func:`elf_symbols.resolve`, read before gdb attaches): the three functions called by address,
+    so gdb reads no symbols while the rank is stopped; without them gdb loads libc's and libpython's."""
     data = code.encode() + b"\0"
     if len(data) > PAGE:
         raise InjectError(f"the code to queue is {len(data)} bytes; at most {PAGE - 1} fit")
     data += b"\0" * (-len(data) % 8)
-    commands = [
-        r"sharedlibrary libpython",  # the static interpreter has the symbols in its executable anyway
-        r"sharedlibrary libc\.so",
+    if addresses is not None:
+        mmap, add_pending, run_string = (hex(addresses[n]) for n in ("mmap", "Py_AddPendingCall", "PyRun_SimpleString"))
+        commands = []
+    else:
+        mmap, add_pending, run_string = "mmap", "Py_AddPendingCall", "PyRun_SimpleString"
+        commands = [
+            r"sharedlibrary libpython",  # the static interpreter has the symbols in its executable anyway
+            r"sharedlibrary libc\.so",
+        ]
+    commands += [
         # mmap(NULL, PAGE, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0); the cast tells gdb the
         # prototype (libc has no debug info here)
-        f"set $rd_page = ((void *(*)(void *, unsigned long, int, int, int, long)) mmap)(0, {PAGE}, 3, 0x22, -1, 0)",
+        f"set $rd_page = ((void *(*)(void *, unsigned long, int, int, int, long)) {mmap})(0, {PAGE}, 3, 0x22, -1, 0)",
         "print (long) $rd_page",
     ]
     for offset in range(0, len(data), 8):
         (word,) = struct.unpack("<q", data[offset : offset + 8])
         commands.append(f"set {{long}}($rd_page + {offset}) = {word}")
-    commands.append("print ((int (*)(void *, void *)) Py_AddPendingCall)((void *) PyRun_SimpleString, $rd_page)")
+    commands.append(f"print ((int (*)(void *, void *)) {add_pending})((void *) {run_string}, $rd_page)")
     commands.append("detach")
     return commands
 
 
 def queue_with_gdb(pid: int, code: str, gdb: str, *, timeout: float = GDB_TIMEOUT_SECONDS) -> None:
     """Queue ``code`` in ``pid`` through gdb; InjectError (one line) when it did not get queued."""
-    commands = gdb_commands(code)
+    addresses = elf_symbols.resolve(pid, ("Py_AddPendingCall", "PyRun_SimpleString"), libc_only=("mmap",))
+    commands = gdb_commands(code, addresses)
     with tempfile.NamedTemporaryFile("w", prefix="remote-debug-gdb-", suffix=".gdb", delete=False) as fh:
         fh.write("\n".join(commands) + "\n")
         script = fh.name
-    argv = [gdb, "-nx", "-batch", *(a for line in _GDB_INIT for a in ("-iex", line)), "-p", str(pid), "-x", script]
+    # --readnever: no DWARF (pyenv's interpreters carry seconds of it); the ELF symbols the fallback names need
+    # are still read, and with addresses none at all are
+    argv = [gdb, "-nx", "-batch", "--readnever", *(a for line in _GDB_INIT for a in ("-iex", line)),
+            "-p", str(pid), "-x", script]
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # a Ctrl-C at the adopter's terminal must not reach gdb mid-call
