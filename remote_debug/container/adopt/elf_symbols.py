@@ -13,6 +13,7 @@ falls back to gdb's own lookup.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -78,11 +79,21 @@ def resolve(pid: int, names: Iterable[str], *, libc_only: Iterable[str] = ()) ->
         bases = _mappings(pid)
     except OSError:
         return None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        exe = ""
     for path, base in bases.items():
         if not wanted - set(addresses):
             break
+        name = os.path.basename(path)
+        is_libc = name.startswith(("libc.so", "libc-"))
+        # only where the functions live: the interpreter or libpython, and glibc (a torch rank maps gigabytes
+        # of other libraries, and reading those took seconds per rank)
+        if not (is_libc or path == exe or name.startswith("libpython")):
+            continue
         looking = wanted - set(addresses)
-        if "/libc.so" not in path and "/libc-" not in path:
+        if not is_libc:
             looking -= from_libc
         if not looking:
             continue
