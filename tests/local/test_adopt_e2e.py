@@ -127,6 +127,8 @@ def test_plain_torchrun_adopted_every_rank_stops_with_its_values_and_no_tracer_s
     script = project / "train.py"
     with plain_torchrun(project) as job:
         wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90, f"both ranks running: {job.output()}")
+        [offered] = [c for c in json.loads(cli("adopt", "--list", "--json").stdout) if c["pid"] == job.pid]
+        assert (offered["kind"], offered["ranks"], offered["adoptable"], offered["job"]) == ("launcher", 2, True, None)
         started = time.monotonic()
         outcome = adopt("--pid", str(job.pid), "--name", "plain-ddp")
         took = time.monotonic() - started
@@ -139,6 +141,8 @@ def test_plain_torchrun_adopted_every_rank_stops_with_its_values_and_no_tracer_s
         listed = json.loads(cli("jobs", "--json").stdout)
         assert [(j["name"], j["backend"], j["status"]) for j in listed] == [("plain-ddp", "local", "InProgress")]
 
+        [listed_again] = [c for c in json.loads(cli("adopt", "--list", "--json").stdout) if c["pid"] == job.pid]
+        assert (listed_again["adoptable"], listed_again["job"]) == (False, "plain-ddp")
         again = adopt("--pid", str(job.pid))
         assert (again["job"], again["already"]) == ("plain-ddp", True)
         assert [r["pid"] for r in again["ranks"]] == [r["pid"] for r in outcome["ranks"]]
