@@ -47,7 +47,7 @@ def stacks(
 
     By default through the job's hook (no ptrace).
 
-    --no-hook: py-spy reads each rank from outside, pausing it for ~0.02 s (jobs of this machine; --pid: any process).
+    --no-hook: py-spy reads each rank from outside, pausing it only briefly (jobs of this machine; --pid: any process).
     """
     selection = spec.parse_ranks(ranks)
     if pid is not None and job is not None:
