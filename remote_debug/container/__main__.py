@@ -3,6 +3,9 @@
 ``python -m remote_debug.container --node-daemon --parent-pid PID`` runs the node's services for
 a job whose entry command could not be wrapped (see ``bootstrap``).
 
+``python -m remote_debug.container --adopt-node [--probe | REQUEST]`` adopts the ranks of the node it runs
+on (``remote-debug adopt JOB`` runs it over an SSM shell session; see ``adopt/node.py``).
+
 The hook is Python 3.10+ code, but a training image may ship an older interpreter, and the hook
 must never break training.  So this file checks the version before importing any of it, and on an
 older Python logs one line and ``exec``s the command as it is: same process, stdio, signals and
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 MIN_PYTHON = (3, 10)
 DAEMON_FLAG = "--node-daemon"  # bootstrap.DAEMON_FLAG, which is 3.10+ code (a test keeps them equal)
+ADOPT_FLAG = "--adopt-node"
 # Set for the command's processes, so that our sitecustomize (when the job's environment injects it)
 # does not repeat the line in each of them.
 OLD_PYTHON_REPORTED = "REMOTE_DEBUG_OLD_PYTHON_REPORTED"
@@ -78,9 +82,16 @@ def main(
     args = list(sys.argv[1:] if argv is None else argv)
     problem = old_python(version)
     if problem is not None:
+        if args[:1] == [ADOPT_FLAG]:
+            _say(problem)  # the adopter asked for this interpreter: there is no command to run instead
+            return 2
         if args[:1] != [DAEMON_FLAG]:
             _say(problem)
         return run_without_debugging(args, execvp)
+    if args[:1] == [ADOPT_FLAG]:
+        from remote_debug.container.adopt.node import main as adopt_main
+
+        return adopt_main(args[1:])
     from remote_debug.container.bootstrap import main as daemon_main
     from remote_debug.container.hook import main as hook_main
 

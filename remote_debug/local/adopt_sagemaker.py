@@ -1,0 +1,317 @@
+"""``remote-debug adopt JOB``: a SageMaker training job started without remote_debug becomes debuggable.
+
+The job has no hook, no spec in its environment, no sshd: all it can be given is SageMaker's native remote
+debug (an SSM shell as root in each container, :class:`~remote_debug.local.ssm_shell.ShellSession`).  Through
+that shell each node gets what a hooked node has, in a private dir ``/tmp/remote-debug-adopt-<job>/<node>``
+(per node: the emulator's nodes share the machine's /tmp; on SageMaker each container has its own anyway):
+
+1. the container side of remote_debug + debugpy (the bundle ``enable()`` ships), as a tar.gz put there;
+2. ``--adopt-node --probe`` (run with the bundle): the node's ranks, found from /proc, and every check
+   ``adopt --pid`` makes; any node's refusal is the one line the user gets, before anything is started;
+3. the job's key pair and secret here (as ``enable()`` makes them), and the job tag
+   ``remote-debug:transport=ssm``, which is what makes the SageMaker backend treat a job without a spec in
+   its environment as debuggable, for every later command of any laptop that has the key;
+4. the node daemon (sshd + manifest, ``--node-daemon``) detached, its stdout the container's log, so its
+   MAC'd manifest lines reach CloudWatch, where attach reads them; then ``--adopt-node REQUEST`` queues the
+   rank agent into each rank (gdb's pending call, or ``sys.remote_exec``) and confirms it.
+
+The job secret travels only inside files written 0600 through the shell's stdin (``put_file``), never in a
+command line.  Afterwards ``attach``, ``stacks`` and ``ssh`` work on the job as on one started by enable().
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import tarfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote_debug import spec
+from remote_debug.container.adopt.node import AdoptedRank
+from remote_debug.container.node_env import ENV_CODE_DIR
+from remote_debug.local import aws
+from remote_debug.local.adopt import AdoptOutcome
+from remote_debug.local.backends.sagemaker import nodes_of
+from remote_debug.local.errors import UserError
+from remote_debug.local.keys import ensure_job_key, job_secret
+from remote_debug.local.paths import StatePaths
+from remote_debug.local.ssm_shell import ShellError, ShellSession
+from remote_debug.sagemaker.bundle import bundle_dir
+from remote_debug.sagemaker.update import UPDATABLE_STATES
+
+TAG_ADOPTED = aws.TAG_PREFIX + "adopted"
+REMOTE_ROOT = "/tmp/remote-debug-adopt-{job}"
+# What a node's shell may run the adopter with: PATH's first, then where images put theirs (AWS's DLCs: conda).
+PYTHON_CANDIDATES = ("python3", "/opt/conda/bin/python3", "/usr/local/bin/python3", "/usr/bin/python3")
+CONNECT_TIMEOUT = 600.0  # from enabling remote debug until each node's shell answers
+ADOPT_TIMEOUT = 300.0  # one node's --adopt-node: gdb per rank (4 at a time) + the confirm window
+POLL_SECONDS = 2.0
+
+ShellFactory = Callable[[str], ShellSession]
+
+
+@dataclass
+class NodeAccess:
+    """One node's shell and what the probe found there."""
+
+    node: str
+    shell: ShellSession
+    root_prefix: str  # "" (the shell is root) or "sudo -n " when only sudo gives root
+    python: str = ""
+    dir: str = ""
+    bundle: str = ""
+    probe: dict[str, Any] = field(default_factory=dict)
+
+    def sh(self, command: str) -> str:
+        """``command`` as root: as it is, or through ``sudo -n sh -c``."""
+        return f"{self.root_prefix}sh -c {shlex.quote(command)}" if self.root_prefix else command
+
+
+def bundle_tarball(paths: StatePaths) -> tuple[str, bytes]:
+    """(content fingerprint, tar.gz of ``remote_debug/`` + ``debugpy/``): what ``enable()`` ships, packed."""
+    directory = bundle_dir(paths)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name in ("remote_debug", "debugpy"):
+            tar.add(directory / name, name)
+    return directory.name, out.getvalue()
+
+
+def adopt_sagemaker(
+    job: str, *, sagemaker: Any, open_shell: ShellFactory, paths: StatePaths | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT, say: Callable[[str], None] = lambda _line: None,
+) -> AdoptOutcome:
+    """Adopt every rank of every node of the running SageMaker job ``job`` (a name).  ``open_shell(node)``
+    returns a started ShellSession to that node.  UserError (one line) when the job cannot be adopted."""
+    paths = paths or StatePaths.default()
+    description = _describe(sagemaker, job)
+    _refuse_early(job, description)
+    if not (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
+        secondary = str(description.get("SecondaryStatus", ""))
+        if secondary not in UPDATABLE_STATES:
+            raise UserError(f"job {job} is {secondary}: SageMaker turns on remote debugging only while a job is "
+                            f"{' or '.join(UPDATABLE_STATES)}; try again then")
+        say(f"turning on SageMaker remote debugging for {job}")
+        _call(lambda: sagemaker.update_training_job(TrainingJobName=job, RemoteDebugConfig={"EnableRemoteDebug": True}),
+              f"enabling remote debugging on {job}")
+    description = _wait_training(sagemaker, job, connect_timeout)
+    nodes = nodes_of(description.get("ResourceConfig") or {})
+    fingerprint, tarball = bundle_tarball(paths)
+    deadline = time.monotonic() + connect_timeout
+    accesses: dict[str, NodeAccess] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+            opened = list(pool.map(lambda node: _connect(node, open_shell, deadline), nodes))
+        accesses = {a.node: a for a in opened}
+        say(f"probing {len(nodes)} node{'s' if len(nodes) != 1 else ''} and uploading the bundle")
+        with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+            list(pool.map(lambda a: _prepare(a, job, fingerprint, tarball), accesses.values()))
+        try:  # every node checked before any is touched
+            for access in accesses.values():
+                _refuse_node(access)
+        except UserError:
+            for access in accesses.values():  # a refusal leaves nothing behind in the containers
+                access.shell.run(access.sh(f"rm -rf {shlex.quote(REMOTE_ROOT.format(job=job))}"))
+            raise
+        key_path, public_key = ensure_job_key(paths, job)
+        debug = spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=job_secret(key_path),
+                               transport=spec.Transport.SSM, options=spec.DebugOptions())
+        _call(lambda: sagemaker.add_tags(ResourceArn=description["TrainingJobArn"], Tags=[
+            {"Key": aws.TAG_TRANSPORT, "Value": spec.Transport.SSM.value},
+            {"Key": TAG_ADOPTED, "Value": "true"},
+        ]), f"tagging job {job}")
+        say("starting the node daemons and adopting the ranks")
+        with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+            results = list(pool.map(lambda a: _adopt(a, debug), accesses.values()))
+    finally:
+        for access in accesses.values():
+            access.shell.close()
+    ranks = sorted((r for result in results for r in result[1]), key=lambda r: r.rank)
+    outcome = AdoptOutcome(job=job, already=all(result[0] for result in results), nodes=nodes, ranks=ranks)
+    if ranks and all(r.state == "failed" for r in ranks):
+        raise UserError(f"no rank of job {job} could be adopted: {ranks[0].note}")
+    return outcome
+
+
+# --- the job -------------------------------------------------------------------------------------------
+
+
+def _call(action: Callable[[], Any], what: str) -> Any:
+    try:
+        return action()
+    except Exception as exc:
+        if not aws.is_error(exc):
+            raise
+        raise UserError(aws.describe_error(exc, what)) from None
+
+
+def _describe(sagemaker: Any, job: str) -> dict[str, Any]:
+    answer: dict[str, Any] = _call(lambda: sagemaker.describe_training_job(TrainingJobName=job),
+                                   f"describing SageMaker job {job}")
+    return answer
+
+
+def _refuse_early(job: str, description: dict[str, Any]) -> None:
+    status = str(description.get("TrainingJobStatus", ""))
+    if status != "InProgress":
+        raise UserError(f"job {job} is {status}: only a running job can be adopted")
+    if description.get("EnableNetworkIsolation"):
+        raise UserError(f"job {job} runs with network isolation, which SageMaker's remote debugging (SSM) cannot "
+                        "reach: relaunch it without EnableNetworkIsolation to debug it")
+    if spec.ENV_VERSION in (description.get("Environment") or {}):
+        raise UserError(f"job {job} was started with remote-debug already: remote-debug attach {job}")
+
+
+def _wait_training(sagemaker: Any, job: str, timeout: float) -> dict[str, Any]:
+    """Until the job is in Training with remote debugging on (what SSM needs to connect)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        description = _describe(sagemaker, job)
+        _refuse_early(job, description)
+        enabled = (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug")
+        if enabled and description.get("SecondaryStatus") == "Training":
+            return description
+        if time.monotonic() > deadline:
+            raise UserError(f"job {job} did not reach Training with remote debugging on within {timeout:g} s "
+                            f"(it is {description.get('SecondaryStatus')})")
+        time.sleep(POLL_SECONDS)
+
+
+# --- each node -----------------------------------------------------------------------------------------
+
+
+def _connect(node: str, open_shell: ShellFactory, deadline: float) -> NodeAccess:
+    """The node's shell, retried until ``deadline`` (SSM may say "not connected" for a while after enabling),
+    as root: directly, or through passwordless sudo."""
+    while True:
+        try:
+            shell = open_shell(node)
+            break
+        except ShellError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_SECONDS)
+    try:
+        if shell.check("id -u").strip() == "0":
+            return NodeAccess(node, shell, "")
+        if shell.run("sudo -n true")[0] == 0:
+            return NodeAccess(node, shell, "sudo -n ")
+        raise UserError(f"the SSM shell on {node} is not root and may not sudo: adopting needs root in the "
+                        "container (to trace the ranks and run sshd)")
+    except BaseException:
+        shell.close()
+        raise
+
+
+def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> None:
+    """A Python 3.10+ to run the adopter, the private dir with the bundle in it, then the probe."""
+    shell = access.shell
+    find = "; ".join(
+        f"if command -v {p} >/dev/null 2>&1 && {p} -c 'import sys; sys.exit(sys.version_info < (3, 10))' "
+        f"2>/dev/null; then command -v {p}; exit 0; fi" for p in PYTHON_CANDIDATES
+    )
+    code, found = shell.run(find)
+    if code != 0 or not found.strip():
+        raise UserError(f"no Python 3.10+ on {access.node} ({', '.join(PYTHON_CANDIDATES)}) to run the adopter")
+    access.python = found.strip().splitlines()[-1]
+    access.dir = f"{REMOTE_ROOT.format(job=job)}/{access.node}"
+    access.bundle = f"{access.dir}/bundle-{fingerprint}"
+    directory, bundle = shlex.quote(access.dir), shlex.quote(access.bundle)
+    # 0700 from the start (umask), and the parent too: the dir will hold the job secret
+    shell.check(access.sh(f"umask 077 && mkdir -p {directory} && chmod 700 {directory} {directory}/.."))
+    # a predictable path in a shared /tmp: another user of the container could have made it first (or a symlink
+    # there), and would then swap the bundle the ranks run; both levels must be real dirs of ours
+    mine = " && ".join(
+        f'test ! -L {d} && test "$(stat -c %u {d})" = "$(id -u)"' for d in (f"{directory}/..", directory)
+    )
+    if shell.run(access.sh(mine))[0] != 0:
+        raise UserError(
+            f"{REMOTE_ROOT.format(job=job)} on {access.node} belongs to someone else: remove it, then retry"
+        )
+    if shell.run(access.sh(f"test -d {bundle}"))[0] != 0:  # adopted before: the ranks may use that bundle
+        shell.put_file(f"{access.dir}/bundle.tar.gz", tarball, 0o600)
+        shell.check(access.sh(
+            f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf {directory}/bundle.tar.gz -C {bundle}.tmp "
+            f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f {directory}/bundle.tar.gz"
+        ), timeout=120)
+    output = shell.check(access.sh(f"{_with_bundle(access)} --adopt-node --probe"), timeout=60)
+    access.probe = _last_json(output, access.node)
+
+
+def _with_bundle(access: NodeAccess) -> str:
+    return f"cd {shlex.quote(access.dir)} && PYTHONPATH={shlex.quote(access.bundle)} " \
+           f"{shlex.quote(access.python)} -m remote_debug.container"
+
+
+def _last_json(output: str, node: str) -> dict[str, Any]:
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                answer: dict[str, Any] = json.loads(line)
+            except ValueError:
+                break
+            return answer
+    raise UserError(f"the adopter on {node} gave no answer: {output.strip()[-300:]}")
+
+
+def _refuse_node(access: NodeAccess) -> None:
+    probe = access.probe
+    refusal = probe.get("refusal")
+    if not refusal:
+        return
+    needs_gdb = [r for r in probe.get("ranks") or [] if tuple(r.get("python") or ()) < (3, 14)]
+    if probe.get("gdb") is None and needs_gdb and "gdb" in str(refusal):
+        first = needs_gdb[0]
+        version = ".".join(str(v) for v in first["python"])
+        raise UserError(
+            f"cannot adopt {access.node}: rank {first['rank']} runs Python {version} and the container has no gdb, "
+            "which Python before 3.14 needs to take the debugger: only its stacks could be read, and "
+            "'remote-debug stacks --no-hook' reads local jobs only for now (install gdb in the image)"
+        )
+    raise UserError(f"cannot adopt {access.node}: {refusal}")
+
+
+def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[AdoptedRank]]:
+    """The node daemon (detached), then the ranks; (every rank adopted before, the ranks)."""
+    shell, probe = access.shell, access.probe
+    roots = [int(p) for p in probe["roots"]]
+    env = {
+        **debug.to_env(),
+        spec.ENV_MANIFEST_DIR: f"{access.dir}/manifest",
+        spec.ENV_STATE_DIR: f"{access.dir}/state",
+    }
+    if probe.get("code_dir"):
+        env[ENV_CODE_DIR] = str(probe["code_dir"])
+    directory = shlex.quote(access.dir)
+    env_file = f"{access.dir}/daemon.env"
+    shell.put_file(env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()).encode(), 0o600)
+    root = roots[0]
+    # The daemon's stdout is the container's log, which SageMaker ships to CloudWatch, where the laptop reads
+    # the manifest lines.  That is the stdout of the training tree's root: the container's PID 1 on SageMaker
+    # (which has a PID namespace), the node's command in the emulator (which has none: there /proc/1 is the
+    # machine's init, and only the command's stdout is read into the node's log stream).  ">>": the stdout
+    # may be a file, which must not be truncated.  setsid and every stream redirected: the daemon leaves the
+    # shell's terminal, or the SSM session would never end.  NodeLock keeps a second daemon from starting.
+    shell.check(access.sh(
+        f"cd {directory} && ( set -a && . ./daemon.env && rm -f ./daemon.env && "
+        f"exec env PYTHONPATH={shlex.quote(access.bundle)} setsid {shlex.quote(access.python)} "
+        f"-m remote_debug.container --node-daemon --parent-pid {root} ) "
+        f"</dev/null >>/proc/{root}/fd/1 2>>/proc/{root}/fd/2 &"
+    ))
+    request = {"node": access.node, "roots": roots, "env": env}
+    request_file = f"{access.dir}/request.json"
+    shell.put_file(request_file, (json.dumps(request) + "\n").encode(), 0o600)
+    code, output = shell.run(access.sh(
+        f"{_with_bundle(access)} --adopt-node {shlex.quote(request_file)}; rc=$?; "
+        f"rm -f {shlex.quote(request_file)}; exit $rc"
+    ), timeout=ADOPT_TIMEOUT)
+    answer = _last_json(output, access.node)
+    if code != 0 or "error" in answer:
+        raise UserError(f"cannot adopt {access.node}: {answer.get('error') or output.strip()[-300:]}")
+    ranks = [AdoptedRank(**r) for r in answer.get("ranks") or []]
+    return bool(answer.get("already")), ranks
