@@ -177,6 +177,8 @@ def test_plain_torchrun_adopted_every_rank_stops_with_its_values_and_no_tracer_s
         wait_for(lambda: len(untraced) == 2, 30, "the ranks' tracer state after detach")
         assert untraced == {0: True, 1: True}, untraced
 
+        # ssh lands on the node, where the job's processes run (their cwd)
+        assert cli("ssh", "plain-ddp", "--", "pwd").stdout.strip() == str(project)
         cli("stop", "plain-ddp")
         wait_for(lambda: job.proc.poll() is not None, 60, "the adopted torchrun to end")
         ended = json.loads(cli("jobs", "--json").stdout)
