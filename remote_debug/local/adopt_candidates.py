@@ -53,7 +53,8 @@ def list_candidates(adopted: dict[int, str]) -> list[Candidate]:
     """Candidates among this uid's processes; ``adopted``: root pid -> job of jobs adopted already."""
     children = children_map()
     me = os.getpid()
-    skip = {me, os.getppid(), *descendants(me, children)}
+    # never ourselves, our own children, or our ancestors (the shell, an IDE, a test runner that started us)
+    skip = {me, *_ancestors(me), *descendants(me, children)}
     out: list[Candidate] = []
     covered: set[int] = set()
     pids = sorted(p for kids in children.values() for p in kids)
@@ -85,10 +86,24 @@ def list_candidates(adopted: dict[int, str]) -> list[Candidate]:
             kind = "process"
         else:
             continue
-        covered.update(descendants(pid, children))
+        if kind != "process":
+            # a launcher's or a rank's tree is that job; a plain Python process may well have started another job
+            # (a wrapper script running torchrun), which is then offered on its own
+            covered.update(descendants(pid, children))
         out.append(_candidate(pid, info.argv, env, kind, version, adopted))
     order = {"launcher": 0, "rank": 1, "process": 2}
     return sorted(out, key=lambda c: (order[c.kind], -c.pid))
+
+
+def _ancestors(pid: int) -> list[int]:
+    found: list[int] = []
+    while pid > 1 and len(found) < 64:
+        try:
+            pid = proc_info(pid).ppid
+        except ProcError:
+            break
+        found.append(pid)
+    return found
 
 
 def _candidate(

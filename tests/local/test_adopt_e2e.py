@@ -312,3 +312,26 @@ def test_two_nodes_in_network_namespaces_are_adopted_and_every_rank_stops(home: 
         for node in nodes:
             node.stop()
         netns.delete(made)
+
+
+def test_adopt_list_offers_a_launcher_that_a_python_wrapper_started(home: Path, tmp_path: Path) -> None:
+    """A torchrun started by a Python script (a wrapper, a notebook, a test runner) is offered on its own: the
+    wrapper's tree does not hide it (CI found that: the runner's process took the job for its own)."""
+    project, marks = marked_project(tmp_path, DDP)
+    wrapper = project / "wrapper.py"
+    wrapper.write_text(textwrap.dedent(
+        f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", "{free_port()}", "train.py"])
+        """
+    ))
+    job = Plain([sys.executable, "wrapper.py"], project, plain_env(), tmp_path / "wrapper.log")
+    try:
+        wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90, f"both ranks running: {job.output()}")
+        [launcher] = _children(job.pid)
+        offered = {c["pid"]: c for c in json.loads(cli("adopt", "--list", "--json").stdout)}
+        assert (offered[int(launcher)]["kind"], offered[int(launcher)]["ranks"]) == ("launcher", 2), offered
+        assert offered[job.pid]["kind"] == "process"
+    finally:
+        job.stop()
