@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from remote_debug import osutil, spec
-from remote_debug.container.adopt import checks
+from remote_debug.container.adopt import checks, procs
 from remote_debug.container.adopt.node import AdoptedRank, adopt_node, node_ranks
-from remote_debug.container.adopt.procs import PROC, ProcError, RankProcess, net_namespace, proc_info
+from remote_debug.container.adopt.procs import ProcError, RankProcess, net_namespace, proc_info
+from remote_debug.container.node_env import ENV_CODE_DIR
 from remote_debug.local.backends.machine_job import (
     NodeLayout,
     node_environment,
@@ -80,13 +81,6 @@ def adopted_jobs(paths: StatePaths) -> dict[int, str]:
         for pid in roots.values():
             found[int(pid)] = job_dir.name
     return found
-
-
-def _cwd(pid: int) -> str:
-    try:
-        return os.readlink(PROC / str(pid) / "cwd")
-    except OSError:
-        return os.getcwd()
 
 
 def default_name(pid: int) -> str:
@@ -197,10 +191,10 @@ def _create_job_dir(
         for node, (pid, _ranks, _ways) in plans.items():
             prepare_node(NodeLayout(staging, node), hosts, {}, cpus)
             final = NodeLayout(job_dir, node)
-            cwd = _cwd(pid)
+            cwd = procs.cwd(pid) or os.getcwd()
             env = node_environment(final, name, hosts, {}, cpus, debug.to_env())
             # an ssh session lands where the process runs, and the IDE maps that folder
-            env.update({"REMOTE_DEBUG_CODE_DIR": cwd, "SM_MODULE_DIR": cwd})
+            env.update({ENV_CODE_DIR: cwd, "SM_MODULE_DIR": cwd})
             node_plans[node] = {"root_pid": pid, "env": env}
             code_dirs[node] = cwd
             namespace = net_namespace(pid)

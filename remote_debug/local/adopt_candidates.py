@@ -17,6 +17,7 @@ from remote_debug.container.adopt import checks
 from remote_debug.container.adopt.procs import (
     ProcError,
     children_map,
+    cwd,
     descendants,
     find_ranks,
     proc_info,
@@ -90,7 +91,7 @@ def list_candidates(adopted: dict[int, str]) -> list[Candidate]:
             # a launcher's or a rank's tree is that job; a plain Python process may well have started another job
             # (a wrapper script running torchrun), which is then offered on its own
             covered.update(descendants(pid, children))
-        out.append(_candidate(pid, info.argv, env, kind, version, adopted))
+        out.append(_candidate(pid, info.argv, env, kind, version, adopted, children))
     order = {"launcher": 0, "rank": 1, "process": 2}
     return sorted(out, key=lambda c: (order[c.kind], -c.pid))
 
@@ -108,25 +109,21 @@ def _ancestors(pid: int) -> list[int]:
 
 def _candidate(
     pid: int, argv: tuple[str, ...], env: dict[str, str], kind: str, version: tuple[int, int] | None,
-    adopted: dict[int, str],
+    adopted: dict[int, str], children: dict[int, list[int]],
 ) -> Candidate:
     job = adopted.get(pid) or env.get(spec.ENV_JOB)
     reason: str | None = None
     ranks = 0
     try:
-        found = find_ranks(pid)
+        found = find_ranks(pid, children)
         ranks = len(found)
         checks.check_all(found)
     except (ProcError, checks.AdoptRefused) as exc:
         reason = str(exc)
     if job is not None:
         reason = f"already debuggable as job {job}"
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        cwd = ""
     return Candidate(
-        pid=pid, command=" ".join(argv)[:300], cwd=cwd, kind=kind, ranks=ranks,
+        pid=pid, command=" ".join(argv)[:300], cwd=cwd(pid) or "", kind=kind, ranks=ranks,
         python=f"{version[0]}.{version[1]}" if version else None,
         adoptable=reason is None, reason=reason, job=job,
     )

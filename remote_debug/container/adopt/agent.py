@@ -24,8 +24,6 @@ from pathlib import Path
 from remote_debug.container.log import describe, log
 from remote_debug.spec import ENV_CLAIMED_BY
 
-ADOPTED_ENV = "REMOTE_DEBUG_ADOPTED"  # set in an adopted rank's environment (its children inherit it)
-
 
 def bootstrap_source(bundle: Path, config: Path) -> str:
     """The file a rank executes: our bundle first on sys.path (only our two packages live there, so
@@ -50,7 +48,6 @@ def start(config_path: str) -> None:
         # in os.environ too: what the rank starts from now on (debugpy's adapter, workers) must see the
         # claim and the spec, as under the hook
         os.environ.update(added)
-        os.environ[ADOPTED_ENV] = "1"
         from remote_debug.container.rank import activate
 
         reporter = activate(dict(os.environ), sys.orig_argv)

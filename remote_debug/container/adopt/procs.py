@@ -139,6 +139,14 @@ def descendants(pid: int, children: Mapping[int, list[int]] | None = None) -> li
     return found
 
 
+def cwd(pid: int) -> str | None:
+    """``pid``'s working directory, None when it is gone or not ours to read."""
+    try:
+        return os.readlink(PROC / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
 def python_version(pid: int) -> tuple[int, int] | None:
     """The major.minor of the Python interpreter running as ``pid``, or None when it is not Python.
 

@@ -23,8 +23,9 @@ from types import FrameType
 from typing import Any
 
 import remote_debug.local.backends.netns as netns
-from remote_debug import osutil, spec
+from remote_debug import osutil
 from remote_debug.local.backends.machine_job import NodeLayout, read_job_file, write_job_file
+from remote_debug.local.backends.supervisor import environment_without_spec
 from remote_debug.local.jobinfo import JobStatus
 
 POLL_SECONDS = 0.2
@@ -66,9 +67,7 @@ class AdoptedSupervisor:
                     pass
 
     def start_daemons(self) -> None:
-        inherited = dict(os.environ)
-        for name in (*spec.SPEC_ENV_NAMES, *spec.SPEC_OPTIONAL_ENV_NAMES, spec.ENV_CLAIMED_BY):
-            inherited.pop(name, None)
+        inherited = environment_without_spec()
         namespaces = self.state.get("node_netns") or {}
         for node, plan in self.state["node_plans"].items():
             layout = NodeLayout(self.job_dir, node)

@@ -30,6 +30,15 @@ POLL_SECONDS = 0.2
 KEEP_ALIVE_POLL_SECONDS = 1.0  # how often a running job's secondary status follows its nodes' keep-alive
 
 
+def environment_without_spec() -> dict[str, str]:
+    """This process's environment for a node's processes: never a debug spec inherited from the launching shell
+    (the node gets its own, from job.json)."""
+    inherited = dict(os.environ)
+    for name in (*spec.SPEC_ENV_NAMES, *spec.SPEC_OPTIONAL_ENV_NAMES, spec.ENV_CLAIMED_BY):
+        inherited.pop(name, None)
+    return inherited
+
+
 class Supervisor:
     def __init__(self, job_dir: Path) -> None:
         self.job_dir = job_dir
@@ -65,9 +74,7 @@ class Supervisor:
                     pass
 
     def start_nodes(self) -> None:
-        inherited = dict(os.environ)
-        for name in (*spec.SPEC_ENV_NAMES, *spec.SPEC_OPTIONAL_ENV_NAMES, spec.ENV_CLAIMED_BY):
-            inherited.pop(name, None)  # never inherit a debug spec from the launching shell
+        inherited = environment_without_spec()
         # "python" found on PATH by the job's own launchers (mpirun, shell scripts) is the interpreter
         # remote-debug runs in, as a container image puts its Python first on PATH
         bin_dir = os.path.dirname(sys.executable)
