@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 from remote_debug.local.paths import StatePaths
+from tests import strict_aws
+
+# every in-process boto3 request meets AWS's server-side checks (patterns, lengths), not only botocore's
+strict_aws.install()
 
 
 def _kill_group(pid: int) -> None:

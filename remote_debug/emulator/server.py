@@ -27,6 +27,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 from botocore.validate import ParamValidator
 
+from remote_debug.emulator.constraints import constraint_errors, validation_message
 from remote_debug.emulator.errors import ApiError
 
 Handler = Callable[["Call"], dict[str, Any]]
@@ -75,17 +76,28 @@ def _validate(shape: Any, params: dict[str, Any], what: str) -> None:
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
         raise ApiError("ValidationException", " ".join(report.generate_report().split()))
+    _check_constraints(shape, params)
+
+
+def _check_constraints(shape: Any, params: dict[str, Any]) -> None:
+    """AWS's server-side checks (patterns, lengths) that botocore's validator leaves out."""
+    errors = constraint_errors(shape, params)
+    if errors:
+        raise ApiError("ValidationException", validation_message(errors))
 
 
 class Front:
     """A WSGI app: the operations registered here, validated both ways; everything else to ``fallback``.
 
-    ``targets`` maps the ``X-Amz-Target`` prefix of a JSON service to botocore's service name.
+    ``targets`` maps the ``X-Amz-Target`` prefix of a JSON service to botocore's service name;
+    ``checked`` does the same for services left to ``fallback`` whose requests are held to the
+    server-side constraints first (see the module doc).
     """
 
-    def __init__(self, fallback: WsgiApp, targets: dict[str, str]) -> None:
+    def __init__(self, fallback: WsgiApp, targets: dict[str, str], checked: dict[str, str] | None = None) -> None:
         self.fallback = fallback
         self.targets = targets
+        self.checked = {**targets, **(checked or {})}
         self.handlers: dict[tuple[str, str], Handler] = {}
         self.models = _Models()
 
@@ -102,10 +114,11 @@ class Front:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         ours = self._ours(environ)
-        if ours is None:
-            return self.fallback(environ, start_response)
-        service, operation = ours
         try:
+            if ours is None:
+                self._check_forwarded(environ)
+                return self.fallback(environ, start_response)
+            service, operation = ours
             body = _read_body(environ)
             status, answer = 200, self._serve(service, operation, body, environ)
         except Forward:
@@ -120,6 +133,23 @@ class Front:
             [("Content-Type", "application/x-amz-json-1.1"), ("Content-Length", str(len(payload)))],
         )
         return [payload]
+
+    def _check_forwarded(self, environ: dict[str, Any]) -> None:
+        """Hold a JSON-protocol request that moto will serve to AWS's server-side constraints."""
+        prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
+        service = self.checked.get(prefix)
+        if service is None:
+            return
+        try:
+            shape = self.models.operation(service, operation).input_shape
+        except Exception:  # an operation botocore does not know: moto answers it as it does
+            return
+        try:
+            params = json.loads(_read_body(environ) or b"{}")
+        except ValueError:
+            return  # moto's own SerializationException
+        if isinstance(params, dict):
+            _check_constraints(shape, params)
 
     def _serve(self, service: str, operation: str, body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
         model = self.models.operation(service, operation)

@@ -26,6 +26,10 @@ from remote_debug.spec import LOOPBACK
 
 ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too
 DEFAULT_REGION = "us-east-1"
+# X-Amz-Target prefixes -> botocore service names: the services whose operations the front serves (see
+# _routes), and those left to moto whose requests it holds to AWS's server-side constraints first
+SERVED_TARGETS = {"SageMaker": "sagemaker", "AmazonSSM": "ssm"}
+CHECKED_TARGETS = {"Logs_20140328": "logs"}
 SESSION_DOCUMENTS = ("AWS-StartSSHSession", "AWS-StartPortForwardingSession", SHELL_DOCUMENT)
 _TRAINING_JOB_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-job/")
 _OWNER = re.compile(r"[^A-Za-z0-9_.@+=-]")
@@ -60,7 +64,7 @@ class Emulator:
     def start(self) -> str:
         """Bind, start serving in a background thread, return the endpoint URL."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        front = Front(DomainDispatcherApplication(create_backend_app), {"SageMaker": "sagemaker", "AmazonSSM": "ssm"})
+        front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS)
         self._http = make_server(LOOPBACK, self.port, front, threaded=True, request_handler=MotoRequestHandler)
         self.channel.start()
         self.jobs = TrainingJobs(

@@ -89,12 +89,16 @@ _TAG_PUNCTUATION = set("_.:/=+-@")
 # python that cannot import the hook) means the original entry runs exactly as it would have.
 WRAP_SHELL = "/bin/sh"
 WRAP_SCRIPT = 'P=$(command -v python3 || command -v python) || exec "$@"; exec "$P" -c "$0" "$@"'
+# One line: SageMaker checks every ContainerEntrypoint item against the model's pattern ``.*`` on its
+# server, whole value, where "." matches no line terminator, and refuses the job with a
+# ValidationException otherwise (botocore, moto and SDKs never check patterns).  The try/except a
+# fallback needs cannot share a line with other statements, so it is exec'd from a string whose line
+# breaks are escapes ("\n"), not characters.
 _HOOK_PROGRAM = (
-    "import os,sys\n"
-    "sys.path.append({root!r})\n"
-    "try:from remote_debug.container.hook import main\n"
-    "except Exception as e:sys.stderr.write('[remote-debug] no hook: %s\\n'%e);"
-    "os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "import os,sys;sys.path.append({root!r});"
+    'exec("try:from remote_debug.container.hook import main\\n'
+    "except Exception as e:sys.stderr.write('[remote-debug] no hook: %s\\\\n'%e);"
+    'os.execvp(sys.argv[1],sys.argv[1:])");'
     "sys.exit(main())"
 )
 

@@ -22,6 +22,7 @@ from werkzeug.serving import make_server
 
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.server import Call, Forward, Front
+from remote_debug.emulator.service import CHECKED_TARGETS, SERVED_TARGETS
 
 REGION = "eu-west-3"
 ARN = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/job-1"
@@ -39,7 +40,7 @@ class Recorder:
 
 @pytest.fixture
 def front() -> Iterator[tuple[str, Front]]:
-    app = Front(DomainDispatcherApplication(create_backend_app), {"SageMaker": "sagemaker", "AmazonSSM": "ssm"})
+    app = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS)
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -159,3 +160,76 @@ def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Fr
     _, app = front
     with pytest.raises(Exception, match=r"NoSuchOperation|OperationNotFound"):
         app.route("sagemaker", "NoSuchOperation", Recorder())
+
+
+# --- what AWS checks on its servers, botocore does not ----------------------------------------------
+
+OLD_HOOK_PROGRAM = (  # what enable() put in ContainerEntrypoint before: a program with line breaks
+    "import os,sys\nsys.path.append('/opt/ml/input/data/remote-debug')\n"
+    "try:from remote_debug.container.hook import main\nexcept Exception:os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "sys.exit(main())"
+)
+
+
+def _create_with_entry(sm: Any, entry: list[str]) -> None:
+    sm.create_training_job(
+        TrainingJobName="job-1", RoleArn="arn:aws:iam::123456789012:role/R",
+        AlgorithmSpecification={"TrainingImage": "img:1", "TrainingInputMode": "File", "ContainerEntrypoint": entry},
+        OutputDataConfig={"S3OutputPath": "s3://b/o"},
+        ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        StoppingCondition={"MaxRuntimeInSeconds": 60},
+    )
+
+
+def test_a_line_break_in_an_entry_item_is_refused_as_sagemaker_refuses_it(front: tuple[str, Front]) -> None:
+    """The model's pattern for a ContainerEntrypoint item is ``.*``: SageMaker matches it against the whole value
+    with "." matching no line terminator, so a multi-line program is a ValidationException, never a job."""
+    url, app = front
+    handler = Recorder()
+    app.route("sagemaker", "CreateTrainingJob", handler)
+    sm = client(url, "sagemaker", validate=False)  # botocore itself never checks patterns; be sure it is the server
+    with pytest.raises(ClientError) as caught:
+        _create_with_entry(sm, ["/bin/sh", "-c", "x", OLD_HOOK_PROGRAM, "python", "train.py"])
+    error = caught.value.response["Error"]
+    assert error["Code"] == "ValidationException"
+    assert error["Message"].startswith("1 validation error detected: Value '[/bin/sh, -c, x, import os,sys\n")
+    assert error["Message"].endswith(
+        "' at 'algorithmSpecification.containerEntrypoint' failed to satisfy constraint: "
+        "Member must satisfy constraint: [Member must satisfy regular expression pattern: .*]"
+    )
+    for terminator in ("\r", "\u2028", "\u0085"):  # Java's other line terminators, which Python's "." matches
+        with pytest.raises(ClientError):
+            _create_with_entry(sm, ["python", f"a{terminator}b"])
+    assert handler.calls == []
+    handler.answer = {"TrainingJobArn": ARN}
+    _create_with_entry(sm, ["python", "-c", "import os;print('one line')"])
+    assert len(handler.calls) == 1
+
+
+def test_lengths_tags_and_every_error_are_reported_together(front: tuple[str, Front]) -> None:
+    url, app = front
+    handler = Recorder()
+    app.route("sagemaker", "AddTags", handler)
+    sm = client(url, "sagemaker", validate=False)
+    with pytest.raises(ClientError) as caught:
+        sm.add_tags(ResourceArn=ARN, Tags=[{"Key": "ok", "Value": "ünïcode letters are fine"},
+                                           {"Key": "k", "Value": "new\nline"}, {"Key": "x" * 129, "Value": "v"}])
+    message = caught.value.response["Error"]["Message"]
+    assert message.startswith("2 validation errors detected: ")
+    assert "Value 'new\nline' at 'tags.2.member.value' failed to satisfy constraint: Member must satisfy " \
+           "regular expression pattern: ([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)" in message
+    assert f"Value '{'x' * 129}' at 'tags.3.member.key' failed to satisfy constraint: Member must have length " \
+           "less than or equal to 128" in message
+    assert handler.calls == []
+
+
+def test_operations_left_to_moto_are_checked_too(front: tuple[str, Front]) -> None:
+    """CloudWatch Logs is moto's, but a name AWS refuses must not become a log group here."""
+    url, _app = front
+    logs = client(url, "logs", validate=False)
+    with pytest.raises(ClientError) as caught:
+        logs.create_log_group(logGroupName="/aws/sagemaker/Training Jobs")
+    assert caught.value.response["Error"]["Code"] == "ValidationException"
+    assert "at 'logGroupName' failed to satisfy constraint: Member must satisfy regular expression pattern" in \
+        caught.value.response["Error"]["Message"]
+    assert " " not in "".join(g["logGroupName"] for g in logs.describe_log_groups()["logGroups"])

@@ -9,6 +9,7 @@ from typing import Any
 import botocore.session
 from botocore.validate import validate_parameters
 
+from remote_debug.emulator.constraints import constraint_errors, validation_message
 from remote_debug.job_secret import derive_job_secret
 from remote_debug.sagemaker.bundle import inject_dir
 from remote_debug.sagemaker.intercept import MARKER_ENV
@@ -21,8 +22,12 @@ _MODEL = botocore.session.get_session().get_service_model("sagemaker")
 
 
 def validate(operation: str, params: dict[str, Any]) -> None:
-    """Raise ParamValidationError unless ``params`` is a valid ``operation`` request for botocore."""
-    validate_parameters(params, _MODEL.operation_model(operation).input_shape)
+    """Raise unless ``params`` is a valid ``operation`` request: for botocore, and for SageMaker's server
+    (patterns, whole value, "." matching no line terminator; maximum lengths)."""
+    shape = _MODEL.operation_model(operation).input_shape
+    validate_parameters(params, shape)
+    errors = constraint_errors(shape, params)
+    assert not errors, validation_message(errors)
 
 
 def public_key(state_dir: Path, job: str) -> str:

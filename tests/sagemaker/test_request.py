@@ -285,3 +285,52 @@ def test_the_package_channel_name_is_a_shell_identifier() -> None:
 
     assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f"SM_CHANNEL_{CHANNEL_NAME.upper()}")
     assert f"/opt/ml/input/data/{CHANNEL_NAME}" == CHANNEL_ROOT
+
+
+# Every shape of request enable() produces, as SageMaker's server would check it: each string against its
+# member's pattern (the whole value, "." matching no line terminator) and every maximum length.  botocore's own
+# validation never looks at patterns, which let a multi-line hook program into ContainerEntrypoint.
+_SHAPES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("wrapped entry", {}, {}),
+    ("wrapped, every option", {}, {"ide": "pycharm", "ranks": [0, 3], "wait": 600, "sshd_port": 2222,
+                                   "port_base": 5678, "hold_on_failure": 900, "keep_alive": 1800,
+                                   "package_uri": "s3://b/rd/remote-debug"}),
+    ("direct transport", {"VpcConfig": {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}},
+     {"transport": "direct"}),
+    ("toolkit (env hook)", {"AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+                            "HyperParameters": {"sagemaker_program": '"train.py"',
+                                                "sagemaker_submit_directory": '"s3://b/src/sourcedir.tar.gz"'}},
+     {"package_uri": "s3://b/rd/remote-debug"}),
+    ("toolkit MPI", {"AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+                     "HyperParameters": {"sagemaker_program": '"train.py"', "sagemaker_mpi_enabled": "true",
+                                         "sagemaker_mpi_custom_mpi_options": '"-x NCCL_DEBUG"'}}, {}),
+    ("SDK v3 drivers", {"AlgorithmSpecification": {
+        "TrainingImage": IMAGE, "TrainingInputMode": "File", "ContainerEntrypoint": ["/bin/bash"],
+        "ContainerArguments": ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
+                                     "/opt/ml/input/data/sm_drivers/sm_train.sh"]}}, {"keep_alive": 60}),
+]
+
+
+@pytest.mark.filterwarnings("ignore:keep_alive=")
+@pytest.mark.parametrize(("changes", "options"), [s[1:] for s in _SHAPES], ids=[s[0] for s in _SHAPES])
+def test_every_request_shape_passes_the_servers_own_checks(
+    state: Path, changes: dict[str, Any], options: dict[str, Any]
+) -> None:
+    from remote_debug.emulator.constraints import constraint_errors, validation_message
+
+    request = {**copy.deepcopy(BASE), **copy.deepcopy(changes)}
+    out = remote_debug.enable(request, owner="alice@example.com", key_dir=state, **options)
+    shape = boto3.client("sagemaker", region_name="us-east-1").meta.service_model.operation_model(
+        "CreateTrainingJob").input_shape
+    errors = constraint_errors(shape, out)
+    assert not errors, validation_message(errors)
+    again = remote_debug.enable(out, owner="alice@example.com", key_dir=state, **options)  # enabling twice, too
+    assert not constraint_errors(shape, again)
+    for item in (out.get("AlgorithmSpecification") or {}).get("ContainerEntrypoint", []):
+        assert "\n" not in item and "\r" not in item
+
+
+def test_the_hook_program_is_one_line_within_an_items_limit() -> None:
+    program = hook_program(CHANNEL_ROOT)
+    assert program.splitlines() == [program]
+    assert len(program) <= 256  # SageMaker's limit for one entry item
