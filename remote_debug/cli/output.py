@@ -112,7 +112,9 @@ def _job_status(e: ev.JobStatusEvent) -> str:
 
 @_line(ev.Waiting)
 def _waiting(e: ev.Waiting) -> str:
-    return f"waiting for {e.what} to start: {', '.join(e.nodes)}"
+    so_far = f" ({plural(round(e.seconds), 'second')} so far)" if e.seconds else ""
+    detail = f": looking for {e.detail}" if e.detail else ""
+    return f"waiting for {e.what} to start: {', '.join(e.nodes) or 'none listed yet'}{so_far}{detail}"
 
 
 @_line(ev.SshConfig)
@@ -245,6 +247,18 @@ def describe_event(event: ev.Event) -> str | None:
     """A human line for an attach/demo event (None: not worth a line)."""
     describe = _DESCRIBE.get(type(event))
     return describe(event) if describe is not None else None
+
+
+def wait_printer() -> ev.Emit:
+    """For a command that prints no event stream (ssh, stacks, ssh-config, run, sync): the lines of a wait - the
+    job's status while it starts, what it waits for and where - on stderr, so that nothing waits silently (and
+    stdout stays the command's own, ``--json`` included)."""
+
+    def emit(event: ev.Event) -> None:
+        if isinstance(event, (ev.Waiting, ev.JobStatusEvent)):
+            err_console.print(f"remote-debug: {describe_event(event)}", markup=False, highlight=False)
+
+    return emit
 
 
 def event_printer(as_json: bool) -> ev.Emit:

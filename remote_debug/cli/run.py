@@ -8,7 +8,7 @@ import typer
 
 from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
-from remote_debug.cli.output import event_printer, print_json
+from remote_debug.cli.output import event_printer, print_json, wait_printer
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 from remote_debug.local.events import RunOutput
@@ -54,7 +54,7 @@ def run(
     words = list(command or [])
     if words[:1] == ["--"]:  # a second separator, as the user typed it
         words = words[1:]
-    driver = RunDriver(JobConnection.open(job), emit, output)
+    driver = RunDriver(JobConnection.open(job, emit=wait_printer()), emit, output)
     try:
         driver.start(words, wait, timeout)
         ended = driver.wait()
@@ -79,7 +79,7 @@ def release(
 ) -> None:
     """End a kept-alive job now: a run still on is stopped, and the job ends with its training
     command's exit code."""
-    connection = JobConnection.open(job)
+    connection = JobConnection.open(job, emit=wait_printer())
     nodes = release_nodes(connection, timeout)
     if as_json:
         print_json({"job": connection.job, "released": nodes})

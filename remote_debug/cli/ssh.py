@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from remote_debug.cli.application import app, positive_seconds
+from remote_debug.cli.output import wait_printer
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
 
@@ -38,7 +39,7 @@ def ssh(
     ] = 60.0,
 ) -> None:
     """Log in to a job's node (or run a command there) over the job's transport."""
-    connection = JobConnection.open(job)
+    connection = JobConnection.open(job, emit=wait_printer())
     connection.require_running()
     manifests = connection.wait_for_manifests(timeout)
     if node not in manifests:

@@ -8,7 +8,7 @@ import typer
 
 from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
-from remote_debug.cli.output import console, print_json
+from remote_debug.cli.output import console, print_json, wait_printer
 from remote_debug.local import ssh_config as ssh_files
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
@@ -98,7 +98,7 @@ def ssh_config(
         return
     if not job:
         raise UserError("give a JOB (or --remove): remote-debug ssh-config JOB")
-    connection = JobConnection.open(job, paths)
+    connection = JobConnection.open(job, paths, emit=wait_printer())
     connection.require_running()
     manifests = connection.wait_for_manifests(timeout)
     if dry_run:

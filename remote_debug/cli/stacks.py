@@ -8,7 +8,7 @@ import typer
 
 from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
-from remote_debug.cli.output import print_json
+from remote_debug.cli.output import print_json, wait_printer
 from remote_debug.container.pyspy import PyspyError
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import UserError
@@ -63,7 +63,8 @@ def stacks(
             report = collect_job_stacks_no_hook(job, selection, timeout=timeout, all_threads=all_threads)
         else:
             assert job is not None
-            report = collect_stacks(JobConnection.open(job), selection, timeout=timeout, all_threads=all_threads)
+            connection = JobConnection.open(job, emit=wait_printer())
+            report = collect_stacks(connection, selection, timeout=timeout, all_threads=all_threads)
     except PyspyError as exc:
         raise UserError(str(exc)) from None
     if as_json:

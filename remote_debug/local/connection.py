@@ -27,6 +27,10 @@ from remote_debug.local.rank_control import RankControl
 from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 
 POLL_SECONDS = 0.3  # how often waiting loops (manifests here, the job in attach) look again
+# A wait for the nodes' manifests that lasts: after WAIT_NOTE_AFTER seconds it says what it looks for and where
+# (the backend's waiting_for: log group, region, profile), then again every WAIT_NOTE_EVERY seconds.
+WAIT_NOTE_AFTER = 5.0
+WAIT_NOTE_EVERY = 10.0
 # a node that published no sshd and is over, or said why: it will not get one
 _NODE_OVER = (spec.NodeState.COMPLETED, spec.NodeState.FAILED, spec.NodeState.STOPPED)
 # a job in these states is taking its nodes (and their sshd) down: a dropped tunnel is no fault
@@ -122,8 +126,10 @@ class JobConnection:
 
     def wait_for_manifests(self, timeout: float) -> dict[str, spec.NodeManifest]:
         """Every node's manifest with a usable sshd, or a one-line error."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         announced = False
+        next_note = started + WAIT_NOTE_AFTER
         shown: tuple[str, str] | None = None
         while True:
             info = self.require_running()
@@ -148,6 +154,12 @@ class JobConnection:
             if not announced:
                 self.emit(events.Waiting(what="nodes", nodes=sorted(manifests)))
                 announced = True
+            now = time.monotonic()
+            if now >= next_note:  # a wait that drags on says what it waits for, and keeps saying it
+                missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
+                self.emit(events.Waiting(what="nodes", nodes=missing, seconds=round(now - started, 1),
+                                         detail=self.backend.waiting_for(self.job)))
+                next_note = now + WAIT_NOTE_EVERY
             if time.monotonic() > deadline:
                 missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
                 raise UserError(

@@ -128,6 +128,8 @@ class Waiting(Event):
     name: ClassVar[str] = "waiting"
     what: str  # "nodes"
     nodes: list[str]
+    seconds: float = 0  # how long this wait has lasted (0: it has just begun)
+    detail: str = ""  # where the wait looks and what it saw (log group, region, profile; files), once it drags on
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -392,7 +392,8 @@ export class AttachManager implements vscode.Disposable {
         report(`job ${event.status}${event.secondary_status ? ` / ${event.secondary_status}` : ''}${event.message ? `: ${event.message}` : ''}`);
         break;
       case 'waiting':
-        report(`waiting for ${event.what} to start`);
+        // a wait that drags on says where it looks (log group, region, profile) and for how long: show it
+        report(event.detail ? `waiting for ${event.what} (${Math.round(event.seconds ?? 0)} s): ${event.detail}` : `waiting for ${event.what} to start`);
         break;
       case 'node-connected':
         report(vscode.l10n.t('connected to {0}', event.alias ?? event.node));

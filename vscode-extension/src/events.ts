@@ -288,8 +288,12 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
   switch (e.event) {
     case 'job-status':
       return `job ${e.job}: ${e.status} / ${e.secondary_status}${e.message ? `: ${e.message}` : ''}`;
-    case 'waiting':
-      return `waiting for ${e.what} to start: ${(e.nodes ?? []).join(', ')}`;
+    case 'waiting': {
+      const seconds = Math.round(e.seconds ?? 0);
+      const soFar = seconds ? ` (${seconds} second${seconds === 1 ? '' : 's'} so far)` : '';
+      const detail = e.detail ? `: looking for ${e.detail}` : '';
+      return `waiting for ${e.what} to start: ${(e.nodes ?? []).join(', ') || 'none listed yet'}${soFar}${detail}`;
+    }
     case 'ssh-config':
       return `ssh entries written (${e.aliases.join(', ')})${e.aliases[0] ? `: try \`ssh ${e.aliases[0]}\`` : ''}`;
     case 'node-connected':

@@ -54,4 +54,11 @@ def backend_for(job: str | JobRef, paths: StatePaths | None = None) -> Backend:
             f"unknown job {ref.name!r}: no local job by that name (remote-debug jobs lists them), and AWS is not "
             "configured to look for a SageMaker job (pass --region / --profile, or set AWS_REGION)"
         )
-    raise UnknownJobError(f"unknown job {ref.name!r}: run 'remote-debug jobs' to list jobs")
+    # Say where SageMaker was asked: a launcher that pins its own region (boto3.Session(region_name=...)) puts
+    # the job where a plain shell does not look.
+    region, source = (ref.region, "the ARN") if ref.region else aws.resolve_region()
+    where = f"region {region} (from {source}), profile {aws.profile() or 'default'}" if region else "your region"
+    raise UnknownJobError(
+        f"unknown job {ref.name!r}: no local job, and no SageMaker training job by that name in {where}; a job "
+        "launched in another region needs --region REGION (or AWS_REGION); 'remote-debug jobs' lists jobs"
+    )

@@ -47,6 +47,11 @@ class Backend(ABC):
     def manifests(self, job: str) -> dict[str, NodeManifest | None]:
         """Node name -> that node's manifest (None until the node has published one)."""
 
+    def waiting_for(self, job: str) -> str:
+        """Where :meth:`manifests` looks for the nodes' manifests and what it saw there, in a few words (for a
+        user left waiting: which log group, region and profile, which files); "" when there is nothing to add."""
+        return ""
+
     @abstractmethod
     def stop(self, job: str) -> JobInfo: ...
 

@@ -333,6 +333,13 @@ class MachineBackend(Backend):
         job_dir = self.paths.job_dir(job)
         return {node: spec.read_node_manifest(NodeLayout(job_dir, node).manifest_dir) for node in info.nodes}
 
+    def waiting_for(self, job: str) -> str:
+        job_dir = self.paths.job_dir(job)
+        nodes = self.describe(job).nodes
+        missing = [n for n in nodes if spec.read_node_manifest(NodeLayout(job_dir, n).manifest_dir) is None]
+        where = NodeLayout(job_dir, missing[0] if missing else nodes[0]).manifest_dir if nodes else job_dir
+        return f"the node manifests in {where}" + (f" (none yet from {', '.join(missing)})" if missing else "")
+
     def log_file(self, job: str, node: str) -> Path:
         return NodeLayout(self.paths.job_dir(job), node).log_file
 

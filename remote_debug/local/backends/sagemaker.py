@@ -41,7 +41,7 @@ from remote_debug.job_secret import SecretError, check_job_secret
 from remote_debug.local import aws, keys, ssm
 from remote_debug.local.aws_access import access_error
 from remote_debug.local.backends.base import Backend, Capabilities
-from remote_debug.local.backends.sagemaker_logs import ManifestLog
+from remote_debug.local.backends.sagemaker_logs import LOG_GROUP, ManifestLog
 from remote_debug.local.errors import UnknownJobError, UserError
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus, SageMakerJobDetails
 from remote_debug.local.paths import StatePaths, private_dir
@@ -337,6 +337,18 @@ class SageMakerBackend(Backend):
         self._retire_activation(job, info, resp, out)
         self._save_hint(job, info, out)
         return out
+
+    def waiting_for(self, job: str) -> str:
+        """The log group, stream prefix, region and profile the manifests are read from, and what was seen: a job
+        launched in another region than the one asked (a launcher's own ``region_name``) shows here."""
+        reader = self._logs.get(job)
+        region = self.client("logs").meta.region_name
+        profile = aws.profile() or "default"
+        seen = reader.seen() if reader is not None else "not read yet"
+        return (
+            f"the nodes' manifest lines in CloudWatch Logs group {LOG_GROUP}, streams {job}/..., region {region}, "
+            f"profile {profile}; seen: {seen}"
+        )
 
     def _retire_activation(
         self, job: str, info: JobInfo, resp: dict[str, Any], manifests: dict[str, spec.NodeManifest | None]

@@ -89,6 +89,9 @@ class ManifestLog:
         self._last_poll = float("-inf")
         self.error: str | None = None  # the last proven but unreadable line, if any
         self._refused: dict[str, str] = {}  # event id (or node/boot/seq) -> why it was refused
+        # what the reads saw, for a user left waiting: whether the group exists here, the streams that had lines
+        self.group_missing = False
+        self.streams: set[str] = set()
 
     @property
     def refused(self) -> int:
@@ -150,6 +153,7 @@ class ManifestLog:
             except Exception as exc:
                 code = aws.error_code(exc)
                 if code == "ResourceNotFoundException":
+                    self.group_missing = True
                     return  # no job in this account/region has logged yet: nothing published
                 if code in TRY_LATER:
                     if token:
@@ -161,6 +165,7 @@ class ManifestLog:
                     what = f"reading the manifest of {self.job} from CloudWatch"
                     raise UserError(aws.describe_error(exc, what)) from None
                 raise
+            self.group_missing = False
             for event in page.get("events", []):
                 self._add(event)
             token = page.get("nextToken")
@@ -173,6 +178,7 @@ class ManifestLog:
         stream = str(event.get("logStreamName") or "")
         if not stream.startswith(self.prefix):
             return  # another job's stream (the service filters by prefix; not every stand-in does)
+        self.streams.add(stream)
         event_id = str(event.get("eventId") or f"{stream}:{event.get('timestamp')}")
         if event_id in self._events or event_id in self._refused:
             return
@@ -201,6 +207,19 @@ class ManifestLog:
         mark = min(timestamp, int(time.time() * 1000))
         self._marks[stream] = max(self._marks.get(stream, 0), mark)
         self._heard.add(line.node)
+
+    def seen(self) -> str:
+        """What the reads so far found, in a few words."""
+        if self._last_poll == float("-inf"):
+            return "not read yet"
+        if self.group_missing:
+            return f"no log group {LOG_GROUP} in this region yet"
+        if not self.streams:
+            return f"no manifest line in any stream under {self.prefix} yet"
+        heard = f"nodes heard from: {', '.join(sorted(self._heard))}" if self._heard else "no node's line accepted"
+        refused = f", {self.refused} line(s) refused" if self._refused else ""
+        shown = ", ".join(sorted(self.streams)[:4]) + (", ..." if len(self.streams) > 4 else "")
+        return f"{len(self._events)} manifest line(s) in {shown}; {heard}{refused}"
 
     def _conflict(self, line: manifest_lines.ManifestLine, why: str) -> None:
         self._refused[f"{line.node}/{line.boot}/{line.started}/{line.seq}"] = why

@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from remote_debug import job_secret, manifest_lines, spec
-from remote_debug.local import aws, ssm
+from remote_debug.local import aws, connection, ssm
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
 from remote_debug.local.backends.machine import MachineBackend
@@ -294,6 +294,54 @@ def test_attach_emits_progress_and_times_out_only_once_training(cloud: None, tmp
         Attacher(c.backend(), JOB, options, events.append, StatePaths.default()).run()
     progress = [e["secondary_status"] for e in events if e["event"] == "job-status"]
     assert progress == ["Starting", "Downloading", "Training"]
+
+
+def test_a_wait_that_drags_on_says_what_it_waits_for_and_where(
+    cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job launched in another region than the one asked (a launcher's own region_name) left attach waiting
+    in silence until its timeout: now, after a few seconds, it names the log group, stream prefix, region and
+    profile it reads, what it saw there, and says it again while the wait goes on."""
+    monkeypatch.setattr(connection, "WAIT_NOTE_AFTER", 0.2)
+    monkeypatch.setattr(connection, "WAIT_NOTE_EVERY", 0.3)
+    c = Cloud(_training())
+    events = EventLog()
+    options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=1.2)
+    with pytest.raises(UserError, match="did not publish an sshd within"):
+        Attacher(c.backend(), JOB, options, events.append, StatePaths.default()).run()
+    notes = [e for e in events if e["event"] == "waiting" and e["detail"]]
+    assert len(notes) >= 2, events  # and it keeps saying so
+    assert notes[0]["nodes"] == ["algo-1"] and 0.2 <= notes[0]["seconds"] < notes[-1]["seconds"]
+    assert notes[0]["detail"] == (
+        f"the nodes' manifest lines in CloudWatch Logs group {LOG_GROUP}, streams {JOB}/..., region {REGION}, "
+        f"profile default; seen: no log group {LOG_GROUP} in this region yet"
+    )
+
+    # once the group exists and the job's streams have other lines (the toolkit's own), it says so
+    c.log(JOB, "algo-1", "Invoking user training script.")
+    c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=0, state="starting"), 1))
+    events = EventLog()
+    with pytest.raises(UserError, match="did not publish an sshd within"):
+        Attacher(c.backend(), JOB, options, events.append, StatePaths.default()).run()
+    detail = [e for e in events if e["event"] == "waiting" and e["detail"]][-1]["detail"]
+    assert detail.endswith(f"seen: 1 manifest line(s) in {JOB}/algo-1-1700000000; nodes heard from: algo-1")
+
+
+def test_ssh_and_stacks_say_what_they_wait_for_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands without an event stream print the wait's lines on stderr (stdout stays theirs)."""
+    from remote_debug.cli.output import describe_event, wait_printer
+    from remote_debug.local import events as ev
+
+    printed: list[str] = []
+    monkeypatch.setattr("remote_debug.cli.output.err_console.print", lambda text, **_: printed.append(text))
+    emit = wait_printer()
+    emit(ev.Waiting(what="nodes", nodes=["algo-2"], seconds=12.4, detail="the nodes' manifest lines in X"))
+    emit(ev.NodeConnected(node="algo-2", alias="algo-2.j"))  # not a wait: not printed
+    assert printed == [
+        "remote-debug: waiting for nodes to start: algo-2 (12 seconds so far): looking for the nodes' manifest "
+        "lines in X"
+    ]
+    assert describe_event(ev.Waiting(what="nodes", nodes=["algo-1"])) == "waiting for nodes to start: algo-1"
 
 
 def test_attach_waits_while_sshd_is_installed_and_reports_when_it_cannot_be(cloud: None, tmp_path: Path) -> None:

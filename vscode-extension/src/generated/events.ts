@@ -133,6 +133,8 @@ export interface WaitingEvent {
   v: number;
   what: string;
   nodes: string[];
+  seconds: number;
+  detail: string;
 }
 
 export interface SshConfigEvent {

@@ -151,6 +151,12 @@ describe('attach --json events', () => {
     assert.equal(line({ event: 'pause-safe', v: 1, rank: 1, node: 'algo-2', detail: null }), 'rank 1 on algo-2: pause-safe');
     assert.equal(line({ event: 'rank-connected', v: 1, rank: 0, node: 'algo-1', ide_port: 1 }), "rank 0 on algo-1: connected to PyCharm's debug server");
     assert.equal(line({ event: 'ide-not-listening', v: 1, rank: 1, node: 'algo-1', message: 'start it' }), 'rank 1 on algo-1 is waiting: start it');
+    // a wait that drags on: the CLI's own wording, with where it looks
+    assert.equal(
+      line({ event: 'waiting', v: 1, what: 'nodes', nodes: ['algo-2'], seconds: 12.4, detail: 'lines in group G, region eu-west-1' }),
+      'waiting for nodes to start: algo-2 (12 seconds so far): looking for lines in group G, region eu-west-1',
+    );
+    assert.equal(line({ event: 'waiting', v: 1, what: 'nodes', nodes: ['algo-1'], seconds: 0, detail: '' }), 'waiting for nodes to start: algo-1');
   });
 
   test('every event of the schema is known, with a version', () => {
