@@ -481,7 +481,7 @@ def _spec_seconds(env: Mapping[str, str], name: str) -> float:
 # --- manifest ------------------------------------------------------------------------------------
 
 
-_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until")
+_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until", "code_dir")
 
 
 @dataclass
@@ -507,6 +507,9 @@ class RankEndpoint:
     failed_at: float | None = None
     # a "held" rank: when (wall clock, Unix seconds) its hold ends and it exits with the failure
     hold_until: float | None = None
+    # where this rank's code is (the root holding the script it runs: remoteRoot of the IDE's path mappings);
+    # None: it runs no script file, or an older hook - the node's code_dir applies (see code_dir_of)
+    code_dir: str | None = None
 
     def __post_init__(self) -> None:
         # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
@@ -546,6 +549,7 @@ class RankEndpoint:
                 traceback=None if d.get("traceback") is None else str(d["traceback"]),
                 failed_at=_json_time(d, "failed_at"),
                 hold_until=_json_time(d, "hold_until"),
+                code_dir=None if d.get("code_dir") is None else str(d["code_dir"]),
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
@@ -582,6 +586,11 @@ class NodeManifest:
 
     def __post_init__(self) -> None:
         self.state = parse_choice(NodeState, self.state, "node state")
+
+    def code_dir_of(self, rank: RankEndpoint) -> str:
+        """Where ``rank``'s code is: what the rank itself reports (the root of the script it runs), else the
+        node's guess (which can predate the code's arrival, or miss a channel with another name)."""
+        return rank.code_dir or self.code_dir
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self) | {"state": parse_choice(NodeState, self.state, "node state").value}

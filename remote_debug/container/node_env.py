@@ -18,7 +18,7 @@ import re
 import socket
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,72 @@ def code_dir(env: Mapping[str, str] | None = None, *, ml_root: str = ML_ROOT) ->
         except OSError:
             continue
     return cwd
+
+
+# Interpreter options that take their value as the next word (python -W ignore, -X dev, ...).
+_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+# Modules that run a script named after them, as ``python script.py`` would (the script's dir is the rank's code).
+_SCRIPT_RUNNERS = ("mpi4py", "runpy")
+_RUNNER_OPTIONS_WITH_VALUE = ("-rc",)  # mpi4py's runtime configuration: -rc thread_level=multiple
+
+
+def script_of(argv: Sequence[str]) -> str | None:
+    """The script ``argv`` (``sys.orig_argv``) runs: ``python [opts] script.py``, or ``python -m mpi4py
+    [opts] script.py``; None for ``-c``, another ``-m`` module, or an interactive interpreter."""
+    args = list(argv[1:])
+    i = 0
+    runner = False
+    while i < len(args):
+        arg = args[i]
+        if not runner and (arg == "-m" or (arg.startswith("-m") and not arg.startswith("--"))):
+            module = args[i + 1] if arg == "-m" and i + 1 < len(args) else arg[2:]
+            if module not in _SCRIPT_RUNNERS:
+                return None
+            runner = True
+            i += 2 if arg == "-m" else 1
+            continue
+        if arg in ("-c", "-m") or (not runner and arg[:2] in ("-c", "-m") and not arg.startswith("--")):
+            return None  # code or a module of its own (python's, or mpi4py's -c/-m)
+        if arg in (_RUNNER_OPTIONS_WITH_VALUE if runner else _OPTIONS_WITH_VALUE):
+            i += 2
+            continue
+        if arg.startswith("-") and arg != "-":
+            i += 1
+            continue
+        return None if arg == "-" else arg
+    return None
+
+
+def rank_code_dir(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, *, cwd: str | None = None, ml_root: str = ML_ROOT
+) -> str | None:
+    """Where THIS rank's code really is (what the IDE's path mappings must map the workspace to), from the script
+    it runs; None when it runs no script file (the node's :func:`code_dir` applies).
+
+    The node's code dir is a guess made when the node starts, which can be before the code is there (the SDK v2
+    training toolkit downloads it to ``/opt/ml/code`` after the first Python process, and so the node daemon, has
+    started), or miss a channel with another name (``/opt/ml/input/data/src``).  A rank knows: the root that holds
+    its script - the launcher's ``REMOTE_DEBUG_CODE_DIR``, ``SM_SOURCE_DIR``, ``/opt/ml/code``, the input channel
+    it came in (``/opt/ml/input/data/<channel>``) - so that a breakpoint in ``pkg/module.py`` of the source dir
+    maps as well as one in the script; else the script's own folder.
+    """
+    env = os.environ if env is None else env
+    script = script_of(argv)
+    if script is None:
+        return None
+    base = os.getcwd() if cwd is None else cwd
+    folder = os.path.realpath(os.path.dirname(os.path.join(base, script)))
+    roots = [env.get(ENV_CODE_DIR, ""), env.get("SM_SOURCE_DIR", "")]
+    roots += [os.path.join(ml_root, sub) for sub in CODE_SUBDIRS]
+    for root in roots:
+        if root.startswith(os.sep):
+            real = os.path.realpath(root)
+            if folder == real or folder.startswith(real + os.sep):
+                return real
+    channels = os.path.realpath(os.path.join(ml_root, "input", "data"))
+    if folder.startswith(channels + os.sep):
+        return os.path.join(channels, folder[len(channels) + 1:].split(os.sep, 1)[0])
+    return folder
 
 
 def node_address(env: Mapping[str, str] | None = None) -> str:

@@ -326,7 +326,7 @@ class PyCharmDebugger:
     def _attach(self, conn: Connection, deadline: float) -> tuple[bool, str]:
         hello = conn.hello
         # pydevd names frames by their real path: map the real code dir, or symlinked dirs never match.
-        code_dir = os.path.realpath(node_env.code_dir(self.env))
+        code_dir = os.path.realpath(node_env.rank_code_dir(sys.orig_argv, self.env) or node_env.code_dir(self.env))
         mappings = merged_path_mappings(os.environ.get(ENV_PATH_MAPPINGS), hello.ide_root if hello else "", code_dir)
         if mappings is not None:
             os.environ[ENV_PATH_MAPPINGS] = mappings

@@ -251,6 +251,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     endpoint = RankEndpoint(
         rank=identity.rank, local_rank=identity.local_rank, world_size=identity.world_size,
         port=0, pid=os.getpid(), state=RankState.SKIPPED, ide=spec.ide,
+        code_dir=node_env.rank_code_dir(argv, env),  # where the laptop's path mappings must point, for this rank
     )
     if not spec.selects(identity.rank):
         # no debugger here, but the control channel still makes the rank pause-safe (its peers may

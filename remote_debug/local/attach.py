@@ -226,7 +226,7 @@ class Attacher:
                 if not self.ide.usable(r):
                     expected.discard(r.rank)  # it will never be debuggable; say so once
                     self.emit(events.RankUnavailable(rank=r.rank, node=node, state=r.state, error=r.error))
-                    self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir, r.pid)
+                    self.forwards[r.rank] = RankForward(r.rank, node, 0, 0, m.code_dir_of(r), r.pid)
                     continue
                 found.append((node, m, r))
         if self.ide.ranks_listen:  # every rank's listener at once: 64 ranks in about the time of a few
@@ -245,9 +245,9 @@ class Attacher:
 
     def _expose(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint) -> RankForward:
         local_port = self.ide.expose(self.connection.tunnel(node), node, r)
-        fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
+        fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
         self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
-                                   state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
+                                   state=r.state, ide=self.ide.ide, code_dir=m.code_dir_of(r)))
         return fwd
 
     def _follow_restarts(self) -> None:
@@ -269,9 +269,9 @@ class Attacher:
                 self.emit(events.RankRestarted(rank=r.rank, node=node, pid=r.pid, old_pid=old.pid, run=m.run))
                 local_port = self.ide.re_expose(self.connection.tunnel(node), node, r, old)
                 moved = moved or local_port != old.local_port
-                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir, r.pid)
+                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
                 self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
-                                           state=r.state, ide=self.ide.ide, code_dir=m.code_dir))
+                                           state=r.state, ide=self.ide.ide, code_dir=m.code_dir_of(r)))
                 new.append(fwd)
         if not new:
             return
