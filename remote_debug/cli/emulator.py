@@ -26,7 +26,14 @@ def emulator(
     state: Annotated[
         Path | None, typer.Option("--state", help="Where jobs and nodes live (default: ~/.remote-debug/emulator).")
     ] = None,
-    region: Annotated[str, typer.Option("--region", help="The region the emulator's ARNs name.")] = DEFAULT_REGION,
+    region: Annotated[
+        str,
+        typer.Option(
+            "--region",
+            help="The region printed as AWS_DEFAULT_REGION. Every region is served, each with its own jobs, logs "
+            "and sessions, as in AWS.",
+        ),
+    ] = DEFAULT_REGION,
     images: Annotated[
         Path | None,
         typer.Option("--images", help="JSON file mapping training image URIs to local Python environments."),
@@ -37,6 +44,14 @@ def emulator(
             "--log-delay", min=0, max=60, metavar="SECONDS", help="How long a node's output takes to reach CloudWatch."
         ),
     ] = 0.5,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy", metavar="FILE",
+            help="IAM identity policy (JSON; a list for several) every caller is held to, as AWS would: e.g. "
+            "templates/iam/user-policy.json. Callers are moto's IAM users (create-user, create-access-key).",
+        ),
+    ] = None,
     as_json: Annotated[bool, flag("--json", help="Print the endpoint as one JSON line.")] = False,
 ) -> None:
     """Serve SageMaker's training-job API, SSM sessions, S3, CloudWatch Logs, STS and IAM on one local URL.
@@ -46,6 +61,8 @@ def emulator(
     Manager plugin.  Ctrl-C stops the emulator and its jobs.
     """
     # Imported here: moto's server takes ~1 s to import, which no other command should pay.
+    from remote_debug.emulator.enforce import load_policies
+    from remote_debug.emulator.iam_policy import PolicyError
     from remote_debug.emulator.images import ImageMap, ImageMapError
     from remote_debug.emulator.nodes import available
     from remote_debug.emulator.service import Emulator
@@ -57,8 +74,12 @@ def emulator(
         image_map = ImageMap.load(images) if images is not None else ImageMap.default()
     except ImageMapError as exc:
         raise UserError(str(exc)) from None
+    try:
+        policies = load_policies(policy) if policy is not None else None
+    except PolicyError as exc:
+        raise UserError(str(exc)) from None
     state_dir = (state or StatePaths.default().root / "emulator").absolute()
-    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay)
+    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay, policy=policies)
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # the same orderly end as Ctrl-C

@@ -9,8 +9,8 @@ operation, and so is every answer, so the emulator cannot drift from what AWS ac
 
 JSON-protocol services name the operation in ``X-Amz-Target`` (``SageMaker.CreateTrainingJob``,
 ``AmazonSSM.StartSession``); the region and the caller's access key come from the SigV4
-``Authorization`` header.  Signatures are not checked (nor is IAM): the emulator is a local test
-bench, reachable on loopback only.
+``Authorization`` header.  Signatures are not checked: the emulator is a local test bench, reachable on
+loopback only.  IAM is, when asked (``authorize``: the ``--policy`` mode, see :mod:`.enforce`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from remote_debug.emulator.errors import ApiError
 Handler = Callable[["Call"], dict[str, Any]]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+# (service, operation, params, region, access key) -> None, or ApiError (AccessDeniedException): see enforce.py
+Authorize = Callable[[str, str, dict[str, Any], str, str], None]
 
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
 MAX_BODY = 16 * 1024 * 1024  # CreateTrainingJob is at most a few hundred KiB; anything far larger is an error
@@ -68,7 +70,9 @@ class _Models:
         return self._services[service].operation_model(operation)
 
 
-def _validate(shape: Any, params: dict[str, Any], what: str) -> None:
+def _validate(shape: Any, params: dict[str, Any], what: str, *, server_side: bool = True) -> None:
+    """``params`` against ``shape``; ``server_side``: also AWS's own checks of a request (answers are held to the
+    model's shapes only: the constraints are what a service accepts, not what it returns)."""
     if shape is None:
         if params:
             raise ApiError("ValidationException", f"{what} takes no parameters")
@@ -76,7 +80,8 @@ def _validate(shape: Any, params: dict[str, Any], what: str) -> None:
     report = ParamValidator().validate(params, shape)
     if report.has_errors():
         raise ApiError("ValidationException", " ".join(report.generate_report().split()))
-    _check_constraints(shape, params)
+    if server_side:
+        _check_constraints(shape, params)
 
 
 def _check_constraints(shape: Any, params: dict[str, Any]) -> None:
@@ -94,8 +99,10 @@ class Front:
     server-side constraints first (see the module doc).
     """
 
-    def __init__(self, fallback: WsgiApp, targets: dict[str, str], checked: dict[str, str] | None = None) -> None:
+    def __init__(self, fallback: WsgiApp, targets: dict[str, str], checked: dict[str, str] | None = None,
+                 authorize: Authorize | None = None) -> None:
         self.fallback = fallback
+        self.authorize = authorize  # the opt-in IAM mode: every checked request, served or forwarded
         self.targets = targets
         self.checked = {**targets, **(checked or {})}
         self.handlers: dict[tuple[str, str], Handler] = {}
@@ -150,6 +157,9 @@ class Front:
             return  # moto's own SerializationException
         if isinstance(params, dict):
             _check_constraints(shape, params)
+            if self.authorize is not None:
+                access_key, region = _signer(environ)
+                self.authorize(service, operation, params, region, access_key)
 
     def _serve(self, service: str, operation: str, body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
         model = self.models.operation(service, operation)
@@ -161,9 +171,11 @@ class Front:
             raise ApiError("SerializationException", "the request body is not a JSON object")
         _validate(model.input_shape, params, operation)
         access_key, region = _signer(environ)
+        if self.authorize is not None:
+            self.authorize(service, operation, params, region, access_key)
         answer = self.handlers[(service, operation)](Call(service, operation, params, region, access_key))
         try:
-            _validate(model.output_shape, answer, f"{operation} response")
+            _validate(model.output_shape, answer, f"{operation} response", server_side=False)
         except ApiError as exc:  # our bug, not the caller's: a 500, as AWS reports its own failures
             raise ApiError("InternalFailure", f"the emulator's answer breaks the model: {exc.message}", 500) from None
         return answer

@@ -16,6 +16,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from remote_debug.emulator.enforce import PolicyEnforcer, moto_caller
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.server import Call, Forward, Front
@@ -44,8 +45,10 @@ class Emulator:
         region: str = DEFAULT_REGION,
         images: ImageMap | None = None,
         log_delay: float = 0.5,
+        policy: list[dict[str, Any]] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.policy = policy  # identity policies every caller is held to (the --policy mode); None: no IAM
         self.port = port
         self.region = region
         self.images = images or ImageMap.default()
@@ -53,7 +56,11 @@ class Emulator:
         self._http: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.channel = DataChannelServer(LOOPBACK)
-        self.jobs: TrainingJobs | None = None
+        # one TrainingJobs per region, as AWS keeps them: a job, its ARN, its logs and its SSM targets live in
+        # the region of the request that created it, and are unknown in every other region
+        self._regions: dict[str, TrainingJobs] = {}
+        self._regions_lock = threading.Lock()
+        self._closing = False
 
     @property
     def url(self) -> str:
@@ -64,32 +71,55 @@ class Emulator:
     def start(self) -> str:
         """Bind, start serving in a background thread, return the endpoint URL."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS)
+        front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
+                      authorize=self._enforcer())
         self._http = make_server(LOOPBACK, self.port, front, threaded=True, request_handler=MotoRequestHandler)
         self.channel.start()
-        self.jobs = TrainingJobs(
-            work_dir=self.state_dir,
-            endpoint_url=self.url,
-            region=self.region,
-            account_id=ACCOUNT_ID,
-            images=self.images,
-            log_delay=self.log_delay,
-        )
-        self._routes(front, self.jobs)
+        self.jobs_in(self.region)
+        self._routes(front)
         self._thread = threading.Thread(target=self._http.serve_forever, name="emulator-http", daemon=True)
         self._thread.start()
         return self.url
 
     def close(self) -> None:
-        """Stop the jobs, the sessions and the listeners; idempotent."""
-        if self.jobs is not None:
-            self.jobs.shutdown()
+        """Stop the jobs (of every region), the sessions and the listeners; idempotent."""
+        with self._regions_lock:
+            self._closing = True
+            regions = list(self._regions.values())
+        for jobs in regions:
+            jobs.shutdown()
         self.channel.close()
         if self._http is not None and self._thread is not None:
             self._http.shutdown()
             self._thread.join()
             self._http.server_close()
             self._thread = None
+
+    @property
+    def jobs(self) -> TrainingJobs:
+        """The training jobs of the emulator's default region."""
+        return self.jobs_in(self.region)
+
+    def jobs_in(self, region: str) -> TrainingJobs:
+        """The training jobs of ``region``, made on its first call.  The default region's live in the state dir,
+        any other's under ``regions/<region>/`` (a job name is unique per region, not per account)."""
+        with self._regions_lock:
+            jobs = self._regions.get(region)
+            if jobs is None:
+                if self._http is None:
+                    raise RuntimeError("the emulator is not started")
+                work_dir = self.state_dir if region == self.region else self.state_dir / "regions" / region
+                jobs = self._regions[region] = TrainingJobs(
+                    work_dir=work_dir,
+                    endpoint_url=self.url,
+                    region=region,
+                    account_id=ACCOUNT_ID,
+                    images=self.images,
+                    log_delay=self.log_delay,
+                )
+                if self._closing:  # a call that raced close(): refused as every new job then is
+                    jobs.shutdown()
+            return jobs
 
     def __enter__(self) -> Emulator:
         self.start()
@@ -98,15 +128,30 @@ class Emulator:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def _enforcer(self) -> PolicyEnforcer | None:
+        if self.policy is None:
+            return None
+        return PolicyEnforcer(self.policy, identify=moto_caller(ACCOUNT_ID), tags_of=self._job_tags,
+                              session_key=lambda session_id: session_id.rpartition("-")[0] or None)
+
+    def _job_tags(self, arn: str) -> dict[str, str] | None:
+        """A training job's tags (aws:ResourceTag/...), None for anything else or a job that does not exist."""
+        if not _TRAINING_JOB_ARN.match(arn):
+            return None
+        try:
+            return {t["Key"]: t["Value"] for t in self.jobs_in(arn.split(":")[3]).list_tags(arn)}
+        except ApiError:
+            return None
+
     # --- the operations served here, not by moto -------------------------------------------------
 
-    def _routes(self, front: Front, jobs: TrainingJobs) -> None:
+    def _routes(self, front: Front) -> None:
         sm = "sagemaker"
-        front.route(sm, "CreateTrainingJob", lambda c: jobs.create(c.params))
-        front.route(sm, "DescribeTrainingJob", lambda c: jobs.describe(c.params["TrainingJobName"]))
-        front.route(sm, "ListTrainingJobs", lambda c: jobs.list(c.params))
+        front.route(sm, "CreateTrainingJob", lambda c: self.jobs_in(c.region).create(c.params))
+        front.route(sm, "DescribeTrainingJob", lambda c: self.jobs_in(c.region).describe(c.params["TrainingJobName"]))
+        front.route(sm, "ListTrainingJobs", lambda c: self.jobs_in(c.region).list(c.params))
         front.route(sm, "StopTrainingJob", self._stop)
-        front.route(sm, "UpdateTrainingJob", lambda c: jobs.update(c.params))
+        front.route(sm, "UpdateTrainingJob", lambda c: self.jobs_in(c.region).update(c.params))
         front.route(sm, "AddTags", self._add_tags)
         front.route(sm, "ListTags", self._list_tags)
         front.route(sm, "DeleteTags", self._delete_tags)
@@ -115,15 +160,14 @@ class Emulator:
         front.route("ssm", "TerminateSession", self._terminate_session)
 
     def _stop(self, call: Call) -> dict[str, Any]:
-        assert self.jobs is not None
-        self.jobs.stop(call.params["TrainingJobName"])
+        self.jobs_in(call.region).stop(call.params["TrainingJobName"])
         return {}
 
     def _training_jobs(self, call: Call) -> TrainingJobs:
         # tags of other SageMaker resources (models, endpoints) stay moto's
-        if self.jobs is None or not _TRAINING_JOB_ARN.match(str(call.params.get("ResourceArn", ""))):
+        if not _TRAINING_JOB_ARN.match(str(call.params.get("ResourceArn", ""))):
             raise Forward
-        return self.jobs
+        return self.jobs_in(call.region)  # an ARN of another region is unknown here, as in AWS
 
     def _add_tags(self, call: Call) -> dict[str, Any]:
         self._training_jobs(call).add_tags(call.params["ResourceArn"], call.params["Tags"])
@@ -137,7 +181,7 @@ class Emulator:
         return {}
 
     def _start_session(self, call: Call) -> dict[str, Any]:
-        assert self.jobs is not None
+        jobs = self.jobs_in(call.region)
         target = call.params["Target"]
         document = call.params.get("DocumentName", SHELL_DOCUMENT)
         if document not in SESSION_DOCUMENTS:
@@ -147,10 +191,10 @@ class Emulator:
             )
         owner = _OWNER.sub("", call.access_key)[:64] or "emulator"
         if document == SHELL_DOCUMENT:  # an interactive shell in the node (ssm_shell.py)
-            session = open_shell(self.channel, self.jobs, target, call.params.get("Parameters", {}), owner)
+            session = open_shell(self.channel, jobs, target, call.params.get("Parameters", {}), owner)
             return {"SessionId": session.session_id, "TokenValue": session.token_value,
                     "StreamUrl": session.stream_url}
-        _job, connect = self.jobs.connector(target)
+        _job, connect = jobs.connector(target)
         try:
             session = self.channel.open_session(
                 target=target,
