@@ -3,7 +3,7 @@ debuggable (a job of this machine / a SageMaker training job)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -82,6 +82,18 @@ def adopt(
     console.print(f"next: remote-debug attach {outcome.job}", markup=False)
 
 
+def caller_id(sts: Any) -> str:
+    """The caller's ``aws:userid`` (STS GetCallerIdentity): the owner tag an untagged job gets."""
+    from remote_debug.local import aws
+
+    try:
+        return str(sts.get_caller_identity()["UserId"])
+    except Exception as exc:
+        if not aws.is_error(exc):
+            raise
+        raise UserError(aws.describe_error(exc, "asking STS who you are (the job's owner tag)")) from None
+
+
 def _adopt_sagemaker(job: str, as_json: bool) -> None:
     from remote_debug.local import aws
     from remote_debug.local.adopt_sagemaker import adopt_sagemaker
@@ -96,6 +108,7 @@ def _adopt_sagemaker(job: str, as_json: bool) -> None:
     profile = aws.profile()
     sagemaker = aws.client("sagemaker", profile_name=profile, region=region)
     ssm_client = aws.client("ssm", profile_name=profile, region=region)
+    owner = caller_id(aws.client("sts", profile_name=profile, region=region))
 
     def open_shell(node: str) -> ShellSession:
         shell = ShellSession.for_node(ssm_client, name, node, profile=profile or "")
@@ -107,7 +120,7 @@ def _adopt_sagemaker(job: str, as_json: bool) -> None:
             console.print(line, markup=False)
 
     with progress(f"adopting SageMaker job {name}", enabled=not as_json):
-        outcome = adopt_sagemaker(name, sagemaker=sagemaker, open_shell=open_shell, say=say)
+        outcome = adopt_sagemaker(name, sagemaker=sagemaker, open_shell=open_shell, owner=owner, say=say)
     if as_json:
         print_json(outcome.to_dict())
         return

@@ -15,6 +15,14 @@ that shell each node gets what a hooked node has, in a private dir ``/tmp/remote
    MAC'd manifest lines reach CloudWatch, where attach reads them; then ``--adopt-node REQUEST`` queues the
    rank agent into each rank (gdb's pending call, or ``sys.remote_exec``) and confirms it.
 
+Before turning remote debugging on, a job nobody tagged gets the owner tag ``remote-debug:owner`` = the
+caller's ``aws:userid`` (as ``enable()`` tags the jobs it launches): that is what ``templates/iam/user-policy.json``
+lets a user tag an unowned job with, and what then lets them update, tag and stop it as their own.  A job
+already tagged keeps its owner.
+
+A failure after the bundle reached a node (a refusal, a failed probe, a denied AddTags) removes what this run
+put there, through the same shell: nothing of ours is left in the containers of a job we did not adopt.
+
 The job secret travels only inside files written 0600 through the shell's stdin (``put_file``), never in a
 command line.  Afterwards ``attach``, ``stacks`` and ``ssh`` work on the job as on one started by enable().
 """
@@ -66,6 +74,7 @@ class NodeAccess:
     dir: str = ""
     bundle: str = ""
     probe: dict[str, Any] = field(default_factory=dict)
+    made: str = ""  # the outermost path this run created on the node (removed again if adopting fails)
 
     def sh(self, command: str) -> str:
         """``command`` as root: as it is, or through ``sudo -n sh -c``."""
@@ -83,14 +92,16 @@ def bundle_tarball(paths: StatePaths) -> tuple[str, bytes]:
 
 
 def adopt_sagemaker(
-    job: str, *, sagemaker: Any, open_shell: ShellFactory, paths: StatePaths | None = None,
+    job: str, *, sagemaker: Any, open_shell: ShellFactory, owner: str, paths: StatePaths | None = None,
     connect_timeout: float = CONNECT_TIMEOUT, say: Callable[[str], None] = lambda _line: None,
 ) -> AdoptOutcome:
     """Adopt every rank of every node of the running SageMaker job ``job`` (a name).  ``open_shell(node)``
-    returns a started ShellSession to that node.  UserError (one line) when the job cannot be adopted."""
+    returns a started ShellSession to that node; ``owner`` is the caller's ``aws:userid``, the owner tag an
+    untagged job gets.  UserError (one line) when the job cannot be adopted."""
     paths = paths or StatePaths.default()
     description = _describe(sagemaker, job)
     _refuse_early(job, description)
+    _claim(sagemaker, job, str(description["TrainingJobArn"]), owner, say)
     if not (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
         secondary = str(description.get("SecondaryStatus", ""))
         if secondary not in UPDATABLE_STATES:
@@ -109,22 +120,22 @@ def adopt_sagemaker(
             opened = list(pool.map(lambda node: _connect(node, open_shell, deadline), nodes))
         accesses = {a.node: a for a in opened}
         say(f"probing {len(nodes)} node{'s' if len(nodes) != 1 else ''} and uploading the bundle")
-        with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
-            list(pool.map(lambda a: _prepare(a, job, fingerprint, tarball), accesses.values()))
-        try:  # every node checked before any is touched
-            for access in accesses.values():
+        try:
+            with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+                list(pool.map(lambda a: _prepare(a, job, fingerprint, tarball), accesses.values()))
+            for access in accesses.values():  # every node checked before any is touched
                 _refuse_node(access)
-        except UserError:
-            for access in accesses.values():  # a refusal leaves nothing behind in the containers
-                access.shell.run(access.sh(f"rm -rf {shlex.quote(REMOTE_ROOT.format(job=job))}"))
+            key_path, public_key = ensure_job_key(paths, job)
+            debug = spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=job_secret(key_path),
+                                   transport=spec.Transport.SSM, options=spec.DebugOptions())
+            _call(lambda: sagemaker.add_tags(ResourceArn=description["TrainingJobArn"], Tags=[
+                {"Key": aws.TAG_TRANSPORT, "Value": spec.Transport.SSM.value},
+                {"Key": TAG_ADOPTED, "Value": "true"},
+            ]), f"tagging job {job}")
+        except BaseException:
+            for access in accesses.values():  # nothing started yet: leave nothing behind in the containers
+                _remove_ours(access)
             raise
-        key_path, public_key = ensure_job_key(paths, job)
-        debug = spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=job_secret(key_path),
-                               transport=spec.Transport.SSM, options=spec.DebugOptions())
-        _call(lambda: sagemaker.add_tags(ResourceArn=description["TrainingJobArn"], Tags=[
-            {"Key": aws.TAG_TRANSPORT, "Value": spec.Transport.SSM.value},
-            {"Key": TAG_ADOPTED, "Value": "true"},
-        ]), f"tagging job {job}")
         say("starting the node daemons and adopting the ranks")
         with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
             results = list(pool.map(lambda a: _adopt(a, debug), accesses.values()))
@@ -148,6 +159,16 @@ def _call(action: Callable[[], Any], what: str) -> Any:
         if not aws.is_error(exc):
             raise
         raise UserError(aws.describe_error(exc, what)) from None
+
+
+def _claim(sagemaker: Any, job: str, arn: str, owner: str, say: Callable[[str], None]) -> None:
+    """Tag a job nobody owns with ``owner`` (see the module doc); a job with an owner keeps it."""
+    listed = _call(lambda: sagemaker.list_tags(ResourceArn=arn), f"listing the tags of job {job}")
+    if any(t.get("Key") == aws.TAG_OWNER for t in listed.get("Tags") or []):
+        return
+    say(f"tagging {job} with {aws.TAG_OWNER}={owner}")
+    _call(lambda: sagemaker.add_tags(ResourceArn=arn, Tags=[{"Key": aws.TAG_OWNER, "Value": owner}]),
+          f"tagging job {job} with its owner")
 
 
 def _describe(sagemaker: Any, job: str) -> dict[str, Any]:
@@ -219,9 +240,12 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
     if code != 0 or not found.strip():
         raise UserError(f"no Python 3.10+ on {access.node} ({', '.join(PYTHON_CANDIDATES)}) to run the adopter")
     access.python = found.strip().splitlines()[-1]
-    access.dir = f"{REMOTE_ROOT.format(job=job)}/{access.node}"
+    root = REMOTE_ROOT.format(job=job)
+    access.dir = f"{root}/{access.node}"
     access.bundle = f"{access.dir}/bundle-{fingerprint}"
     directory, bundle = shlex.quote(access.dir), shlex.quote(access.bundle)
+    # what this run makes, removed if adopting fails (never what an earlier adoption left: its ranks use it)
+    made = next((p for p in (root, access.dir) if shell.run(access.sh(f"test -e {shlex.quote(p)}"))[0] != 0), "")
     # 0700 from the start (umask), and the parent too: the dir will hold the job secret
     shell.check(access.sh(f"umask 077 && mkdir -p {directory} && chmod 700 {directory} {directory}/.."))
     # a predictable path in a shared /tmp: another user of the container could have made it first (or a symlink
@@ -233,7 +257,9 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
         raise UserError(
             f"{REMOTE_ROOT.format(job=job)} on {access.node} belongs to someone else: remove it, then retry"
         )
+    access.made = made
     if shell.run(access.sh(f"test -d {bundle}"))[0] != 0:  # adopted before: the ranks may use that bundle
+        access.made = access.made or access.bundle
         shell.put_file(f"{access.dir}/bundle.tar.gz", tarball, 0o600)
         shell.check(access.sh(
             f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf {directory}/bundle.tar.gz -C {bundle}.tmp "
@@ -241,6 +267,19 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
         ), timeout=120)
     output = shell.check(access.sh(f"{_with_bundle(access)} --adopt-node --probe"), timeout=60)
     access.probe = _last_json(output, access.node)
+
+
+def _remove_ours(access: NodeAccess) -> None:
+    """Best effort: what this run put on the node (the private dir, or just the new bundle) goes again."""
+    if not access.made:
+        return
+    paths = [access.made, f"{access.made}.tmp"]
+    if access.made == access.bundle:  # the upload, if its unpacking failed
+        paths.append(f"{access.dir}/bundle.tar.gz")
+    try:
+        access.shell.run(access.sh("rm -rf " + " ".join(map(shlex.quote, paths))), timeout=60)
+    except ShellError:  # the session is gone: nothing more can be done from here
+        pass
 
 
 def _with_bundle(access: NodeAccess) -> str:

@@ -14,9 +14,11 @@ The IAM check asks IAM itself (SimulatePrincipalPolicy) about the caller's effec
 each action against the resource it is really called on (the job's ARN, the CloudWatch log group,
 the ``AWS-StartSSHSession`` document, the caller's sessions), with the context values the request
 would carry and ``templates/iam`` conditions on (``aws:userid``, the owner tag ``enable()`` writes,
-SSM's ``aws:ssmmessages:*`` session and target tags).  An action IAM cannot judge without a context
-value doctor cannot know (``MissingContextValues``: a condition on a key of the caller's own
-policies) is reported as such, never as allowed.
+``sagemaker:EnableRemoteDebug``, which AWS documents for turning remote debugging on, SSM's
+``aws:ssmmessages:*`` session and target tags).  For a given job, ``aws:ResourceTag/...`` are the job's
+real tags (ListTags): a job someone else owns, or one nobody tagged, is simulated as what it is.
+An action IAM cannot judge without a context value doctor cannot know (``MissingContextValues``: a
+condition on a key of the caller's own policies) is reported as such, never as allowed.
 
 The hybrid transport needs one more account setting: Session Manager refuses sessions to hybrid
 (``mi-``) managed instances unless the region's instance tier is "advanced" (GetServiceSetting).
@@ -82,6 +84,7 @@ PERMISSIONS: tuple[Permission, ...] = (
 )
 EXAMPLE_JOB = "example-job"  # the job doctor simulates without one
 OWNER_TAG_KEYS = (f"aws:RequestTag/{aws.TAG_OWNER}", f"aws:ResourceTag/{aws.TAG_OWNER}")
+ENABLE_REMOTE_DEBUG_KEY = "sagemaker:EnableRemoteDebug"  # on CreateTrainingJob/UpdateTrainingJob (AWS's docs)
 TARGET_ID_KEY = "ssm:resourceTag/aws:ssmmessages:target-id"
 SESSION_ID_KEY = "ssm:resourceTag/aws:ssmmessages:session-id"
 POLICY_HINT = "attach templates/iam/user-policy.json to your identity (see templates/iam/README.md)"
@@ -265,21 +268,41 @@ class Doctor:
         except Exception:
             return f"arn:{partition}:iam::{account}:role/{role}"
 
-    def simulation_context(self, caller: Identity, principal: str, job: str) -> list[dict[str, Any]]:
-        """The context values the real requests carry and our policies condition on."""
+    def simulation_context(self, caller: Identity, principal: str, job: str,
+                           job_tags: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """The context values the real requests carry and our policies condition on.  ``job_tags``: the
+        job's real tags; None (no job given) simulates a job tagged as enable() tags the caller's jobs."""
         values: dict[str, str] = {
             "aws:userid": caller.user_id,
-            # enable() tags each job with the caller's id; "own jobs" are the ones tagged so
-            **dict.fromkeys(OWNER_TAG_KEYS, caller.user_id),
+            # enable() and adopt tag with the caller's id; "own jobs" are the ones tagged so
+            OWNER_TAG_KEYS[0]: caller.user_id,
             TARGET_ID_KEY: ssm.native_target(job, "algo-1"),
             # SSM tags each session with the aws:userid of whoever started it
             SESSION_ID_KEY: caller.user_id,
         }
+        tags = {aws.TAG_OWNER: caller.user_id} if job_tags is None else job_tags
+        values.update({f"aws:ResourceTag/{k}": v for k, v in tags.items()})
         user = IAM_USER_RE.fullmatch(principal)
         if user:  # only IAM users have an aws:username
             values["aws:username"] = user.group(1)
-        return [{"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}
-                for k, v in values.items() if v]
+        entries = [{"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}
+                   for k, v in values.items() if v]
+        # every remote-debug launch and enable turns it on: what an admin's condition on it would see
+        entries.append({"ContextKeyName": ENABLE_REMOTE_DEBUG_KEY, "ContextKeyValues": ["true"],
+                        "ContextKeyType": "boolean"})
+        return entries
+
+    def job_tags(self, caller: Identity, job: str) -> dict[str, str] | None:
+        """The job's real tags (None when ListTags fails: the simulation assumes the caller's own job)."""
+        arn = TRAINING_JOB_ARN.format(partition=caller.partition, region=self.found_region, account=caller.account,
+                                      job=job)
+        try:
+            listed = self.client("sagemaker").list_tags(ResourceArn=arn)
+        except Exception as exc:
+            if not aws.is_error(exc):
+                raise
+            return None  # ListTags is simulated too: a denial shows there
+        return {str(t["Key"]): str(t.get("Value", "")) for t in listed.get("Tags") or []}
 
     def check_iam(self, caller: Identity, job: str | None) -> None:
         principal = self.principal_arn(caller.arn)
@@ -289,7 +312,8 @@ class Doctor:
         names = {"partition": caller.partition, "region": self.found_region, "account": caller.account,
                  "job": job or EXAMPLE_JOB}
         rows = [(p, p.resource.format(**names)) for p in PERMISSIONS]
-        context = self.simulation_context(caller, principal, job or EXAMPLE_JOB)
+        context = self.simulation_context(caller, principal, job or EXAMPLE_JOB,
+                                          self.job_tags(caller, job) if job else None)
         outcomes: dict[tuple[str, str], tuple[str, list[str]]] = {}
         try:
             # One call per resource: a call's ResourceArns apply to every action in it.

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from remote_debug import manifest_lines as mlines
 from remote_debug import spec
+from remote_debug.emulator.iam_policy import evaluate
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.doctor import PERMISSIONS, Doctor, passed
 from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
@@ -63,7 +64,7 @@ class PolicySimulator:
     resources, at the top for "*" (as IAM documents it).  A requested "*" matches only "*" resources."""
 
     def __init__(self, client: Any, policies: list[dict[str, Any]]) -> None:
-        self.statements = [s for policy in policies for s in policy["Statement"]]
+        self.policies = policies
         self.calls: list[dict[str, Any]] = []
         client.meta.events.register("before-parameter-build.iam.SimulatePrincipalPolicy", self._remember)
         client.meta.events.register("before-call.iam.SimulatePrincipalPolicy", self._answer)
@@ -97,41 +98,8 @@ class PolicySimulator:
         return AWSResponse(params["url"], 200, {}, None), parsed
 
     def evaluate(self, action: str, resource: str, values: dict[str, list[str]]) -> tuple[str, list[str]]:
-        missing: set[str] = set()
-
-        def resolve(text: str) -> str | None:
-            unknown = [k for k in re.findall(r"\$\{([^}]+)\}", text) if k not in values]
-            missing.update(unknown)
-            return None if unknown else re.sub(r"\$\{([^}]+)\}", lambda m: values[m.group(1)][0], text)
-
-        allow = deny = False
-        for statement in self.statements:
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            if not any(_glob(a, action, case=False) for a in actions):
-                continue
-            patterns = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            if not any(p is not None and _glob(p, resource) for p in map(resolve, patterns)):
-                continue
-            applies = True
-            for operator, keys in statement.get("Condition", {}).items():
-                for key, wanted in keys.items():
-                    if key not in values:
-                        missing.add(key)
-                        applies = False
-                        continue
-                    resolved = [resolve(w) for w in (wanted if isinstance(wanted, list) else [wanted])]
-                    if operator == "StringEquals":
-                        ok = any(w == v for w in resolved for v in values[key])
-                    elif operator in ("StringLike", "ArnLike"):
-                        ok = any(w is not None and _glob(w, v) for w in resolved for v in values[key])
-                    else:
-                        raise AssertionError(f"the stand-in does not know {operator}")
-                    applies = applies and ok
-            if applies:
-                deny = deny or statement["Effect"] == "Deny"
-                allow = allow or statement["Effect"] == "Allow"
-        decision = "explicitDeny" if deny else "allowed" if allow else "implicitDeny"
-        return decision, sorted(missing)
+        result = evaluate(self.policies, action, resource, values)
+        return result.decision.value, list(result.missing)
 
 
 def without(policy: dict[str, Any], *actions: str) -> dict[str, Any]:
@@ -406,3 +374,40 @@ def test_a_missing_sshd_fails_local_jobs_with_the_fix(home: Path, tmp_path: Path
     checks = _by_name(Doctor(check_aws=False).run())
     assert checks["sshd"].status == "fail" and "openssh-server" in checks["sshd"].fix
     assert not passed(list(checks.values()))
+
+
+@pytest.mark.parametrize("owner", [USER_ID, "AIDASOMEONEELSE0000"])
+def test_a_job_is_simulated_with_its_real_tags_and_the_remote_debug_condition_key(cloud: None, owner: str) -> None:
+    """doctor JOB: aws:ResourceTag/... are the job's own tags (ListTags), and every simulation carries
+    sagemaker:EnableRemoteDebug, the key AWS documents for turning remote debugging on.  Someone else's job
+    may be read, not updated, tagged or stopped (user-policy.json)."""
+    clients = Clients(tier=None)
+    ScriptedSageMaker(clients.sagemaker, lambda _n, job: describe_response(job, "InProgress", "Training"),
+                      tags=[{"Key": "remote-debug:owner", "Value": owner}, {"Key": "team", "Value": "vision"}])
+    iam = _by_name(Doctor(clients=clients).run(JOB))["iam"]
+    for call in clients.simulator.calls:
+        context = {e["ContextKeyName"]: (e["ContextKeyValues"], e["ContextKeyType"]) for e in call["ContextEntries"]}
+        assert context["sagemaker:EnableRemoteDebug"] == (["true"], "boolean")
+        assert context["aws:ResourceTag/remote-debug:owner"] == ([owner], "string")
+        assert context["aws:ResourceTag/team"] == (["vision"], "string")
+    job_arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{JOB}"
+    rows = {row["action"]: row["decision"] for row in iam.data["actions"] if row["resource"] == job_arn}
+    changes = {a: rows[a] for a in ("sagemaker:AddTags", "sagemaker:UpdateTrainingJob", "sagemaker:StopTrainingJob")}
+    assert rows["sagemaker:DescribeTrainingJob"] == "allowed"
+    if owner == USER_ID:
+        assert set(changes.values()) == {"allowed"} and iam.status == "ok", iam.to_json()
+    else:
+        assert set(changes.values()) == {"implicitDeny"}, rows
+        assert iam.status == "warn" and "sagemaker:UpdateTrainingJob" in iam.detail
+
+
+def test_a_condition_on_enable_remote_debug_is_simulated(cloud: None) -> None:
+    """An admin's Deny on turning remote debugging on shows up in doctor (it has the key's value)."""
+    deny = {"Version": "2012-10-17", "Statement": [{
+        "Sid": "NoRemoteDebug", "Effect": "Deny",
+        "Action": ["sagemaker:CreateTrainingJob", "sagemaker:UpdateTrainingJob"], "Resource": "*",
+        "Condition": {"Bool": {"sagemaker:EnableRemoteDebug": "true"}}}]}
+    iam = _by_name(Doctor(clients=Clients([USER_POLICY, deny])).run())["iam"]
+    rows = {row["action"]: row["decision"] for row in iam.data["actions"]}
+    assert rows["sagemaker:CreateTrainingJob"] == rows["sagemaker:UpdateTrainingJob"] == "explicitDeny"
+    assert rows["sagemaker:StopTrainingJob"] == "allowed"

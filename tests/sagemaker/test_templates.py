@@ -29,7 +29,8 @@ PERMISSION_ONLY = {
     "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
     "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel",
 }
-CONDITION_OPERATORS = {"StringEquals", "StringLike", "Bool", "BoolIfExists", "ArnLike", "ArnEquals"}
+CONDITION_OPERATORS = {"StringEquals", "StringEqualsIfExists", "StringLike", "Null", "Bool", "BoolIfExists", "ArnLike",
+                       "ArnEquals"}
 _SESSION = botocore.session.get_session()
 
 
@@ -94,6 +95,14 @@ def test_user_policy_scopes_what_the_issue_asks() -> None:
     assert own["Condition"] == {"StringEquals": {"aws:ResourceTag/remote-debug:owner": "${aws:userid}"}}
     assert_own_sessions_only(by_sid["EndAndResumeOwnSessionsOnly"])
     assert {"sagemaker:DescribeTrainingJob", "ssm:StartSession"} <= set(_actions(policy))
+    # tags: the caller as owner of a new job or of one nobody owns (adopt JOB), and never a new owner for one's own
+    claim = by_sid["TagNewAndUnownedJobsWithTheCaller"]
+    assert claim["Condition"] == {"StringEquals": {"aws:RequestTag/remote-debug:owner": "${aws:userid}"},
+                                  "Null": {"aws:ResourceTag/remote-debug:owner": "true"}}
+    assert by_sid["TagOwnJobsWithoutChangingTheOwner"]["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/remote-debug:owner": "${aws:userid}"},
+        "StringEqualsIfExists": {"aws:RequestTag/remote-debug:owner": "${aws:userid}"},
+    }
     # what doctor calls: the role behind an assumed-role session, the hybrid instance tier
     assert by_sid["DoctorFindsTheRoleBehindAnAssumedRoleSession"]["Action"] == "iam:GetRole"
     assert by_sid["DoctorReadsTheManagedInstanceTier"]["Resource"] == ACTIVATION_TIER

@@ -1,0 +1,166 @@
+"""Fakes at ``adopt JOB``'s boundaries: a SageMaker client that records every call (validated against botocore's
+model) and a node's shell (the ShellSession seam) that keeps the container's files as a set of paths and answers
+the adopter's commands as a cooperative node does.  Shared by the adopt and IAM tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import botocore.session
+from botocore import xform_name
+from botocore.exceptions import ClientError
+from botocore.validate import validate_parameters
+
+from remote_debug.local.ssm_shell import ShellError
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+_SESSION = botocore.session.get_session()
+
+Answer = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | Exception
+
+
+class Recorder:
+    """A botocore-shaped client of ``service``: each call's parameters are checked against the service model,
+    recorded as (operation, params) and answered from ``answers`` (an operation's dict, function or error)."""
+
+    def __init__(self, service: str, answers: dict[str, Answer] | None = None, region: str = REGION) -> None:
+        self.service = service
+        self.model = _SESSION.get_service_model(service)
+        self._operations = {xform_name(op): op for op in self.model.operation_names}
+        self.answers = answers or {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.meta = SimpleNamespace(region_name=region, endpoint_url=f"https://{service}.{region}.amazonaws.com")
+
+    def __getattr__(self, name: str) -> Callable[..., dict[str, Any]]:
+        operation = self._operations.get(name)
+        if operation is None:
+            raise AttributeError(name)
+
+        def call(**params: Any) -> dict[str, Any]:
+            validate_parameters(params, self.model.operation_model(operation).input_shape)
+            self.calls.append((operation, params))
+            answer = self.answers.get(operation, {})
+            if isinstance(answer, Exception):
+                raise answer
+            return answer(params) if callable(answer) else answer
+
+        return call
+
+
+def denied(operation: str, message: str = "not authorized") -> ClientError:
+    return ClientError({"Error": {"Code": "AccessDeniedException", "Message": message}}, operation)
+
+
+class PlainJob:
+    """A running SageMaker job launched WITHOUT remote_debug (no spec, no tags, remote debugging off), as
+    DescribeTrainingJob / UpdateTrainingJob / ListTags / AddTags answer for it."""
+
+    def __init__(self, name: str = "plain-job", nodes: int = 2, tags: dict[str, str] | None = None) -> None:
+        self.name, self.nodes = name, nodes
+        self.arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name}"
+        self.enabled = False
+        self.tags = dict(tags or {})
+
+    def client(self, **overrides: Answer) -> Recorder:
+        answers: dict[str, Answer] = {
+            "DescribeTrainingJob": lambda _p: self.describe(),
+            "UpdateTrainingJob": self._update,
+            "ListTags": lambda _p: {"Tags": [{"Key": k, "Value": v} for k, v in self.tags.items()]},
+            "AddTags": self._add_tags,
+            "StopTrainingJob": {},
+        }
+        answers.update(overrides)
+        return Recorder("sagemaker", answers)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "TrainingJobName": self.name, "TrainingJobArn": self.arn, "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": "Training", "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
+            "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": self.nodes, "VolumeSizeInGB": 30},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": dt.datetime(2026, 1, 1),
+            "Environment": {},
+        }
+        if self.enabled:
+            out["RemoteDebugConfig"] = {"EnableRemoteDebug": True}
+        return out
+
+    def _update(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.enabled = bool(params["RemoteDebugConfig"]["EnableRemoteDebug"])
+        return {"TrainingJobArn": self.arn}
+
+    def _add_tags(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.tags.update({t["Key"]: t["Value"] for t in params["Tags"]})
+        return {"Tags": params["Tags"]}
+
+
+PROBE = {"roots": [4242], "ranks": [{"rank": 0, "pid": 4243, "python": [3, 11, 9]}], "gdb": "/usr/bin/gdb",
+         "code_dir": "/opt/ml/code", "refusal": None}
+
+
+class FakeShell:
+    """One node's root shell: ``files`` is what exists in the container (paths; a dir exists while anything is
+    under it).  ``commands`` is every command run, in order."""
+
+    def __init__(self, node: str, probe: dict[str, Any] | None = None) -> None:
+        self.node = node
+        self.probe = PROBE if probe is None else probe
+        self.files: set[str] = set()
+        self.commands: list[str] = []
+        self.uploads: list[str] = []
+        self.closed = False
+
+    def exists(self, path: str) -> bool:
+        return any(f == path or f.startswith(path.rstrip("/") + "/") for f in self.files)
+
+    def put_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        del data, mode
+        self.uploads.append(path)
+        self.files.add(path)
+
+    def check(self, command: str, timeout: float = 60.0) -> str:
+        code, output = self.run(command, timeout)
+        if code != 0:
+            raise ShellError(f"{command} failed on {self.node}")
+        return output
+
+    def run(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        del timeout
+        self.commands.append(command)
+        if command == "id -u":
+            return 0, "0\n"
+        if "sys.version_info" in command:
+            return 0, "/usr/bin/python3\n"
+        words = shlex.split(command.replace("&&", " && ").replace(";", " ; "))
+        if words[:2] in (["test", "-e"], ["test", "-d"]):
+            return (0 if self.exists(words[2]) else 1), ""
+        if "tar -xzf" in command:
+            bundle = words[words.index("mv") + 2]
+            self.files.add(bundle + "/remote_debug/__init__.py")
+            self.files.discard(words[words.index("-xzf") + 1])
+            return 0, ""
+        if words[:2] == ["rm", "-rf"]:
+            for path in words[2:]:
+                self.files = {f for f in self.files if not (f == path or f.startswith(path + "/"))}
+            return 0, ""
+        if "mkdir -p" in command:
+            directory = words[words.index("-p") + 1]
+            if not self.exists(directory):
+                self.files.add(directory + "/.")
+            return 0, ""
+        if "--adopt-node --probe" in command:
+            return 0, json.dumps(self.probe) + "\n"
+        if "--adopt-node" in command:
+            ranks = [{"rank": r["rank"], "pid": r["pid"], "node": self.node, "state": "listening"}
+                     for r in self.probe["ranks"]]
+            return 0, json.dumps({"already": False, "ranks": ranks}) + "\n"
+        return 0, ""
+
+    def close(self) -> None:
+        self.closed = True
