@@ -74,19 +74,20 @@ class Emulator:
     home: Path
     tmp: Path
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, region: str = REGION) -> Any:
         return boto3.client(
             service,
             endpoint_url=self.url,
-            region_name=REGION,
+            region_name=region,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
 
-    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout: float = 120, region: str = REGION) -> subprocess.CompletedProcess[str]:
+        """``remote-debug ARGS`` as the user runs it, with ``region`` exported (AWS_REGION, AWS_DEFAULT_REGION)."""
         return subprocess.run(
             [sys.executable, "-m", "remote_debug", *args],
-            env=self.env,
+            env={**self.env, "AWS_REGION": region, "AWS_DEFAULT_REGION": region},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -149,8 +150,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     assert proc.returncode == 0, (tmp / "emulator.log").read_text()[-3000:]
 
 
-def wait_for_training(emu: Emulator, job: str, timeout: float = 180) -> None:
-    sm = emu.client("sagemaker")
+def wait_for_training(emu: Emulator, job: str, timeout: float = 180, region: str = REGION) -> None:
+    sm = emu.client("sagemaker", region)
     deadline = time.monotonic() + timeout
     while True:
         d = sm.describe_training_job(TrainingJobName=job)
@@ -177,19 +178,21 @@ def debug_every_rank(
     code: Path = LAUNCHERS / "code",
     script: str = "train.py",
     vscode_node: str | None = None,
+    region: str = REGION,
+    break_in: str | None = None,
 ) -> dict[int, Stop]:
     """What a user does with a running job, each step through the real plugin; then the job completes.
 
     ``vscode_node``: also connect to that node the way VS Code Remote-SSH does (see :func:`vscode_remote_ssh`)
     while the ranks wait for their debugger.  Returns each rank's ``stopped`` event."""
-    wait_for_training(emu, job)
-    hostname = emu.cli("ssh", job, "--node", f"algo-{nodes}", "--", "hostname")
+    wait_for_training(emu, job, region=region)
+    hostname = emu.cli("ssh", job, "--node", f"algo-{nodes}", "--", "hostname", region=region)
     assert hostname.returncode == 0 and hostname.stdout.strip() == f"algo-{nodes}", hostname.stderr
 
     # every rank's Python stacks, once every rank has started (they wait for a debugger meanwhile)
     deadline = time.monotonic() + 120
     while True:
-        stacks = emu.cli("stacks", job, "--json")
+        stacks = emu.cli("stacks", job, "--json", region=region)
         assert stacks.returncode == 0, stacks.stderr
         seen = sorted(r["rank"] for r in json.loads(stacks.stdout)["ranks"])
         if seen == list(range(ranks)) or time.monotonic() > deadline:
@@ -202,11 +205,11 @@ def debug_every_rank(
 
     workspace = emu.tmp / f"ws-{job}"
     shutil.copytree(code, workspace)
-    train = workspace / script
+    train = workspace / (break_in or script)  # where the breakpoint goes: the script, or a module of the code
     attach = emu.cli(
         "attach", job, "--headless", "--follow", "--break", f"{train}:{break_line(train)}", "--json",
         "--workspace", str(workspace), "--no-ssh-include", "--timeout", "180",
-        timeout=400,
+        timeout=400, region=region,
     )
     assert attach.returncode == 0, attach.stderr[-3000:]
     events = [json.loads(line) for line in attach.stdout.splitlines()]
@@ -219,7 +222,7 @@ def debug_every_rank(
         assert stop["variables"]["rank"] == str(rank)  # each rank's own value
     (ended,) = [e for e in events if e["event"] == "job-ended"]
     assert ended["status"] == "Completed", ended
-    final = emu.client("sagemaker").describe_training_job(TrainingJobName=job)
+    final = emu.client("sagemaker", region).describe_training_job(TrainingJobName=job)
     assert final["TrainingJobStatus"] == "Completed"
     assert [t["Status"] for t in final["SecondaryStatusTransitions"]][-2:] == ["Uploading", "Completed"]
     return stops
@@ -414,3 +417,43 @@ def test_sdk_v2_pytorch_estimator_mpi_two_nodes_two_processes(emulator: Emulator
         # right because the rank reads its node's resourceconfig.json first (container/node_env.py)
         assert values["sm_current_host"] == "'algo-1'", values
     assert {stops[2]["node"], stops[3]["node"]} == {"algo-2"}
+
+
+# --- launchers written like a stranger's ------------------------------------------------------------------
+
+STRANGERS = HERE / "strangers"
+
+
+def test_a_strangers_launcher_in_its_own_region(emulator: Emulator) -> None:
+    """A launcher that pins its own region (eu-west-1) while the shell says us-east-1: the job, its logs and its
+    SSM targets live in eu-west-1, as in AWS.  Asked in the shell's region, attach says the job is not there and
+    which region it looked in (it used to find the job everywhere, then wait silently for logs that had gone to
+    the emulator's default region); asked in the job's region, every rank on both nodes stops."""
+    job = f"rd-e2e-eu-{time.strftime('%H%M%S')}-{os.getpid()}"
+    launch = subprocess.run([sys.executable, str(STRANGERS / "eu_west_launcher.py"), job, str(LAUNCHERS / "code")],
+                            env=emulator.env, capture_output=True, text=True, timeout=120, check=False)
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    wait_for_training(emulator, job, region="eu-west-1")
+    elsewhere = emulator.cli("attach", job, "--headless", "--json", "--timeout", "20")
+    assert elsewhere.returncode == 2, elsewhere.stderr[-2000:]
+    assert f"no SageMaker training job by that name in region {REGION} (from AWS_REGION)" in elsewhere.stderr
+    assert "--region REGION" in elsewhere.stderr and len(elsewhere.stderr.splitlines()) == 1
+    debug_every_rank(emulator, job, ranks=2, nodes=2, region="eu-west-1")
+
+
+@pytest.mark.parametrize("how", ["torchrun", "mpi"])
+def test_a_raw_toolkit_request_with_a_breakpoint_in_a_submodule(emulator: Emulator, how: str) -> None:
+    """A hand-written request shaped like the SDK's (the image's own ``train``, ``sagemaker_program`` and
+    ``sagemaker_submit_directory``, the hook in the ``remote-debug`` channel), on 2 nodes through the toolkit, under
+    torchrun and under MPI.  The node daemon starts with the toolkit, before the code reaches /opt/ml/code: the
+    node's code dir was "/" and a breakpoint given by workspace path, here in helpers/step.py, bound in 0 of 4 ranks.
+    Each rank now reports where its code is."""
+    job = f"rd-e2e-raw-{how}-{time.strftime('%H%M%S')}-{os.getpid()}"
+    source = STRANGERS / "toolkit_src"
+    launch = subprocess.run([sys.executable, str(STRANGERS / "toolkit_raw_launcher.py"), job, str(source), how, BUCKET],
+                            env=emulator.env, capture_output=True, text=True, timeout=120, check=False)
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    stops = debug_every_rank(emulator, job, ranks=4, nodes=2, code=source, break_in="helpers/step.py")
+    for stop in stops.values():
+        assert stop["file"].endswith("helpers/step.py"), stop
+        assert stop["variables"]["step"] == "0", stop["variables"]
