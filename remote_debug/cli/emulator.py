@@ -44,6 +44,14 @@ def emulator(
             "--log-delay", min=0, max=60, metavar="SECONDS", help="How long a node's output takes to reach CloudWatch."
         ),
     ] = 0.5,
+    agent_delay: Annotated[
+        float,
+        typer.Option(
+            "--agent-delay", min=0, max=600, metavar="SECONDS",
+            help="How long after a job reaches Training (or remote debugging is turned on) its SSM agent comes "
+            "online: StartSession answers TargetNotConnected until then, as in AWS.",
+        ),
+    ] = 3.0,
     policy: Annotated[
         Path | None,
         typer.Option(
@@ -79,7 +87,8 @@ def emulator(
     except PolicyError as exc:
         raise UserError(str(exc)) from None
     state_dir = (state or StatePaths.default().root / "emulator").absolute()
-    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay, policy=policies)
+    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay, policy=policies,
+                       agent_delay=agent_delay)
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # the same orderly end as Ctrl-C

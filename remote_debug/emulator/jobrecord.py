@@ -76,6 +76,7 @@ class Job:
     training_end: float | None = None
     model_artifacts: str = ""
     remote_debug: bool | None = None
+    remote_debug_since: float | None = None  # when UpdateTrainingJob turned it on (None: from the start)
     tags: list[dict[str, str]] = field(default_factory=list)
     # the run
     stop_reason: str | None = None  # "Stopped" or "MaxRuntimeExceeded"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.server import Call, Forward, Front
 from remote_debug.emulator.ssm_channel import SHELL_DOCUMENT, DataChannelServer
 from remote_debug.emulator.ssm_shell import open_shell
-from remote_debug.emulator.training import TrainingJobs
+from remote_debug.emulator.training import AGENT_DELAY, TrainingJobs
 from remote_debug.spec import LOOPBACK
 
 ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too
@@ -36,6 +37,30 @@ _TRAINING_JOB_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:tra
 _OWNER = re.compile(r"[^A-Za-z0-9_.@+=-]")
 
 
+# StartSession's rate per account and region, as a token bucket: (tokens per second, burst).  AWS throttles it
+# (ThrottlingException, "Rate exceeded"); the numbers are a model of a per-account API quota, not AWS's own.
+SESSION_RATE = (3.0, 5)
+
+
+class Throttle:
+    """A token bucket per region: ``take`` answers ThrottlingException as AWS does once the burst is spent."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens: dict[str, tuple[float, float]] = {}  # region -> (tokens, when counted)
+        self._lock = threading.Lock()
+
+    def take(self, region: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            tokens, then = self._tokens.get(region, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            if tokens < 1:
+                self._tokens[region] = (tokens, now)
+                raise ApiError("ThrottlingException", "Rate exceeded")
+            self._tokens[region] = (tokens - 1, now)
+
+
 class Emulator:
     def __init__(
         self,
@@ -46,6 +71,8 @@ class Emulator:
         images: ImageMap | None = None,
         log_delay: float = 0.5,
         policy: list[dict[str, Any]] | None = None,
+        agent_delay: float = AGENT_DELAY,
+        session_rate: tuple[float, int] = SESSION_RATE,
     ) -> None:
         self.state_dir = state_dir
         self.policy = policy  # identity policies every caller is held to (the --policy mode); None: no IAM
@@ -53,6 +80,8 @@ class Emulator:
         self.region = region
         self.images = images or ImageMap.default()
         self.log_delay = log_delay
+        self.agent_delay = agent_delay  # seconds from Training (or from remote debug turned on) to sessions
+        self._sessions_throttle = Throttle(*session_rate)
         self._http: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.channel = DataChannelServer(LOOPBACK)
@@ -116,6 +145,7 @@ class Emulator:
                     account_id=ACCOUNT_ID,
                     images=self.images,
                     log_delay=self.log_delay,
+                    agent_delay=self.agent_delay,
                 )
                 if self._closing:  # a call that raced close(): refused as every new job then is
                     jobs.shutdown()
@@ -182,6 +212,7 @@ class Emulator:
 
     def _start_session(self, call: Call) -> dict[str, Any]:
         jobs = self.jobs_in(call.region)
+        self._sessions_throttle.take(call.region)
         target = call.params["Target"]
         document = call.params.get("DocumentName", SHELL_DOCUMENT)
         if document not in SESSION_DOCUMENTS:

@@ -54,6 +54,9 @@ MAX_TAGS = 50
 MAX_FAILURE_REASON = 1024
 NOT_FOUND = "Requested resource not found."  # AWS's words for an unknown training job
 TARGET_PREFIX = "sagemaker-training-job:"
+# SageMaker's SSM agent in the container comes online some seconds after the job reaches Training (or after
+# UpdateTrainingJob turns remote debugging on); until then StartSession answers TargetNotConnected.
+AGENT_DELAY = 3.0
 POLL = 0.2
 DRAIN_TIMEOUT = 10.0  # reading what the nodes wrote after their commands exited
 _CHECKPOINTS = "/opt/ml/checkpoints"
@@ -78,6 +81,7 @@ class TrainingJobs:
         images: ImageMap,
         log_delay: float = 0.5,
         stop_grace: float = STOP_GRACE,
+        agent_delay: float = AGENT_DELAY,
     ) -> None:
         self.work_dir = work_dir
         self.endpoint_url = endpoint_url
@@ -86,6 +90,7 @@ class TrainingJobs:
         self.images = images
         self.log_delay = log_delay
         self.stop_grace = stop_grace
+        self.agent_delay = agent_delay
         self._lock = threading.RLock()
         self._jobs: dict[str, Job] = {}
         self._closing = False
@@ -185,6 +190,8 @@ class TrainingJobs:
                 enable = remote_debug_flag(request["RemoteDebugConfig"])
                 if enable and job.request.get("EnableNetworkIsolation"):
                     raise ApiError("ValidationException", "Remote debugging is not supported with network isolation.")
+                if enable and not job.remote_debug:
+                    job.remote_debug_since = time.time()  # the agent starts now
                 job.remote_debug = enable
             if "ResourceConfig" in request:
                 job.request.setdefault("ResourceConfig", {}).update(copy.deepcopy(request["ResourceConfig"]))
@@ -229,6 +236,7 @@ class TrainingJobs:
                 or job.secondary != "Training"
                 or job.cluster is None
                 or node not in {n.name for n in job.nodes}
+                or time.time() < self._agent_online_at(job)
             ):
                 raise refused
             cluster = job.cluster
@@ -237,6 +245,12 @@ class TrainingJobs:
             return cluster.connect(node, port)
 
         return name, connect
+
+    def _agent_online_at(self, job: Job) -> float:
+        """When the job's SSM agent answers: ``agent_delay`` after Training began, or after remote debugging was
+        turned on if that came later."""
+        training = next((t["StartTime"] for t in reversed(job.transitions) if t["Status"] == "Training"), time.time())
+        return max(training, job.remote_debug_since or 0.0) + self.agent_delay
 
     def shutdown(self) -> None:
         with self._lock:

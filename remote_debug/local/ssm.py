@@ -29,7 +29,9 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -157,9 +159,48 @@ def not_connected_message(target: str) -> str:
     return f"{first}, and {VPC_OUTBOUND_HINT} (remote-debug doctor JOB checks the rest)"
 
 
+# A session that cannot start YET: the platform's SSM agent comes online some seconds after the job reaches
+# Training (or after remote debugging is turned on), and StartSession is throttled per account.  Such a start is
+# tried again, spaced out (1, 2, 4, 4, 4 s: about AGENT_WAIT_SECONDS in all), with one line to the user.
+NOT_YET = ("TargetNotConnected", "ThrottlingException")
+AGENT_WAIT_SECONDS = 15.0
+_BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 4.0
+
+
+def _say(line: str) -> None:
+    print(f"remote-debug: {line}", file=sys.stderr, flush=True)
+
+
+def start_when_ready(
+    start: Callable[[], dict[str, Any]], target: str, *, wait: float | None = None,
+    say: Callable[[str], None] = _say, sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """``start()`` (a StartSession call), tried again while SSM answers that the target is not connected yet or
+    that it is throttled, with a growing pause, for up to ``wait`` seconds (:data:`AGENT_WAIT_SECONDS`); the last
+    error is raised."""
+    wait = AGENT_WAIT_SECONDS if wait is None else wait
+    deadline = time.monotonic() + wait
+    delay, said = _BACKOFF_FIRST, False
+    while True:
+        try:
+            return start()
+        except Exception as exc:
+            code = aws.error_code(exc) if aws.is_error(exc) else None
+            if code not in NOT_YET or time.monotonic() + delay > deadline:
+                raise
+            if not said:
+                why = "throttled by SSM" if code == "ThrottlingException" else "its SSM agent is not online yet"
+                say(f"cannot open a session to {target} yet ({why}): trying again for up to {wait:g} s")
+                said = True
+            sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX)
+
+
 def start_session(client: Any, target: str, port: int) -> dict[str, Any]:
     try:
-        response: dict[str, Any] = client.start_session(**session_parameters(target, port))
+        response: dict[str, Any] = start_when_ready(
+            lambda: client.start_session(**session_parameters(target, port)), target
+        )
     except Exception as exc:
         if not aws.is_error(exc):
             raise

@@ -143,7 +143,9 @@ class ShellSession:
 
     def _start_session(self) -> dict[str, Any]:
         try:
-            response: dict[str, Any] = self.client.start_session(Target=self.target)  # no DocumentName: a shell
+            response: dict[str, Any] = ssm.start_when_ready(  # no DocumentName: a shell
+                lambda: self.client.start_session(Target=self.target), self.target
+            )
         except Exception as exc:
             if not aws.is_error(exc):
                 raise

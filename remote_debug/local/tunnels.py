@@ -132,7 +132,7 @@ def _expand_proxy_command(template: str, host: str, port: int) -> list[str]:
 class NodeTunnel:
     """A pinned, authenticated SSH transport to one node plus local forwards to its ranks."""
 
-    def __init__(self, endpoint: NodeEndpoint, *, connect_timeout: float = 20.0) -> None:
+    def __init__(self, endpoint: NodeEndpoint, *, connect_timeout: float = 30.0) -> None:
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self._transport: paramiko.Transport | None = None
@@ -186,6 +186,9 @@ class NodeTunnel:
         argv = _expand_proxy_command(self.endpoint.proxy_command, self.endpoint.alias, self.endpoint.port)
         proxy = _ProxyCommand(shlex.join(argv))
         transport = paramiko.Transport(proxy)
+        # the proxy may wait for the node's SSM agent before the first byte (ssm.start_when_ready, up to 15 s):
+        # paramiko's own 15 s banner timeout would give up on a session that is about to open
+        transport.banner_timeout = self.connect_timeout
         try:
             transport.start_client(timeout=self.connect_timeout)
             presented = transport.get_remote_server_key()

@@ -31,7 +31,7 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    emulator = Emulator(tmp_path_factory.mktemp("regions") / "state", region=DEFAULT, log_delay=0.1)
+    emulator = Emulator(tmp_path_factory.mktemp("regions") / "state", region=DEFAULT, log_delay=0.1, agent_delay=0.0)
     emulator.start()
     try:
         yield emulator

@@ -103,7 +103,7 @@ def running_emulator(state_dir: Path) -> Iterator[Running]:
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         patch.setenv("AWS_CONFIG_FILE", str(state_dir / "no-aws-config"))
         patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(state_dir / "no-aws-credentials"))
-        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2)
+        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2, agent_delay=0.0)
         try:
             running = Running(emulator, emulator.start())
             running.client("s3").create_bucket(Bucket=BUCKET)

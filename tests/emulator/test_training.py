@@ -92,6 +92,7 @@ def jobs(tmp_path: Path, endpoint: str) -> Iterator[TrainingJobs]:
         images=ImageMap.from_dict({"gpus": {"ml.g5.2xlarge": 2}}),
         log_delay=0.2,
         stop_grace=3.0,
+        agent_delay=0.0,  # sessions as soon as Training: the agent's delay has a test of its own
     )
     try:
         yield jobs

@@ -392,7 +392,10 @@ def test_the_real_plugin_is_found_with_its_version(on_path: Path) -> None:
 # --- StartSession's refusals, as one actionable line ----------------------------------------------------------
 
 
-def test_target_not_connected_is_one_actionable_line(local_ssm: LocalSsm, client: Any) -> None:
+def test_target_not_connected_is_one_actionable_line(
+    local_ssm: LocalSsm, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ssm, "AGENT_WAIT_SECONDS", 0.0)  # no wait for an agent (test_agent_timing waits for one)
     target = "sagemaker-training-job:other-job_algo-1"  # no such running job: the emulator's TargetNotConnected
     with pytest.raises(UserError) as info:
         ssm.start_session(client, target, 2222)
@@ -405,7 +408,10 @@ def test_target_not_connected_is_one_actionable_line(local_ssm: LocalSsm, client
     assert local_ssm.channel.started == []
 
 
-def test_hybrid_target_not_connected_says_the_same_about_the_vpc(local_ssm: LocalSsm, client: Any) -> None:
+def test_hybrid_target_not_connected_says_the_same_about_the_vpc(
+    local_ssm: LocalSsm, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ssm, "AGENT_WAIT_SECONDS", 0.0)
     with pytest.raises(UserError) as info:
         ssm.start_session(client, "mi-0123456789abcdef0", 2222)
     message = str(info.value)
