@@ -32,11 +32,13 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from remote_debug.container.sshd import ENV_SSHD, find_sshd
+from remote_debug.container.sshd import ENV_SSHD, SshdError, find_sshd, start_sshd
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends import netns
 from remote_debug.local.backends.sagemaker import SageMakerBackend
@@ -83,6 +85,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("sagemaker:StopTrainingJob", TRAINING_JOB_ARN, "remote-debug stop JOB", False),
 )
 EXAMPLE_JOB = "example-job"  # the job doctor simulates without one
+# the client key of doctor's trial sshd: a well-formed public key nobody has the private half of (no login happens)
+DOCTOR_CLIENT_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX doctor"
 OWNER_TAG_KEYS = (f"aws:RequestTag/{aws.TAG_OWNER}", f"aws:ResourceTag/{aws.TAG_OWNER}")
 ENABLE_REMOTE_DEBUG_KEY = "sagemaker:EnableRemoteDebug"  # on CreateTrainingJob/UpdateTrainingJob (AWS's docs)
 TARGET_ID_KEY = "ssm:resourceTag/aws:ssmmessages:target-id"
@@ -232,6 +236,17 @@ class Doctor:
             self.add(Check("sshd", FAIL, f"{where} not found",
                            "install the OpenSSH server (apt install openssh-server): local jobs run their own sshd"))
             return
+        # Found is not enough: a binary missing a library, or one that refuses the config the hook writes, fails
+        # every local job's node.  So start it as the hook does (a throwaway key, a free loopback port) and stop it.
+        with tempfile.TemporaryDirectory(prefix="remote-debug-doctor-") as scratch:
+            try:
+                trial = start_sshd(Path(scratch) / "sshd", DOCTOR_CLIENT_KEY, ready_timeout=10.0)
+            except (SshdError, OSError) as exc:
+                self.add(Check("sshd", FAIL, f"{path} does not start: {' '.join(str(exc).split())[:300]}",
+                               "fix or reinstall the OpenSSH server (apt install --reinstall openssh-server): "
+                               "local jobs run their own sshd"))
+                return
+            trial.stop()
         self.add(Check("sshd", OK, path, data={"path": path}))
 
     def check_debugpy(self) -> None:

@@ -411,3 +411,19 @@ def test_a_condition_on_enable_remote_debug_is_simulated(cloud: None) -> None:
     rows = {row["action"]: row["decision"] for row in iam.data["actions"]}
     assert rows["sagemaker:CreateTrainingJob"] == rows["sagemaker:UpdateTrainingJob"] == "explicitDeny"
     assert rows["sagemaker:StopTrainingJob"] == "allowed"
+
+
+def test_an_sshd_that_cannot_start_fails_not_ok(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found is not enough: an sshd missing a library (or refusing the hook's config) fails every local node."""
+    broken = tmp_path / "sshd"
+    broken.write_text("#!/bin/sh\necho 'sshd: error while loading shared libraries: libcrypto.so.3: cannot open "
+                      "shared object file' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("REMOTE_DEBUG_SSHD", str(broken))
+    checks = _by_name(Doctor(check_aws=False).run())
+    assert checks["sshd"].status == "fail", checks["sshd"]
+    assert "does not start" in checks["sshd"].detail and "libcrypto.so.3" in checks["sshd"].detail
+    assert "\n" not in checks["sshd"].detail and "openssh-server" in checks["sshd"].fix
+    assert not passed(list(checks.values()))
+    monkeypatch.delenv("REMOTE_DEBUG_SSHD")  # the machine's own sshd starts: ok
+    assert _by_name(Doctor(check_aws=False).run())["sshd"].status == "ok"
