@@ -36,6 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from remote_debug.container.common import seconds_knob
+from remote_debug.container.init_reaper import become_init_if_pid1
 from remote_debug.container.keep_alive import KeepAlive
 from remote_debug.container.log import describe, log
 from remote_debug.container.node import NodeServices
@@ -354,4 +355,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args:
         print(USAGE, file=sys.stderr)
         return 2
+    become_init_if_pid1()  # the container's PID 1 must reap orphans (init_reaper.py)
     return Hook(args).run()
