@@ -36,6 +36,7 @@ class FakeSsm:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.signers: list[str] = []  # the access key id each request was signed with
         self.failures: dict[str, tuple[int, str, str]] = {}  # operation -> (status, code, message)
         self._lock = threading.Lock()
         fake = self
@@ -84,6 +85,7 @@ class FakeSsm:
         validate_parameters(params, model.input_shape)  # raises ParamValidationError
         with self._lock:
             self.requests.append((operation, params))
+            self.signers.append(authorization.split("Credential=", 1)[1].split("/", 1)[0])
         if operation in self.failures:
             status, code, message = self.failures[operation]
             return status, {"__type": code, "message": message}

@@ -21,12 +21,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from remote_debug.container import aws_sdk
+
 CONTAINER_CREDENTIALS_HOST = "http://169.254.170.2"
 TIMEOUT = 10.0
 
 
 class AwsCallError(RuntimeError):
-    """A failed call (message is one line)."""
+    """A failed call (message is one line; ``code``: the service's error code, when the SDK made the call)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,14 @@ def ssm_endpoint(region: str, env: Mapping[str, str]) -> str:
 
 
 def call_ssm(operation: str, params: Mapping[str, Any], region: str, env: Mapping[str, str] | None = None) -> Any:
-    """POST one AmazonSSM JSON operation; returns the decoded response or raises AwsCallError."""
+    """POST one AmazonSSM JSON operation; returns the decoded response or raises AwsCallError.  Through the SDK
+    (every credential source) where the image has boto3, else signed here (:mod:`.aws_sdk`)."""
     env = os.environ if env is None else env
+    if aws_sdk.available(env):
+        try:
+            return aws_sdk.call("ssm", operation, params, region)
+        except aws_sdk.SdkCallError as exc:
+            raise AwsCallError(str(exc), exc.code) from None
     url = ssm_endpoint(region, env)
     body = json.dumps(params).encode()
     headers = sign(

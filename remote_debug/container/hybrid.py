@@ -202,12 +202,19 @@ def s3_object_url(bucket: str, key: str, region: str, env: Mapping[str, str]) ->
 
 def delete_s3_object(uri: str, region: str, env: Mapping[str, str] | None = None) -> None:
     """One signed S3 ``DELETE`` (deleting a missing key succeeds); raises AwsCallError or ValueError."""
+    from remote_debug.container import aws_sdk
     from remote_debug.container.awscall import AwsCallError, credentials_from, sign
 
     env = os.environ if env is None else env
     bucket, _, key = uri[len("s3://"):].partition("/") if uri.startswith("s3://") else ("", "", "")
     if not bucket or not key or any(c in uri for c in "?#"):  # (? and # would split the URL to sign)
         raise ValueError(f"not an s3://bucket/key URI this node can sign: {uri[:200]!r}")
+    if aws_sdk.available(env):  # every credential source the SDK knows
+        try:
+            aws_sdk.call("s3", "DeleteObject", {"Bucket": bucket, "Key": key}, region)
+        except aws_sdk.SdkCallError as exc:
+            raise AwsCallError(str(exc), exc.code) from None
+        return
     raw = s3_object_url(bucket, key, region, env)  # what is signed: sign() encodes the path once, as S3 wants
     parts = urllib.parse.urlsplit(raw)
     url = urllib.parse.urlunsplit(parts._replace(path=urllib.parse.quote(parts.path, safe="/~")))
@@ -229,6 +236,8 @@ def delete_s3_object(uri: str, region: str, env: Mapping[str, str] | None = None
 
 
 def _error_code(exc: BaseException) -> str:
+    if getattr(exc, "code", ""):  # the SDK's call: the code as the service gave it
+        return str(exc.code)  # type: ignore[attr-defined]
     match = re.search(r'"__type":\s*"(?:[^"#]*#)?([A-Za-z]+)"', str(exc))
     return match.group(1) if match else ""
 

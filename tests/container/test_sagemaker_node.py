@@ -357,6 +357,30 @@ def test_deregistration_is_a_correctly_signed_call(tmp_path: Path) -> None:
             awscall.call_ssm("DeregisterManagedInstance", {"InstanceId": "mi-0123456789abcdef0"}, "us-west-2", env)
 
 
+def test_the_containers_calls_use_the_sdks_credential_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials from a source only the SDK knows (a shared credentials file, as a web identity or pod identity
+    would be): the stdlib signer found none ("no AWS credentials in the container"); with boto3 in the image (AWS's
+    DLCs ship it), the deregistration is made and signed with them."""
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_access_key_id = AKIAFROMTHEFILE\naws_secret_access_key = secret\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(awscall.AwsCallError, match="no AWS credentials in the container"):
+        awscall.credentials_from(os.environ)  # what the stdlib path alone can find
+    with FakeSsm() as fake:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", fake.url)
+        assert awscall.call_ssm("DeregisterManagedInstance", {"InstanceId": "mi-0123456789abcdef0"}, "us-west-2") == {}
+        assert fake.calls("DeregisterManagedInstance") == [{"InstanceId": "mi-0123456789abcdef0"}]
+        assert fake.signers == ["AKIAFROMTHEFILE"]
+        fake.failures["DeregisterManagedInstance"] = (400, "InvalidInstanceId", "no such instance")
+        with pytest.raises(awscall.AwsCallError, match=r"HTTP 400 InvalidInstanceId") as refused:
+            awscall.call_ssm("DeregisterManagedInstance", {"InstanceId": "mi-0123456789abcdef0"}, "us-west-2")
+        assert refused.value.code == "InvalidInstanceId"
+
+
 def test_container_credentials_endpoint(tmp_path: Path) -> None:
     with pytest.raises(awscall.AwsCallError, match="no AWS credentials in the container"):
         awscall.credentials_from({})
