@@ -9,6 +9,7 @@ sessions and the listeners.
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from remote_debug.emulator import janitor
 from remote_debug.emulator.enforce import PolicyEnforcer, moto_caller
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.images import ImageMap
@@ -90,6 +92,7 @@ class Emulator:
         self._regions: dict[str, TrainingJobs] = {}
         self._regions_lock = threading.Lock()
         self._closing = False
+        self._janitor: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -100,6 +103,7 @@ class Emulator:
     def start(self) -> str:
         """Bind, start serving in a background thread, return the endpoint URL."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._janitor = janitor.start(self.state_dir)  # cleans up if this process dies without close()
         front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
                       authorize=self._enforcer())
         self._http = make_server(LOOPBACK, self.port, front, threaded=True, request_handler=MotoRequestHandler)
@@ -117,6 +121,9 @@ class Emulator:
             regions = list(self._regions.values())
         for jobs in regions:
             jobs.shutdown()
+        if self._janitor is not None:
+            janitor.dismiss(self._janitor)
+            self._janitor = None
         self.channel.close()
         if self._http is not None and self._thread is not None:
             self._http.shutdown()
