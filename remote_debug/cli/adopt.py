@@ -33,7 +33,8 @@ def adopt(
     """Adopt a running job started without remote-debug: inject the rank agent into every rank.
 
     Afterwards the job is listed by 'jobs' and attach, stacks, ssh and stop work on it as on a launched
-    job.  Needs the same user as the job, and gdb for Python 3.10-3.13 ranks (3.14+: sys.remote_exec).
+    job.  Needs the same user as the job and the right to ptrace it; Python 3.10-3.13 ranks are entered with gdb
+    where there is one, else with remote-debug's own ptrace call (x86-64), 3.14+ with sys.remote_exec.
     JOB: a SageMaker training job, reached through SageMaker's remote debugging (turned on if off).
     """
     if job is not None:

@@ -13,7 +13,8 @@ that shell each node gets what a hooked node has, in a private dir ``/tmp/remote
    its environment as debuggable, for every later command of any laptop that has the key;
 4. the node daemon (sshd + manifest, ``--node-daemon``) detached, its stdout the container's log, so its
    MAC'd manifest lines reach CloudWatch, where attach reads them; then ``--adopt-node REQUEST`` queues the
-   rank agent into each rank (gdb's pending call, or ``sys.remote_exec``) and confirms it.
+   rank agent into each rank (a pending call made by gdb, or by our own ptrace call where the image has no
+   gdb, as AWS's PyTorch images have none; or ``sys.remote_exec``) and confirms it.
 
 Before turning remote debugging on, a job nobody tagged gets the owner tag ``remote-debug:owner`` = the
 caller's ``aws:userid`` (as ``enable()`` tags the jobs it launches): that is what ``templates/iam/user-policy.json``
@@ -42,7 +43,7 @@ from typing import Any
 from remote_debug import spec
 from remote_debug.container.adopt.node import AdoptedRank
 from remote_debug.container.node_env import ENV_CODE_DIR
-from remote_debug.local import aws
+from remote_debug.local import aws, ssm
 from remote_debug.local.adopt import AdoptOutcome
 from remote_debug.local.backends.sagemaker import nodes_of
 from remote_debug.local.errors import UserError
@@ -57,7 +58,7 @@ REMOTE_ROOT = "/tmp/remote-debug-adopt-{job}"
 # What a node's shell may run the adopter with: PATH's first, then where images put theirs (AWS's DLCs: conda).
 PYTHON_CANDIDATES = ("python3", "/opt/conda/bin/python3", "/usr/local/bin/python3", "/usr/bin/python3")
 CONNECT_TIMEOUT = 600.0  # from enabling remote debug until each node's shell answers
-ADOPT_TIMEOUT = 300.0  # one node's --adopt-node: gdb per rank (4 at a time) + the confirm window
+ADOPT_TIMEOUT = 300.0  # one node's --adopt-node: an injection per rank (4 at a time) + the confirm window
 POLL_SECONDS = 2.0
 
 ShellFactory = Callable[[str], ShellSession]
@@ -124,7 +125,7 @@ def adopt_sagemaker(
             with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
                 list(pool.map(lambda a: _prepare(a, job, fingerprint, tarball), accesses.values()))
             for access in accesses.values():  # every node checked before any is touched
-                _refuse_node(access)
+                _refuse_node(access, job)
             key_path, public_key = ensure_job_key(paths, job)
             debug = spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=job_secret(key_path),
                                    transport=spec.Transport.SSM, options=spec.DebugOptions())
@@ -298,20 +299,20 @@ def _last_json(output: str, node: str) -> dict[str, Any]:
     raise UserError(f"the adopter on {node} gave no answer: {output.strip()[-300:]}")
 
 
-def _refuse_node(access: NodeAccess) -> None:
-    probe = access.probe
-    refusal = probe.get("refusal")
+def _refuse_node(access: NodeAccess, job: str) -> None:
+    """The node's refusal as one line; where py-spy can still read the ranks (the probe's ``stacks``: another
+    user's ranks, no way in on that CPU, seccomp refusing ptrace alone) it names that instead of a bare no.
+    A node without gdb is no refusal any more: the ptrace injector takes its place on x86-64."""
+    refusal = access.probe.get("refusal")
     if not refusal:
         return
-    needs_gdb = [r for r in probe.get("ranks") or [] if tuple(r.get("python") or ()) < (3, 14)]
-    if probe.get("gdb") is None and needs_gdb and "gdb" in str(refusal):
-        first = needs_gdb[0]
-        version = ".".join(str(v) for v in first["python"])
-        raise UserError(
-            f"cannot adopt {access.node}: rank {first['rank']} runs Python {version} and the container has no gdb, "
-            "which Python before 3.14 needs to take the debugger: only its stacks could be read, and "
-            "'remote-debug stacks --no-hook' reads local jobs only for now (install gdb in the image)"
-        )
+    if access.probe.get("stacks"):
+        # `stacks --no-hook` reads jobs of this machine only (for now): the way to the ranks' stacks is the node's
+        # own shell, which SageMaker's native remote debug (on now) opens to the AWS CLI
+        target = ssm.native_target(job, access.node)
+        raise UserError(f"cannot adopt {access.node}: {refusal}; every rank's stacks can still be read with py-spy "
+                        f"on the node (py-spy dump --pid PID), in a shell there: aws ssm start-session --target "
+                        f"{target}")
     raise UserError(f"cannot adopt {access.node}: {refusal}")
 
 

@@ -10,6 +10,7 @@ nothing written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -94,8 +95,9 @@ SINGLE = textwrap.dedent(
 )
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+def cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
+        prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*prefix, *CLI, *args], capture_output=True, text=True, timeout=120, env=env)
     if check:
         assert proc.returncode == 0, (proc.returncode, proc.stderr)
     return proc
@@ -203,6 +205,54 @@ def test_a_rank_blocked_in_a_collective_gets_its_agent_when_it_returns(home: Pat
         assert {r.rank: r.stops[0].variables["marker"] for r in result.reports} == {0: "7", 1: "1007"}
 
 
+def path_without_gdb(directory: Path) -> str:
+    """A PATH like ours without gdb (AWS's PyTorch images have none): one dir of links to everything else."""
+    directory.mkdir()
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        with contextlib.suppress(OSError):
+            for tool in Path(entry).iterdir():
+                if not tool.name.startswith("gdb") and not (directory / tool.name).exists():
+                    (directory / tool.name).symlink_to(tool)
+    return str(directory)
+
+
+def test_without_gdb_every_rank_is_adopted_through_ptrace_and_stops(home: Path, tmp_path: Path) -> None:
+    project, marks = marked_project(tmp_path, DDP)
+    script = project / "train.py"
+    env = {**os.environ, "PATH": path_without_gdb(tmp_path / "bin")}
+    with plain_torchrun(project) as job:
+        wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90, f"both ranks running: {job.output()}")
+        started = time.monotonic()
+        adopted = cli("adopt", "--pid", str(job.pid), "--name", "no-gdb", "--json", env=env)
+        took = time.monotonic() - started
+        outcome = json.loads(adopted.stdout)
+        assert [(r["rank"], r["state"]) for r in outcome["ranks"]] == [(0, "idle"), (1, "idle")], outcome
+        try:
+            result = attach_headless("no-gdb", project, script, break_line(script) + 1)
+            assert {r.rank: r.stops[0].variables["marker"] for r in result.reports} == {0: "7", 1: "1007"}
+        finally:
+            (marks / "done").write_text("")  # torchrun's workers have sessions of their own: they end themselves
+            wait_for(lambda: not _children(job.pid), 30, "the ranks to end")
+    print(f"adopt of 2 ranks without gdb: {took:.2f} s")
+
+
+@needs_second_user
+def test_a_rank_the_kernel_will_not_let_us_trace_is_refused_with_the_reason(home: Path, tmp_path: Path) -> None:
+    """Root without CAP_SYS_PTRACE (a container started without --cap-add SYS_PTRACE) and a rank holding
+    capabilities it lacks: the kernel says no, and the line says why and what to do, not "another user"."""
+    project, marks = marked_project(tmp_path, SINGLE)
+    with plain_python(project, sys.executable) as job:
+        wait_file(marks / "running", 30, "the process running")
+        no_ptrace = ("setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", "--")
+        refused = cli("adopt", "--pid", str(job.pid), check=False, prefix=no_ptrace)
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "holds capabilities you lack" in refused.stderr and "--cap-add SYS_PTRACE" in refused.stderr, \
+            refused.stderr
+        assert _no_jobs()
+        assert job.proc.poll() is None
+
+
 def _ranks_up(job: Plain) -> bool:
     return job.output().count("OMP_NUM_THREADS") >= 1 and len(_children(job.pid)) == 2
 
@@ -253,6 +303,8 @@ def test_another_users_process_is_refused_in_one_line_and_nothing_is_written(hom
         assert refused.returncode == 2
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert "uid" in refused.stderr and "as the user that runs the job" in refused.stderr, refused.stderr
+        # root may not adopt it, but py-spy may read it: what can be had is offered, not a bare no
+        assert f"its stacks can still be read: remote-debug stacks --no-hook --pid {proc.pid}" in refused.stderr
         assert _no_jobs()
         assert proc.poll() is None  # untouched, still running
     finally:

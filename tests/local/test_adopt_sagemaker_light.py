@@ -96,3 +96,21 @@ def test_an_earlier_adoptions_files_are_never_removed(tmp_path: Path) -> None:
         run_adopt(tmp_path, job, shells, AddTags=denied("AddTags"))
     for node, shell in shells.items():
         assert shell.files == earlier[node]
+
+
+def test_a_node_that_cannot_be_adopted_but_can_be_read_offers_the_ranks_stacks(tmp_path: Path) -> None:
+    """The probe found ranks py-spy can read but nothing may inject into (here: another user's): the one line
+    names the stacks command for the job instead of a bare refusal, and nothing stays in the containers."""
+    from tests.local.adopt_fakes import PROBE
+
+    reason = "rank 0 (pid 4243) runs as uid 1000, not as you (uid 0): adopt it as the user that runs the job"
+    shells = {"algo-1": FakeShell("algo-1"),
+              "algo-2": FakeShell("algo-2", probe={**PROBE, "gdb": None, "refusal": reason, "stacks": True})}
+    with pytest.raises(UserError) as refused:
+        run_adopt(tmp_path, PlainJob(), shells)
+    assert str(refused.value) == (
+        f"cannot adopt algo-2: {reason}; every rank's stacks can still be read with py-spy on the node "
+        "(py-spy dump --pid PID), in a shell there: aws ssm start-session --target "
+        "sagemaker-training-job:plain-job_algo-2"
+    )
+    assert all(s.files == set() for s in shells.values())

@@ -6,15 +6,20 @@ the user can act on:
 
 * same uid as the rank.  Not merely "ptrace allowed": the rank agent admits debuggers of its own
   uid only (the control channel's and debugpy's uid gates), and the node's sshd runs as the adopter,
-  so a root adopter of another user's rank would inject an agent nobody could reach.
-* ptrace allowed: Yama's ``ptrace_scope`` (1: only descendants unless CAP_SYS_PTRACE; 2: admin only;
-  3: never) and the capability in our own ``CapEff``;
+  so a root adopter of another user's rank would inject an agent nobody could reach;
 * not traced already (``TracerPid``): a second tracer fails, and the rank may be stopped in a debugger;
+* ptrace allowed, asked of the kernel (:mod:`.ptrace_access`): inside a container root may lack
+  CAP_SYS_PTRACE, the host's Yama scope applies, seccomp may forbid the syscall - each named as such;
 * Python 3.10+ (what the agent needs), and a way in: ``sys.remote_exec`` on 3.14+ (the caller
-  must be the same version: the target's own executable), gdb on 3.10-3.13;
+  must be the same version: the target's own executable), on 3.10-3.13 gdb when there is one, else our
+  own ptrace call (:mod:`.ptrace_call`, x86-64): AWS's PyTorch images ship neither gdb nor sudo;
 * not opted out: PEP 768's ``PYTHON_DISABLE_REMOTE_DEBUG`` / ``-X disable_remote_debug``, and ours,
   ``REMOTE_DEBUG_ADOPT=0``;
 * sees our files: the agent is a file we write, and the rank must see it at the same path.
+
+Where a rank cannot be adopted but py-spy can still read it (another user's rank read as root, no way in
+on this architecture, seccomp refusing only the ptrace syscall), the refusal says so: its stacks are what
+can be had (:attr:`AdoptRefused.stacks_pid`; the laptop names the command that fits the job).
 """
 
 from __future__ import annotations
@@ -25,41 +30,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from remote_debug.container import pyspy
+from remote_debug.container.adopt import ptrace_access, ptrace_call
 from remote_debug.container.adopt.procs import PROC, ProcError, RankProcess, python_version, read_status
 from remote_debug.spec import ENV_VERSION
 
-CAP_SYS_PTRACE = 19
-YAMA_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 OPT_OUT_ENV = "REMOTE_DEBUG_ADOPT"
 MIN_PYTHON = (3, 10)
 REMOTE_EXEC_PYTHON = (3, 14)  # PEP 768: sys.remote_exec
 
 
 class AdoptRefused(Exception):
-    """One line: why this job cannot be adopted (nothing was touched)."""
+    """One line: why this job cannot be adopted (nothing was touched).  ``stacks_pid``: a rank py-spy can
+    still read (its stacks are what can be had instead); ``reason`` is the line without that offer."""
+
+    def __init__(self, reason: str, *, stacks_pid: int | None = None) -> None:
+        offer = f"; its stacks can still be read: remote-debug stacks --no-hook --pid {stacks_pid}"
+        super().__init__(reason + (offer if stacks_pid is not None else ""))
+        self.reason = reason
+        self.stacks_pid = stacks_pid
 
 
 @dataclass(frozen=True)
 class Way:
-    """How code gets into a rank: ``remote_exec`` (3.14+) or ``gdb`` (a pending call)."""
+    """How code gets into a rank: ``remote_exec`` (3.14+), ``gdb`` or ``ptrace`` (a pending call)."""
 
     method: str
     python: tuple[int, int]
-    tool: str  # gdb's path, or the rank's own interpreter for remote_exec
+    tool: str  # gdb's path, the rank's own interpreter for remote_exec, "" for ptrace
 
 
-def has_cap(status: dict[str, str], cap: int) -> bool:
-    try:
-        return bool(int(status.get("CapEff", "0"), 16) >> cap & 1)
-    except ValueError:
-        return False
-
-
-def yama_scope() -> int:
-    try:
-        return int(YAMA_SCOPE.read_text().strip())
-    except (OSError, ValueError):
-        return 0  # no Yama: classic ptrace rules (same uid)
+def _readable(pid: int) -> int | None:
+    """``pid`` when py-spy could read it (the stacks offered instead of adopting), else None."""
+    return pid if pyspy.access_problem(pid) is None else None
 
 
 def _pid_label(rank: RankProcess) -> str:
@@ -95,22 +98,18 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None =
     if uid != os.geteuid():
         raise AdoptRefused(
             f"{label} runs as uid {uid}, not as you (uid {os.geteuid()}): adopt it as the user that runs "
-            "the job (its debugger admits that user only)"
+            "the job (its debugger admits that user only)", stacks_pid=_readable(rank.pid)
         )
     if ENV_VERSION in rank.env:
         raise AdoptRefused(f"{label} was started with remote-debug already: attach to its job instead")
     tracer = status.get("TracerPid", "0")
     if tracer not in ("", "0"):
         raise AdoptRefused(f"{label} is being traced by pid {tracer} (a debugger or strace): end that first")
-    own = read_status(os.getpid())
-    scope = yama_scope()
-    if scope >= 3:
-        raise AdoptRefused("ptrace is disabled on this machine (kernel.yama.ptrace_scope=3): nothing can adopt")
-    if scope >= 1 and not has_cap(own, CAP_SYS_PTRACE):
-        raise AdoptRefused(
-            f"ptrace of a non-child is restricted (kernel.yama.ptrace_scope={scope}): run adopt with "
-            "CAP_SYS_PTRACE (e.g. as root) or set the sysctl to 0"
-        )
+    refused = ptrace_access.problem(rank.pid)
+    if refused is not None:
+        # seccomp blocks the syscall only: py-spy --nonblocking reads memory without it
+        seccomp = refused.startswith("a seccomp profile")
+        raise AdoptRefused(f"cannot trace {label}: {refused}", stacks_pid=_readable(rank.pid) if seccomp else None)
     opt_out = rank.env.get(OPT_OUT_ENV, "").strip() == "0"
     if opt_out or rank.env.get("PYTHON_DISABLE_REMOTE_DEBUG") or _x_option(rank.argv, "disable_remote_debug"):
         raise AdoptRefused(f"{label} opted out of remote debugging ({_opt_out_name(rank, opt_out)})")
@@ -124,12 +123,13 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None =
     if version >= REMOTE_EXEC_PYTHON:
         return Way("remote_exec", version, os.readlink(PROC / str(rank.pid) / "exe"))
     tool = gdb or shutil.which("gdb")
-    if tool is None:
-        raise AdoptRefused(
-            f"{label} runs Python {version[0]}.{version[1]}, which needs gdb to adopt: install gdb "
-            "(apt-get install gdb), or read its stacks with 'remote-debug stacks --no-hook'"
-        )
-    return Way("gdb", version, tool)
+    if tool is not None:
+        return Way("gdb", version, tool)
+    unsupported = ptrace_call.supported()
+    if unsupported is None:
+        return Way("ptrace", version, "")
+    raise AdoptRefused(f"{label} runs Python {version[0]}.{version[1]} and {unsupported}",
+                       stacks_pid=_readable(rank.pid))
 
 
 def check_all(

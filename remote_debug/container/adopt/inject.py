@@ -12,7 +12,9 @@ the stuck gdb crashed the target (``../shared/notes/injection.md``).  Instead:
   inside of), writes the code there word by word, and calls
   ``Py_AddPendingCall(PyRun_SimpleString, page)``, which only appends to a queue (safe without the
   GIL by contract).  The interpreter's main thread runs it at its next eval-breaker check, with the
-  GIL, as ordinary Python; a thread blocked in C runs it when it returns.
+  GIL, as ordinary Python; a thread blocked in C runs it when it returns;
+* Python 3.10-3.13 without gdb (AWS's PyTorch images have none, nor sudo to install it): the same two
+  calls made by :mod:`.ptrace_call` (x86-64), which stops only the main thread, for milliseconds.
 
 The queued code must never raise: a pending call that fails becomes an exception in whatever the
 main thread was doing, i.e. in the user's training step.  So it is a ``try``/``except BaseException``
@@ -25,6 +27,7 @@ bootstrap's path, never a secret.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import struct
@@ -32,7 +35,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from remote_debug.container.adopt import elf_symbols
+from remote_debug.container.adopt import elf_symbols, ptrace_call
 from remote_debug.container.adopt.checks import Way
 
 GDB_TIMEOUT_SECONDS = 60.0
@@ -134,6 +137,31 @@ def queue_with_gdb(pid: int, code: str, gdb: str, *, timeout: float = GDB_TIMEOU
         raise InjectError(f"pid {pid}'s pending-call queue is full (Py_AddPendingCall returned {queued}); retry")
 
 
+def queue_with_ptrace(pid: int, code: str, *, timeout: float = ptrace_call.CALL_TIMEOUT) -> ptrace_call.Session:
+    """Queue ``code`` in ``pid`` without gdb: the same two calls, made by :mod:`.ptrace_call` (x86-64)."""
+    data = code.encode() + b"\0"
+    if len(data) > PAGE:
+        raise InjectError(f"the code to queue is {len(data)} bytes; at most {PAGE - 1} fit")
+    addresses = elf_symbols.resolve(pid, ("Py_AddPendingCall", "PyRun_SimpleString"), libc_only=("mmap",))
+    if addresses is None:  # gdb could still look them up through its own symbol reader; we cannot
+        raise InjectError(f"pid {pid} exports no Py_AddPendingCall/PyRun_SimpleString/mmap we can find: install gdb")
+    calls = [
+        # mmap(NULL, PAGE, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0): see the module docstring
+        ptrace_call.Call(addresses["mmap"], (0, PAGE, 3, 0x22, -1, 0)),
+        ptrace_call.Call(addresses["Py_AddPendingCall"], (addresses["PyRun_SimpleString"], "$0"), write=("$0", data)),
+    ]
+    try:
+        session = ptrace_call.call(pid, calls, timeout=timeout)
+    except ptrace_call.PtraceError as exc:
+        raise InjectError(str(exc)) from None
+    page, queued = session.results[0], ctypes.c_int(session.results[1] & 0xFFFF_FFFF).value
+    if page in (0, 0xFFFF_FFFF_FFFF_FFFF):
+        raise InjectError(f"could not map a page in pid {pid}")
+    if queued != 0:
+        raise InjectError(f"pid {pid}'s pending-call queue is full (Py_AddPendingCall returned {queued}); retry")
+    return session
+
+
 def queue_with_remote_exec(
     pid: int, script: Path, python: str, *, timeout: float = REMOTE_EXEC_TIMEOUT_SECONDS
 ) -> None:
@@ -157,6 +185,8 @@ def queue(pid: int, way: Way, bootstrap: Path) -> None:
     if way.method == "remote_exec":
         # UNTESTED here: no Python 3.14 on these machines (pyenv has 3.10-3.13); a thin seam on purpose
         queue_with_remote_exec(pid, bootstrap, way.tool)
+    elif way.method == "ptrace":
+        queue_with_ptrace(pid, pending_code(bootstrap))
     else:
         queue_with_gdb(pid, pending_code(bootstrap), way.tool)
 

@@ -43,7 +43,7 @@ from remote_debug.container.adopt.procs import (
 from remote_debug.spec import ENV_MANIFEST_DIR, ENV_STATE_DIR, ContractError, read_rank_documents
 
 CONFIRM_SECONDS = 10.0
-INJECT_PARALLEL = 4  # gdb per rank; one at a time per target anyway (a second tracer gets EPERM)
+INJECT_PARALLEL = 4  # gdb (or a ptrace thread) per rank; one at a time per target (a second tracer gets EPERM)
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # .../remote_debug
 
 
@@ -212,15 +212,20 @@ def probe() -> dict[str, object]:
     one line why they cannot be adopted (``refusal``), checked exactly as :func:`adopt_node` will."""
     roots = container_roots()
     answer: dict[str, object] = {"uid": os.geteuid(), "roots": roots, "ranks": [], "gdb": shutil.which("gdb"),
-                                 "code_dir": None, "refusal": None}
+                                 "code_dir": None, "refusal": None, "stacks": False, "ways": []}
     try:
         ranks = node_ranks(roots)
         answer["ranks"] = [{"rank": r.rank, "pid": r.pid, "python": list(python_version(r.pid) or ())}
                            for r in ranks]
-        check_all(ranks)
-    except (AdoptRefused, ProcError) as exc:
+        ways = check_all(ranks)
+    except AdoptRefused as exc:
+        # the reason alone: the laptop names the stacks command that fits the job ("--pid" means nothing there)
+        answer["refusal"], answer["stacks"] = exc.reason, exc.stacks_pid is not None
+        return answer
+    except ProcError as exc:
         answer["refusal"] = str(exc)
         return answer
+    answer["ways"] = sorted({way.method for way in ways.values()})
     try:  # where the first rank runs: what the IDE's workspace maps to
         answer["code_dir"] = os.readlink(PROC / str(ranks[0].pid) / "cwd")
     except OSError:
