@@ -18,6 +18,13 @@ def open_client(region: str) -> Any:
     return aws.client("sagemaker", region=region)
 
 
+def caller_id() -> str:
+    """Who the caller is (``aws:userid``): the owner tag of a job nobody owns yet (a seam for tests)."""
+    from remote_debug.sagemaker.owner import resolve_owner
+
+    return resolve_owner(None)
+
+
 @app.command(name="enable")
 def enable_command(
     job: Annotated[str, typer.Argument(help="Training job name or ARN.")],
@@ -34,7 +41,7 @@ def enable_command(
     if not region:
         raise UserError(aws.NO_REGION)
     try:
-        result = update.enable_running_job(open_client(region), name)
+        result = update.enable_running_job(open_client(region), name, owner=caller_id)
     except UserError:
         raise
     except Exception as exc:
@@ -48,6 +55,8 @@ def enable_command(
     if as_json:
         print_json({**result.to_json(), "region": region, "region_source": source})
         return
+    if result.claimed:
+        err_console.print(f"tagged {name} with {aws.TAG_OWNER} = you: nobody owned it (templates/iam/README.md)")
     what = "enabled" if result.updated else "already enabled"
     console.print(f"remote debugging {what} on job {name} ({result.secondary_status}; region {region} from {source})")
     if not result.has_spec:

@@ -51,6 +51,7 @@ from remote_debug.local.keys import ensure_job_key, job_secret
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.ssm_shell import ShellError, ShellSession
 from remote_debug.sagemaker.bundle import bundle_dir
+from remote_debug.sagemaker.owner import claim_job
 from remote_debug.sagemaker.update import UPDATABLE_STATES
 
 TAG_ADOPTED = aws.TAG_PREFIX + "adopted"
@@ -164,12 +165,8 @@ def _call(action: Callable[[], Any], what: str) -> Any:
 
 def _claim(sagemaker: Any, job: str, arn: str, owner: str, say: Callable[[str], None]) -> None:
     """Tag a job nobody owns with ``owner`` (see the module doc); a job with an owner keeps it."""
-    listed = _call(lambda: sagemaker.list_tags(ResourceArn=arn), f"listing the tags of job {job}")
-    if any(t.get("Key") == aws.TAG_OWNER for t in listed.get("Tags") or []):
-        return
-    say(f"tagging {job} with {aws.TAG_OWNER}={owner}")
-    _call(lambda: sagemaker.add_tags(ResourceArn=arn, Tags=[{"Key": aws.TAG_OWNER, "Value": owner}]),
-          f"tagging job {job} with its owner")
+    if _call(lambda: claim_job(sagemaker, arn, owner), f"tagging job {job} with its owner"):
+        say(f"tagged {job} with {aws.TAG_OWNER}={owner}: nobody owned it")
 
 
 def _describe(sagemaker: Any, job: str) -> dict[str, Any]:

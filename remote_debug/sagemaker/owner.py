@@ -32,3 +32,17 @@ def resolve_owner(owner: str | None, boto_session: Any = None) -> str:
         message = str(exc) if isinstance(exc, UserError) else aws.describe_error(exc, "asking STS who you are")
         raise EnableError(f"cannot tell the job's owner ({message}); or pass owner='...'") from None
     return check_owner(str(identity["UserId"]))
+
+
+def claim_job(client: Any, arn: str, owner: str) -> bool:
+    """Tag a job nobody owns with ``owner`` (the caller's ``aws:userid``); True if it was tagged.  A job with an
+    owner keeps it.  ``enable JOB`` and ``adopt JOB`` do this first on a job launched without remote_debug, since
+    templates/iam/user-policy.json lets a user update, tag and stop only jobs tagged as theirs, and tag an unowned
+    one only with themselves as owner.  AWS errors propagate (the caller words them)."""
+    from remote_debug.local.aws import TAG_OWNER
+
+    listed = client.list_tags(ResourceArn=arn)
+    if any(tag.get("Key") == TAG_OWNER for tag in listed.get("Tags") or []):
+        return False
+    client.add_tags(ResourceArn=arn, Tags=[{"Key": TAG_OWNER, "Value": owner}])
+    return True

@@ -12,12 +12,14 @@ other jobs the result says so (``has_spec``), because ``attach`` will not find r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from remote_debug.local.aws import parse_training_job
 from remote_debug.local.errors import UserError
 from remote_debug.sagemaker.common import network_isolation_error
+from remote_debug.sagemaker.owner import claim_job
 from remote_debug.spec import ENV_VERSION
 
 UPDATABLE_STATES = ("Downloading", "Training")
@@ -34,13 +36,16 @@ class EnableResult:
     status: str
     secondary_status: str
     has_spec: bool  # whether the job runs remote-debug's hook (created with remote_debug.enable())
+    claimed: bool = False  # a job nobody owned was tagged with the caller as its owner first
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def enable_running_job(client: Any, job: str) -> EnableResult:
-    """DescribeTrainingJob, then UpdateTrainingJob if the job is in an updatable state."""
+def enable_running_job(client: Any, job: str, owner: Callable[[], str] | None = None) -> EnableResult:
+    """DescribeTrainingJob, then UpdateTrainingJob if the job is in an updatable state.  ``owner``: who the caller
+    is (``aws:userid``), asked only for a job launched without remote_debug, which is claimed first when nobody owns
+    it (:func:`~remote_debug.sagemaker.owner.claim_job`)."""
     name, _region = parse_training_job(job)
     description = client.describe_training_job(TrainingJobName=name)
     status = str(description.get("TrainingJobStatus", ""))
@@ -56,5 +61,8 @@ def enable_running_job(client: Any, job: str) -> EnableResult:
             f"is {' or '.join(UPDATABLE_STATES)}"
             + ("; create the next run with remote_debug.enable()" if status != "InProgress" else "; try again then")
         )
+    claimed = False
+    if not has_spec and owner is not None:
+        claimed = claim_job(client, str(description["TrainingJobArn"]), owner())
     client.update_training_job(TrainingJobName=name, RemoteDebugConfig={"EnableRemoteDebug": True})
-    return EnableResult(name, True, status, secondary, has_spec)
+    return EnableResult(name, True, status, secondary, has_spec, claimed)

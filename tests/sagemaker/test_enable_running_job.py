@@ -72,6 +72,7 @@ def test_updates_in_the_updatable_states(stubbed: tuple[Any, Stubber], secondary
     result = update.enable_running_job(client, JOB)
     assert result.to_json() == {
         "job": JOB, "updated": True, "status": "InProgress", "secondary_status": secondary, "has_spec": True,
+        "claimed": False,
     }
 
 
@@ -152,20 +153,50 @@ def test_cli_json_and_the_region_from_aws_region(run_cli: Any, stubbed: tuple[An
     assert (code, region) == (0, "eu-west-1")
     assert json.loads(out) == {
         "job": JOB, "updated": True, "status": "InProgress", "secondary_status": "Training", "has_spec": True,
-        "region": "eu-west-1", "region_source": "AWS_REGION",
+        "claimed": False, "region": "eu-west-1", "region_source": "AWS_REGION",
     }
 
 
 def test_cli_takes_the_region_from_an_arn_and_warns_about_jobs_without_the_hook(
-    run_cli: Any, stubbed: tuple[Any, Stubber]
+    run_cli: Any, stubbed: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _client, stubber = stubbed
+    monkeypatch.setattr(enable_cli, "caller_id", lambda: "AIDAME")
     expect_describe(stubber, describe("Downloading", environment={}))
+    expect_claim(stubber, [{"Key": "team", "Value": "ml"}])
     expect_update(stubber)
     code, out, err, region = run_cli("enable", ARN)
     assert (code, region) == (0, "eu-west-1")
     assert f"remote debugging enabled on job {JOB} (Downloading; region eu-west-1 from the job ARN)" in out
     assert "not created with remote_debug.enable()" in err
+    assert "tagged rd-running-1 with remote-debug:owner = you" in err
+
+
+def expect_claim(stubber: Stubber, tags: list[dict[str, str]], owner: str = "AIDAME") -> None:
+    """ListTags, then (no owner tag) AddTags with the caller as owner: what user-policy.json allows on an unowned
+    job, and what it requires before UpdateTrainingJob (tests/sagemaker/test_iam_commands.py evaluates it)."""
+    stubber.add_response("list_tags", {"Tags": tags}, {"ResourceArn": ARN})
+    if not any(t["Key"] == "remote-debug:owner" for t in tags):
+        stubber.add_response("add_tags", {"Tags": [{"Key": "remote-debug:owner", "Value": owner}]},
+                             {"ResourceArn": ARN, "Tags": [{"Key": "remote-debug:owner", "Value": owner}]})
+
+
+def test_a_job_launched_without_remote_debug_is_claimed_before_it_is_updated(stubbed: tuple[Any, Stubber]) -> None:
+    client, stubber = stubbed
+    expect_describe(stubber, describe("Training", environment={}))
+    expect_claim(stubber, [])
+    expect_update(stubber)
+    assert update.enable_running_job(client, JOB, owner=lambda: "AIDAME").claimed
+    # someone's job keeps its owner (the update is theirs to allow); a job with our hook is never claimed
+    expect_describe(stubber, describe("Training", environment={}))
+    expect_claim(stubber, [{"Key": "remote-debug:owner", "Value": "AIDASOMEONE"}])
+    expect_update(stubber)
+    assert not update.enable_running_job(client, JOB, owner=lambda: "AIDAME").claimed
+    expect_describe(stubber, describe("Training"))
+    expect_update(stubber)
+    asked: list[str] = []
+    assert not update.enable_running_job(client, JOB, owner=lambda: asked.append("sts") or "AIDAME").claimed
+    assert asked == []
 
 
 def test_cli_refusal_is_one_line_and_exit_2(run_cli: Any, stubbed: tuple[Any, Stubber],

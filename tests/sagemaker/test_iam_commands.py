@@ -114,10 +114,10 @@ def jobs_calls(tmp_path: Path) -> list[Call]:
     return [("sagemaker", op, p) for op, p in client.calls]
 
 
-def enable_calls(job: PlainJob) -> list[Call]:
-    """remote-debug enable JOB."""
+def enable_calls(job: PlainJob, owner: str | None = None) -> list[Call]:
+    """remote-debug enable JOB (``owner``: the caller's id, which the CLI asks STS for)."""
     client = job.client()
-    update.enable_running_job(client, job.name)
+    update.enable_running_job(client, job.name, owner=None if owner is None else (lambda: owner))
     return [("sagemaker", op, p) for op, p in client.calls]
 
 
@@ -182,6 +182,18 @@ def test_adopt_a_job_launched_without_remote_debug_then_stop_it(tmp_path: Path,
     assert world.job_tags[job.arn] == {"remote-debug:owner": ALICE.user_id, "remote-debug:transport": "ssm",
                                        "remote-debug:adopted": "true"}
     assert refused(world.decide(ALICE, stop_calls(job, tmp_path))) == []
+
+
+def test_enable_a_job_launched_without_remote_debug(tmp_path: Path) -> None:
+    """`enable JOB` on a job nobody tagged: refused as it used to be called (UpdateTrainingJob alone); allowed now
+    that it claims the job first, as adopt does."""
+    job = PlainJob("plain-job")
+    assert refused(World({job.arn: {}}).decide(ALICE, enable_calls(job)))
+    world = World({job.arn: {}})
+    calls = enable_calls(PlainJob("plain-job"), ALICE.user_id)
+    assert [c[1] for c in calls] == ["DescribeTrainingJob", "ListTags", "AddTags", "UpdateTrainingJob"]
+    assert refused(world.decide(ALICE, calls)) == []
+    assert world.job_tags[job.arn] == {"remote-debug:owner": ALICE.user_id}
 
 
 def test_adopting_with_the_old_order_or_without_the_owner_tag_is_refused() -> None:
