@@ -52,6 +52,11 @@ def emulator(
             "online: StartSession answers TargetNotConnected until then, as in AWS.",
         ),
     ] = 3.0,
+    no_ssh_document: Annotated[
+        bool,
+        flag("--no-ssh-document", help="Refuse AWS-StartSSHSession on training-job targets (AWS documents only shell "
+             "sessions and port forwarding there): the product then forwards a port instead."),
+    ] = False,
     policy: Annotated[
         Path | None,
         typer.Option(
@@ -88,7 +93,7 @@ def emulator(
         raise UserError(str(exc)) from None
     state_dir = (state or StatePaths.default().root / "emulator").absolute()
     service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay, policy=policies,
-                       agent_delay=agent_delay)
+                       agent_delay=agent_delay, ssh_document=not no_ssh_document)
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # the same orderly end as Ctrl-C

@@ -34,7 +34,9 @@ DEFAULT_REGION = "us-east-1"
 # _routes), and those left to moto whose requests it holds to AWS's server-side constraints first
 SERVED_TARGETS = {"SageMaker": "sagemaker", "AmazonSSM": "ssm"}
 CHECKED_TARGETS = {"Logs_20140328": "logs"}
-SESSION_DOCUMENTS = ("AWS-StartSSHSession", "AWS-StartPortForwardingSession", SHELL_DOCUMENT)
+SSH_DOCUMENT = "AWS-StartSSHSession"
+PORT_FORWARDING_DOCUMENT = "AWS-StartPortForwardingSession"
+SESSION_DOCUMENTS = (SSH_DOCUMENT, PORT_FORWARDING_DOCUMENT, SHELL_DOCUMENT)
 _TRAINING_JOB_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-job/")
 _OWNER = re.compile(r"[^A-Za-z0-9_.@+=-]")
 
@@ -75,6 +77,7 @@ class Emulator:
         policy: list[dict[str, Any]] | None = None,
         agent_delay: float = AGENT_DELAY,
         session_rate: tuple[float, int] = SESSION_RATE,
+        ssh_document: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.policy = policy  # identity policies every caller is held to (the --policy mode); None: no IAM
@@ -83,6 +86,9 @@ class Emulator:
         self.images = images or ImageMap.default()
         self.log_delay = log_delay
         self.agent_delay = agent_delay  # seconds from Training (or from remote debug turned on) to sessions
+        # False: native targets refuse AWS-StartSSHSession, which AWS does not document for them (shell sessions
+        # and, in its samples, port forwarding only): what the product's port-forwarding fallback is for
+        self.ssh_document = ssh_document
         self._sessions_throttle = Throttle(*session_rate)
         self._http: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -227,6 +233,9 @@ class Emulator:
                 "ValidationException",
                 f"the emulator serves the documents {', '.join(SESSION_DOCUMENTS)}, not {document}",
             )
+        if document == SSH_DOCUMENT and not self.ssh_document:
+            raise ApiError("InvalidDocument", f"Document {SSH_DOCUMENT} is not supported for target {target}: "
+                           f"use {PORT_FORWARDING_DOCUMENT} or a shell session")
         owner = _OWNER.sub("", call.access_key)[:64] or "emulator"
         if document == SHELL_DOCUMENT:  # an interactive shell in the node (ssm_shell.py)
             session = open_shell(self.channel, jobs, target, call.params.get("Parameters", {}), owner)

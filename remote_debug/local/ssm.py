@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from remote_debug.local import aws
+from remote_debug.local import aws, ssm_forward
 from remote_debug.local.errors import UserError
 
 PLUGIN = "session-manager-plugin"
@@ -196,15 +196,22 @@ def start_when_ready(
             delay = min(delay * 2, _BACKOFF_MAX)
 
 
-def start_session(client: Any, target: str, port: int) -> dict[str, Any]:
+class DocumentRefused(UserError):
+    """SSM refused ``AWS-StartSSHSession`` for the target: the port-forwarding document may do (ssm_forward.py)."""
+
+
+def start_session(client: Any, target: str, port: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """StartSession (``params``: the request, by default an ``AWS-StartSSHSession`` to ``port``), waiting for an
+    agent that is not online yet; AWS's refusals as one line (DocumentRefused when it was the document)."""
+    request = params if params is not None else session_parameters(target, port)
     try:
-        response: dict[str, Any] = start_when_ready(
-            lambda: client.start_session(**session_parameters(target, port)), target
-        )
+        response: dict[str, Any] = start_when_ready(lambda: client.start_session(**request), target)
     except Exception as exc:
         if not aws.is_error(exc):
             raise
         code = aws.error_code(exc)
+        if request["DocumentName"] == DOCUMENT and ssm_forward.refused_document(exc, DOCUMENT):
+            raise DocumentRefused(aws.describe_error(exc, f"ssm StartSession {target}")) from None
         if code == "TargetNotConnected":
             raise UserError(not_connected_message(target)) from None
         if "advanced-instances tier" in str(exc):  # BadRequest for mi- targets in a standard-tier account
@@ -246,7 +253,17 @@ def run_session(
 ) -> int:
     """Relay stdin/stdout through an SSM session to ``port`` on ``target``; the plugin's exit code."""
     plugin = plugin or find_plugin()
-    response = start_session(client, target, port)
+    try:
+        response = start_session(client, target, port)
+    except DocumentRefused as refused:
+        say = f"{DOCUMENT} refused for {target} ({refused}): using {ssm_forward.DOCUMENT} instead"
+        _say(" ".join(say.split()))  # once per connection, one line
+        with ignore_user_signals():
+            return ssm_forward.run_forwarding(
+                client, target, port, stdin, stdout, profile=profile, plugin_path=plugin.path,
+                response_env=RESPONSE_ENV, start=lambda params: start_session(client, target, port, params),
+                terminate=lambda session_id: terminate(client, session_id),
+            )
     session_id = str(response["SessionId"])
     env = dict(os.environ)
     env[RESPONSE_ENV] = json.dumps(

@@ -367,6 +367,40 @@ def test_real_openssh_through_the_plugin_leaves_no_session_or_process(local_ssm:
         kill_all(token)
 
 
+@needs_plugin
+@needs_ssh
+def test_a_target_that_refuses_the_ssh_document_is_reached_by_port_forwarding(
+    local_ssm: LocalSsm, tmp_path: Path
+) -> None:
+    """AWS documents shell sessions and port forwarding on SageMaker's native target, not AWS-StartSSHSession: when
+    SSM refuses that document, the proxy says so in one line and forwards a port through the real plugin (smux on
+    the agent's side) instead; ssh works as before and nothing is left behind."""
+    local_ssm.emulator.ssh_document = False
+    key = tmp_path / "id"
+    token = f"{TOKEN_ENV}={tmp_path}\0"
+    env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
+                    token=str(tmp_path), scratch=tmp_path)
+    proxy = shlex.join(relay_argv(TARGET, "%p"))
+    try:
+        with private_sshd(tmp_path, make_key(key)) as sshd:
+            (tmp_path / "known_hosts").write_text(f"node-1 {sshd.host_key_line}\n")
+            argv = ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                    "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "HostKeyAlias=node-1",
+                    "-o", "StrictHostKeyChecking=yes", "-o", f"ProxyCommand={proxy}", "-p", str(sshd.port),
+                    f"{getpass.getuser()}@node-1", "echo", "forwarded"]
+            result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+            assert (result.returncode, result.stdout) == (0, "forwarded\n"), result.stderr
+            said = [line for line in result.stderr.splitlines() if "AWS-StartSSHSession refused" in line]
+            assert len(said) == 1 and said[0].endswith("using AWS-StartPortForwardingSession instead"), result.stderr
+            [session] = local_ssm.channel.started
+            assert (session.target, session.document, session.port) == (
+                TARGET, "AWS-StartPortForwardingSession", sshd.port)
+            wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 10, "the session to end")
+            wait_for(lambda: pids_with_env(token) == [] or None, 10, "the relay and the plugin to exit")
+    finally:
+        kill_all(token)
+
+
 def test_plugin_version_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert ssm.parse_version(" 1.2.707.0\n") == (1, 2, 707, 0)
     assert ssm.parse_version("1.2") == (1, 2, 0, 0)
