@@ -323,6 +323,13 @@ def release(activation_id: str, why: str) -> bool:
     return True
 
 
+def adopt(activation_id: str) -> None:
+    """An activation made for a job that already exists (a renewal): no CreateTrainingJob will confirm it, and
+    none may release it."""
+    with _lock:
+        _pending.pop(activation_id, None)
+
+
 def _note_key(activation_key: str) -> str:
     return activation_key[: -len(ACTIVATION_FILE)] + NOTE_FILE
 

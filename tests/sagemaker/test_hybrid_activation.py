@@ -484,3 +484,64 @@ def test_role_names_counts_and_lifetimes() -> None:
     assert ha.sdk_v2_channel_uri({"TrainingJobName": "j", "OutputDataConfig": {"S3OutputPath": "s3://b/out/"}}) == (
         "s3://b/out/j/remote_debug"  # an estimator without code (BYOC)
     )
+
+
+# --- a capacity wait longer than the activation ------------------------------------------------------------
+
+
+def test_a_job_that_waited_in_pending_past_its_activation_gets_a_new_one_before_its_nodes_read_it(
+    session: StubbedSession, state: Path
+) -> None:
+    """SageMaker's Pending secondary status (a capacity wait) can outlast the 2 h activation: the laptop watching
+    the job (attach, through the backend) makes a new one when the job leaves Pending, writes it over the job's
+    ssm-activation.json, points the job's tag at it and deletes the old one - once, and never at the cost of the
+    manifests."""
+    session.expect_create()
+    request = enable_hybrid(copy.deepcopy(REQUEST), session, state)
+    sm = session.real.client("sagemaker")
+    sm.create_training_job(**request)
+    arn = sm.describe_training_job(TrainingJobName=JOB)["TrainingJobArn"]
+
+    def described(secondary: str, waited: bool) -> dict[str, Any]:
+        base = {k: v for k, v in request.items() if k not in ("Tags",)}
+        transitions = [{"Status": "Starting", "StartTime": NOW}]
+        if waited:
+            transitions.append({"Status": "Pending", "StartTime": NOW})
+        transitions.append({"Status": secondary, "StartTime": NOW})
+        return {**base, "TrainingJobArn": arn, "TrainingJobStatus": "InProgress", "SecondaryStatus": secondary,
+                "SecondaryStatusTransitions": transitions, "CreationTime": NOW,
+                "ModelArtifacts": {"S3ModelArtifacts": ""}}
+
+    clients = {"sagemaker": sm, "logs": session.real.client("logs"), "ssm": session.ssm,
+               "s3": session.real.client("s3")}
+    later = NOW + timedelta(hours=3)  # the activation (2 h) has expired meanwhile
+    renewed = "0a1b2c3d-9999-2222-3333-444455556666"
+    old_entry = {"ActivationId": ACTIVATION_ID, "IamRole": MI_ROLE_NAME, "RegistrationLimit": 2,
+                 "ExpirationDate": NOW + timedelta(hours=2), "Expired": True}
+    session.stub.add_response("describe_activations", {"ActivationList": [old_entry]},
+                              {"Filters": [{"FilterKey": "ActivationIds", "FilterValues": [ACTIVATION_ID]}]})
+    session.stub.add_response("create_activation", {"ActivationId": renewed, "ActivationCode": "NewCode1234567890abcd"},
+                              {**expected_create(), "ExpirationDate": later + timedelta(hours=2)})
+    session.expect_delete()
+
+    from remote_debug.local.backends.sagemaker import SageMakerBackend
+    from remote_debug.sagemaker import hybrid_renewal
+
+    scripted = {"answer": described("Starting", waited=True)}
+    sm.describe_training_job = lambda **_: scripted["answer"]  # type: ignore[method-assign]
+    original_now = ha._utcnow
+    ha._utcnow = lambda: later  # type: ignore[assignment]
+    try:
+        # not yet: a job still Pending, or one that never waited, is left alone (no SSM call is stubbed for them)
+        assert not hybrid_renewal.waited_for_capacity(described("Pending", waited=True))
+        assert not hybrid_renewal.waited_for_capacity(described("Starting", waited=False))
+        backend = SageMakerBackend(StatePaths(state), clients=clients.__getitem__, cache_seconds=0, log_interval=0)
+        assert backend.manifests(JOB) == {"algo-1": None, "algo-2": None}
+        backend.manifests(JOB)  # once per job: a second look makes no second activation
+    finally:
+        ha._utcnow = original_now  # type: ignore[assignment]
+    assert s3_object(session, PACKAGE_URI)["ActivationId"] == renewed
+    assert s3_object(session, PACKAGE_URI)["ActivationCode"] == "NewCode1234567890abcd"
+    tags = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"]}
+    assert tags["remote-debug:ssm-activation"] == renewed
+    assert ha.pending() == {}  # the job's own now: nothing will release it as a failed launch

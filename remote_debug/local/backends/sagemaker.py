@@ -199,6 +199,7 @@ class SageMakerBackend(Backend):
         self._warned: set[str] = set()  # jobs whose refused manifest lines were reported (once per job)
         self._world: dict[str, int] = {}
         self._retired: set[str] = set()  # hybrid jobs whose activation this backend has retired
+        self._renewed: set[str] = set()  # hybrid jobs whose expired activation this backend looked at
 
     # --- clients --------------------------------------------------------------------------------
 
@@ -334,6 +335,7 @@ class SageMakerBackend(Backend):
         world = next((r.world_size for m in merged.values() for r in m.ranks), 0)
         if world:
             self._world[job] = world
+        self._renew_activation(job, info, resp, out)
         self._retire_activation(job, info, resp, out)
         self._save_hint(job, info, out)
         return out
@@ -349,6 +351,28 @@ class SageMakerBackend(Backend):
             f"the nodes' manifest lines in CloudWatch Logs group {LOG_GROUP}, streams {job}/..., region {region}, "
             f"profile {profile}; seen: {seen}"
         )
+
+    def _renew_activation(
+        self, job: str, info: JobInfo, resp: dict[str, Any], manifests: dict[str, spec.NodeManifest | None]
+    ) -> None:
+        """A hybrid job that waited in Pending past its activation's expiry gets a new one before its nodes read it
+        (:mod:`remote_debug.sagemaker.hybrid_renewal`); once per job, and never at the cost of the attach."""
+        if job in self._renewed or info.sagemaker is None or info.sagemaker.transport != spec.Transport.HYBRID:
+            return
+        if info.status in TERMINAL or any(m is not None and m.ssm_target for m in manifests.values()):
+            return
+        from remote_debug.sagemaker.hybrid_renewal import renew_if_stale, waited_for_capacity
+
+        if not waited_for_capacity(resp):
+            return
+        self._renewed.add(job)
+        try:
+            renew_if_stale(resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
+                           s3=self.client("s3"), sagemaker=self.client("sagemaker"))
+        except Exception as exc:
+            log.warning("could not renew the expired SSM activation of job %s (its nodes cannot register): %s",
+                        job, exc)
+        self._tags.pop(job, None)  # the activation tag may have changed
 
     def _retire_activation(
         self, job: str, info: JobInfo, resp: dict[str, Any], manifests: dict[str, spec.NodeManifest | None]
