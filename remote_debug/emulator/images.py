@@ -19,6 +19,10 @@ A JSON file (``remote-debug emulator --images FILE``) maps images elsewhere::
       "gpus": {"ml.g5.12xlarge": 2, "ml.p4d.24xlarge": 2}
     }
 
+An image entry may also model the node beyond its Python (:class:`~remote_debug.emulator.node_model.NodeImage`):
+``"gdb": false`` (AWS's DLCs ship none), ``"shell_user": "ssm-user"`` and ``"sudo": true|false`` (how SSM shell
+sessions reach the node).
+
 An image matches its exact URI first, then its repository with the registry (no tag or digest), then
 the repository's name (its last path component), then ``"*"``.
 
@@ -40,6 +44,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from remote_debug.emulator.node_model import SSM_USER, NodeImage
 
 PYTORCH_TRAINING_MODULE = "sagemaker_pytorch_container.training:main"
 
@@ -111,6 +117,7 @@ class ImageEnv:
     bin_dir: Path  # first on PATH in the node, as the image's own PATH would be
     env: dict[str, str] = field(default_factory=dict)
     train: tuple[str, ...] = ()  # the image's default command; empty = ``<bin_dir>/train``
+    node: NodeImage = field(default_factory=NodeImage)  # gdb, the shell's user, sudo: see NodeImage
 
     def train_argv(self) -> list[str]:
         if self.train:
@@ -125,6 +132,7 @@ class _Entry:
     python: Path | None
     env: dict[str, str]
     train: tuple[str, ...]
+    node: NodeImage = field(default_factory=NodeImage)
 
 
 class ImageMap:
@@ -182,19 +190,21 @@ class ImageMap:
         env = dict(_PYTORCH_ENV) if ref.name in _PYTORCH_REPOSITORIES else {}
         python = Path(sys.executable)
         train: tuple[str, ...] = ()
+        node = NodeImage()
         if entry is not None:
             env.update(entry.env)
             python = entry.python or python
             train = entry.train
+            node = entry.node
         # not resolved: a venv's python is a symlink to the base interpreter, and it is the venv's
         # bin directory (with its `train`, `torchrun`) that must come first on PATH
-        return ImageEnv(python=python, bin_dir=python.parent, env=env, train=train)
+        return ImageEnv(python=python, bin_dir=python.parent, env=env, train=train, node=node)
 
 
 def _entry(value: Any, where: str) -> _Entry:
     if not isinstance(value, dict):
         raise ImageMapError(f"{where}: expected an object with 'python' or 'venv', 'env', 'train'")
-    unknown = set(value) - {"python", "venv", "env", "train"}
+    unknown = set(value) - {"python", "venv", "env", "train", "gdb", "shell_user", "sudo"}
     if unknown:
         raise ImageMapError(f"{where}: unknown keys {sorted(unknown)}")
     if "python" in value and "venv" in value:
@@ -220,7 +230,14 @@ def _entry(value: Any, where: str) -> _Entry:
     train_raw = value.get("train", [])
     if not isinstance(train_raw, list) or not all(isinstance(part, str) for part in train_raw):
         raise ImageMapError(f"{where}.train: expected a list of strings (an argv)")
-    return _Entry(python=python, env=env, train=tuple(train_raw))
+    for flag in ("gdb", "sudo"):
+        if not isinstance(value.get(flag, True), bool):
+            raise ImageMapError(f"{where}.{flag}: expected true or false")
+    shell_user = value.get("shell_user", "root")
+    if shell_user not in ("root", SSM_USER):
+        raise ImageMapError(f"{where}.shell_user: expected 'root' or '{SSM_USER}'")
+    node = NodeImage(gdb=value.get("gdb", True), shell_user=shell_user, sudo=value.get("sudo", True))
+    return _Entry(python=python, env=env, train=tuple(train_raw), node=node)
 
 
 def _string(value: Any, where: str) -> str:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from remote_debug.emulator import node_enter
-from remote_debug.emulator.node_model import ClusterError, Node
+from remote_debug.emulator.node_model import SSM_USER_UID, ClusterError, Node, NodeImage
 from remote_debug.local.backends import netns
 
 ETC_NETNS = netns.ETC_NETNS
@@ -99,7 +99,7 @@ def _prefix(job: str, work_dir: Path) -> tuple[str, int]:
 
 
 class Cluster:
-    def __init__(self, job: str, work_dir: Path, hosts: list[str]) -> None:
+    def __init__(self, job: str, work_dir: Path, hosts: list[str], image: NodeImage | None = None) -> None:
         if not hosts:
             raise ClusterError("a cluster needs at least one host (algo-1)")
         if len(set(hosts)) != len(hosts) or len(hosts) > 250:
@@ -108,6 +108,7 @@ class Cluster:
             if not _HOST_RE.fullmatch(host):
                 raise ClusterError(f"{host!r} is not a usable hostname (lowercase letters, digits, '-')")
         self.job = job
+        self.image = image or NodeImage()  # what of the image the nodes model: gdb, the shell's user, sudo
         self.work_dir = work_dir.resolve()
         prefix, octet = _prefix(job, self.work_dir)
         self._plan = netns.NetnsPlan(prefix=prefix, third_octet=octet)
@@ -172,11 +173,36 @@ class Cluster:
         for n in self._nodes.values():
             if etc_environment.is_file():  # ip netns exec binds only over files that exist
                 shutil.copyfile(etc_environment, ETC_NETNS / n.namespace / "environment")
+            if self.image.shell_user != "root":
+                self._write_user(ETC_NETNS / n.namespace)
+
+    def _write_user(self, etc: Path) -> None:
+        """The shell's user in the node's /etc/passwd and /etc/group (copies of this machine's plus one line, bound
+        over them by ``ip netns exec``), and, where sudo is installed, the node's /etc/sudoers: passwordless sudo
+        for that user, or none."""
+        user, uid = self.image.shell_user, SSM_USER_UID
+        for name, line in (("passwd", f"{user}:x:{uid}:{uid}:{user}:/tmp:/bin/sh\n"), ("group", f"{user}:x:{uid}:\n")):
+            text = Path("/etc", name).read_text()
+            (etc / name).write_text(text + ("" if text.endswith("\n") else "\n") + line)
+        shadow = Path("/etc/shadow")
+        if shadow.is_file():  # PAM's account check (sudo's) wants the user there too: no password, not locked
+            text = shadow.read_text()
+            (etc / "shadow").write_text(text + ("" if text.endswith("\n") else "\n") + f"{user}:*:20000:0:99999:7:::\n")
+            os.chmod(etc / "shadow", shadow.stat().st_mode & 0o777)
+            os.chown(etc / "shadow", shadow.stat().st_uid, shadow.stat().st_gid)
+        if Path("/etc/sudoers").is_file():
+            rules = "root ALL=(ALL:ALL) ALL\n" + (f"{user} ALL=(ALL) NOPASSWD:ALL\n" if self.image.sudo else "")
+            sudoers = etc / "sudoers"
+            sudoers.write_text(rules)
+            os.chmod(sudoers, 0o440)
 
     def _start_holder(self, n: Node) -> None:
         sleep = shutil.which("sleep") or "/bin/sleep"
         argv = [_ip(), "netns", "exec", n.namespace, sys.executable, "-I", "-S", str(ENTER)]
-        argv += ["--hostname", n.name, "--notify", "--bind", str(n.root), str(OPT_ML), "--", sleep, "infinity"]
+        argv += ["--hostname", n.name, "--notify", "--bind", str(n.root), str(OPT_ML)]
+        for gdb in ([] if self.image.gdb else hidden_gdbs()):  # an image without gdb: none on the node's PATH
+            argv += ["--bind", os.devnull, gdb]
+        argv += ["--", sleep, "infinity"]
         proc = subprocess.Popen(
             argv,
             env=SETUP_ENV,
@@ -354,6 +380,16 @@ class Cluster:
                 raise
             raise ClusterError(f"cannot start sshd in the nodes of {self.job}: {exc}") from None
         self._sshd = "running"
+
+
+def hidden_gdbs() -> list[str]:
+    """Every gdb a node's shell could find on PATH (this machine's): what an image without gdb must not have."""
+    found = []
+    for folder in SETUP_ENV["PATH"].split(":"):
+        candidate = Path(folder) / "gdb"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            found.append(str(candidate.resolve()))
+    return sorted(set(found))
 
 
 def _ip() -> str:

@@ -41,6 +41,7 @@ from typing import Any
 
 from remote_debug.emulator import ssm_messages as m
 from remote_debug.emulator.errors import ApiError
+from remote_debug.emulator.node_model import SSM_USER_UID
 from remote_debug.emulator.nodes import SETUP_ENV
 from remote_debug.emulator.ssm_channel import (
     READ_CHUNK,
@@ -103,9 +104,16 @@ def node_spawner(jobs: TrainingJobs, target: str) -> Spawn:
     if cluster is None:
         raise ApiError("TargetNotConnected", f"{target} is not connected.")
 
+    user = cluster.image.shell_user
+    # the agent's shell as root, or as ssm-user: the terminal is made ours as root, then setpriv drops to the user
+    # (exec keeps the controlling terminal), as the agent starts its shell for a non-root user
+    drop = [] if user == "root" else ["setpriv", f"--reuid={SSM_USER_UID}", f"--regid={SSM_USER_UID}",
+                                       "--init-groups", "--"]
+    env = SHELL_ENV if user == "root" else {**SHELL_ENV, "HOME": "/tmp", "USER": user, "LOGNAME": user}
+
     def spawn(slave: int) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-I", "-S", "-c", _CTTY, *SHELL_ARGV]
-        return cluster.spawn(node, argv, env=SHELL_ENV, cwd="/", stdout=slave, stderr=slave)
+        argv = [sys.executable, "-I", "-S", "-c", _CTTY, *drop, *SHELL_ARGV]
+        return cluster.spawn(node, argv, env=env, cwd="/", stdout=slave, stderr=slave)
 
     return spawn
 

@@ -308,7 +308,8 @@ class TrainingJobs:
         outcome: tuple[str, str, str] | None = None  # (status, secondary, message)
         try:
             self._advance(job, "Starting", "Launching requested ML instances")
-            cluster = Cluster(job.name, job.dir, [node.name for node in job.nodes])
+            node_image = self.images.resolve(job.request["AlgorithmSpecification"]["TrainingImage"]).node
+            cluster = Cluster(job.name, job.dir, [node.name for node in job.nodes], node_image)
             with self._lock:
                 job.cluster = cluster
             cluster.create()

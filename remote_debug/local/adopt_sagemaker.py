@@ -258,7 +258,7 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
     access.made = made
     if shell.run(access.sh(f"test -d {bundle}"))[0] != 0:  # adopted before: the ranks may use that bundle
         access.made = access.made or access.bundle
-        shell.put_file(f"{access.dir}/bundle.tar.gz", tarball, 0o600)
+        shell.put_file(f"{access.dir}/bundle.tar.gz", tarball, 0o600, wrap=access.sh)
         shell.check(access.sh(
             f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf {directory}/bundle.tar.gz -C {bundle}.tmp "
             f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f {directory}/bundle.tar.gz"
@@ -326,7 +326,8 @@ def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[Adopte
         env[ENV_CODE_DIR] = str(probe["code_dir"])
     directory = shlex.quote(access.dir)
     env_file = f"{access.dir}/daemon.env"
-    shell.put_file(env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()).encode(), 0o600)
+    shell.put_file(env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()).encode(), 0o600,
+                   wrap=access.sh)
     root = roots[0]
     # The daemon's stdout is the container's log, which SageMaker ships to CloudWatch, where the laptop reads
     # the manifest lines.  That is the stdout of the training tree's root: the container's PID 1 on SageMaker
@@ -342,7 +343,7 @@ def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[Adopte
     ))
     request = {"node": access.node, "roots": roots, "env": env}
     request_file = f"{access.dir}/request.json"
-    shell.put_file(request_file, (json.dumps(request) + "\n").encode(), 0o600)
+    shell.put_file(request_file, (json.dumps(request) + "\n").encode(), 0o600, wrap=access.sh)
     code, output = shell.run(access.sh(
         f"{_with_bundle(access)} --adopt-node {shlex.quote(request_file)}; rc=$?; "
         f"rm -f {shlex.quote(request_file)}; exit $rc"

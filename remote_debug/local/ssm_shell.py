@@ -53,6 +53,7 @@ import termios
 import threading
 import time
 import tty
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -256,23 +257,27 @@ class ShellSession:
             raise ShellError(f"`{_short(command)}` failed on {self.target} (exit status {code}): {last[:200]}")
         return output
 
-    def put_file(self, remote_path: str, data: bytes, mode: int = 0o644, *, timeout: float = 300.0) -> None:
-        """Write ``data`` to ``remote_path`` on the node, atomically, with ``mode``; checked by SHA-256."""
+    def put_file(self, remote_path: str, data: bytes, mode: int = 0o644, *, timeout: float = 300.0,
+                 wrap: Callable[[str], str] = lambda command: command) -> None:
+        """Write ``data`` to ``remote_path`` on the node, atomically, with ``mode``; checked by SHA-256.  ``wrap``:
+        how each command runs (e.g. through ``sudo -n sh -c``, where the shell's user may not write there itself;
+        the data comes on the wrapped command's stdin)."""
         path = shlex.quote(remote_path)
         tmp = shlex.quote(f"{remote_path}.rd-upload-{secrets.token_hex(6)}")
         deadline = time.monotonic() + timeout
-        self.check(f"umask 077 && : > {tmp}", timeout)
+        self.check(wrap(f"umask 077 && : > {tmp}"), timeout)
         try:
             for offset in range(0, len(data), UPLOAD_BATCH):
                 chunk = base64.encodebytes(data[offset:offset + UPLOAD_BATCH]).decode("ascii")
                 eof = f"RD_EOF_{secrets.token_hex(4)}"  # base64 has no '_': cannot end the document early
-                self.check(f"base64 -d >> {tmp} <<'{eof}'\n{chunk}{eof}\n", max(1.0, deadline - time.monotonic()))
-            out = self.check(f"chmod {mode:o} {tmp} && mv -f {tmp} {path} && sha256sum {path}",
+                self.check(f"{wrap(f'base64 -d >> {tmp}')} <<'{eof}'\n{chunk}{eof}\n",
+                           max(1.0, deadline - time.monotonic()))
+            out = self.check(wrap(f"chmod {mode:o} {tmp} && mv -f {tmp} {path} && sha256sum {path}"),
                              max(1.0, deadline - time.monotonic()))
         except BaseException:
             with contextlib.suppress(ShellError):
                 if self._usable_now():
-                    self.run(f"rm -f {tmp}", 10)
+                    self.run(wrap(f"rm -f {tmp}"), 10)
             raise
         digest = hashlib.sha256(data).hexdigest()
         if out.split()[:1] != [digest]:

@@ -47,7 +47,14 @@ BUCKET = "rd-e2e"
 # The instance type the launchers use for several nodes, with 2 "GPUs" = 2 processes per node (see
 # remote_debug/emulator/images.py: a process count for the toolkit, training runs on the CPU).
 MULTI_NODE_TYPE = "ml.g5.12xlarge"
-IMAGE_MAP = {"gpus": {MULTI_NODE_TYPE: 2}}
+# AWS's own PyTorch images, as nodes: no gdb, SSM shells as ssm-user, with or without passwordless sudo
+DLC_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311-dlc"
+DLC_NO_SUDO_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311-dlc-nosudo"
+IMAGE_MAP = {
+    "gpus": {MULTI_NODE_TYPE: 2},
+    "images": {DLC_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": True},
+               DLC_NO_SUDO_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": False}},
+}
 
 
 def _plugin() -> Path | None:

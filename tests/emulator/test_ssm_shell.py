@@ -31,6 +31,7 @@ import boto3
 import botocore.exceptions
 import pytest
 
+from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.nodes import Cluster, available
 from remote_debug.emulator.service import Emulator
 from tests.ssm_plugin import needs_plugin, real_plugin
@@ -57,11 +58,12 @@ class Running:
         return boto3.client(service, endpoint_url=self.url, region_name=REGION, aws_access_key_id="testing",
                             aws_secret_access_key="testing")
 
-    def create_job(self, name: str, nodes: int = 1, code: str = SLEEPER, *, remote_debug: bool = True) -> None:
+    def create_job(self, name: str, nodes: int = 1, code: str = SLEEPER, *, remote_debug: bool = True,
+                   image: str = IMAGE) -> None:
         request: dict[str, Any] = {
             "TrainingJobName": name,
             "RoleArn": ROLE,
-            "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File",
+            "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File",
                                        "ContainerEntrypoint": [sys.executable, "-c", code]},
             "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/output"},
             "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": nodes, "VolumeSizeInGB": 1},
@@ -92,7 +94,7 @@ class Running:
 
 
 @contextlib.contextmanager
-def running_emulator(state_dir: Path) -> Iterator[Running]:
+def running_emulator(state_dir: Path, images: ImageMap | None = None) -> Iterator[Running]:
     """The emulator on loopback with a bucket for job outputs; closed (jobs stopped, sessions ended) on exit."""
     with pytest.MonkeyPatch.context() as patch:
         # The plugin inherits our environment (its ResumeSession/TerminateSession calls): test credentials only.
@@ -103,7 +105,7 @@ def running_emulator(state_dir: Path) -> Iterator[Running]:
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         patch.setenv("AWS_CONFIG_FILE", str(state_dir / "no-aws-config"))
         patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(state_dir / "no-aws-credentials"))
-        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2, agent_delay=0.0)
+        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2, agent_delay=0.0, images=images)
         try:
             running = Running(emulator, emulator.start())
             running.client("s3").create_bucket(Bucket=BUCKET)

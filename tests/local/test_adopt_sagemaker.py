@@ -22,7 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.emulator.test_sagemaker_e2e import BUCKET, MULTI_NODE_TYPE, ROLE, Emulator, emulator, wait_for_training
+from tests.emulator.test_sagemaker_e2e import (
+    BUCKET,
+    DLC_IMAGE,
+    DLC_NO_SUDO_IMAGE,
+    MULTI_NODE_TYPE,
+    ROLE,
+    Emulator,
+    emulator,
+    wait_for_training,
+)
 
 __all__ = ["emulator"]  # the module-scoped fixture, shared
 
@@ -62,7 +71,7 @@ if __name__ == "__main__":
 '''
 
 
-def create_plain_job(emu: Emulator, job: str, nodes: int = 2, **extra: object) -> None:
+def create_plain_job(emu: Emulator, job: str, nodes: int = 2, image: str = IMAGE, **extra: object) -> None:
     """What the SDK v2 PyTorch estimator sends for torch_distributed, without remote debugging."""
     source = io.BytesIO()
     with tarfile.open(fileobj=source, mode="w:gz") as tar:
@@ -74,7 +83,7 @@ def create_plain_job(emu: Emulator, job: str, nodes: int = 2, **extra: object) -
     emu.client("sagemaker").create_training_job(
         TrainingJobName=job,
         RoleArn=ROLE,
-        AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+        AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File"},
         HyperParameters={
             "sagemaker_program": json.dumps("train.py"),
             "sagemaker_submit_directory": json.dumps(f"s3://{BUCKET}/{job}/sourcedir.tar.gz"),
@@ -163,6 +172,46 @@ def test_adopt_a_plain_sagemaker_job_then_every_rank_stops(emulator: Emulator) -
         assert json.loads(again.stdout)["already"] is True
     finally:
         end_job(emu, job)
+
+
+def test_adopt_on_a_node_of_awss_own_image_no_gdb_and_ssm_user(emulator: Emulator) -> None:
+    """A node as AWS's PyTorch images make it: no gdb, the SSM shell as ssm-user.  With passwordless sudo adopt
+    takes root through it and queues the agent with its own ptrace call, and both ranks stop; without sudo it is
+    refused in one line and nothing of ours stays in the container."""
+    emu = emulator
+    job = f"rd-adopt-dlc-{time.strftime('%H%M%S')}"
+    no_sudo = f"rd-adopt-nosudo-{time.strftime('%H%M%S')}"
+    create_plain_job(emu, job, nodes=1, image=DLC_IMAGE)
+    create_plain_job(emu, no_sudo, nodes=1, image=DLC_NO_SUDO_IMAGE)
+    try:
+        wait_for_training(emu, job)
+        wait_for_ranks(emu, job, nodes=1)
+        adopted = emu.cli("adopt", job, "--json", timeout=400)
+        assert adopted.returncode == 0, adopted.stderr[-3000:]
+        outcome = json.loads(adopted.stdout)
+        assert [r["rank"] for r in outcome["ranks"]] == [0, 1], outcome
+        workspace = emu.tmp / f"ws-{job}"
+        workspace.mkdir()
+        train = workspace / "train.py"
+        train.write_text(TRAIN)
+        line = next(i for i, text in enumerate(TRAIN.splitlines(), 1) if "a good breakpoint" in text)
+        attach = emu.cli(
+            "attach", job, "--headless", "--break", f"{train}:{line}", "--json", "--workspace", str(workspace),
+            "--no-ssh-include", "--timeout", "180", timeout=400,
+        )
+        assert attach.returncode == 0, attach.stderr[-3000:]
+        stops = {e["rank"]: e for e in map(json.loads, attach.stdout.splitlines()) if e["event"] == "stopped"}
+        assert sorted(stops) == [0, 1] and all(s["variables"]["rank"] == str(r) for r, s in stops.items())
+
+        wait_for_training(emu, no_sudo)
+        refused = emu.cli("adopt", no_sudo, "--json", timeout=400)
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("remote-debug: error:")]
+        assert len(errors) == 1 and "is not root and may not sudo" in errors[0], refused.stderr
+        assert not Path(f"/tmp/remote-debug-adopt-{no_sudo}").exists()
+    finally:
+        end_job(emu, job)
+        end_job(emu, no_sudo)
 
 
 def end_job(emu: Emulator, job: str) -> None:
