@@ -119,8 +119,8 @@ class FakeShell:
     def exists(self, path: str) -> bool:
         return any(f == path or f.startswith(path.rstrip("/") + "/") for f in self.files)
 
-    def put_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        del data, mode
+    def put_file(self, path: str, data: bytes, mode: int = 0o600, *, wrap: Any = None) -> None:
+        del data, mode, wrap
         self.uploads.append(path)
         self.files.add(path)
 

@@ -208,7 +208,7 @@ def test_sessions_named_after_the_user_id_never_match(cloud: None) -> None:
 
 def test_an_action_iam_cannot_judge_without_a_context_value_is_not_allowed(cloud: None) -> None:
     policy = copy.deepcopy(USER_POLICY)
-    [statement] = [s for s in policy["Statement"] if s["Sid"] == "TheSshSessionDocument"]
+    [statement] = [s for s in policy["Statement"] if s["Sid"] == "TheSshSessionDocuments"]
     statement["Condition"] = {"StringLike": {"aws:SourceVpce": "vpce-0123*"}}  # a key doctor cannot know
     iam = _by_name(Doctor(clients=Clients([policy])).run())["iam"]
     start = [row for row in iam.data["actions"] if row["resource"].endswith(":document/AWS-StartSSHSession")]

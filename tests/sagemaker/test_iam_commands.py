@@ -21,7 +21,7 @@ import pytest
 from remote_debug.emulator.iam_policy import Decision
 from remote_debug.emulator.iam_requests import Authorization, Caller, authorizations
 from remote_debug.local import adopt_sagemaker as adopt
-from remote_debug.local import ssm
+from remote_debug.local import ssm, ssm_forward
 from remote_debug.local.backends.sagemaker import SageMakerBackend
 from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
 from remote_debug.local.paths import StatePaths
@@ -101,8 +101,10 @@ def attach_calls(job: str, tmp_path: Path) -> list[Call]:
     backend.describe(job)
     backend.manifests(job)
     session = ssm.session_parameters(ssm.native_target(job, "algo-1"), 40022)
+    # where a target refuses AWS-StartSSHSession, the proxy forwards a port instead (local/ssm_forward.py)
+    forwarding = ssm_forward.forwarding_parameters(ssm.native_target(job, "algo-1"), 40022, 50000)
     recorded = [("sagemaker", op, p) for op, p in sagemaker.calls] + [("logs", op, p) for op, p in logs.calls]
-    return [*recorded, ("ssm", "StartSession", session),
+    return [*recorded, ("ssm", "StartSession", session), ("ssm", "StartSession", forwarding),
             ("ssm", "ResumeSession", {"SessionId": "session-of-me"}),
             ("ssm", "TerminateSession", {"SessionId": "session-of-me"})]
 
