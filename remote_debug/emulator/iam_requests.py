@@ -150,6 +150,11 @@ def authorizations(service: str, operation: str, params: Mapping[str, Any], *, r
             Authorization(action, resource, with_context({TARGET_ID_KEY: target}, instance_tags)),
             Authorization(action, document_arn(partition, region, account, document), with_context()),
         ]
+    instance = str(params.get("InstanceId") or (params.get("ResourceId") if params.get("ResourceType") ==
+                                                "ManagedInstance" else "") or "")
+    if service == "ssm" and instance.startswith("mi-"):  # DeregisterManagedInstance, ListTagsForResource, ...
+        resource = f"arn:{partition}:ssm:{region}:{account}:managed-instance/{instance}"
+        return [Authorization(action, resource, with_context(_ssm_tags(tags_of(resource))))]
     if service == "ssm" and operation in ("TerminateSession", "ResumeSession"):
         session = str(params.get("SessionId", ""))
         starter = starter_of(session)

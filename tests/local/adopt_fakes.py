@@ -37,6 +37,11 @@ class Recorder:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.meta = SimpleNamespace(region_name=region, endpoint_url=f"https://{service}.{region}.amazonaws.com")
 
+    def get_paginator(self, name: str) -> Any:
+        """One page: the operation's answer (what a paginator yields when there is no next token)."""
+        call = getattr(self, name)
+        return SimpleNamespace(paginate=lambda **params: iter([call(**params)]))
+
     def __getattr__(self, name: str) -> Callable[..., dict[str, Any]]:
         operation = self._operations.get(name)
         if operation is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,58 @@ def test_the_template_allows_nothing_no_command_needs(tmp_path: Path, monkeypatc
     assert granted == used | doctor
     assert {"logs:FilterLogEvents", "sagemaker:AddTags", "sagemaker:UpdateTrainingJob"} <= used
     assert LOG_GROUP in str(calls)
+
+
+# --- cleanup (the hybrid transport's leftovers) ----------------------------------------------------------
+
+HYBRID_POLICIES = [*USER_POLICY, json.loads((TEMPLATES / "hybrid-user-policy.json").read_text())]
+INSTANCE = "mi-0123456789abcdef0"
+INSTANCE_ARN = f"arn:aws:ssm:{REGION}:{ACCOUNT}:managed-instance/{INSTANCE}"
+
+
+def cleanup_calls(owner: str) -> list[Call]:
+    """`remote-debug cleanup --yes` for an ended hybrid job of ``owner``: its activation, its leftover managed
+    instance (the SageMaker and SSM calls; its S3 files are the user's own bucket, outside these templates)."""
+    from remote_debug.sagemaker.leftovers import Leftovers
+
+    job = "hybrid-job"
+    tags = [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job}]
+    sagemaker = Recorder("sagemaker", {
+        "ListTrainingJobs": {"TrainingJobSummaries": []},
+        "DescribeTrainingJob": {**PlainJob(job).client().describe_training_job(TrainingJobName=job),
+                                "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed"},
+        "ListTags": {"Tags": [{"Key": "remote-debug:owner", "Value": owner},
+                              {"Key": "remote-debug:transport", "Value": "hybrid"}]},
+    })
+    ssm_client = Recorder("ssm", {
+        "DescribeActivations": {"ActivationList": [{"ActivationId": "a-1", "Tags": tags, "RegistrationLimit": 1}]},
+        "DescribeInstanceInformation": {"InstanceInformationList": [{"InstanceId": INSTANCE}]},
+        "ListTagsForResource": {"TagList": tags},
+    })
+    leftovers = Leftovers(sagemaker=sagemaker, ssm=ssm_client, s3=Recorder("s3"), owner=owner)
+    for item in leftovers.find(timedelta(days=7)):
+        if item.kind != "object":
+            assert leftovers.delete(item) is None
+    return [("sagemaker", op, p) for op, p in sagemaker.calls] + [("ssm", op, p) for op, p in ssm_client.calls]
+
+
+def test_cleanup_is_allowed_on_own_leftovers_and_refused_on_someone_elses() -> None:
+    calls = cleanup_calls(ALICE.user_id)
+    assert {op for _s, op, _p in calls} >= {"DescribeActivations", "DeleteActivation", "DescribeInstanceInformation",
+                                            "ListTagsForResource", "DeregisterManagedInstance"}
+    instance_tags = {INSTANCE_ARN: {"remote-debug:owner": ALICE.user_id, "remote-debug:job": "hybrid-job"}}
+
+    def decide(caller: Caller, calls: list[Call]) -> list[str]:
+        out = []
+        for service, operation, params in calls:
+            for needed in authorizations(service, operation, params, region=REGION, caller=caller,
+                                         tags_of=instance_tags.get):
+                decision = needed.check(HYBRID_POLICIES).decision
+                if decision != Decision.ALLOWED:
+                    out.append(f"{operation}: {needed.action} on {needed.resource} -> {decision.value}")
+        return out
+
+    assert decide(ALICE, calls) == []
+    bob = [c for c in calls if c[1] == "DeregisterManagedInstance"]
+    assert decide(BOB, bob) == [f"DeregisterManagedInstance: ssm:DeregisterManagedInstance on {INSTANCE_ARN} -> "
+                                "implicitDeny"]
