@@ -11,10 +11,12 @@ us read a file from elsewhere into the workspace, or write one elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 import stat
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -298,3 +300,15 @@ def pid_alive(pid: int) -> bool:
         return True
     fields = proc_stat(pid)
     return fields is None or fields[0] != "Z"  # unreadable: kill() said it exists
+
+
+def end_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """End a child we started: SIGTERM, then SIGKILL after ``grace`` seconds; reaped either way."""
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

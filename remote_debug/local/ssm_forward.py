@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from remote_debug import osutil
 from remote_debug.local import aws
 from remote_debug.local.errors import UserError
 
@@ -146,13 +147,7 @@ def run_forwarding(client: Any, target: str, port: int, stdin: BinaryIO, stdout:
                 relay(sock, stdin, stdout)
         return 0
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        osutil.end_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
         terminate(session_id)

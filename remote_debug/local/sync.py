@@ -55,6 +55,7 @@ from typing import Any, TypeVar
 
 import paramiko
 
+from remote_debug import osutil
 from remote_debug.local import events, interrupts
 from remote_debug.local.connection import JobConnection
 from remote_debug.local.errors import JobNotRunningError, UserError
@@ -296,7 +297,7 @@ class Syncer:
         try:
             out, err = self._communicate(proc, listing)
         except BaseException:
-            _end(proc)  # rsync removes its temporary file on the node when its sender goes
+            osutil.end_process(proc)  # rsync removes its temporary file on the node when its sender goes
             raise
         stderr = err.decode(errors="replace").strip().splitlines()
         vanished_only = all("No such file or directory" in line or line.startswith("rsync error:")
@@ -514,17 +515,6 @@ class Syncer:
             shutil.rmtree(self._mux_dir, ignore_errors=True)
             self._mux_dir = None
         self.connection.close()
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(OSError):
-            proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _observer(source: Path, changed: threading.Event) -> Any:
