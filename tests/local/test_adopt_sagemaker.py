@@ -27,6 +27,7 @@ from tests.emulator.test_sagemaker_e2e import (
     DLC_IMAGE,
     DLC_NO_SUDO_IMAGE,
     MULTI_NODE_TYPE,
+    PLUGIN,
     ROLE,
     Emulator,
     emulator,
@@ -39,6 +40,7 @@ IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-p
 MISSING = [m for m in ("torch", "sagemaker_training", "sagemaker_pytorch_container")
            if importlib.util.find_spec(m) is None]
 pytestmark = [
+    pytest.mark.skipif(PLUGIN is None, reason="AWS's session-manager-plugin binary is not here (../shared/tools)"),
     pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)}"),
     pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (Python < 3.14 ranks need it)"),
     pytest.mark.timeout(600),
