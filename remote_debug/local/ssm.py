@@ -229,16 +229,18 @@ def terminate(client: Any, session_id: str) -> None:
         client.terminate_session(SessionId=session_id)
 
 
-def plugin_command(plugin: Plugin, client: Any, target: str, port: int, profile: str) -> list[str]:
-    return [
-        plugin.path,
-        RESPONSE_ENV,
-        client.meta.region_name,
-        "StartSession",
-        profile,
-        json.dumps(session_parameters(target, port)),
-        client.meta.endpoint_url,
-    ]
+def plugin_launch(
+    plugin_path: str, client: Any, params: dict[str, Any], response: dict[str, Any], profile: str
+) -> tuple[list[str], dict[str, str]]:
+    """The plugin's argv and environment for a started session (``params``: its StartSession request), as the AWS
+    CLI runs it: the response, token included, in ``AWS_SSM_START_SESSION_RESPONSE`` and never in argv."""
+    env = dict(os.environ)
+    env[RESPONSE_ENV] = json.dumps(
+        {"SessionId": response["SessionId"], "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]}
+    )
+    argv = [plugin_path, RESPONSE_ENV, client.meta.region_name, "StartSession", profile, json.dumps(params),
+            client.meta.endpoint_url]
+    return argv, env
 
 
 def run_session(
@@ -260,16 +262,13 @@ def run_session(
         _say(" ".join(say.split()))  # once per connection, one line
         with ignore_user_signals():
             return ssm_forward.run_forwarding(
-                client, target, port, stdin, stdout, profile=profile, plugin_path=plugin.path,
-                response_env=RESPONSE_ENV, start=lambda params: start_session(client, target, port, params),
+                target, port, stdin, stdout,
+                start=lambda params: start_session(client, target, port, params),
+                launch=lambda params, started: plugin_launch(plugin.path, client, params, started, profile),
                 terminate=lambda session_id: terminate(client, session_id),
             )
     session_id = str(response["SessionId"])
-    env = dict(os.environ)
-    env[RESPONSE_ENV] = json.dumps(
-        {"SessionId": session_id, "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]}
-    )
-    argv = plugin_command(plugin, client, target, port, profile)
+    argv, env = plugin_launch(plugin.path, client, session_parameters(target, port), response, profile)
     # Like the CLI, the plugin starts with the user signals ignored too (for an SSH session it installs
     # no handlers of its own: SIGINT/SIGTSTP stay ignored, SIGQUIT still kills it - Go's runtime).
     with ignore_user_signals():

@@ -19,7 +19,6 @@ only the job's key, and ssh pins the node's host key, so neither side can be imp
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -27,7 +26,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from remote_debug import osutil
@@ -120,19 +119,21 @@ def ended_by_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_forwarding(client: Any, target: str, port: int, stdin: BinaryIO, stdout: BinaryIO, *, profile: str,
-                   plugin_path: str, response_env: str, start: Any, terminate: Any) -> int:
+Launch = Callable[[dict[str, Any], dict[str, Any]], tuple[list[str], dict[str, str]]]
+
+
+def run_forwarding(target: str, port: int, stdin: BinaryIO, stdout: BinaryIO, *,
+                   start: Callable[[dict[str, Any]], dict[str, Any]], launch: Launch,
+                   terminate: Callable[[str], None]) -> int:
     """The port-forwarding session relayed to stdin/stdout; ``start(params)`` is StartSession (with the caller's
-    waiting and error wording), ``terminate(session_id)`` TerminateSession.  The plugin's exit code."""
+    waiting and error wording), ``launch(params, response)`` the plugin's argv and environment
+    (``ssm.plugin_launch``), ``terminate(session_id)`` TerminateSession.  The plugin's exit code."""
     local_port = free_loopback_port()
     params = forwarding_parameters(target, port, local_port)
     response = start(params)
     session_id = str(response["SessionId"])
-    env = dict(os.environ)
-    env[response_env] = json.dumps(
-        {"SessionId": session_id, "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]})
-    argv = [plugin_path, response_env, client.meta.region_name, "StartSession", profile, json.dumps(params),
-            client.meta.endpoint_url]
+    argv, env = launch(params, response)
+    plugin_path = argv[0]
     try:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)

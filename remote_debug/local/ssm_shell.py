@@ -41,7 +41,6 @@ import base64
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -156,12 +155,7 @@ class ShellSession:
         return response
 
     def _spawn(self, plugin: ssm.Plugin, response: dict[str, Any]) -> None:
-        env = dict(os.environ)
-        env[ssm.RESPONSE_ENV] = json.dumps(
-            {"SessionId": response["SessionId"], "TokenValue": response["TokenValue"],
-             "StreamUrl": response["StreamUrl"]})
-        argv = [plugin.path, ssm.RESPONSE_ENV, self.client.meta.region_name, "StartSession", self.profile,
-                json.dumps({"Target": self.target}), self.client.meta.endpoint_url]
+        argv, env = ssm.plugin_launch(plugin.path, self.client, {"Target": self.target}, response, self.profile)
         master, slave = os.openpty()
         self._master = master
         try:
