@@ -3,7 +3,7 @@ debuggable (a job of this machine / a SageMaker training job)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -83,22 +83,11 @@ def adopt(
     console.print(f"next: remote-debug attach {outcome.job}", markup=False)
 
 
-def caller_id(sts: Any) -> str:
-    """The caller's ``aws:userid`` (STS GetCallerIdentity): the owner tag an untagged job gets."""
-    from remote_debug.local import aws
-
-    try:
-        return str(sts.get_caller_identity()["UserId"])
-    except Exception as exc:
-        if not aws.is_error(exc):
-            raise
-        raise UserError(aws.describe_error(exc, "asking STS who you are (the job's owner tag)")) from None
-
-
 def _adopt_sagemaker(job: str, as_json: bool) -> None:
     from remote_debug.local import aws
     from remote_debug.local.adopt_sagemaker import adopt_sagemaker
     from remote_debug.local.ssm_shell import ShellSession
+    from remote_debug.sagemaker.owner import resolve_owner
 
     name, arn_region = aws.parse_training_job(job)
     region, source = aws.resolve_region()
@@ -109,7 +98,7 @@ def _adopt_sagemaker(job: str, as_json: bool) -> None:
     profile = aws.profile()
     sagemaker = aws.client("sagemaker", profile_name=profile, region=region)
     ssm_client = aws.client("ssm", profile_name=profile, region=region)
-    owner = caller_id(aws.client("sts", profile_name=profile, region=region))
+    owner = resolve_owner(None, aws.session(profile, region))  # the owner tag an untagged job gets
 
     def open_shell(node: str) -> ShellSession:
         shell = ShellSession.for_node(ssm_client, name, node, profile=profile or "")
