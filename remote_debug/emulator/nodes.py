@@ -181,15 +181,18 @@ class Cluster:
         over them by ``ip netns exec``), and, where sudo is installed, the node's /etc/sudoers: passwordless sudo
         for that user, or none."""
         user, uid = self.image.shell_user, SSM_USER_UID
-        for name, line in (("passwd", f"{user}:x:{uid}:{uid}:{user}:/tmp:/bin/sh\n"), ("group", f"{user}:x:{uid}:\n")):
-            text = Path("/etc", name).read_text()
-            (etc / name).write_text(text + ("" if text.endswith("\n") else "\n") + line)
-        shadow = Path("/etc/shadow")
-        if shadow.is_file():  # PAM's account check (sudo's) wants the user there too: no password, not locked
-            text = shadow.read_text()
-            (etc / "shadow").write_text(text + ("" if text.endswith("\n") else "\n") + f"{user}:*:20000:0:99999:7:::\n")
-            os.chmod(etc / "shadow", shadow.stat().st_mode & 0o777)
-            os.chown(etc / "shadow", shadow.stat().st_uid, shadow.stat().st_gid)
+        lines = {"passwd": f"{user}:x:{uid}:{uid}:{user}:/tmp:/bin/sh", "group": f"{user}:x:{uid}:",
+                 # PAM's account check (sudo's) wants the user in shadow too: no password, not locked
+                 "shadow": f"{user}:*:20000:0:99999:7:::"}
+        for name, line in lines.items():
+            machine = Path("/etc", name)
+            if not machine.is_file():
+                continue
+            text = machine.read_text()
+            (etc / name).write_text(text + ("" if text.endswith("\n") else "\n") + line + "\n")
+            # the machine's owner and mode (shadow: root:shadow 0640), as ip netns exec binds it over the original
+            os.chmod(etc / name, machine.stat().st_mode & 0o777)
+            os.chown(etc / name, machine.stat().st_uid, machine.stat().st_gid)
         if Path("/etc/sudoers").is_file():
             rules = "root ALL=(ALL:ALL) ALL\n" + (f"{user} ALL=(ALL) NOPASSWD:ALL\n" if self.image.sudo else "")
             sudoers = etc / "sudoers"

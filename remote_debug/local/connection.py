@@ -149,19 +149,18 @@ class JobConnection:
                     raise UserError(
                         f"node {node} of job {self.job} has no sshd: {'; '.join(m.errors) or 'see its log'}"
                     )
-            if manifests and all(m is not None and m.sshd_port for m in manifests.values()):
+            missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
+            if manifests and not missing:
                 return {n: m for n, m in manifests.items() if m is not None}
             if not announced:
                 self.emit(events.Waiting(what="nodes", nodes=sorted(manifests)))
                 announced = True
             now = time.monotonic()
             if now >= next_note:  # a wait that drags on says what it waits for, and keeps saying it
-                missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
                 self.emit(events.Waiting(what="nodes", nodes=missing, seconds=round(now - started, 1),
                                          detail=self.backend.waiting_for(self.job)))
                 next_note = now + WAIT_NOTE_EVERY
             if time.monotonic() > deadline:
-                missing = sorted(n for n, m in manifests.items() if m is None or not m.sshd_port)
                 raise UserError(
                     f"nodes {', '.join(missing)} of job {self.job} did not publish an sshd within {timeout:g} s"
                 )

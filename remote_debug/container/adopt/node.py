@@ -212,12 +212,12 @@ def probe() -> dict[str, object]:
     one line why they cannot be adopted (``refusal``), checked exactly as :func:`adopt_node` will."""
     roots = container_roots()
     answer: dict[str, object] = {"uid": os.geteuid(), "roots": roots, "ranks": [], "gdb": shutil.which("gdb"),
-                                 "code_dir": None, "refusal": None, "stacks": False, "ways": []}
+                                 "code_dir": None, "refusal": None, "stacks": False}
     try:
         ranks = node_ranks(roots)
         answer["ranks"] = [{"rank": r.rank, "pid": r.pid, "python": list(python_version(r.pid) or ())}
                            for r in ranks]
-        ways = check_all(ranks)
+        check_all(ranks)
     except AdoptRefused as exc:
         # the reason alone: the laptop names the stacks command that fits the job ("--pid" means nothing there)
         answer["refusal"], answer["stacks"] = exc.reason, exc.stacks_pid is not None
@@ -225,7 +225,6 @@ def probe() -> dict[str, object]:
     except ProcError as exc:
         answer["refusal"] = str(exc)
         return answer
-    answer["ways"] = sorted({way.method for way in ways.values()})
     try:  # where the first rank runs: what the IDE's workspace maps to
         answer["code_dir"] = os.readlink(PROC / str(ranks[0].pid) / "cwd")
     except OSError:
