@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,22 +151,11 @@ def test_adopt_a_plain_sagemaker_job_then_every_rank_stops(emulator: Emulator) -
         assert tags["remote-debug:transport"] == "ssm"
         assert spec_free(after), "adopting must not touch the job's environment"
 
-        workspace = emu.tmp / f"ws-{job}"
-        workspace.mkdir()
-        train = workspace / "train.py"
-        train.write_text(TRAIN)
-        line = next(i for i, text in enumerate(TRAIN.splitlines(), 1) if "a good breakpoint" in text)
-        attach = emu.cli(
-            "attach", job, "--headless", "--break", f"{train}:{line}", "--json", "--workspace", str(workspace),
-            "--no-ssh-include", "--timeout", "180", timeout=400,
-        )
-        assert attach.returncode == 0, attach.stderr[-3000:]
-        events = [json.loads(text) for text in attach.stdout.splitlines()]
-        stops = {e["rank"]: e for e in events if e["event"] == "stopped"}
-        assert sorted(stops) == [0, 1, 2, 3], [e["event"] for e in events]
+        stops = attach_and_stop(emu, job)
+        assert sorted(stops) == [0, 1, 2, 3], stops
         for rank, stop in stops.items():
             node = f"algo-{rank // 2 + 1}"
-            assert stop["node"] == node and stop["line"] == line
+            assert stop["node"] == node and stop["line"] == BREAK_LINE
             assert stop["variables"]["rank"] == str(rank)  # each rank's own value
             assert stop["variables"]["node"] == repr(node)  # and it runs in its own node
 
@@ -192,17 +182,7 @@ def test_adopt_on_a_node_of_awss_own_image_no_gdb_and_ssm_user(emulator: Emulato
         assert adopted.returncode == 0, adopted.stderr[-3000:]
         outcome = json.loads(adopted.stdout)
         assert [r["rank"] for r in outcome["ranks"]] == [0, 1], outcome
-        workspace = emu.tmp / f"ws-{job}"
-        workspace.mkdir()
-        train = workspace / "train.py"
-        train.write_text(TRAIN)
-        line = next(i for i, text in enumerate(TRAIN.splitlines(), 1) if "a good breakpoint" in text)
-        attach = emu.cli(
-            "attach", job, "--headless", "--break", f"{train}:{line}", "--json", "--workspace", str(workspace),
-            "--no-ssh-include", "--timeout", "180", timeout=400,
-        )
-        assert attach.returncode == 0, attach.stderr[-3000:]
-        stops = {e["rank"]: e for e in map(json.loads, attach.stdout.splitlines()) if e["event"] == "stopped"}
+        stops = attach_and_stop(emu, job)
         assert sorted(stops) == [0, 1] and all(s["variables"]["rank"] == str(r) for r, s in stops.items())
 
         wait_for_training(emu, no_sudo)
@@ -214,6 +194,24 @@ def test_adopt_on_a_node_of_awss_own_image_no_gdb_and_ssm_user(emulator: Emulato
     finally:
         end_job(emu, job)
         end_job(emu, no_sudo)
+
+
+BREAK_LINE = next(i for i, text in enumerate(TRAIN.splitlines(), 1) if "a good breakpoint" in text)
+
+
+def attach_and_stop(emu: Emulator, job: str) -> dict[int, dict[str, Any]]:
+    """``attach JOB --headless`` with a breakpoint on the training script's marked line, from a workspace holding
+    the script; each rank's ``stopped`` event."""
+    workspace = emu.tmp / f"ws-{job}"
+    workspace.mkdir()
+    train = workspace / "train.py"
+    train.write_text(TRAIN)
+    attach = emu.cli(
+        "attach", job, "--headless", "--break", f"{train}:{BREAK_LINE}", "--json", "--workspace", str(workspace),
+        "--no-ssh-include", "--timeout", "180", timeout=400,
+    )
+    assert attach.returncode == 0, attach.stderr[-3000:]
+    return {e["rank"]: e for e in map(json.loads, attach.stdout.splitlines()) if e["event"] == "stopped"}
 
 
 def end_job(emu: Emulator, job: str) -> None:

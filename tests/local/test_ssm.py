@@ -338,10 +338,12 @@ def test_ctrl_backslash_kills_the_real_plugin_and_the_session_is_terminated(loca
     assert b"SIGQUIT: quit" in (tmp_path / "relay.stderr").read_bytes()
 
 
-@needs_plugin
-@needs_ssh
-def test_real_openssh_through_the_plugin_leaves_no_session_or_process(local_ssm: LocalSsm, tmp_path: Path) -> None:
-    """ssh -> ProxyCommand (run_session) -> the real plugin -> the emulator's data channel -> a real sshd."""
+@contextlib.contextmanager
+def openssh_through_the_proxy(local_ssm: LocalSsm, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str], int]]:
+    """A real sshd and the OpenSSH client argv that reaches it as ssh reaches a node: ProxyCommand = the product's
+    relay (run_session) -> the real plugin -> the emulator's data channel.  Yields (argv without the remote
+    command, its environment, the sshd's port); every relay and plugin is killed after, even on failure, and the
+    sessions must have ended and the relays exited by then."""
     key = tmp_path / "id"
     token = f"{TOKEN_ENV}={tmp_path}\0"
     env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
@@ -354,17 +356,24 @@ def test_real_openssh_through_the_plugin_leaves_no_session_or_process(local_ssm:
                     "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "HostKeyAlias=node-1",
                     "-o", "StrictHostKeyChecking=yes", "-o", f"ProxyCommand={proxy}", "-p", str(sshd.port),
                     f"{getpass.getuser()}@node-1"]
-            for command, expected in ((["echo", "in-job"], (0, "in-job\n")), (["exit", "3"], (3, ""))):
-                result = subprocess.run([*argv, *command], env=env, capture_output=True, text=True, timeout=60,
-                                        stdin=subprocess.DEVNULL)
-                assert (result.returncode, result.stdout) == expected, result.stderr
-            sessions = local_ssm.channel.started
-            assert [(s.target, s.port) for s in sessions] == [(TARGET, sshd.port)] * 2
+            yield argv, env, sshd.port
             # ssh hangs up on its ProxyCommand when it exits: each session ends now, not at the agent's timeout
             wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 10, "the sessions to end")
             wait_for(lambda: pids_with_env(token) == [] or None, 10, "the relays and plugins to exit")
     finally:
         kill_all(token)
+
+
+@needs_plugin
+@needs_ssh
+def test_real_openssh_through_the_plugin_leaves_no_session_or_process(local_ssm: LocalSsm, tmp_path: Path) -> None:
+    """ssh -> ProxyCommand (run_session) -> the real plugin -> the emulator's data channel -> a real sshd."""
+    with openssh_through_the_proxy(local_ssm, tmp_path) as (argv, env, port):
+        for command, expected in ((["echo", "in-job"], (0, "in-job\n")), (["exit", "3"], (3, ""))):
+            result = subprocess.run([*argv, *command], env=env, capture_output=True, text=True, timeout=60,
+                                    stdin=subprocess.DEVNULL)
+            assert (result.returncode, result.stdout) == expected, result.stderr
+        assert [(s.target, s.port) for s in local_ssm.channel.started] == [(TARGET, port)] * 2
 
 
 @needs_plugin
@@ -376,29 +385,14 @@ def test_a_target_that_refuses_the_ssh_document_is_reached_by_port_forwarding(
     SSM refuses that document, the proxy says so in one line and forwards a port through the real plugin (smux on
     the agent's side) instead; ssh works as before and nothing is left behind."""
     local_ssm.emulator.ssh_document = False
-    key = tmp_path / "id"
-    token = f"{TOKEN_ENV}={tmp_path}\0"
-    env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                    token=str(tmp_path), scratch=tmp_path)
-    proxy = shlex.join(relay_argv(TARGET, "%p"))
-    try:
-        with private_sshd(tmp_path, make_key(key)) as sshd:
-            (tmp_path / "known_hosts").write_text(f"node-1 {sshd.host_key_line}\n")
-            argv = ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                    "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "HostKeyAlias=node-1",
-                    "-o", "StrictHostKeyChecking=yes", "-o", f"ProxyCommand={proxy}", "-p", str(sshd.port),
-                    f"{getpass.getuser()}@node-1", "echo", "forwarded"]
-            result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
-            assert (result.returncode, result.stdout) == (0, "forwarded\n"), result.stderr
-            said = [line for line in result.stderr.splitlines() if "AWS-StartSSHSession refused" in line]
-            assert len(said) == 1 and said[0].endswith("using AWS-StartPortForwardingSession instead"), result.stderr
-            [session] = local_ssm.channel.started
-            assert (session.target, session.document, session.port) == (
-                TARGET, "AWS-StartPortForwardingSession", sshd.port)
-            wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 10, "the session to end")
-            wait_for(lambda: pids_with_env(token) == [] or None, 10, "the relay and the plugin to exit")
-    finally:
-        kill_all(token)
+    with openssh_through_the_proxy(local_ssm, tmp_path) as (argv, env, port):
+        result = subprocess.run([*argv, "echo", "forwarded"], env=env, capture_output=True, text=True, timeout=90,
+                                stdin=subprocess.DEVNULL)
+        assert (result.returncode, result.stdout) == (0, "forwarded\n"), result.stderr
+        said = [line for line in result.stderr.splitlines() if "AWS-StartSSHSession refused" in line]
+        assert len(said) == 1 and said[0].endswith("using AWS-StartPortForwardingSession instead"), result.stderr
+        [session] = local_ssm.channel.started
+        assert (session.target, session.document, session.port) == (TARGET, "AWS-StartPortForwardingSession", port)
 
 
 def test_plugin_version_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
