@@ -165,8 +165,11 @@ def test_held_rank_says_how_long_it_waits_and_shows_where_it_raised(run: HookRun
     doc = _held(run)
     assert 15 < doc["hold_until"] - time.time() <= 20, doc["hold_until"]
     assert doc["failed_at"] <= time.time()
-    line = "[remote-debug] node algo-1: rank 0 held for post-mortem, 20 s left: ValueError: bad 42"
-    wait_for(lambda: line in run.stderr, 18, "the held rank's line in the node log")  # within the 20 s hold
+    # the seconds left when the node saw it: 20 at once, fewer on a machine slow to start the hook's watcher (a
+    # fresh clone compiles every module first), within the same 15-20 s the document's hold_until allows above
+    line = re.compile(r"\[remote-debug\] node algo-1: rank 0 held for post-mortem, (1[5-9]|20) s left: "
+                      r"ValueError: bad 42")
+    wait_for(lambda: line.search(run.stderr), 10, "the held rank's line in the node log")
 
     threads = _stacks(doc["control_port"])
     # debugpy runs in the rank now (the hold started it): its threads are not the user's
