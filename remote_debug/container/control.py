@@ -78,10 +78,18 @@ def pause_safe(seconds: float) -> str:
     c10d: Any = sys.modules.get("torch.distributed.distributed_c10d")
     if seconds <= 0:
         return "disabled"
-    if c10d is None or not c10d.is_initialized():
+    if c10d is None or _still_importing(c10d) or not c10d.is_initialized():
         return "no process group"
     c10d._set_pg_timeout(timedelta(seconds=seconds), None)
     return f"process-group timeout {seconds:g} s"
+
+
+def _still_importing(module: Any) -> bool:
+    """The training script's own thread may be importing torch.distributed as the IDE attaches: the
+    module is already in sys.modules but its functions are not yet defined (a read then raises
+    AttributeError).  No process group can exist before that import ends."""
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False)) or not hasattr(module, "_set_pg_timeout")
 
 
 def thread_stacks(*, all_threads: bool = False) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,3 +248,45 @@ def test_quiet_threads_are_invisible_to_debugpy() -> None:
 
     thread = quiet_thread(lambda: None, "remote-debug-test")
     assert thread.daemon and thread.pydev_do_not_trace and thread.is_pydev_daemon_thread  # type: ignore[attr-defined]
+
+
+def test_pause_safe_waits_out_a_torch_distributed_import_in_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An IDE attaching while the script's main thread imports torch.distributed found the module in
+    # sys.modules without its functions yet and logged "cannot raise the process-group timeout:
+    # AttributeError: partially initialized module" into the rank's output (seen in the rerun e2e).
+    import importlib
+    import sys
+    import threading
+
+    from remote_debug.container.control import pause_safe
+
+    name = "torch.distributed.distributed_c10d"
+    (tmp_path / "slow_c10d.py").write_text(
+        "import sys, threading\n"
+        f"sys.modules[{name!r}] = sys.modules[__name__]\n"
+        "READY = threading.Event(); GO = threading.Event()\n"
+        "sys.modules['slow_c10d_gate'] = (READY, GO)\n"
+        "READY.set(); GO.wait(10)\n"
+        "def is_initialized():\n    return True\n"
+        "def _set_pg_timeout(timeout, group):\n    global APPLIED\n    APPLIED = timeout\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delitem(sys.modules, "slow_c10d", raising=False)
+    importer = threading.Thread(target=importlib.import_module, args=("slow_c10d",))
+    importer.start()
+    try:
+        wait_for(lambda: "slow_c10d_gate" in sys.modules, 10, "the import to be under way")
+        assert pause_safe(600) == "no process group"  # mid-import: not an error
+        gate: Any = sys.modules["slow_c10d_gate"]  # (READY, GO): not a module
+        gate[1].set()
+        importer.join(10)
+        assert pause_safe(600) == "process-group timeout 600 s"  # and applied once the import is done
+        assert str(sys.modules[name].APPLIED) == "0:10:00"
+    finally:
+        if "slow_c10d_gate" in sys.modules:
+            held: Any = sys.modules.pop("slow_c10d_gate")
+            held[1].set()
+        importer.join(10)
+        for module in (name, "slow_c10d"):  # no fake torch left for the worker's next tests
+            sys.modules.pop(module, None)

@@ -350,26 +350,33 @@ export async function waitForPausedSessions(count, timeout = 300_000) {
  */
 export async function pausedRankLocals(rank, { line, script, marker = 'shard_marker', rankLocal = true }) {
   await clickLabel(rankRow(rank));
-  const frame = await waitFor(`the top frame of rank ${rank}`, async () => {
+  const topFrame = async () => {
     const rows = await callStackRows();
     const at = rows.findIndex((r) => isRankSession(r, rank));
     if (at < 0) {
       return undefined;
     }
     if (rows[at].expanded === 'false') {
+      await clickLabel(rankRow(rank));
       await state.page.keyboard.press('ArrowRight');
       return undefined;
     }
     const next = rows[at + 1];
     return next && Number(next.level) > Number(rows[at].level) && next.label.startsWith('Stack Frame') ? next : undefined;
-  }, { timeout: 30_000 });
+  };
+  const frame = await waitFor(`the top frame of rank ${rank}`, topFrame, { timeout: 30_000 });
   say(`rank ${rank} top frame: ${frame.label}`);
   assert.equal(frame.label, `Stack Frame main, line ${line}, ${script}`, `rank ${rank} is paused in main() at line ${line}`);
-  const frameRow = state.page.locator(`.debug-call-stack .monaco-list-row[data-index="${frame.index}"]`);
-  await clickLabel(frameRow);
+  const clickFrame = async (row) => {
+    await clickLabel(state.page.locator(`.debug-call-stack .monaco-list-row[data-index="${row.index}"]`));
+    return Date.now();
+  };
+  let clickedAt = await clickFrame(frame);
   // The Variables view keeps showing the frame focused before the click (VS Code focuses the session that
   // stopped last) until it has fetched the new frame's scopes: wait for this rank's own `rank` local, else a
-  // fast read would return the other rank's locals.
+  // fast read would return the other rank's locals.  A click that lands while the Call Stack re-renders (another
+  // rank's frames arriving shift the rows) selects nothing: after 3 s still showing another frame, click this
+  // rank's top frame again, found afresh.
   const isThisRank = (v) => !rankLocal || v.some((t) => new RegExp(`^rank\\s*[:=]?\\s*${rank}$`).test(t));
   const vars = await waitFor(`the locals of rank ${rank}`, async () => {
     const v = await variablesText();
@@ -380,7 +387,15 @@ export async function pausedRankLocals(rank, { line, script, marker = 'shard_mar
       }
       return undefined;
     }
-    return v.some((t) => t.startsWith(marker)) && isThisRank(v) ? v : undefined;
+    if (v.some((t) => t.startsWith(marker)) && isThisRank(v)) {
+      return v;
+    }
+    if (Date.now() - clickedAt > 3000) {
+      const again = await topFrame();
+      clickedAt = again ? await clickFrame(again) : Date.now();
+    }
+    // (kept by waitFor as the reason, should it time out)
+    throw new Error(`the Variables view shows ${JSON.stringify(v.slice(0, 16))}`);
   }, { timeout: 30_000 });
   const value = (name) => vars.find((t) => new RegExp(`^${name}\\s*[:= ]`).test(t));
   say(`rank ${rank} variables: ${rankLocal ? `${value('rank')}; ` : ''}${value(marker)} (${vars.length - 2} locals)`);
