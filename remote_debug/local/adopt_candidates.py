@@ -51,7 +51,8 @@ def _ours(argv: tuple[str, ...]) -> bool:
 
 
 def list_candidates(adopted: dict[int, str]) -> list[Candidate]:
-    """Candidates among this uid's processes; ``adopted``: root pid -> job of jobs adopted already."""
+    """Candidates among this uid's processes (no other uid's is read: root sees them all); ``adopted``: root pid
+    -> job of jobs adopted already."""
     children = children_map()
     me = os.getpid()
     # never ourselves, our own children, or our ancestors (the shell, an IDE, a test runner that started us)
@@ -74,6 +75,10 @@ def list_candidates(adopted: dict[int, str]) -> list[Candidate]:
         kid_ranks = []
         for kid in kids:
             try:
+                # another user's child is no rank of ours (adopt refuses it), and root could read it: skip it
+                # before reading anything it chose (its environment, its executable)
+                if proc_info(kid).uid != os.geteuid():
+                    continue
                 kid_env = read_environ(kid)
             except ProcError:
                 continue

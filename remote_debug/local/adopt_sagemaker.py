@@ -2,8 +2,11 @@
 
 The job has no hook, no spec in its environment, no sshd: all it can be given is SageMaker's native remote
 debug (an SSM shell as root in each container, :class:`~remote_debug.local.ssm_shell.ShellSession`).  Through
-that shell each node gets what a hooked node has, in a private dir ``/tmp/remote-debug-adopt-<job>/<node>``
-(per node: the emulator's nodes share the machine's /tmp; on SageMaker each container has its own anyway):
+that shell each node gets what a hooked node has, in a private dir of a random name
+``/tmp/remote-debug-adopt-<job>.<node>.<random>`` (per node: the emulator's nodes share the machine's /tmp; on
+SageMaker each container has its own anyway), made and checked by :mod:`remote_debug.container.adopt.node_dir`,
+whose guard every later step passes through (another user of the container must not be able to point root
+at files of theirs):
 
 1. the container side of remote_debug + debugpy (the bundle ``enable()`` ships), as a tar.gz put there;
 2. ``--adopt-node --probe`` (run with the bundle): the node's ranks, found from /proc, and every check
@@ -30,6 +33,7 @@ command line.  Afterwards ``attach``, ``stacks`` and ``ssh`` work on the job as 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shlex
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remote_debug import spec
+from remote_debug.container.adopt import node_dir
 from remote_debug.container.adopt.node import AdoptedRank
 from remote_debug.container.node_env import ENV_CODE_DIR
 from remote_debug.local import aws, ssm
@@ -55,7 +60,6 @@ from remote_debug.sagemaker.owner import claim_job
 from remote_debug.sagemaker.update import UPDATABLE_STATES
 
 TAG_ADOPTED = aws.TAG_PREFIX + "adopted"
-REMOTE_ROOT = "/tmp/remote-debug-adopt-{job}"
 # What a node's shell may run the adopter with: PATH's first, then where images put theirs (AWS's DLCs: conda).
 PYTHON_CANDIDATES = ("python3", "/opt/conda/bin/python3", "/usr/local/bin/python3", "/usr/bin/python3")
 CONNECT_TIMEOUT = 600.0  # from enabling remote debug until each node's shell answers
@@ -89,8 +93,16 @@ def bundle_tarball(paths: StatePaths) -> tuple[str, bytes]:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for name in ("remote_debug", "debugpy"):
-            tar.add(directory / name, name)
+            tar.add(directory / name, name, filter=_root_owned)
     return directory.name, out.getvalue()
+
+
+def _root_owned(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Root on the node unpacks the bundle keeping the owners in the archive: not the laptop user's uid, which
+    may be another user's there (who could then rewrite the code root and the ranks run)."""
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    return member
 
 
 def adopt_sagemaker(
@@ -238,51 +250,74 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
     if code != 0 or not found.strip():
         raise UserError(f"no Python 3.10+ on {access.node} ({', '.join(PYTHON_CANDIDATES)}) to run the adopter")
     access.python = found.strip().splitlines()[-1]
-    root = REMOTE_ROOT.format(job=job)
-    access.dir = f"{root}/{access.node}"
+    # a random name, made 0700 without following links, or an earlier adoption's dir checked as ours (its
+    # ranks use it): node_dir's docstring says why a predictable name in a shared /tmp cannot be used
+    code, made = shell.run(access.sh(node_dir.make_command(access.python, job, access.node)))
+    state, _, directory = made.strip().rpartition("\n")[2].partition(" ")
+    if code != 0 or state not in ("new", "old") or not directory.startswith(node_dir.PARENT + "/"):
+        raise UserError(f"cannot make a private dir in {node_dir.PARENT} on {access.node}: "
+                        f"{made.strip()[-300:] or 'no answer'}")
+    access.dir = directory
     access.bundle = f"{access.dir}/bundle-{fingerprint}"
-    directory, bundle = shlex.quote(access.dir), shlex.quote(access.bundle)
-    # what this run makes, removed if adopting fails (never what an earlier adoption left: its ranks use it)
-    made = next((p for p in (root, access.dir) if shell.run(access.sh(f"test -e {shlex.quote(p)}"))[0] != 0), "")
-    # 0700 from the start (umask), and the parent too: the dir will hold the job secret
-    shell.check(access.sh(f"umask 077 && mkdir -p {directory} && chmod 700 {directory} {directory}/.."))
-    # a predictable path in a shared /tmp: another user of the container could have made it first (or a symlink
-    # there), and would then swap the bundle the ranks run; both levels must be real dirs of ours
-    mine = " && ".join(
-        f'test ! -L {d} && test "$(stat -c %u {d})" = "$(id -u)"' for d in (f"{directory}/..", directory)
-    )
-    if shell.run(access.sh(mine))[0] != 0:
-        raise UserError(
-            f"{REMOTE_ROOT.format(job=job)} on {access.node} belongs to someone else: remove it, then retry"
-        )
-    access.made = made
-    if shell.run(access.sh(f"test -d {bundle}"))[0] != 0:  # adopted before: the ranks may use that bundle
+    access.made = directory if state == "new" else ""
+    bundle = shlex.quote(access.bundle.rpartition("/")[2])
+    if _run_in(access, f"test -d {bundle}")[0] != 0:  # adopted before: the ranks may use that bundle
         access.made = access.made or access.bundle
-        shell.put_file(f"{access.dir}/bundle.tar.gz", tarball, 0o600, wrap=access.sh)
-        shell.check(access.sh(
-            f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf {directory}/bundle.tar.gz -C {bundle}.tmp "
-            f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f {directory}/bundle.tar.gz"
-        ), timeout=120)
-    output = shell.check(access.sh(f"{_with_bundle(access)} --adopt-node --probe"), timeout=60)
+        uploaded = _put(access, "bundle.tar.gz", tarball)
+        # unpacked from the file just checked, in the dir just checked: never what an earlier step left there
+        _check_in(access, f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf bundle.tar.gz -C {bundle}.tmp "
+                  f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f bundle.tar.gz",
+                  uploaded, timeout=120)
+    output = _check_in(access, f"{_with_bundle(access)} --adopt-node --probe", timeout=60)
     access.probe = _last_json(output, access.node)
+
+
+def _put(access: NodeAccess, name: str, data: bytes) -> dict[str, str]:
+    """``data`` as the 0600 file ``name`` in the node's private dir (each upload step behind the guard); the
+    digest a later step hands the guard, which checks the file before that step uses it."""
+    access.shell.put_file(name, data, 0o600, wrap=lambda c: access.sh(node_dir.in_dir(access.python, access.dir, c)))
+    return {name: hashlib.sha256(data).hexdigest()}
+
+
+def _run_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = None,
+            timeout: float = 60.0) -> tuple[int, str]:
+    """``command`` as root inside the node's private dir, once node_dir's guard has checked the dir (and the
+    files named in ``sha256``) in this same step; the guard's refusal is a UserError (its one line)."""
+    code, output = access.shell.run(access.sh(node_dir.in_dir(access.python, access.dir, command, sha256)), timeout)
+    last = (output.strip().splitlines() or [""])[-1]
+    if code == node_dir.EXIT_REFUSED and last.startswith(node_dir.REFUSAL):
+        raise UserError(f"on {access.node}: {last.removeprefix(node_dir.REFUSAL)}; nothing was run")
+    return code, output
+
+
+def _check_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = None,
+              timeout: float = 60.0) -> str:
+    """:func:`_run_in` that raises ShellError (with the output's last line) unless the exit status is 0."""
+    code, output = _run_in(access, command, sha256, timeout)
+    if code != 0:
+        last = (output.strip().splitlines() or ["no output"])[-1]
+        raise ShellError(f"`{command[:80]}` failed on {access.node} (exit status {code}): {last[:200]}")
+    return output
 
 
 def _remove_ours(access: NodeAccess) -> None:
     """Best effort: what this run put on the node (the private dir, or just the new bundle) goes again."""
     if not access.made:
         return
-    paths = [access.made, f"{access.made}.tmp"]
-    if access.made == access.bundle:  # the upload, if its unpacking failed
-        paths.append(f"{access.dir}/bundle.tar.gz")
     try:
-        access.shell.run(access.sh("rm -rf " + " ".join(map(shlex.quote, paths))), timeout=60)
+        if access.made == access.dir:  # made by this run: rm of the entry itself (a link would go, not its target)
+            access.shell.run(access.sh(f"rm -rf {shlex.quote(access.dir)}"), timeout=60)
+        else:  # a new bundle in an earlier adoption's dir, and the upload, if its unpacking failed
+            name = shlex.quote(access.made.rpartition("/")[2])
+            _run_in(access, f"rm -rf {name} {name}.tmp bundle.tar.gz", timeout=60)
     except ShellError:  # the session is gone: nothing more can be done from here
         pass
 
 
 def _with_bundle(access: NodeAccess) -> str:
-    return f"cd {shlex.quote(access.dir)} && PYTHONPATH={shlex.quote(access.bundle)} " \
-           f"{shlex.quote(access.python)} -m remote_debug.container"
+    """The adopter's command line, run inside the private dir (``_run_in``): the bundle by its full path, which
+    the processes started here keep using after this step (nobody but us can rename or enter that dir)."""
+    return f"PYTHONPATH={shlex.quote(access.bundle)} {shlex.quote(access.python)} -m remote_debug.container"
 
 
 def _last_json(output: str, node: str) -> dict[str, Any]:
@@ -315,7 +350,7 @@ def _refuse_node(access: NodeAccess, job: str) -> None:
 
 def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[AdoptedRank]]:
     """The node daemon (detached), then the ranks; (every rank adopted before, the ranks)."""
-    shell, probe = access.shell, access.probe
+    probe = access.probe
     roots = [int(p) for p in probe["roots"]]
     env = {
         **debug.to_env(),
@@ -324,10 +359,7 @@ def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[Adopte
     }
     if probe.get("code_dir"):
         env[ENV_CODE_DIR] = str(probe["code_dir"])
-    directory = shlex.quote(access.dir)
-    env_file = f"{access.dir}/daemon.env"
-    shell.put_file(env_file, "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()).encode(), 0o600,
-                   wrap=access.sh)
+    env_sum = _put(access, "daemon.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()).encode())
     root = roots[0]
     # The daemon's stdout is the container's log, which SageMaker ships to CloudWatch, where the laptop reads
     # the manifest lines.  That is the stdout of the training tree's root: the container's PID 1 on SageMaker
@@ -335,19 +367,16 @@ def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[Adopte
     # machine's init, and only the command's stdout is read into the node's log stream).  ">>": the stdout
     # may be a file, which must not be truncated.  setsid and every stream redirected: the daemon leaves the
     # shell's terminal, or the SSM session would never end.  NodeLock keeps a second daemon from starting.
-    shell.check(access.sh(
-        f"cd {directory} && ( set -a && . ./daemon.env && rm -f ./daemon.env && "
-        f"exec env PYTHONPATH={shlex.quote(access.bundle)} setsid {shlex.quote(access.python)} "
-        f"-m remote_debug.container --node-daemon --parent-pid {root} ) "
+    # daemon.env is sourced only after the guard checked its digest in this same step.
+    _check_in(access, (
+        f"( set -a && . ./daemon.env && rm -f ./daemon.env && exec env PYTHONPATH={shlex.quote(access.bundle)} "
+        f"setsid {shlex.quote(access.python)} -m remote_debug.container --node-daemon --parent-pid {root} ) "
         f"</dev/null >>/proc/{root}/fd/1 2>>/proc/{root}/fd/2 &"
-    ))
+    ), env_sum)
     request = {"node": access.node, "roots": roots, "env": env}
-    request_file = f"{access.dir}/request.json"
-    shell.put_file(request_file, (json.dumps(request) + "\n").encode(), 0o600, wrap=access.sh)
-    code, output = shell.run(access.sh(
-        f"{_with_bundle(access)} --adopt-node {shlex.quote(request_file)}; rc=$?; "
-        f"rm -f {shlex.quote(request_file)}; exit $rc"
-    ), timeout=ADOPT_TIMEOUT)
+    request_sum = _put(access, "request.json", (json.dumps(request) + "\n").encode())
+    code, output = _run_in(access, f"{_with_bundle(access)} --adopt-node request.json; rc=$?; rm -f request.json; "
+                           "exit $rc", request_sum, timeout=ADOPT_TIMEOUT)
     answer = _last_json(output, access.node)
     if code != 0 or "error" in answer:
         raise UserError(f"cannot adopt {access.node}: {answer.get('error') or output.strip()[-300:]}")

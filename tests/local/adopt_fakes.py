@@ -16,6 +16,7 @@ from botocore import xform_name
 from botocore.exceptions import ClientError
 from botocore.validate import validate_parameters
 
+from remote_debug.container.adopt import node_dir
 from remote_debug.local.ssm_shell import ShellError
 
 REGION = "us-east-1"
@@ -105,8 +106,8 @@ class PlainJob:
         return {"Tags": params["Tags"]}
 
 
-PROBE = {"roots": [4242], "ranks": [{"rank": 0, "pid": 4243, "python": [3, 11, 9]}], "gdb": "/usr/bin/gdb",
-         "code_dir": "/opt/ml/code", "refusal": None}
+PROBE: dict[str, Any] = {"roots": [4242], "ranks": [{"rank": 0, "pid": 4243, "python": [3, 11, 9]}],
+                         "gdb": "/usr/bin/gdb", "code_dir": "/opt/ml/code", "refusal": None}
 
 
 class FakeShell:
@@ -125,7 +126,10 @@ class FakeShell:
         return any(f == path or f.startswith(path.rstrip("/") + "/") for f in self.files)
 
     def put_file(self, path: str, data: bytes, mode: int = 0o600, *, wrap: Any = None) -> None:
-        del data, mode, wrap
+        del data, mode
+        guarded = self._guarded(wrap(":")) if wrap is not None else None
+        if guarded is not None and not path.startswith("/"):  # a name in the private dir the guard enters
+            path = f"{guarded[0]}/{path}"
         self.uploads.append(path)
         self.files.add(path)
 
@@ -135,6 +139,26 @@ class FakeShell:
             raise ShellError(f"{command} failed on {self.node}")
         return output
 
+    @staticmethod
+    def _guarded(command: str) -> tuple[str, str] | None:
+        """(private dir, sh command) of a command run behind node_dir's guard; None for any other."""
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return None
+        if len(words) < 6 or words[1:4] != ["-I", "-c", node_dir.SOURCE] or words[4] != "in":
+            return None
+        return words[5], words[-1]
+
+    def _make(self, prefix: str) -> str:
+        """node_dir's ``make``: an earlier dir of this job and node, else a new one."""
+        for path in sorted(self.files):
+            name = path.split("/")[2] if path.startswith("/tmp/") and path.count("/") > 2 else ""
+            if name.startswith(prefix):
+                return f"old /tmp/{name}"
+        self.files.add(f"/tmp/{prefix}fake0001/.")
+        return f"new /tmp/{prefix}fake0001"
+
     def run(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
         del timeout
         self.commands.append(command)
@@ -142,22 +166,27 @@ class FakeShell:
             return 0, "0\n"
         if "sys.version_info" in command:
             return 0, "/usr/bin/python3\n"
+        cwd = ""
+        guarded = self._guarded(command)
+        if guarded is not None:
+            cwd, command = guarded
+        elif node_dir.SOURCE in command:
+            return 0, self._make(shlex.split(command)[-1]) + "\n"
+
+        def at(path: str) -> str:
+            return path if path.startswith("/") or not cwd else f"{cwd}/{path}"
+
         words = shlex.split(command.replace("&&", " && ").replace(";", " ; "))
         if words[:2] in (["test", "-e"], ["test", "-d"]):
-            return (0 if self.exists(words[2]) else 1), ""
+            return (0 if self.exists(at(words[2])) else 1), ""
         if "tar -xzf" in command:
-            bundle = words[words.index("mv") + 2]
+            bundle = at(words[words.index("mv") + 2])
             self.files.add(bundle + "/remote_debug/__init__.py")
-            self.files.discard(words[words.index("-xzf") + 1])
+            self.files.discard(at(words[words.index("-xzf") + 1]))
             return 0, ""
         if words[:2] == ["rm", "-rf"]:
-            for path in words[2:]:
+            for path in map(at, words[2:]):
                 self.files = {f for f in self.files if not (f == path or f.startswith(path + "/"))}
-            return 0, ""
-        if "mkdir -p" in command:
-            directory = words[words.index("-p") + 1]
-            if not self.exists(directory):
-                self.files.add(directory + "/.")
             return 0, ""
         if "--adopt-node --probe" in command:
             return 0, json.dumps(self.probe) + "\n"

@@ -190,7 +190,7 @@ def test_adopt_on_a_node_of_awss_own_image_no_gdb_and_ssm_user(emulator: Emulato
         assert refused.returncode == 2, refused.stderr[-2000:]
         errors = [line for line in refused.stderr.splitlines() if line.startswith("remote-debug: error:")]
         assert len(errors) == 1 and "is not root and may not sudo" in errors[0], refused.stderr
-        assert not Path(f"/tmp/remote-debug-adopt-{no_sudo}").exists()
+        assert not list(Path("/tmp").glob(f"remote-debug-adopt-{no_sudo}.*"))
     finally:
         end_job(emu, job)
         end_job(emu, no_sudo)
@@ -220,7 +220,8 @@ def end_job(emu: Emulator, job: str) -> None:
     if sagemaker.describe_training_job(TrainingJobName=job)["TrainingJobStatus"] == "InProgress":
         sagemaker.stop_training_job(TrainingJobName=job)
         emu_wait_ended(emu, job)
-    shutil.rmtree(f"/tmp/remote-debug-adopt-{job}", ignore_errors=True)
+    for left in Path("/tmp").glob(f"remote-debug-adopt-{job}.*"):  # node_dir's random names
+        shutil.rmtree(left, ignore_errors=True)
 
 
 def emu_wait_ended(emu: Emulator, job: str, timeout: float = 120) -> None:
@@ -267,7 +268,7 @@ def test_refusals_are_one_line_and_leave_nothing(emulator: Emulator) -> None:
         arn = emu.client("sagemaker").describe_training_job(TrainingJobName=opted_out)["TrainingJobArn"]
         tags = {t["Key"] for t in emu.client("sagemaker").list_tags(ResourceArn=arn)["Tags"]}
         assert tags <= {"remote-debug:owner"}  # claimed (to be allowed to turn remote debug on), not made debuggable
-        assert not Path(f"/tmp/remote-debug-adopt-{opted_out}").exists()  # nor left anything in the node
+        assert not list(Path("/tmp").glob(f"remote-debug-adopt-{opted_out}.*"))  # nor left anything in the node
         assert not (emu.home / ".remote-debug" / "keys" / opted_out).exists()  # nor made a key
     finally:
         end_job(emu, isolated)

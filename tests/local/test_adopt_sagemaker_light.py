@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from remote_debug.local import adopt_sagemaker as adopt
+from remote_debug.local.adopt import AdoptOutcome
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
 from tests.local.adopt_fakes import FakeShell, PlainJob, denied
@@ -21,7 +22,7 @@ def small_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(adopt, "bundle_tarball", lambda _paths: ("fp0", b"bundle bytes"))
 
 
-def run_adopt(tmp_path: Path, job: PlainJob, shells: dict[str, FakeShell], **answers: object) -> adopt.AdoptOutcome:
+def run_adopt(tmp_path: Path, job: PlainJob, shells: dict[str, FakeShell], **answers: object) -> AdoptOutcome:
     sagemaker = job.client(**answers)  # type: ignore[arg-type]
     run_adopt.sagemaker = sagemaker  # type: ignore[attr-defined]
     return adopt.adopt_sagemaker(job.name, sagemaker=sagemaker, open_shell=shells.__getitem__,  # type: ignore[arg-type]
@@ -43,7 +44,8 @@ def test_a_job_nobody_tagged_gets_the_callers_owner_tag_before_remote_debugging_
                                                       {"Key": "remote-debug:adopted", "Value": "true"}]}),
     ]
     assert all(s.closed for s in shells.values())
-    assert all(s.exists(f"/tmp/remote-debug-adopt-{job.name}/{n}/bundle-fp0") for n, s in shells.items())
+    # a private dir per node with a random name (node_dir), the bundle in it
+    assert all(s.exists(f"/tmp/remote-debug-adopt-{job.name}.{n}.fake0001/bundle-fp0") for n, s in shells.items())
 
 
 def test_a_job_with_an_owner_keeps_it(tmp_path: Path) -> None:
@@ -70,7 +72,7 @@ def test_a_failure_after_the_upload_removes_the_bundle_from_every_container(tmp_
         run_adopt(tmp_path, job, shells, AddTags=add_tags)
     assert tag_calls  # it failed where meant: after the upload
     for node, shell in shells.items():
-        assert f"/tmp/remote-debug-adopt-{job.name}/{node}/bundle.tar.gz" in shell.uploads
+        assert f"/tmp/remote-debug-adopt-{job.name}.{node}.fake0001/bundle.tar.gz" in shell.uploads
         assert shell.files == set(), (node, shell.files)
         assert shell.closed
 
@@ -89,7 +91,8 @@ def test_an_earlier_adoptions_files_are_never_removed(tmp_path: Path) -> None:
     """Adopted before (its ranks may run from that bundle): a failure now removes only what this run made."""
     job = PlainJob(tags={"remote-debug:owner": OWNER})
     shells = {n: FakeShell(n) for n in ("algo-1", "algo-2")}
-    earlier = {n: {f"/tmp/remote-debug-adopt-{job.name}/{n}/bundle-old/remote_debug/__init__.py"} for n in shells}
+    earlier = {n: {f"/tmp/remote-debug-adopt-{job.name}.{n}.earlier1/bundle-old/remote_debug/__init__.py"}
+               for n in shells}
     for node, shell in shells.items():
         shell.files |= earlier[node]
     with pytest.raises(UserError):

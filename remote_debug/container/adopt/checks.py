@@ -57,7 +57,20 @@ class Way:
 
     method: str
     python: tuple[int, int]
-    tool: str  # gdb's path, the rank's own interpreter for remote_exec, "" for ptrace
+    tool: str  # gdb's path, the rank's own interpreter for remote_exec (its name only: see exe), "" for ptrace
+    # remote_exec: (st_dev, st_ino) of the file the rank runs, as checked; the interpreter is run from that very
+    # file (/proc/PID/exe), never from the path ``tool`` names, which anyone who can write there may replace
+    exe: tuple[int, int] | None = None
+
+
+def remote_exec_way(pid: int, version: tuple[int, int]) -> Way:
+    """The ``sys.remote_exec`` way into ``pid`` (3.14+): its own interpreter, identified by the file it runs."""
+    try:
+        name = os.readlink(PROC / str(pid) / "exe").removesuffix(" (deleted)")
+        found = os.stat(PROC / str(pid) / "exe")  # the magic link: the running file itself, even if deleted
+    except OSError as exc:
+        raise AdoptRefused(f"pid {pid}: its executable cannot be read ({exc.strerror})") from None
+    return Way("remote_exec", version, name, (found.st_dev, found.st_ino))
 
 
 def _readable(pid: int) -> int | None:
@@ -121,7 +134,7 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None =
     if version < MIN_PYTHON:
         raise AdoptRefused(f"{label} runs Python {version[0]}.{version[1]}: adopt needs Python 3.10 or newer")
     if version >= REMOTE_EXEC_PYTHON:
-        return Way("remote_exec", version, os.readlink(PROC / str(rank.pid) / "exe"))
+        return remote_exec_way(rank.pid, version)
     tool = gdb or shutil.which("gdb")
     if tool is not None:
         return Way("gdb", version, tool)

@@ -14,6 +14,7 @@ falls back to gdb's own lookup.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,6 +70,22 @@ def _dynsym(data: bytes, wanted: set[str]) -> tuple[dict[str, int], int] | None:
     return found, first_vaddr
 
 
+MAX_OBJECT_BYTES = 512 * 1024 * 1024  # libpython and libc are some MB; torch's libraries are never read
+
+
+def _read(path: str) -> bytes:
+    """A mapped object's bytes: a regular file only, opened without blocking (a FIFO put where a deleted file
+    was would otherwise hang the adopter for good), at most :data:`MAX_OBJECT_BYTES`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(MAX_OBJECT_BYTES)
+    finally:
+        os.close(fd)
+
+
 def resolve(pid: int, names: Iterable[str], *, libc_only: Iterable[str] = ()) -> dict[str, int] | None:
     """name -> absolute address in ``pid`` of each of ``names``; None when any cannot be found.  ``libc_only``:
     names taken from glibc only (an allocator or a torch library may export a wrapper of the same name)."""
@@ -98,8 +115,9 @@ def resolve(pid: int, names: Iterable[str], *, libc_only: Iterable[str] = ()) ->
         if not looking:
             continue
         try:
-            # through the process's own root: the path in its maps is the path in its mount namespace
-            data = Path(f"/proc/{pid}/root{path}").read_bytes()
+            # the executable: the file the process runs (its path may hold something else by now, see _read);
+            # a library through the process's own root: the path in its maps is the path in its mount namespace
+            data = _read(f"/proc/{pid}/exe" if path == exe else f"/proc/{pid}/root{path}")
             parsed = _dynsym(data, looking)
         except (OSError, struct.error, ValueError, IndexError):
             continue

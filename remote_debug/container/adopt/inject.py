@@ -162,19 +162,34 @@ def queue_with_ptrace(pid: int, code: str, *, timeout: float = ptrace_call.CALL_
     return session
 
 
-def queue_with_remote_exec(
-    pid: int, script: Path, python: str, *, timeout: float = REMOTE_EXEC_TIMEOUT_SECONDS
-) -> None:
-    """Python 3.14+: ``sys.remote_exec`` from the target's own interpreter (same version by construction)."""
+def queue_with_remote_exec(pid: int, script: Path, way: Way, *, timeout: float = REMOTE_EXEC_TIMEOUT_SECONDS) -> None:
+    """Python 3.14+: ``sys.remote_exec`` from the target's own interpreter (same version by construction).
+
+    That interpreter is the file the target runs, opened through ``/proc/PID/exe`` and executed through our
+    descriptor of it (``/proc/self/fd/N``), after checking it is the file :func:`checks.remote_exec_way` saw:
+    the path it was started from (``way.tool``, still its argv[0], which is where Python finds its stdlib) may
+    have been replaced since by whoever can write there, and root would run whatever lies there now."""
     try:
-        proc = subprocess.run(
-            [python, "-I", "-c", "import sys; sys.remote_exec(int(sys.argv[1]), sys.argv[2])", str(pid), str(script)],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise InjectError(f"sys.remote_exec into pid {pid} did not return within {timeout:g} s") from None
+        fd = os.open(f"/proc/{pid}/exe", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise InjectError(f"could not run {python}: {exc.strerror}") from None
+        raise InjectError(f"cannot open pid {pid}'s executable: {exc.strerror}") from None
+    try:
+        found = os.fstat(fd)
+        if way.exe is not None and (found.st_dev, found.st_ino) != way.exe:
+            raise InjectError(f"pid {pid} runs another executable than the one checked (a new process?): retry")
+        try:
+            proc = subprocess.run(
+                [way.tool, "-I", "-c", "import sys; sys.remote_exec(int(sys.argv[1]), sys.argv[2])", str(pid),
+                 str(script)],
+                executable=f"/proc/self/fd/{fd}", pass_fds=(fd,),
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise InjectError(f"sys.remote_exec into pid {pid} did not return within {timeout:g} s") from None
+        except OSError as exc:
+            raise InjectError(f"could not run {way.tool}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if proc.returncode != 0:
         raise InjectError(f"sys.remote_exec into pid {pid} failed: {_last_line(proc.stderr)}")
 
@@ -184,7 +199,7 @@ def queue(pid: int, way: Way, bootstrap: Path) -> None:
     through ``sys.unraisablehook``, never into the interrupted code: the file is passed as it is)."""
     if way.method == "remote_exec":
         # UNTESTED here: no Python 3.14 on these machines (pyenv has 3.10-3.13); a thin seam on purpose
-        queue_with_remote_exec(pid, bootstrap, way.tool)
+        queue_with_remote_exec(pid, bootstrap, way)
     elif way.method == "ptrace":
         queue_with_ptrace(pid, pending_code(bootstrap))
     else:

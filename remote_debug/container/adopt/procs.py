@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,16 +172,32 @@ def python_version(pid: int) -> tuple[int, int] | None:
     version = re.fullmatch(r"python(\d+)\.(\d+)", name)
     if version:
         return int(version.group(1)), int(version.group(2))
-    return _version_from_binary(exe)
+    return _version_from_binary(pid)
 
 
-def _version_from_binary(exe: str) -> tuple[int, int] | None:
-    """A static interpreter's version, from the ``Py_GetVersion`` string compiled into it (no exec)."""
+# A static interpreter is some MB; a bigger "exe" is not read whole (another user's process could run anything).
+MAX_EXE_BYTES = 256 * 1024 * 1024
+
+
+def _version_from_binary(pid: int) -> tuple[int, int] | None:
+    """A static interpreter's version, from the ``Py_GetVersion`` string compiled into it (no exec).
+
+    Read through ``/proc/PID/exe``, the file the process runs, never the path ``readlink`` names: that path
+    (``... (deleted)`` once the file was replaced) may now hold anything anyone put there, a FIFO that would
+    block this read forever among them.  O_NONBLOCK, a regular file only, at most :data:`MAX_EXE_BYTES`."""
     try:
-        with open(exe, "rb") as fh:
-            data = fh.read()
+        fd = os.open(PROC / str(pid) / "exe", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_EXE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # every CPython binary carries its own "python3.N" library path (sys.path's default entries)
     versions = re.findall(rb"lib/python(3)\.(\d+)\b", data)
     if not versions:
