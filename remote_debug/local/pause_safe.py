@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from remote_debug import spec
 from remote_debug.local import events
-from remote_debug.local.errors import UserError
+from remote_debug.local.errors import UserError, reason
 from remote_debug.local.rank_control import RankControl, fan_out
 
 RETRY_SECONDS = 2.0
@@ -58,7 +58,7 @@ class PauseSafe:
         try:
             detail = self._control(node).pause_safe(r)
         except (OSError, UserError) as exc:
-            self._emit(events.WarningEvent(message=f"rank {r.rank}: pause-safe failed: {exc}"))
+            self._emit(events.WarningEvent(message=f"rank {r.rank}: pause-safe failed: {reason(exc)}"))
             return
         self._done.add((r.rank, r.pid))  # also when "pending": the rank applies it at init
         self._emit(events.PauseSafe(rank=r.rank, node=node, detail=detail))

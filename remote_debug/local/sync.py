@@ -7,7 +7,9 @@ symlink out of the workspace) feeds one of two ways of sending, per node:
   with the job's own ssh entries (``ssh -F <job's config>``, the pinned host key and ProxyCommand
   ``remote-debug proxy``, as ``remote-debug ssh`` uses them).  The first ssh (``command -v rsync`` on the
   node) becomes a ControlMaster the rsync runs share, so a re-sync costs no new login (0.15 s instead of
-  0.3-0.6 s); masters end with the Syncer (``-O exit``), or idle out after MUX_PERSIST_SECONDS;
+  0.3-0.6 s); masters end with the Syncer (``-O exit``), or idle out after MUX_PERSIST_SECONDS.
+  rsync reads by path and follows links, so it reads a private staged tree of the list (hard links of
+  the files as ``open_inside`` opened them: ``sync_stage.py``), never the workspace itself;
 * sftp otherwise, in-process on the node's existing SSH connection (``NodeTunnel.open_sftp``): the
   node's files are listed a folder at a time and a file is sent when its size or mtime differ; it is
   written under a temporary name in its own folder and renamed over the old one (``posix-rename``), so
@@ -58,10 +60,11 @@ import paramiko
 from remote_debug import osutil
 from remote_debug.local import events, interrupts
 from remote_debug.local.connection import JobConnection
-from remote_debug.local.errors import JobNotRunningError, UserError
+from remote_debug.local.errors import JobNotRunningError, UserError, reason
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobRef
 from remote_debug.local.paths import StatePaths
-from remote_debug.local.sync_files import FileList, LocalFile, collect, exclude_rules
+from remote_debug.local.sync_files import FileList, LocalFile, collect, exclude_rules, open_inside
+from remote_debug.local.sync_stage import staged
 from remote_debug.spec import StrEnum
 
 T = TypeVar("T")
@@ -239,7 +242,11 @@ class Syncer:
         }
         pool = ThreadPoolExecutor(max_workers=len(self.targets) or 1, thread_name_prefix="sync")
         try:
-            results = self._gather([pool.submit(self._sync_node, t, files, forced) for t in self.targets])
+            with contextlib.ExitStack() as stack:
+                # rsync reads its own files by path, following links: it gets a staged copy of the list instead
+                stage = (stack.enter_context(staged(files, self.connection.paths.root / "sync-stage"))
+                         if any(t.method == SyncMethod.RSYNC for t in self.targets) else None)
+                results = self._gather([pool.submit(self._sync_node, t, files, forced, stage) for t in self.targets])
         except BaseException:
             self._remove_orphans()
             raise
@@ -266,13 +273,15 @@ class Syncer:
                         raise cause from None
             raise
 
-    def _sync_node(self, target: SyncTarget, files: FileList, forced: set[str]) -> events.NodeSynced:
+    def _sync_node(self, target: SyncTarget, files: FileList, forced: set[str],
+                   stage: tuple[Path, list[LocalFile]] | None) -> events.NodeSynced:
         started = time.monotonic()
         if target.method == SyncMethod.RSYNC:
-            count, size = self._rsync_node(target, files.root, files.files)
+            assert stage is not None
+            top, listed = stage
+            count, size = self._rsync_node(target, top, listed)
             if forced:  # a second run that skips the quick check, for those alone
-                more = self._rsync_node(target, files.root, [f for f in files.files if f.path in forced],
-                                        ["--ignore-times"])
+                more = self._rsync_node(target, top, [f for f in listed if f.path in forced], ["--ignore-times"])
                 count, size = count + more[0], size + more[1]
         else:
             count, size = self._sftp_node(target, files, forced)
@@ -288,7 +297,8 @@ class Syncer:
         rsh = " ".join(shlex.quote(word) for word in self._ssh_words())  # rsync splits -e with quotes
         argv = [
             self._rsync, "-e", rsh, "--files-from=-", "--from0",
-            "--copy-links",  # the list holds only links that stay inside the workspace: sent as their targets
+            # the staged tree (sync_stage.py) holds no links: in-workspace ones were resolved into it, and
+            # without -l / --copy-links rsync skips one rather than follow it
             "--times", "--perms", "--omit-dir-times", "--out-format=%i %l %n", *extra,
             f"{root}/", f"{target.alias}:{target.code_dir.rstrip('/')}/",
         ]
@@ -402,15 +412,10 @@ class Syncer:
     def _upload(self, node: str, client: paramiko.SFTPClient, root: Path, f: LocalFile, final: str) -> int | None:
         """Send one file under a temporary name, then rename it over ``final``; the bytes sent, or None
         when the file vanished (or became a link out of the workspace) since the list was taken."""
-        local = os.path.join(root, *f.path.split("/"))
-        real_root = os.path.realpath(root)
-        real = os.path.realpath(local)
-        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        fd = open_inside(root, f.path)  # checked and opened in one go: a link swapped in is not followed
+        if fd is None:
             return None
-        try:
-            src = open(real, "rb")  # noqa: SIM115 - closed below, after the temporary file is dealt with
-        except FileNotFoundError:
-            return None
+        src = os.fdopen(fd, "rb")  # closed below, after the temporary file is dealt with
         head, name = posixpath.split(final)
         temp = posixpath.join(head, f".{name}{TEMP_INFIX}{secrets.token_hex(4)}")
         with src:
@@ -477,7 +482,7 @@ class Syncer:
                     synced = self.sync(files)
                 except (UserError, OSError, EOFError, paramiko.SSHException) as exc:
                     self._stop_if_ended()
-                    warn(f"sync failed, trying again: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                    warn(f"sync failed, trying again: {reason(exc)}")
                     self._drop_sftp()
                     time.sleep(RETRY_SECONDS)
                     changed.set()

@@ -15,6 +15,12 @@ Symlinks never lead out of the workspace: one whose target (followed to the end)
 source dir is skipped and reported; the others are sent as what they point to (a file's bytes, a
 folder's files under the link's name), by both methods.  A folder link that leads back to one of its
 own ancestors is skipped too (it would never end).
+
+The list is a snapshot: by the time a file is read, it (or a folder above it) may have been swapped for
+a link to ``~/.ssh/id_ed25519``.  So no file is read by its path: :func:`open_inside` resolves the path
+once and then opens it one component at a time from the source dir's descriptor with ``O_NOFOLLOW``
+(a component that has become a link since fails to open), and checks that what it opened is a regular
+file; both methods send only what it opened (rsync: from a private staging tree, ``sync_stage.py``).
 """
 
 from __future__ import annotations
@@ -122,6 +128,40 @@ def ignored(rel: str, is_dir: bool, layers: Sequence[_Layer], excludes: _Layer |
 
 def _inside(real: str, real_root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def open_inside(root: Path, rel: str) -> int | None:
+    """A read-only descriptor of the regular file ``rel`` (``/``-separated) below ``root``, or None when
+    it vanished, leads out of ``root``, or is no regular file now.
+
+    The check and the open are one operation: the path is resolved (in-workspace links followed, as the
+    list sends them), then every component of the resolved path is opened relative to its folder's
+    descriptor with ``O_NOFOLLOW``, so a link swapped in after the resolution is never followed."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root, *rel.split("/")))
+    if real == real_root or not _inside(real, real_root):
+        return None
+    *folders, name = os.path.relpath(real, real_root).split(os.sep)
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        dir_fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for folder in folders:
+            inner = os.open(folder, nofollow | os.O_DIRECTORY, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = inner
+        # O_NONBLOCK: a FIFO swapped in must not hang the sync until a writer comes (fstat refuses it next)
+        fd = os.open(name, nofollow | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:  # ELOOP / ENOTDIR: a link or a file where the resolution saw a folder; ENOENT: gone
+        return None
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def collect(source: Path, excludes: Sequence[str] = ()) -> FileList:

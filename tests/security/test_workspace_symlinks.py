@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ import pytest
 from remote_debug.local import pycharm, vscode_launch
 from remote_debug.local.errors import UserError
 from remote_debug.local.paths import StatePaths
+from remote_debug.local.sync import Syncer, SyncMethod
+from remote_debug.local.sync_files import open_inside
 from tests.cli.test_cli import cli
 from tests.jobs import launch_job
 
@@ -200,3 +204,133 @@ def test_attach_with_a_linked_idea_folder_exits_2_before_any_tunnel(home: Path, 
     assert len(errors) == 1 and errors[0].startswith(f"remote-debug: error: {workspace / '.idea'}: is a symbolic link;")
     assert "never through a link" in errors[0]
     assert list(outside.iterdir()) == [] and (workspace / ".idea").is_symlink()
+
+
+# --- sync: a file or folder swapped for a link while a sync runs (issue 29, item 7) -------------------
+#
+# The list is taken first, the files are read after: an attacker who can write in the workspace (a build
+# step, a checkout of a hostile branch) swaps ``public.txt`` for a link to a secret, or a listed folder for a
+# link to ~/.ssh, in between.  Each way of sending must read only what is still the listed regular file.
+
+SYNC_METHODS = [
+    pytest.param(SyncMethod.RSYNC, marks=pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync")),
+    SyncMethod.SFTP,
+]
+
+
+def _sync_setup(tmp_path: Path, name: str) -> tuple[Path, Path, bytes]:
+    """(the job's workspace, a folder outside it holding the secret as ``secret`` and ``sub/id_x``, the secret)."""
+    if not Path("/usr/sbin/sshd").exists():
+        pytest.skip("needs OpenSSH's sshd")
+    workspace, outside = tmp_path / "work", tmp_path / "dotssh"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (workspace / "train.py").write_text("import time\ntime.sleep(120)\n")
+    launch_job(name, workspace, wait_seconds=0)
+    secret = _secret()
+    (outside / "secret").write_bytes(secret)
+    (outside / "id_x").write_bytes(secret)
+    # created after the launch (whose own copy would hold them): what this sync has to send
+    (workspace / "public.txt").write_bytes(b"public, same size as nothing in particular\n")
+    (workspace / "sub" / "id_x").write_bytes(b"a decoy key file\n")
+    (workspace / "fine.py").write_text("ok\n")
+    return workspace, outside, secret
+
+
+def _swap(workspace: Path, outside: Path) -> None:
+    """The attacker's move: the listed file and the listed folder become links out of the workspace."""
+    (workspace / "public.txt").unlink()
+    (workspace / "public.txt").symlink_to(outside / "secret")
+    shutil.rmtree(workspace / "sub")
+    (workspace / "sub").symlink_to(outside, target_is_directory=True)
+
+
+def _node_files(name: str) -> Path:
+    return StatePaths.default().job_dir(name) / "nodes"
+
+
+@pytest.mark.parametrize("method", SYNC_METHODS)
+def test_sync_sends_no_secret_when_files_are_swapped_for_links_after_the_listing(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: SyncMethod,
+) -> None:
+    name = f"swap-after-list-{method}"
+    workspace, outside, secret = _sync_setup(tmp_path, name)
+    listed: list[str] = []
+    collect = Syncer.collect
+
+    def collect_then_swap(self: Syncer) -> object:
+        files = collect(self)
+        listed.extend(f.path for f in files.files)
+        _swap(workspace, outside)  # between the listing and the reads
+        return files
+
+    monkeypatch.setattr(Syncer, "collect", collect_then_swap)
+    with Syncer.open(name, method=method, timeout=60) as syncer:
+        syncer.sync()
+    assert {"public.txt", "sub/id_x", "fine.py"} <= set(listed)  # the attack's precondition: listed as files
+    nodes = _node_files(name)
+    assert [p.read_text() for p in nodes.glob("*/code/fine.py")] == ["ok\n"]  # the sync did run
+    assert _leaks(secret, nodes) == []
+
+
+@pytest.mark.parametrize("method", SYNC_METHODS)
+def test_sync_sends_no_secret_when_a_file_is_swapped_between_the_check_and_the_read(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: SyncMethod,
+) -> None:
+    """The swap lands right after the sender resolved the file's path (its check), before it opens it."""
+    name = f"swap-after-check-{method}"
+    workspace, outside, secret = _sync_setup(tmp_path, name)
+    target = os.path.join(workspace, "public.txt")
+    realpath: Callable[..., str] = os.path.realpath
+    swapped: list[str] = []
+
+    def check_then_swap(path: object, *args: object, **kwargs: object) -> str:
+        resolved = realpath(path, *args, **kwargs)
+        if str(path) == target and not swapped:
+            (workspace / "public.txt").unlink()
+            (workspace / "public.txt").symlink_to(outside / "secret")
+            swapped.append(resolved)
+        return resolved
+
+    with Syncer.open(name, method=method, timeout=60) as syncer, monkeypatch.context() as patch:
+        patch.setattr(os.path, "realpath", check_then_swap)
+        syncer.sync()
+    # the sender checked this very file right before reading it (rsync used to read it unchecked, by path)
+    assert swapped, "the file was read without a check at the time of the read"
+    nodes = _node_files(name)
+    assert [p.read_text() for p in nodes.glob("*/code/fine.py")] == ["ok\n"]
+    assert _leaks(secret, nodes) == []
+
+
+def test_open_inside_opens_only_a_regular_file_reached_without_a_link_out(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The primitive both methods read through, without a job: in-workspace links are followed (the list
+    sends them as what they point to); a link out, a FIFO, and a folder swapped after the check are not."""
+    workspace, outside = tmp_path / "work", tmp_path / "out"
+    (workspace / "d").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f").write_bytes(b"secret")
+    (workspace / "d" / "f").write_bytes(b"mine")
+    (workspace / "alias").symlink_to("d/f")
+    (workspace / "out").symlink_to(outside / "f")
+    os.mkfifo(workspace / "fifo")
+
+    def read(rel: str) -> bytes | None:
+        fd = open_inside(workspace, rel)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
+
+    assert (read("d/f"), read("alias"), read("out"), read("fifo"), read("gone")) == (b"mine", b"mine", None, None, None)
+    realpath = os.path.realpath
+
+    def swap_after_check(path: str | Path) -> str:  # the folder becomes a link out between the check and the open
+        resolved = realpath(path)
+        if str(path).endswith("d/f"):
+            shutil.rmtree(workspace / "d")
+            (workspace / "d").symlink_to(outside, target_is_directory=True)
+        return resolved
+
+    monkeypatch.setattr(os.path, "realpath", swap_after_check)
+    assert read("d/f") is None

@@ -7,12 +7,15 @@ import { ChildProcess, spawn, SpawnOptions } from 'node:child_process';
 import * as path from 'node:path';
 import * as fs from 'node:fs';
 
+import { ResolveContext, resolveCommand } from './cliResolve';
 import { firstLine, LineSplitter, parseJsonDocument } from './events';
 
 export interface CliSettings {
   cliPath: string; // "remote-debug" or an absolute path
   pythonPath: string; // "" or an interpreter with remote_debug installed
   env?: Record<string, string>; // added to the extension host's environment (AWS_PROFILE, AWS_REGION)
+  /** The workspace folders while the workspace is not trusted: no executable in them is run (src/cliResolve.ts). */
+  untrustedRoots?: string[];
 }
 
 /** The environment the CLI runs in: the extension host's, plus what the settings add. */
@@ -126,14 +129,32 @@ export interface RunResult {
 
 type Spawner = (command: string, args: string[], options: SpawnOptions) => ChildProcess;
 
+/** What a spawn needs besides the settings' roots: the platform and file checks (a seam for the unit tests). */
+export type ResolveSeam = Omit<ResolveContext, 'untrustedRoots' | 'env'>;
+
 export class Cli {
   constructor(
     private readonly settings: () => CliSettings,
     private readonly spawner: Spawner = spawn,
+    private readonly seam: ResolveSeam = {},
   ) {}
 
   invocation(args: string[]): Invocation {
     return invocation(this.settings(), args);
+  }
+
+  /**
+   * The invocation to spawn: in an untrusted workspace its command resolved to an absolute file outside the
+   * workspace folders (src/cliResolve.ts), else a CliError saying why none may run.
+   */
+  private spawnable(args: string[], env: NodeJS.ProcessEnv): Invocation | CliError {
+    const settings = this.settings();
+    const inv = invocation(settings, args);
+    const resolved = resolveCommand(inv.command, { ...this.seam, untrustedRoots: settings.untrustedRoots, env });
+    if (resolved.error !== undefined) {
+      return new CliError(resolved.notFound ? notFoundMessage(inv) : resolved.error, null, resolved.error, resolved.notFound);
+    }
+    return { command: resolved.command, args: inv.args };
   }
 
   trainingPython(): string {
@@ -142,13 +163,17 @@ export class Cli {
 
   /** Run to completion; rejects with a CliError (one line) on a non-zero exit. */
   run(args: string[], options: RunOptions = {}): Promise<RunResult> {
-    const inv = this.invocation(args);
+    const env = options.env ?? cliEnv(this.settings());
+    const inv = this.spawnable(args, env);
+    if (inv instanceof CliError) {
+      return Promise.reject(inv);
+    }
     return new Promise((resolve, reject) => {
       let child: ChildProcess;
       try {
         child = this.spawner(inv.command, inv.args, {
           cwd: options.cwd,
-          env: options.env ?? cliEnv(this.settings()),
+          env,
           stdio: ['ignore', 'pipe', 'pipe'],
         });
       } catch (err) {
@@ -207,8 +232,12 @@ export class Cli {
 
   /** Start a long-running command whose stdout is JSON lines (attach). */
   stream(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv }): CliProcess {
-    const inv = this.invocation(args);
-    return new CliProcess(inv, this.spawner, { ...options, env: options.env ?? cliEnv(this.settings()) });
+    const env = options.env ?? cliEnv(this.settings());
+    const inv = this.spawnable(args, env);
+    if (inv instanceof CliError) {
+      return new CliProcess(this.invocation(args), this.spawner, { ...options, env }, inv);
+    }
+    return new CliProcess(inv, this.spawner, { ...options, env });
   }
 }
 
@@ -237,6 +266,8 @@ export class CliProcess {
     readonly inv: Invocation,
     private readonly spawner: Spawner,
     private readonly options: { cwd?: string; env?: NodeJS.ProcessEnv },
+    /** Set when nothing may be spawned (an untrusted workspace's executable): start() reports it as the exit. */
+    private readonly refused?: CliError,
   ) {}
 
   get pid(): number | undefined {
@@ -249,6 +280,10 @@ export class CliProcess {
 
   start(handlers: CliProcessHandlers): void {
     this.handlers = handlers;
+    if (this.refused) {
+      this.onExit(null, null, this.refused);
+      return;
+    }
     try {
       this.child = this.spawner(this.inv.command, this.inv.args, {
         cwd: this.options.cwd,

@@ -8,10 +8,11 @@ import * as path from 'node:path';
 import * as vscode from 'vscode';
 
 import { Cli, CliSettings, displayCommand } from './cli';
+import { resolveCommand } from './cliResolve';
 import { checkCli, CliStatus, DISTRIBUTION, MIN_CLI_VERSION, pipInstallArgs } from './cliVersion';
 import { runInTerminal } from './processTerminal';
 import { installPython, PYTHON_EXTENSION } from './pythonInterpreter';
-import { ignoredWorkspaceValue } from './trust';
+import { ignoredWorkspaceValue, untrustedRoots } from './trust';
 
 interface Log {
   appendLine(line: string): void;
@@ -202,7 +203,14 @@ export class CliSetup implements vscode.Disposable {
     try {
       const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
       const trusted = vscode.workspace.isTrusted !== false;
-      const { python, from } = await installPython({ pythonPath: this.deps.settings().pythonPath, folder, trusted });
+      const picked = await installPython({ pythonPath: this.deps.settings().pythonPath, folder, trusted });
+      // untrusted, `python` must not resolve to the workspace's own (a python.exe in the folder, the cwd on Windows)
+      const resolved = resolveCommand(picked.python, { untrustedRoots: untrustedRoots() });
+      if (resolved.error !== undefined) {
+        await vscode.window.showErrorMessage(vscode.l10n.t('Remote Debug: cannot install {0}: {1}', DISTRIBUTION, resolved.error));
+        return;
+      }
+      const { python, from } = { python: resolved.command, from: picked.from };
       this.deps.log.appendLine(vscode.l10n.t('installing {0} with {1} (from {2})', DISTRIBUTION, python, from));
       const run =
         this.deps.runInstall ??

@@ -17,7 +17,7 @@ import { pickedRanks, rankPickItems, stuckRanks } from './rankPicker';
 import { RunManager, syncSource } from './rerun';
 import { REMOTE_SSH_EXTENSION, remoteSshUri, remoteWindowKind, sshCommand, suggestedSettings } from './remoteSsh';
 import { SshConfigConsent } from './sshConsent';
-import { restrictedSetting } from './trust';
+import { restrictedSetting, untrustedRoots } from './trust';
 import { TreeNode } from './tree';
 
 const NEVER_ASK_SSH_SETTINGS = 'remoteDebug.neverOfferRemoteSshSettings';
@@ -25,6 +25,7 @@ const NEVER_ASK_SSH_SETTINGS = 'remoteDebug.neverOfferRemoteSshSettings';
 export interface Settings extends AttachSettings {
   cliPath: string;
   pythonPath: string;
+  untrustedRoots?: string[];
   env: Record<string, string>;
   defaultRanks: string;
   nprocPerNode: number;
@@ -40,6 +41,8 @@ export function readSettings(scope?: vscode.Uri): Settings {
     // executables: in Restricted Mode only the user's own values count (src/trust.ts)
     cliPath: restrictedSetting(c, 'cliPath', 'remote-debug'),
     pythonPath: restrictedSetting(c, 'pythonPath', ''),
+    // and untrusted, not even a bare name may resolve to a file in the workspace folders (src/cliResolve.ts)
+    untrustedRoots: untrustedRoots(),
     // the CLI reads the standard AWS variables; empty settings leave the environment alone
     env: { AWS_PROFILE: c.get<string>('aws.profile', ''), AWS_REGION: c.get<string>('aws.region', '') },
     defaultRanks: c.get<string>('defaultRanks', 'all'),

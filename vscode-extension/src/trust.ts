@@ -47,3 +47,14 @@ export function ignoredWorkspaceValue(config: vscode.WorkspaceConfiguration, key
   const ws = values?.workspaceFolderValue ?? values?.workspaceValue;
   return typeof ws === 'string' && ws.trim() !== '' ? ws : undefined;
 }
+
+/**
+ * The workspace folders while the workspace is not trusted (no executable inside them may run: src/cliResolve.ts),
+ * else none.
+ */
+export function untrustedRoots(): string[] {
+  if (vscode.workspace.isTrusted !== false) {
+    return [];
+  }
+  return (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+}
