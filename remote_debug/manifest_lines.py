@@ -151,8 +151,14 @@ def parse_manifest_line(text: str, *, secret: str | None) -> ManifestLine | None
     return ManifestLine(node=node, boot=boot, started=started, seq=seq, document=document)
 
 
+BootKey = tuple[str, str, int]  # (node, boot, started)
+# a boot's pinned fields: name -> (value, seq of the document that set it)
+Pins = dict[BootKey, dict[str, tuple[object, int]]]
+
+
 def merge_manifest_lines(
-    lines: Iterable[ManifestLine], *, on_refused: Callable[[ManifestLine, str], None] | None = None
+    lines: Iterable[ManifestLine], *, on_refused: Callable[[ManifestLine, str], None] | None = None,
+    pins: Pins | None = None,
 ) -> dict[str, NodeManifest]:
     """Node name -> its current manifest (ranks filled in), from proven lines in any order.
 
@@ -167,6 +173,11 @@ def merge_manifest_lines(
     refuses nothing genuine; it means even a holder of the secret (anyone who can read the job's
     Environment) cannot move a key, target or port of a boot the laptop already pinned, only announce
     a new boot.  Rank ports are not pinned: a rank may restart within a boot and report anew.
+
+    ``pins`` (kept by a reader across its polls, updated here) makes the first value *read* win, as
+    docs/SECURITY.md promises: a document with a lower ``seq`` that arrives later (a holder of the
+    secret backdating one) cannot take the place of a value already pinned; only a genuine earlier
+    document that pinned nothing yet (the node's "starting" one, its fields still empty) is passed over.
     """
     node_docs: dict[tuple[str, str, int], list[ManifestLine]] = {}
     ranks: dict[tuple[str, str, int], dict[int, ManifestLine]] = {}
@@ -186,19 +197,23 @@ def merge_manifest_lines(
     out: dict[str, NodeManifest] = {}
     for node, (started, boot) in newest.items():
         key = (node, boot, started)
-        pins: dict[str, object] = {}
+        pinned = pins.setdefault(key, {}) if pins is not None else {}
         current: NodeManifest | None = None
         for line in sorted(node_docs[key], key=lambda item: item.seq):  # stable: equal seqs keep their order
             doc = line.document
             assert isinstance(doc, NodeManifest)
-            changed = [name for name in PINNED_FIELDS if name in pins and getattr(doc, name) != pins[name]]
-            if changed:
+            differs = [name for name in PINNED_FIELDS if name in pinned and getattr(doc, name) != pinned[name][0]]
+            if differs and all(not getattr(doc, name) and line.seq < pinned[name][1] for name in differs):
+                continue  # an earlier document of the boot, from before the value was set: superseded
+            if differs:
                 if on_refused is not None:
-                    on_refused(line, f"{node} changed its {' and '.join(changed)} within one boot")
+                    on_refused(line, f"{node} changed its {' and '.join(differs)} within one boot")
                 continue
-            pins.update({name: getattr(doc, name) for name in PINNED_FIELDS if name not in pins and getattr(doc, name)})
+            pinned.update({name: (getattr(doc, name), line.seq) for name in PINNED_FIELDS
+                           if name not in pinned and getattr(doc, name)})
             current = doc
-        assert current is not None, "the first document of a boot pins nothing it could differ from"
+        if current is None:
+            continue  # every document of this boot was refused against values pinned in an earlier read
         manifest = replace(current)
         ep = ranks.get(key, {}).values()
         manifest.ranks = sorted((item.document for item in ep if isinstance(item.document, RankEndpoint)),

@@ -302,8 +302,58 @@ def pid_alive(pid: int) -> bool:
     return fields is None or fields[0] != "Z"  # unreadable: kill() said it exists
 
 
+class ProcessRecord:
+    """A process we stored to signal later (a local job's supervisor): its pid and start time.
+
+    A pid alone names whatever process has it now: once ours died, ``stop`` would signal a stranger's
+    process that reused the number.  ``start`` None means a record from a version that kept no start
+    time (or a system without /proc): then only the pid is checked, as before.
+    """
+
+    def __init__(self, pid: int, start: int | None) -> None:
+        self.pid, self.start = pid, start
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessRecord:
+        """The process that has ``pid`` now (read it while that is surely ours, e.g. before reaping)."""
+        return cls(pid, process_start_ticks(pid))
+
+    def alive(self) -> bool:
+        """Whether our process still runs (not a later one with the same pid)."""
+        if not pid_alive(self.pid):
+            return False
+        return self.start is None or process_start_ticks(self.pid) == self.start
+
+    def signal(self, sig: int) -> bool:
+        """Send ``sig`` to our process only; False when it is gone (or the pid is someone else's now).
+
+        Through a pidfd where there is one: it is opened first and the start time checked after, so a
+        pid reused between the check and the signal gets nothing (the pidfd names the old process)."""
+        import signal as signals
+
+        pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd here (ENOSYS, macOS), or gone (ESRCH)
+            pidfd = os.pidfd_open(self.pid)
+        try:
+            if not self.alive():
+                return False
+            if pidfd is None:
+                os.kill(self.pid, sig)
+            else:
+                signals.pidfd_send_signal(pidfd, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return True
+
+
 def end_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """End a child we started: SIGTERM, then SIGKILL after ``grace`` seconds; reaped either way."""
+    """End a child we started: SIGTERM, then SIGKILL after ``grace`` seconds; reaped either way.
+
+    No pid-reuse check is needed: until we reap it, the child's pid cannot be given to anyone else, and
+    Popen does not signal a child it has reaped."""
     if proc.poll() is None:
         with contextlib.suppress(OSError):
             proc.terminate()
@@ -312,3 +362,28 @@ def end_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22); None when
+    there is no such process or no /proc.  With the pid it names one process: pids are reused, a pid and
+    its start time within one boot are not."""
+    fields = proc_stat(pid) if pid > 0 else None
+    try:
+        return int(fields[19]) if fields is not None else None  # fields start at field 3 (the state)
+    except (IndexError, ValueError):
+        return None
+
+
+def process_gone(pid: int, start_ticks: int | None) -> str | None:
+    """Why the process a document names (``pid``, and its start time when the document has one) no
+    longer runs on this machine, None while it runs.  A zombie is gone: its sockets are closed already."""
+    if pid <= 0:
+        return "no process id"
+    if not pid_alive(pid):
+        return f"process {pid} is gone"
+    if start_ticks is not None:
+        now = process_start_ticks(pid)
+        if now is not None and now != start_ticks:
+            return f"process {pid} is gone (the pid now belongs to another process)"
+    return None

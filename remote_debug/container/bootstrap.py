@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -83,7 +84,13 @@ def watched_pid(pid: int, ppid: int) -> int:
 def running_daemon(lock: Path) -> int | None:
     """The pid of the live daemon named in ``lock``, if any (no locking: a probe must not take it)."""
     try:
-        pid = int(lock.read_text().strip() or 0)
+        # every Python process of the node reads this: never through a link, never blocked by a FIFO
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 64).decode() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
+        pid = int(text.strip() or 0)
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
@@ -159,8 +166,17 @@ class NodeLock:
     def acquire(self) -> bool:
         import fcntl
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held open for as long as we hold the lock
+        from remote_debug.container import node_env
+
+        node_env.prepare_manifest_dir(self.path.parent)
+        # never through a link (O_NOFOLLOW), never a FIFO that hangs us (O_NONBLOCK), only a file of ours:
+        # a lock file planted by another user would have us truncate whatever it points at
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            os.close(fd)
+            raise node_env.UnsafeManifestDir(f"lock file {self.path} is not a file of ours: refusing it")
+        fh = os.fdopen(fd, "r+")  # held open for as long as we hold the lock
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -199,8 +215,12 @@ def run_daemon(parent_pid: int) -> int:
     os.environ[ENV_HOOK_PID] = str(os.getpid())
     directory = node_env.manifest_dir(spec.job_name, node_env.identify().node)
     lock = NodeLock(directory / LOCK_NAME)
-    if not lock.acquire():
-        return 0  # another process started the node's daemon first
+    try:
+        if not lock.acquire():
+            return 0  # another process started the node's daemon first
+    except OSError as exc:  # a manifest dir or lock file of another user: no node services, training runs
+        log(f"node daemon not started: {describe(exc)}")
+        return 0
     if spec.keep_alive > 0:
         # enable() refuses this (no entry to wrap); a hand-made environment must not fail silently either
         log(f"keep-alive needs the entry wrapped by the hook; this node ends with its command "

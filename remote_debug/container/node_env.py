@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+import stat
 import struct
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -217,8 +218,55 @@ def interface_ipv4(name: str) -> str | None:
         return None
 
 
+MANIFEST_ROOT = "remote-debug"  # under the temp dir: <tmp>/remote-debug/<job>/<node>
+
+
+class UnsafeManifestDir(PermissionError):
+    """A manifest dir (or a folder of ours above it) that is a symlink or another user's (one line)."""
+
+
 def default_manifest_dir(job_name: str, node: str) -> Path:
-    return Path(tempfile.gettempdir()) / "remote-debug" / job_name / node
+    return Path(tempfile.gettempdir()) / MANIFEST_ROOT / job_name / node
+
+
+def prepare_manifest_dir(directory: Path) -> Path:
+    """Make ``directory`` and prove it ours before anything is written or locked in it.
+
+    The default lies in the shared temp dir, where another local user can make
+    ``<tmp>/remote-debug`` (or a job's folder, or a symlink) first: they would then read the node's
+    documents, rename them, or have us open our lock file through their link.  So each folder from
+    ``<tmp>/remote-debug`` down is made 0700 when missing and must be a real folder owned by our euid;
+    an explicit ``REMOTE_DEBUG_MANIFEST_DIR`` (the local backend's, inside the user's job dir) is
+    checked itself.  Nothing is chmodded: a folder that is not ours is refused
+    (:class:`UnsafeManifestDir`), and the caller runs the training without node services.
+    """
+    temp = Path(tempfile.gettempdir())
+    try:
+        below = directory.relative_to(temp / MANIFEST_ROOT)
+    except ValueError:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_own(directory)
+        return directory
+    folder = temp / MANIFEST_ROOT
+    for part in ("", *below.parts):
+        folder = folder / part if part else folder
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        _check_own(folder)
+    return directory
+
+
+def _check_own(folder: Path) -> None:
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeManifestDir(f"manifest folder {folder} is a symbolic link or not a folder: refusing to use it")
+    if st.st_uid != os.geteuid():
+        raise UnsafeManifestDir(
+            f"manifest folder {folder} is owned by uid {st.st_uid}, not by this process (uid {os.geteuid()}): "
+            f"refusing to use it; remove it or set {ENV_MANIFEST_DIR}"
+        )
 
 
 def manifest_dir(job_name: str, node: str, env: Mapping[str, str] | None = None) -> Path:

@@ -33,6 +33,8 @@ ENV_SSHD = "REMOTE_DEBUG_SSHD"  # path of the sshd binary (tests point it at a m
 PRIVSEP_DIR = "/run/sshd"  # root sshd refuses to start without it ("Missing privilege separation directory")
 HOST_KEY_NAME = "ssh_host_ed25519_key"
 READY_TIMEOUT = 5.0
+LOGIN_GRACE_S = 20  # sshd's LoginGraceTime (its default is 120 s)
+MAX_STARTUPS = "20:30:200"  # start:rate:full (its default is 10:30:100)
 PORT_ATTEMPTS = 3
 # Where distributions put OpenSSH's sftp-server (Debian/Ubuntu, RHEL/Amazon Linux, Arch/Alpine, others).
 SFTP_SERVERS = (
@@ -90,10 +92,13 @@ def prepare_state_dir(path: Path) -> Path:
     and sticky /tmp keeps others from renaming it away.
     """
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    st = path.stat()
+    st = path.lstat()  # checked before the chmod: never chmod a link's target or another user's folder
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise SshdError(f"state dir {path} is a symbolic link or not a folder: refusing to trust it")
     if st.st_uid != os.geteuid():
         raise SshdError(f"state dir {path} is owned by uid {st.st_uid}, not by us: refusing to trust it")
+    os.chmod(path, 0o700)
+    st = path.lstat()
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise SshdError(f"state dir {path} is accessible to others (mode {stat.S_IMODE(st.st_mode):o})")
     return path
@@ -149,6 +154,15 @@ def render_config(
         # 30 s: its forwarded debug sessions close and a rank paused at a breakpoint runs on.
         "ClientAliveInterval 10",
         "ClientAliveCountMax 3",
+        # Unauthenticated connections are bounded: anyone who can reach the port (every local user, for
+        # a job on a shared machine) could otherwise hold sshd's default 100 pre-auth slots for its
+        # default 120 s each and lock the developers out.  Our own login (key exchange + one public
+        # key) takes well under a second, a few over SSM: 20 s frees a held slot 6x sooner.  Past 20
+        # pending connections sshd drops new ones at random (30 %, rising), and all past 200: some of
+        # ours get through, and our relay (``remote-debug proxy``) tries again when dropped.
+        # PerSourcePenalties (OpenSSH 9.8) would not help: every local connection comes from loopback.
+        f"LoginGraceTime {LOGIN_GRACE_S}",
+        f"MaxStartups {MAX_STARTUPS}",
     ]
     if force_command and sftp_server:
         if "\n" in force_command or "\n" in sftp_server:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_debug import osutil, spec
+from remote_debug import spec
 from remote_debug.container.adopt import checks, procs
 from remote_debug.container.adopt.node import AdoptedRank, adopt_node, node_ranks
 from remote_debug.container.adopt.procs import ProcError, RankProcess, net_namespace, proc_info
@@ -40,6 +40,8 @@ from remote_debug.local.backends.machine_job import (
     node_names,
     prepare_node,
     read_job_file,
+    record_supervisor,
+    supervisor_process,
     write_job_file,
 )
 from remote_debug.local.errors import UserError
@@ -238,19 +240,16 @@ def _start_supervisor(job_dir: Path) -> None:
             [sys.executable, "-m", "remote_debug.local.backends.adopted", str(job_dir)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-    osutil.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
+    record_supervisor(job_dir, proc.pid)  # pid and start time, read before the reaper can run
     threading.Thread(target=proc.wait, daemon=True).start()  # reaped when adopt runs inside a long-lived process
 
 
 def _remove_job(job_dir: Path) -> None:
     """Undo a job whose adoption failed: its supervisor (and through it the node daemons), then the dir."""
-    try:
-        pid = int((job_dir / "supervisor.pid").read_text().strip())
-    except (OSError, ValueError):
-        pid = 0
-    if osutil.pid_alive(pid):
-        os.kill(pid, signal.SIGUSR1)  # "forget": end the daemons, leave the adopted processes alone
+    supervisor = supervisor_process(job_dir)
+    # "forget": end the daemons, leave the adopted processes alone (never a stranger that got its pid)
+    if supervisor is not None and supervisor.signal(signal.SIGUSR1):
         deadline = time.monotonic() + 10
-        while osutil.pid_alive(pid) and time.monotonic() < deadline:
+        while supervisor.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
     shutil.rmtree(job_dir, ignore_errors=True)

@@ -89,9 +89,10 @@ def _release(fd: int) -> None:
 def locked(path: Path, *, what: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive flock on the directory ``path`` for the block (see the module doc)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # never through a link: a folder swapped for one would lock (and vouch for) a folder elsewhere
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise UserError(f"cannot lock {path} to edit {what}: {exc.strerror}") from None
+        raise UserError(f"cannot lock {path} to edit {what}: {exc.strerror} (it must be a real folder)") from None
     try:
         _acquire(fd, path, what, timeout)
         yield

@@ -202,6 +202,21 @@ def test_a_replayed_line_of_an_older_boot_does_not_take_the_node_back(job: Job) 
         assert pinned(got) == (new_key, "", 2222, "127.0.0.1") and got is not None and got.ranks == []
 
 
+def test_a_lower_seq_line_of_the_same_boot_cannot_replace_a_pinned_key_or_port(job: Job) -> None:
+    """(issue 29) A holder of the job's secret (valid MAC) logs, after the laptop pinned algo-1's boot, a
+    document of that same boot with a *lower* seq (0, and 1 like the node's own "starting" line) carrying
+    their host key, managed instance and port.  Sorting by seq once put it first, so it pinned the
+    forger's values and the genuine document became "the change".  The first value read wins."""
+    job.publish_genuine()
+    backend = job.backend()
+    assert pinned(backend.manifests(JOB)["algo-1"]) == GENUINE
+    job.log("algo-2-1700000000", job.line("algo-1", evil(), seq=0), job.line("algo-1", evil(), seq=1))
+    got = backend.manifests(JOB)["algo-1"]
+    assert pinned(got) == GENUINE and got is not None and [r.port for r in got.ranks] == [41000]
+    assert job.hint()["algo-1"] == {"sshd_host": "127.0.0.1", "sshd_port": 40022, "ssm_target": TARGET}
+    assert backend.manifests(JOB)["algo-1"] is not None and pinned(backend.manifests(JOB)["algo-1"]) == GENUINE
+
+
 def test_a_line_signed_with_another_jobs_secret_is_ignored(job: Job) -> None:
     """(c) The forger's own job (same account: it may log to the same group) knows its own secret: a valid
     MAC, of the wrong job, for a higher seq of the genuine boot and for a newer boot."""

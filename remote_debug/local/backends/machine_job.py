@@ -86,6 +86,35 @@ def write_job_file(job_dir: Path, data: dict[str, Any]) -> None:
     osutil.atomic_write_text(job_dir / "job.json", json.dumps(data, indent=2) + "\n")
 
 
+SUPERVISOR_PID = "supervisor.pid"  # its pid alone (what older versions and their readers know)
+SUPERVISOR_START = "supervisor.start"  # its start time (/proc stat field 22): pid + start is one process
+
+
+def record_supervisor(job_dir: Path, pid: int) -> None:
+    """Store the supervisor we just started (call before reaping it: until then the pid is surely ours).
+    The start time goes first: a reader never pairs a new pid with no start time."""
+    start = osutil.process_start_ticks(pid)
+    if start is not None:
+        osutil.atomic_write_text(job_dir / SUPERVISOR_START, f"{start}\n")
+    osutil.atomic_write_text(job_dir / SUPERVISOR_PID, f"{pid}\n")
+
+
+def supervisor_process(job_dir: Path) -> osutil.ProcessRecord | None:
+    """The job's supervisor as stored (None when no pid is stored).  Its start time tells a supervisor
+    that died from a stranger's process that got its pid: ``stop`` must never signal that one."""
+    try:
+        pid = int((job_dir / SUPERVISOR_PID).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        start: int | None = int((job_dir / SUPERVISOR_START).read_text().strip())
+    except FileNotFoundError:
+        start = None  # a job of an older version: only its pid is known
+    except (OSError, ValueError):
+        start = -1  # unreadable: matches no process, so nothing is signalled
+    return osutil.ProcessRecord(pid, start) if pid > 0 else None
+
+
 def prepare_node(
     layout: NodeLayout, hosts: list[str], hyperparameters: dict[str, str], cpus: int, interface: str = "lo"
 ) -> None:

@@ -89,6 +89,8 @@ class ManifestLog:
         self._last_poll = float("-inf")
         self.error: str | None = None  # the last proven but unreadable line, if any
         self._refused: dict[str, str] = {}  # event id (or node/boot/seq) -> why it was refused
+        # each boot's pinned values as first read, kept across polls: the first value per boot wins
+        self._pins: manifest_lines.Pins = {}
         # what the reads saw, for a user left waiting: whether the group exists here, the streams that had lines
         self.group_missing = False
         self.streams: set[str] = set()
@@ -225,7 +227,7 @@ class ManifestLog:
         self._refused[f"{line.node}/{line.boot}/{line.started}/{line.seq}"] = why
 
     def manifests(self) -> dict[str, spec.NodeManifest]:
-        merged = manifest_lines.merge_manifest_lines(self.poll(), on_refused=self._conflict)
+        merged = manifest_lines.merge_manifest_lines(self.poll(), on_refused=self._conflict, pins=self._pins)
         if not merged and self.error:
             raise spec.ContractError(f"job {self.job} published an unreadable manifest: {self.error}")
         return merged
