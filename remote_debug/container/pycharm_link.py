@@ -21,6 +21,7 @@ Stdlib only.
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import threading
@@ -57,7 +58,37 @@ def node_port(spec: DebugSpec, identity: RankIdentity) -> int:
     """
     if spec.port_base:
         return check_port(spec.port_base + identity.local_rank, f"PyCharm port for local rank {identity.local_rank}")
-    with socket.socket() as s:
+    return _free_port_below_ephemeral()
+
+
+# Below the kernel's ephemeral range, a port we found free can only be taken by a program that binds it by
+# number: the kernel never hands it to bind(0) or to an outgoing connect.  With bind(0) a rank's own peers
+# (gloo opens a connection per peer, each from an ephemeral port) took the port in the moment before the
+# laptop's sshd could listen on it: "TCP forwarding request denied" in a loaded 2-node run.
+_LOW_PORTS = (20000, 32767)
+_LOW_PORT_TRIES = 32
+
+
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
+
+
+def _free_port_below_ephemeral() -> int:
+    low, high = _LOW_PORTS[0], min(_LOW_PORTS[1], _ephemeral_floor() - 1)
+    rng = random.SystemRandom()  # (two ranks of a node must not walk the same sequence)
+    for _ in range(_LOW_PORT_TRIES if high - low >= 1000 else 0):
+        port = rng.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a tuned range leaves no room below it: any free port
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 

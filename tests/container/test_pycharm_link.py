@@ -169,3 +169,33 @@ def far_end_on(port: int, behaviour: FarEnd) -> Iterator[int]:
         yield port
     finally:
         server.close()
+
+
+def test_a_free_node_port_is_one_no_outgoing_connection_can_take() -> None:
+    # The laptop's sshd listens on the port a moment after the rank chose it: a port from the ephemeral
+    # range could meanwhile become the local end of one of the ranks' own connections (gloo's), and the
+    # reverse forward was denied in a loaded 2-node PyCharm run.
+    from remote_debug.container.reporter import RankIdentity
+    from remote_debug.spec import DebugSpec
+    from tests.test_spec import KEY, SECRET
+
+    floor = pycharm_link._ephemeral_floor()
+    identity = RankIdentity(rank=0, local_rank=0, world_size=1)
+    debug = DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET)  # no port base: a free port
+    ports = {pycharm_link.node_port(debug, identity) for _ in range(20)}
+    assert all(port < floor for port in ports), (ports, floor)
+    assert len(ports) > 1  # random, not one fixed number every rank of a node would share
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # and free when chosen
+
+
+def test_a_taken_low_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        choices = iter([busy, busy + 1 if busy < 65535 else busy - 1])
+        monkeypatch.setattr(pycharm_link.random.SystemRandom, "randint", lambda self, a, b: next(choices))
+        monkeypatch.setattr(pycharm_link, "_ephemeral_floor", lambda: 65535)
+        monkeypatch.setattr(pycharm_link, "_LOW_PORTS", (1024, 65534))
+        assert pycharm_link._free_port_below_ephemeral() != busy
