@@ -36,6 +36,7 @@ from unittest import mock
 import pytest
 
 from remote_debug.emulator.service import Emulator
+from remote_debug.emulator.sigv4 import Keys
 from remote_debug.emulator.ssm_channel import Connector, DataChannelServer, Session
 from remote_debug.spec import LOOPBACK
 from tests.container.helpers import all_pids, parent_of
@@ -136,11 +137,13 @@ def _connect_here(port: int) -> socket.socket:
 
 
 class LocalSsm:
-    """The emulator's SSM endpoint; sessions to ``targets`` reach ports of this machine."""
+    """The emulator's SSM endpoint; sessions to ``targets`` reach ports of this machine.  It accepts requests
+    signed with ``keys`` only (fresh ones by default): give them to the clients (:attr:`keys`)."""
 
-    def __init__(self, state_dir: Path, region: str) -> None:
+    def __init__(self, state_dir: Path, region: str, keys: Keys | None = None) -> None:
         self.channel = RecordingChannel()
-        self.emulator = Emulator(state_dir, region=region)
+        self.emulator = Emulator(state_dir, region=region, keys=keys)
+        self.keys = self.emulator.keys
         self.emulator.channel = self.channel  # not started yet: the one the emulator made is dropped unused
         self.targets: set[str] = set()
         self._patches = contextlib.ExitStack()
@@ -191,12 +194,12 @@ def relay_argv(target: str, port: int | str) -> list[str]:
     return [sys.executable, "-c", RELAY, target, str(port)]
 
 
-def relay_env(*, endpoint: str, region: str, bin_dir: Path, token: str, scratch: Path) -> dict[str, str]:
-    """The relay's environment: test credentials, the emulator as the SSM endpoint, the plugin first on PATH, no
+def relay_env(*, endpoint: str, region: str, bin_dir: Path, token: str, scratch: Path, keys: Keys) -> dict[str, str]:
+    """The relay's environment: the emulator's keys, the emulator as the SSM endpoint, the plugin first on PATH, no
     AWS or remote-debug setting of the user's, and ``RD_TEST_TOKEN`` to find every process it started."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
     env.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=region,
+        **keys.env(), AWS_DEFAULT_REGION=region,
         AWS_ENDPOINT_URL_SSM=endpoint, AWS_EC2_METADATA_DISABLED="true",
         AWS_CONFIG_FILE=str(scratch / "no-aws-config"), AWS_SHARED_CREDENTIALS_FILE=str(scratch / "no-aws-credentials"),
         PYTHONPATH=str(REPO), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", RD_TEST_TOKEN=token,

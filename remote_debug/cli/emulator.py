@@ -65,20 +65,22 @@ def emulator(
             "templates/iam/user-policy.json. Callers are moto's IAM users (create-user, create-access-key).",
         ),
     ] = None,
-    as_json: Annotated[bool, flag("--json", help="Print the endpoint as one JSON line.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the endpoint and the keys as one JSON line.")] = False,
 ) -> None:
     """Serve SageMaker's training-job API, SSM sessions, S3, CloudWatch Logs, STS and IAM on one local URL.
 
-    Point anything at it with AWS_ENDPOINT_URL (and any credentials): a SageMaker SDK launcher runs its
-    jobs here, on this machine, and `remote-debug attach JOB` debugs them through AWS's real Session
-    Manager plugin.  Ctrl-C stops the emulator and its jobs.
+    Point anything at it with the AWS_ENDPOINT_URL and the keys it prints (made at each start; it refuses
+    any other signature, and connections from other users): a SageMaker SDK launcher runs its jobs here, on
+    this machine, and `remote-debug attach JOB` debugs them through AWS's real Session Manager plugin.
+    Ctrl-C stops the emulator and its jobs.
     """
     # Imported here: moto's server takes ~1 s to import, which no other command should pay.
+    from remote_debug.emulator.access import StateDirError
     from remote_debug.emulator.enforce import load_policies
     from remote_debug.emulator.iam_policy import PolicyError
     from remote_debug.emulator.images import ImageMap, ImageMapError
     from remote_debug.emulator.nodes import available
-    from remote_debug.emulator.service import Emulator
+    from remote_debug.emulator.service import CREDENTIALS_FILE, Emulator
 
     why_not = available()
     if why_not is not None:
@@ -102,17 +104,21 @@ def emulator(
     try:
         try:
             url = service.start()
+        except StateDirError as exc:
+            raise UserError(str(exc)) from None
         except OSError as exc:
             raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port") from None
+        keys = service.keys
         if as_json:
-            print_json({"endpoint_url": url, "region": region, "state": str(state_dir)})
+            print_json({"endpoint_url": url, "region": region, "state": str(state_dir),
+                        "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key})
         else:
-            print(f"AWS_ENDPOINT_URL={url}")
-            print(f"AWS_DEFAULT_REGION={region}")
+            for name, value in {**service.credentials_env(), "AWS_DEFAULT_REGION": region}.items():
+                print(f"{name}={value}")
         sys.stdout.flush()
         print(
-            f"remote-debug emulator: serving on {url} (state {state_dir}); any credentials work, "
-            "e.g. AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing; Ctrl-C stops it and its jobs",
+            f"remote-debug emulator: serving on {url} (state {state_dir}) to requests signed with the keys above "
+            f"(also in {state_dir / CREDENTIALS_FILE}); Ctrl-C stops it and its jobs",
             file=sys.stderr,
             flush=True,
         )

@@ -5,9 +5,10 @@ AWS's wording) when any permission it needs is denied.
 
 The caller is who moto's STS says the access key belongs to (GetCallerIdentity answers the same): an IAM
 user made in the emulator (``iam create-user`` + ``create-access-key``) is ``AIDA...`` with its own ARN;
-any other key is moto's default user.  So two users with two key pairs see each other's jobs as AWS would
-show them to two people under ``templates/iam``.  Query- and REST-protocol services (S3, IAM, STS) are
-not checked: the SageMaker path's permissions are JSON-protocol ones.
+the emulator's own key (the only other one it accepts, see :mod:`.sigv4`) is moto's default user.  So two
+users with two key pairs see each other's jobs as AWS would show them to two people under ``templates/iam``.
+Query- and REST-protocol services (S3, IAM, STS) are not checked: the SageMaker path's permissions are
+JSON-protocol ones.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from remote_debug.emulator.access import write_private
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.nodes import Cluster
 from remote_debug.emulator.runtime import NodeRun
@@ -151,11 +152,10 @@ class Job:
         return summary
 
     def snapshot(self) -> None:
-        # for people and post-mortems: what DescribeTrainingJob said last
+        # for people and post-mortems: what DescribeTrainingJob said last; 0600, its Environment holds the job
+        # secret (the emulator's state dir is 0700 too)
         with contextlib.suppress(OSError):
-            temporary = self.dir / "describe.json.tmp"
-            temporary.write_text(json.dumps(self.describe(), indent=1), encoding="utf-8")
-            temporary.replace(self.dir / "describe.json")
+            write_private(self.dir / "describe.json", json.dumps(self.describe(), indent=1))
 
 
 def remote_debug_flag(config: dict[str, Any] | None) -> bool | None:

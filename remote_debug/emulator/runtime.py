@@ -7,9 +7,9 @@
 * the environment: the image's ENV, then what the platform sets (``TRAINING_JOB_NAME``,
   ``TRAINING_JOB_ARN``, ``AWS_REGION``), then the request's ``Environment``.  Where AWS hands the
   container an execution role, the emulator hands it itself: ``AWS_ENDPOINT_URL`` (reachable in the
-  node through :mod:`.endpoint_relay`), dummy keys, ``AWS_DEFAULT_REGION`` (botocore here does not
-  read ``AWS_REGION``) and no instance-metadata probing; a network-isolated job gets neither the
-  endpoint nor keys;
+  node through :mod:`.endpoint_relay`), the emulator's keys (it accepts no others), ``AWS_DEFAULT_REGION``
+  (botocore here does not read ``AWS_REGION``) and no instance-metadata probing; a network-isolated job
+  gets neither the endpoint nor keys;
 * the command: ``ContainerEntrypoint`` + ``ContainerArguments`` if given, else the image's ``train``.
 """
 
@@ -26,9 +26,8 @@ from typing import IO, Any
 
 from remote_debug.emulator.channels import channel_config
 from remote_debug.emulator.images import ImageEnv
+from remote_debug.emulator.sigv4 import Keys
 
-ACCESS_KEY_ID = "testing"  # moto takes any key; these only make botocore sign its requests
-SECRET_ACCESS_KEY = "testing"
 NETWORK_INTERFACE = "eth0"  # the name nodes.py gives each node's interface, and SageMaker's
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 HOMOGENEOUS = "homogeneousCluster"
@@ -167,6 +166,7 @@ def node_environment(
     region: str,
     endpoint_url: str | None,
     environment: dict[str, str],
+    keys: Keys,
 ) -> dict[str, str]:
     """The node's whole environment (nothing of the emulator's own leaks in, as with ``docker run``).
 
@@ -193,8 +193,7 @@ def node_environment(
         env.update(
             {
                 "AWS_ENDPOINT_URL": endpoint_url,
-                "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
-                "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+                **keys.env(),
             }
         )
     env.update(environment)

@@ -9,8 +9,10 @@ operation, and so is every answer, so the emulator cannot drift from what AWS ac
 
 JSON-protocol services name the operation in ``X-Amz-Target`` (``SageMaker.CreateTrainingJob``,
 ``AmazonSSM.StartSession``); the region and the caller's access key come from the SigV4
-``Authorization`` header.  Signatures are not checked: the emulator is a local test bench, reachable on
-loopback only.  IAM is, when asked (``authorize``: the ``--policy`` mode, see :mod:`.enforce`).
+``Authorization`` header, whose SigV4 signature is checked on every request, served or forwarded, before
+anything else (:mod:`.sigv4`; ``secret_of`` knows the keys); a refusal is worded as the protocol of the
+request words it (JSON, S3's XML, the query services' XML).  IAM is checked when asked (``authorize``: the
+``--policy`` mode, see :mod:`.enforce`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
 import botocore.session
@@ -29,6 +32,7 @@ from botocore.validate import ParamValidator
 
 from remote_debug.emulator.constraints import constraint_errors, validation_message
 from remote_debug.emulator.errors import ApiError
+from remote_debug.emulator.sigv4 import AuthError, SecretOf, needs_body, scope_service, verify
 
 Handler = Callable[["Call"], dict[str, Any]]
 StartResponse = Callable[..., Any]
@@ -38,6 +42,14 @@ Authorize = Callable[[str, str, dict[str, Any], str, str], None]
 
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
 MAX_BODY = 16 * 1024 * 1024  # CreateTrainingJob is at most a few hundred KiB; anything far larger is an error
+# how each protocol names a refused signature: (JSON services, S3, query services such as STS and IAM)
+_AUTH_CODES = {
+    "missing": ("MissingAuthenticationTokenException", "AccessDenied", "MissingAuthenticationToken"),
+    "malformed": ("IncompleteSignatureException", "AuthorizationHeaderMalformed", "IncompleteSignature"),
+    "unknown_key": ("UnrecognizedClientException", "InvalidAccessKeyId", "InvalidClientTokenId"),
+    "mismatch": ("InvalidSignatureException", "SignatureDoesNotMatch", "SignatureDoesNotMatch"),
+    "expired": ("InvalidSignatureException", "RequestTimeTooSkewed", "SignatureDoesNotMatch"),
+}
 
 
 class Forward(Exception):
@@ -100,8 +112,9 @@ class Front:
     """
 
     def __init__(self, fallback: WsgiApp, targets: dict[str, str], checked: dict[str, str] | None = None,
-                 authorize: Authorize | None = None) -> None:
+                 authorize: Authorize | None = None, *, secret_of: SecretOf) -> None:
         self.fallback = fallback
+        self.secret_of = secret_of  # access key id -> secret: every request is signed with one of these keys
         self.authorize = authorize  # the opt-in IAM mode: every checked request, served or forwarded
         self.targets = targets
         self.checked = {**targets, **(checked or {})}
@@ -120,6 +133,12 @@ class Front:
         return service, operation
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        try:  # first of all: an unsigned or wrongly signed request reaches neither a handler nor moto
+            verify(environ, _read_body(environ) if needs_body(environ) else None, self.secret_of)
+        except AuthError as exc:
+            return _refuse(environ, exc, start_response)
+        except ApiError as exc:  # an unreadable or oversized body
+            return _refuse(environ, AuthError("malformed", exc.message), start_response, exc.status)
         ours = self._ours(environ)
         try:
             if ours is None:
@@ -194,8 +213,33 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return body
 
 
+def _refuse(environ: dict[str, Any], exc: AuthError, start_response: StartResponse,
+            status: int = 403) -> Iterable[bytes]:
+    """A refused signature as the service would answer it: JSON for X-Amz-Target services, else S3's or the
+    query protocol's XML error."""
+    json_code, s3_code, query_code = _AUTH_CODES[exc.kind]
+    message = escape(exc.message)
+    if environ.get("HTTP_X_AMZ_TARGET"):
+        payload = json.dumps({"__type": json_code, "message": exc.message}).encode()
+        kind = "application/x-amz-json-1.1"
+    elif scope_service(environ) == "s3" or not str(environ.get("CONTENT_TYPE", "")).startswith(
+            "application/x-www-form-urlencoded"):
+        if exc.kind == "unknown_key":  # S3's own words for it
+            message = "The AWS Access Key Id you provided does not exist in our records."
+        payload = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{s3_code}</Code><Message>{message}'
+                   "</Message><RequestId>0</RequestId></Error>").encode()
+        kind = "application/xml"
+    else:
+        payload = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{query_code}</Code><Message>{message}</Message>"
+                   "</Error><RequestId>0</RequestId></ErrorResponse>").encode()
+        kind = "text/xml"
+    start_response(f"{status} Forbidden" if status == 403 else f"{status} Error",
+                   [("Content-Type", kind), ("Content-Length", str(len(payload)))])
+    return [payload]
+
+
 def _signer(environ: dict[str, Any]) -> tuple[str, str]:
-    """(access key id, region) from the SigV4 Authorization header; defaults for unsigned calls."""
+    """(access key id, region) from the SigV4 Authorization header (verified by then)."""
     match = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
     if match is None:
         return "anonymous", "us-east-1"

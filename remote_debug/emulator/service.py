@@ -16,18 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from remote_debug.emulator import janitor
+from remote_debug.emulator.access import GatedWSGIServer, admitted_uids, secure_dir, write_private
 from remote_debug.emulator.enforce import PolicyEnforcer, moto_caller
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.server import Call, Forward, Front
+from remote_debug.emulator.sigv4 import Keys
 from remote_debug.emulator.ssm_channel import SHELL_DOCUMENT, DataChannelServer
 from remote_debug.emulator.ssm_shell import open_shell
 from remote_debug.emulator.training import AGENT_DELAY, TrainingJobs
 from remote_debug.spec import LOOPBACK
 
+CREDENTIALS_FILE = "credentials.env"  # in the state dir, 0600: the lines to export, for scripts and tests
 ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too
 DEFAULT_REGION = "us-east-1"
 # X-Amz-Target prefixes -> botocore service names: the services whose operations the front serves (see
@@ -78,8 +80,11 @@ class Emulator:
         agent_delay: float = AGENT_DELAY,
         session_rate: tuple[float, int] = SESSION_RATE,
         ssh_document: bool = True,
+        keys: Keys | None = None,
     ) -> None:
         self.state_dir = state_dir
+        # the only key (besides those made inside the emulator, see _secret_of) its API accepts: fresh per start
+        self.keys = keys or Keys.generate()
         self.policy = policy  # identity policies every caller is held to (the --policy mode); None: no IAM
         self.port = port
         self.region = region
@@ -90,9 +95,10 @@ class Emulator:
         # and, in its samples, port forwarding only): what the product's port-forwarding fallback is for
         self.ssh_document = ssh_document
         self._sessions_throttle = Throttle(*session_rate)
-        self._http: BaseWSGIServer | None = None
+        self._http: GatedWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self.channel = DataChannelServer(LOOPBACK)
+        self.uids = admitted_uids()  # who may connect at all: the emulator's user and root
+        self.channel = DataChannelServer(LOOPBACK, uids=self.uids)
         # one TrainingJobs per region, as AWS keeps them: a job, its ARN, its logs and its SSM targets live in
         # the region of the request that created it, and are unknown in every other region
         self._regions: dict[str, TrainingJobs] = {}
@@ -107,12 +113,16 @@ class Emulator:
         return f"http://{LOOPBACK}:{self._http.server_port}"
 
     def start(self) -> str:
-        """Bind, start serving in a background thread, return the endpoint URL."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._janitor = janitor.start(self.state_dir)  # cleans up if this process dies without close()
+        """Bind, start serving in a background thread, return the endpoint URL.  Raises StateDirError for a
+        state dir that is not ours (or a symlink), OSError when the port is taken."""
+        secure_dir(self.state_dir)
         front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
-                      authorize=self._enforcer())
-        self._http = make_server(LOOPBACK, self.port, front, threaded=True, request_handler=MotoRequestHandler)
+                      authorize=self._enforcer(), secret_of=self._secret_of)
+        self._http = GatedWSGIServer(LOOPBACK, self.port, front, handler=MotoRequestHandler)
+        self._http.uids = self.uids
+        self._janitor = janitor.start(self.state_dir)  # cleans up if this process dies without close()
+        exports = {**self.credentials_env(), "AWS_DEFAULT_REGION": self.region}
+        write_private(self.state_dir / CREDENTIALS_FILE, "".join(f"{k}={v}\n" for k, v in exports.items()))
         self.channel.start()
         self.jobs_in(self.region)
         self._routes(front)
@@ -137,6 +147,17 @@ class Emulator:
             self._http.server_close()
             self._thread = None
 
+    def credentials_env(self) -> dict[str, str]:
+        """What a client exports to use the emulator: its endpoint and its keys."""
+        return {"AWS_ENDPOINT_URL": self.url, **self.keys.env()}
+
+    def _secret_of(self, access_key: str) -> str | None:
+        """The secret of ``access_key``: ours, or one made inside the emulator by a caller who had ours (moto's
+        IAM users' keys, STS sessions): the --policy mode's callers."""
+        if access_key == self.keys.access_key_id:
+            return self.keys.secret_access_key
+        return moto_secret(access_key)
+
     @property
     def jobs(self) -> TrainingJobs:
         """The training jobs of the emulator's default region."""
@@ -159,6 +180,7 @@ class Emulator:
                     images=self.images,
                     log_delay=self.log_delay,
                     agent_delay=self.agent_delay,
+                    keys=self.keys,
                 )
                 if self._closing:  # a call that raced close(): refused as every new job then is
                     jobs.shutdown()
@@ -265,3 +287,16 @@ class Emulator:
         # AWS answers a terminated or unknown session's TerminateSession with its id all the same
         self.channel.terminate(call.params["SessionId"])
         return {"SessionId": call.params["SessionId"]}
+
+
+def moto_secret(access_key: str) -> str | None:
+    """The secret moto's IAM (create-access-key) or STS (assume-role, get-session-token) made for ``access_key``."""
+    from moto.iam.models import iam_backends
+    from moto.sts.models import sts_backends
+
+    for user in list(iam_backends[ACCOUNT_ID]["aws"].users.values()):
+        for key in list(user.access_keys):
+            if key.access_key_id == access_key and key.status == "Active":
+                return str(key.secret_access_key)
+    role = sts_backends[ACCOUNT_ID]["aws"].get_assumed_role_from_access_key(access_key)
+    return None if role is None else str(role.secret_access_key)

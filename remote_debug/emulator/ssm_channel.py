@@ -49,6 +49,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
+from remote_debug.emulator import access
 from remote_debug.emulator import ssm_messages as m
 
 log = logging.getLogger(__name__)
@@ -620,10 +621,13 @@ class MuxRelay(_Relay):
 class DataChannelServer:
     """The data-channel WebSocket server on loopback: sessions opened by the API server, served to the plugin."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, disconnect_timeout: float = 30.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, disconnect_timeout: float = 30.0,
+                 uids: frozenset[int] | None = None) -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"the data channel listens on loopback only, not {host}")
         self.host, self.port = host, port
+        # who may open a WebSocket at all (the plugin runs as the emulator's user); the token does the rest
+        self.uids = access.admitted_uids() if uids is None else uids
         # A session without a data channel (never opened, or dropped) is terminated after this. The
         # plugin cannot say "I am done" (it just exits when ssh closes its stdin), and after a drop it
         # calls ResumeSession at once and gives up after ~5 s of retries, so half a minute is plenty.
@@ -791,6 +795,9 @@ class DataChannelServer:
             return self._channels.get(session_id) if session_id else None
 
     def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+        sock = connection.transport.get_extra_info("socket")
+        if sock is None or not access.admits(sock, self.uids):
+            return connection.respond(HTTPStatus.FORBIDDEN, "connection refused: not the emulator's user\n")
         if self._channel_for(request.path) is None:
             return connection.respond(HTTPStatus.NOT_FOUND, "no such data channel\n")
         return None

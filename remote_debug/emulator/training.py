@@ -45,6 +45,7 @@ from remote_debug.emulator.jobrecord import DEFAULT_MAX_RUNTIME, Job, remote_deb
 from remote_debug.emulator.logship import LogShipper
 from remote_debug.emulator.nodes import Cluster
 from remote_debug.emulator.runtime import NodeRun
+from remote_debug.emulator.sigv4 import Keys
 
 STOP_GRACE = 120.0  # SageMaker: SIGTERM, then SIGKILL 120 s later
 SHUTDOWN_GRACE = 5.0
@@ -82,8 +83,12 @@ class TrainingJobs:
         log_delay: float = 0.5,
         stop_grace: float = STOP_GRACE,
         agent_delay: float = AGENT_DELAY,
+        keys: Keys | None = None,
     ) -> None:
         self.work_dir = work_dir
+        # the emulator's key: its own calls (S3 inputs, CloudWatch Logs) and, as the role AWS would hand them,
+        # its jobs' calls are signed with it (a job's own role key on AWS; None: any, for a bare moto server)
+        self.keys = keys or Keys.generate()
         self.endpoint_url = endpoint_url
         self.region = region
         self.account_id = account_id
@@ -95,8 +100,8 @@ class TrainingJobs:
         self._jobs: dict[str, Job] = {}
         self._closing = False
         session = boto3.session.Session(
-            aws_access_key_id=runtime.ACCESS_KEY_ID,
-            aws_secret_access_key=runtime.SECRET_ACCESS_KEY,
+            aws_access_key_id=self.keys.access_key_id,
+            aws_secret_access_key=self.keys.secret_access_key,
             region_name=region,
         )
         # clients are thread-safe once made; making them is not, so it happens here, once
@@ -433,6 +438,7 @@ class TrainingJobs:
                 region=self.region,
                 endpoint_url=None if job.request.get("EnableNetworkIsolation") else self.endpoint_url,
                 environment=job.request.get("Environment", {}),
+                keys=self.keys,
             )
             node.stream = f"{job.name}/{node.name}-{int(time.time())}"
             shipper.open_stream(node.stream)

@@ -39,8 +39,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 
 def client(emulator: Emulator, service: str) -> Any:
-    return boto3.client(service, endpoint_url=emulator.url, region_name=REGION, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client(service, endpoint_url=emulator.url, region_name=REGION,
+                        aws_access_key_id=emulator.keys.access_key_id,
+                        aws_secret_access_key=emulator.keys.secret_access_key)
 
 
 def sleeping_job(sm: Any, name: str, **extra: Any) -> None:
@@ -91,8 +92,10 @@ def test_sessions_wait_for_the_agent_and_the_product_waits_with_one_line(emulato
 
         # StartSession is throttled: a burst of 3, then 1 a second (seen without botocore's own retries, which
         # otherwise wait it out)
-        once = boto3.client("ssm", endpoint_url=emulator.url, region_name=REGION, aws_access_key_id="testing",
-                            aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1}))
+        once = boto3.client("ssm", endpoint_url=emulator.url, region_name=REGION,
+                            aws_access_key_id=emulator.keys.access_key_id,
+                            aws_secret_access_key=emulator.keys.secret_access_key,
+                            config=Config(retries={"max_attempts": 1}))
         codes = []
         for _ in range(6):
             try:

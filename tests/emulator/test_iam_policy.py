@@ -120,8 +120,9 @@ TEMPLATE = json.loads((Path(__file__).resolve().parents[2] / "templates" / "iam"
 
 def test_the_emulator_refuses_what_the_policy_does_not_allow_in_aws_words(tmp_path: Path) -> None:
     with Emulator(tmp_path / "state", policy=[TEMPLATE]) as emulator:
-        iam = boto3.client("iam", endpoint_url=emulator.url, region_name="us-east-1", aws_access_key_id="admin",
-                           aws_secret_access_key="x")
+        iam = boto3.client("iam", endpoint_url=emulator.url, region_name="us-east-1",
+                           aws_access_key_id=emulator.keys.access_key_id,
+                           aws_secret_access_key=emulator.keys.secret_access_key)
         iam.create_user(UserName="alice")
         key = iam.create_access_key(UserName="alice")["AccessKey"]
         session = boto3.Session(aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"],
@@ -157,7 +158,8 @@ def test_the_emulator_refuses_what_the_policy_does_not_allow_in_aws_words(tmp_pa
 def test_without_a_policy_nothing_is_checked(tmp_path: Path) -> None:
     with Emulator(tmp_path / "state") as emulator:
         sagemaker = boto3.client("sagemaker", endpoint_url=emulator.url, region_name="us-east-1",
-                                 aws_access_key_id="k", aws_secret_access_key="x")
+                                 aws_access_key_id=emulator.keys.access_key_id,
+                                 aws_secret_access_key=emulator.keys.secret_access_key)
         with pytest.raises(ClientError) as info:
             sagemaker.stop_training_job(TrainingJobName="j1")
         assert info.value.response["Error"]["Code"] != "AccessDeniedException"

@@ -48,11 +48,11 @@ def test_a_killed_emulator_takes_its_jobs_and_namespaces_with_it(tmp_path: Path)
     namespaces: list[str] = []
     try:
         assert emulator.stdout is not None
-        url = json.loads(emulator.stdout.readline())["endpoint_url"]
-        sm = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-        boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket="janitor-bucket")
+        started = json.loads(emulator.stdout.readline())
+        url = started["endpoint_url"]
+        keys = {"aws_access_key_id": started["access_key_id"], "aws_secret_access_key": started["secret_access_key"]}
+        sm = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1", **keys)
+        boto3.client("s3", endpoint_url=url, region_name="us-east-1", **keys).create_bucket(Bucket="janitor-bucket")
         sm.create_training_job(
             TrainingJobName="janitor-job", RoleArn="arn:aws:iam::123456789012:role/R",
             AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/byoc:1",

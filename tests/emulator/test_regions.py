@@ -40,8 +40,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 
 def client(emulator: Emulator, service: str, region: str) -> Any:
-    return boto3.client(service, endpoint_url=emulator.url, region_name=region, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
+    return boto3.client(service, endpoint_url=emulator.url, region_name=region,
+                        aws_access_key_id=emulator.keys.access_key_id,
+                        aws_secret_access_key=emulator.keys.secret_access_key)
 
 
 def request(name: str, code: str, **extra: Any) -> dict[str, Any]:

@@ -86,8 +86,8 @@ class Emulator:
             service,
             endpoint_url=self.url,
             region_name=region,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],  # the keys the emulator printed at start
+            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
         )
 
     def cli(self, *args: str, timeout: float = 120, region: str = REGION) -> subprocess.CompletedProcess[str]:
@@ -121,8 +121,6 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_", "SM_"))}
     base.update(
         HOME=str(home),
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION=REGION,
         AWS_REGION=REGION,
         PATH=os.pathsep.join([str(PLUGIN.parent), str(Path(sys.executable).parent), base.get("PATH", "")]),
@@ -141,8 +139,11 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line, (tmp / "emulator.log").read_text()
-        url = json.loads(line)["endpoint_url"]
-        env = {**base, "AWS_ENDPOINT_URL": url}
+        started = json.loads(line)
+        url = started["endpoint_url"]
+        # the keys it made at start, as a user exports them: it refuses any other signature
+        env = {**base, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": started["access_key_id"],
+               "AWS_SECRET_ACCESS_KEY": started["secret_access_key"]}
         emu = Emulator(url=url, env=env, home=home, tmp=tmp)
         emu.client("s3").create_bucket(Bucket=BUCKET)
         yield emu

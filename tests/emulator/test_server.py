@@ -11,20 +11,27 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
+from unittest import mock
 
 import boto3
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
+from remote_debug.container import awscall
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.server import Call, Forward, Front
 from remote_debug.emulator.service import CHECKED_TARGETS, SERVED_TARGETS
 
 REGION = "eu-west-3"
+KEYS = {"AKIDEXAMPLE": "secret"}  # the only key the front under test accepts
 ARN = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/job-1"
 
 
@@ -40,7 +47,8 @@ class Recorder:
 
 @pytest.fixture
 def front() -> Iterator[tuple[str, Front]]:
-    app = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS)
+    app = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
+                secret_of=KEYS.get)
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -147,13 +155,97 @@ def test_non_json_and_oversized_bodies_are_refused_in_one_line(front: tuple[str,
     app.route("sagemaker", "StopTrainingJob", Recorder())
     headers = {"X-Amz-Target": "SageMaker.StopTrainingJob", "Content-Type": "application/x-amz-json-1.1"}
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(urllib.request.Request(url, data=b"{not json", headers=headers), timeout=10)
+        urllib.request.urlopen(signed(url, b"{not json", headers), timeout=10)
     assert json.loads(caught.value.read())["__type"] == "SerializationException"
     with pytest.raises(urllib.error.HTTPError) as big:
         urllib.request.urlopen(
             urllib.request.Request(url, data=b"x", headers={**headers, "Content-Length": str(10**9)}), timeout=10
         )
     assert big.value.code == 413
+
+
+def signed(url: str, body: bytes, headers: dict[str, str], key: str = "AKIDEXAMPLE", secret: str = "secret",
+           when: datetime | None = None, service: str = "sagemaker") -> urllib.request.Request:
+    """A raw request signed as botocore signs one (at ``when``, default now)."""
+    request = AWSRequest(method="POST", url=url, data=body, headers=headers)
+    auth = SigV4Auth(Credentials(key, secret), service, REGION)
+    if when is None:
+        auth.add_auth(request)
+    else:
+        with mock.patch("botocore.auth.datetime.datetime") as clock:
+            clock.now.return_value = when.replace(tzinfo=None)
+            clock.utcnow.return_value = when.replace(tzinfo=None)
+            auth.add_auth(request)
+    return urllib.request.Request(url, data=body, headers=dict(request.headers.items()))
+
+
+def _refusal(request: urllib.request.Request) -> tuple[int, dict[str, Any]]:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    return caught.value.code, json.loads(caught.value.read())
+
+
+def test_every_request_needs_a_signature_with_a_known_key_and_a_current_date(front: tuple[str, Front]) -> None:
+    url, app = front
+    handler = Recorder()
+    app.route("sagemaker", "StopTrainingJob", handler)
+    headers = {"X-Amz-Target": "SageMaker.StopTrainingJob", "Content-Type": "application/x-amz-json-1.1"}
+    body = json.dumps({"TrainingJobName": "job-1"}).encode()
+    assert _refusal(urllib.request.Request(url, data=body, headers=headers)) == (
+        403, {"__type": "MissingAuthenticationTokenException", "message": "Missing Authentication Token"})
+    code, answer = _refusal(signed(url, body, headers, secret="not-the-secret"))
+    assert (code, answer["__type"]) == (403, "InvalidSignatureException") and "does not match" in answer["message"]
+    code, answer = _refusal(signed(url, body, headers, key="AKIDSOMEONEELSE"))
+    assert (code, answer["__type"]) == (403, "UnrecognizedClientException")
+    stale = datetime.now(timezone.utc) - timedelta(minutes=6)
+    code, answer = _refusal(signed(url, body, headers, when=stale))
+    assert (code, answer["__type"]) == (403, "InvalidSignatureException") and "Signature expired" in answer["message"]
+    tampered = signed(url, body, headers)
+    tampered.data = json.dumps({"TrainingJobName": "job-2"}).encode()  # same length, other job
+    assert _refusal(tampered)[1]["__type"] == "InvalidSignatureException"
+    assert handler.calls == []  # none of them reached the handler
+    urllib.request.urlopen(signed(url, body, headers, when=datetime.now(timezone.utc) - timedelta(minutes=4)),
+                           timeout=10).read()  # within AWS's five minutes of skew
+    assert [c.params for c in handler.calls] == [{"TrainingJobName": "job-1"}]
+
+
+def test_the_containers_own_signer_is_accepted(front: tuple[str, Front]) -> None:
+    """The in-job hook signs its SSM calls itself where the image has no boto3 (container/awscall.py)."""
+    url, app = front
+    handler = Recorder()
+    handler.answer = {"SessionId": "s-1"}
+    app.route("ssm", "TerminateSession", handler)
+    body = json.dumps({"SessionId": "s-1"}).encode()
+    headers = awscall.sign(method="POST", url=url + "/", body=body, region=REGION, service="ssm",
+                           credentials=awscall.Credentials("AKIDEXAMPLE", "secret", None),
+                           headers={"Content-Type": "application/x-amz-json-1.1",
+                                    "X-Amz-Target": "AmazonSSM.TerminateSession"},
+                           amz_date=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    headers.pop("Host")
+    with urllib.request.urlopen(urllib.request.Request(url + "/", data=body, headers=headers), timeout=10) as answer:
+        assert json.loads(answer.read()) == {"SessionId": "s-1"}
+    assert [c.access_key for c in handler.calls] == ["AKIDEXAMPLE"]
+
+
+def test_forwarded_services_are_checked_too_and_refused_in_their_own_shape(front: tuple[str, Front]) -> None:
+    url, _ = front
+    s3 = client(url, "s3")
+    s3.create_bucket(Bucket="signed-bucket", CreateBucketConfiguration={"LocationConstraint": REGION})
+    key = "a dir/odd+name~(1)=&.txt"  # the path and query as S3 signs them
+    s3.put_object(Bucket="signed-bucket", Key=key, Body=b"payload")
+    assert s3.list_objects_v2(Bucket="signed-bucket", Prefix="a dir/")["Contents"][0]["Key"] == key
+    assert s3.get_object(Bucket="signed-bucket", Key=key)["Body"].read() == b"payload"
+    for service, operation, code in (
+        ("s3", "list_buckets", "SignatureDoesNotMatch"),
+        ("sts", "get_caller_identity", "SignatureDoesNotMatch"),
+        ("logs", "describe_log_groups", "InvalidSignatureException"),
+    ):
+        wrong = boto3.client(service, endpoint_url=url, region_name=REGION, aws_access_key_id="AKIDEXAMPLE",
+                             aws_secret_access_key="guess", config=Config(retries={"max_attempts": 1}))
+        with pytest.raises(ClientError) as info:
+            getattr(wrong, operation)()
+        assert (info.value.response["Error"]["Code"], info.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (
+            code, 403), service
 
 
 def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Front]) -> None:

@@ -55,8 +55,9 @@ class Running:
     url: str
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.url, region_name=REGION, aws_access_key_id="testing",
-                            aws_secret_access_key="testing")
+        keys = self.emulator.keys  # the emulator's own: it refuses any other signature
+        return boto3.client(service, endpoint_url=self.url, region_name=REGION, aws_access_key_id=keys.access_key_id,
+                            aws_secret_access_key=keys.secret_access_key)
 
     def create_job(self, name: str, nodes: int = 1, code: str = SLEEPER, *, remote_debug: bool = True,
                    image: str = IMAGE) -> None:
@@ -97,15 +98,15 @@ class Running:
 def running_emulator(state_dir: Path, images: ImageMap | None = None) -> Iterator[Running]:
     """The emulator on loopback with a bucket for job outputs; closed (jobs stopped, sessions ended) on exit."""
     with pytest.MonkeyPatch.context() as patch:
-        # The plugin inherits our environment (its ResumeSession/TerminateSession calls): test credentials only.
+        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2, agent_delay=0.0, images=images)
+        # The plugin inherits our environment (its ResumeSession/TerminateSession calls): the emulator's keys only.
         for name in [n for n in os.environ if n.startswith("AWS_")]:
             patch.delenv(name)
-        patch.setenv("AWS_ACCESS_KEY_ID", "testing")
-        patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        for name, value in emulator.keys.env().items():
+            patch.setenv(name, value)
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         patch.setenv("AWS_CONFIG_FILE", str(state_dir / "no-aws-config"))
         patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(state_dir / "no-aws-credentials"))
-        emulator = Emulator(state_dir / "state", region=REGION, log_delay=0.2, agent_delay=0.0, images=images)
         try:
             running = Running(emulator, emulator.start())
             running.client("s3").create_bucket(Bucket=BUCKET)

@@ -29,6 +29,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from remote_debug.emulator.sigv4 import Keys
 from remote_debug.local import aws, ssm
 from remote_debug.local.errors import UserError
 from tests.container.helpers import TOKEN_ENV, alive, kill_all, make_key, pids_with_env, scan_for_secrets, wait_for
@@ -52,13 +53,14 @@ REGION = "us-west-2"
 TARGET = "sagemaker-training-job:my-job_algo-1"
 PROFILE = "dev"
 PROFILE_KEY = "AKIDREMOTEDEBUGDEV01"  # the dev profile's access key: the emulator names sessions after it
+PROFILE_SECRET = "dev-secret"  # the emulator accepts the profile's keys only (LocalSsm's keys)
 needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None or not Path("/usr/sbin/sshd").exists(),
                                reason="needs OpenSSH (ssh and sshd)")
 
 
 @pytest.fixture
 def local_ssm(tmp_path: Path) -> Iterator[LocalSsm]:
-    with LocalSsm(tmp_path / "emulator", REGION) as service:
+    with LocalSsm(tmp_path / "emulator", REGION, keys=Keys(PROFILE_KEY, PROFILE_SECRET)) as service:
         service.targets.add(TARGET)
         yield service
 
@@ -72,7 +74,7 @@ def client(local_ssm: LocalSsm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             monkeypatch.delenv(name)
     (tmp_path / "aws-config").write_text(f"[profile {PROFILE}]\nregion = {REGION}\n")
     (tmp_path / "aws-credentials").write_text(
-        f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = dev-secret\n")
+        f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = {PROFILE_SECRET}\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
@@ -265,7 +267,7 @@ class Relay:
 @contextlib.contextmanager
 def relay(local_ssm: LocalSsm, port: int, tmp_path: Path) -> Iterator[Relay]:
     env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                    token=str(tmp_path), scratch=tmp_path)
+                    token=str(tmp_path), scratch=tmp_path, keys=local_ssm.keys)
     with open(tmp_path / "relay.stderr", "wb") as stderr:
         proc = subprocess.Popen(relay_argv(TARGET, port), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr, start_new_session=True)
@@ -347,7 +349,7 @@ def openssh_through_the_proxy(local_ssm: LocalSsm, tmp_path: Path) -> Iterator[t
     key = tmp_path / "id"
     token = f"{TOKEN_ENV}={tmp_path}\0"
     env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                    token=str(tmp_path), scratch=tmp_path)
+                    token=str(tmp_path), scratch=tmp_path, keys=local_ssm.keys)
     proxy = shlex.join(relay_argv(TARGET, "%p"))
     try:
         with private_sshd(tmp_path, make_key(key)) as sshd:

@@ -33,6 +33,7 @@ import pytest
 
 from remote_debug.container import hybrid
 from remote_debug.container.hybrid import Activation, AgentCli, HybridError
+from remote_debug.emulator.sigv4 import Keys
 from remote_debug.emulator.ssm_channel import Session
 from remote_debug.local import ssm
 from tests.container.helpers import (
@@ -99,11 +100,11 @@ class LiveSsm:
 def live_ssm_session(tmp_path: Path) -> Iterator[LiveSsm]:
     """The relay, its plugin and the session; afterwards all of them gone (by the relay's process group, then
     by the test's token in their environment), and the emulator and the node's echo server stopped."""
-    with LocalSsm(tmp_path / "emulator", REGION) as local_ssm, echo_server() as node:
+    keys = Keys(AWS_ACCESS_KEY, AWS_SECRET)  # recognisable keys, which the emulator accepts
+    with LocalSsm(tmp_path / "emulator", REGION, keys=keys) as local_ssm, echo_server() as node:
         local_ssm.targets.add(SSM_TARGET)
         env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                        token=str(tmp_path), scratch=tmp_path)
-        env.update(AWS_ACCESS_KEY_ID=AWS_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=AWS_SECRET)  # recognisable keys
+                        token=str(tmp_path), scratch=tmp_path, keys=keys)
         relay = subprocess.Popen(relay_argv(SSM_TARGET, node.port), env=env, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, start_new_session=True)
         assert relay.stdin is not None and relay.stdout is not None

@@ -19,6 +19,7 @@ import boto3
 import pytest
 
 from remote_debug import job_secret, manifest_lines, spec
+from remote_debug.emulator.sigv4 import Keys
 from remote_debug.local import aws, connection, ssm
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
@@ -441,7 +442,9 @@ def test_relay_starts_the_transports_session(cloud: None, tmp_path: Path, monkey
     c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: transport}))
     c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=echo_port, ssm_target="mi-0123456789abcdef0"), 1))
     c.backend().manifests(JOB)
-    with LocalSsm(tmp_path / "emulator", REGION) as local_ssm:
+    # the emulator accepts the keys the product's client signs with (moto's mock puts its own in the environment)
+    keys = Keys(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    with LocalSsm(tmp_path / "emulator", REGION, keys=keys) as local_ssm:
         local_ssm.targets.add(target)
         monkeypatch.setenv("PATH", f"{plugin_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}")
         monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", local_ssm.url)  # how the user's environment names an endpoint
