@@ -10,6 +10,7 @@ import typer
 from remote_debug import spec
 from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag, positive_seconds
 from remote_debug.cli.output import event_printer
+from remote_debug.local import interrupts
 from remote_debug.local.attach import Attacher, AttachOptions
 from remote_debug.local.backends import backend_for, job_ref
 from remote_debug.local.errors import UserError
@@ -102,6 +103,9 @@ def attach(
         pycharm=PyCharmOptions(port=pycharm_port, build=pycharm_build),
     )
     emit = event_printer(as_json)
+    # a closed terminal (SIGHUP) or the extension's SIGTERM end the attach like Ctrl-C: its clean-up
+    # (launch.json entries naming its ports) runs instead of being skipped
+    interrupts.end_attach_on_hangup()
     try:
         ref = job_ref(job)  # a SageMaker training-job ARN works too
         job = ref.name

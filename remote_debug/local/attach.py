@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from remote_debug import peer_uid, spec
-from remote_debug.local import events, interrupts
+from remote_debug.local import events, interrupts, vscode_launch
 from remote_debug.local.attach_lock import AttachLock
 from remote_debug.local.backends.base import Backend
 from remote_debug.local.connection import POLL_SECONDS, JobConnection
-from remote_debug.local.errors import JobNotRunningError, UserError
+from remote_debug.local.errors import JobNotRunningError, UserError, reason
 from remote_debug.local.headless import HeadlessPlan, RankReport
 from remote_debug.local.ide import IdeSide, PyCharmOptions, RankForward, ide_side
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus
@@ -132,7 +132,10 @@ class Attacher:
             if self.ide.writes_config
             else None
         )
+        given_back = False
         try:
+            if lock is not None:
+                self._reclaim(lock)
             self.ide.prepare()  # e.g. PyCharm's version check and run configuration, before any tunnel
             if not peer_uid.supported():  # once per attach: the forwards cannot tell who connects
                 self.emit(events.WarningEvent(code="uid-check-unavailable", message=UID_CHECK_UNAVAILABLE))
@@ -159,11 +162,26 @@ class Attacher:
             raise
         finally:
             try:
+                # first, and not cut short by a second signal: the configuration naming our ports goes
+                # while we still hold them, before closing anything that may wait on a dead tunnel
+                with interrupts.deferred():
+                    given_back = self.ide.give_back()
                 self.ide.close()
                 self.connection.close()
             finally:
                 if lock is not None:
-                    lock.release()
+                    lock.release(keep=not given_back)
+
+    def _reclaim(self, lock: AttachLock) -> None:
+        """Give back what killed attaches left (their launch.json entries name ports nobody of ours holds):
+        this job's previous holder's, then any other job's whose lock nobody holds."""
+        try:
+            if lock.previous is not None:
+                vscode_launch.give_back_holder(self.job, lock.previous, self.paths)
+            vscode_launch.give_back_dead_attaches(self.paths)
+        except (UserError, OSError) as exc:  # not this attach's business to fail over
+            self.emit(events.WarningEvent(
+                message=f"cannot remove a killed attach's launch.json entries: {reason(exc)}"))
 
     def _watch(self) -> JobInfo:
         """Discover ranks until every selected one is exposed, then keep watching; the job's end, or
@@ -286,7 +304,7 @@ class Attacher:
         try:
             listening = self.connection.control(node).listen(r)
         except (OSError, UserError) as exc:
-            self.emit(events.WarningEvent(message=f"rank {r.rank}: cannot start its listener: {exc}"))
+            self.emit(events.WarningEvent(message=f"rank {r.rank}: cannot start its listener: {reason(exc)}"))
             return None
         self.pause_safe.done(r)  # "listen" made this rank's collectives pause-safe too
         self.emit(events.RankListening(rank=r.rank, node=node, remote_port=listening.port, detail=listening.detail))
@@ -297,7 +315,7 @@ class Attacher:
         try:
             asked = self.connection.control(node).connect(r)
         except (OSError, UserError) as exc:
-            self.emit(events.WarningEvent(message=f"rank {r.rank}: cannot ask it to connect to PyCharm: {exc}"))
+            self.emit(events.WarningEvent(message=f"rank {r.rank}: cannot ask it to connect to PyCharm: {reason(exc)}"))
             return False
         # ("connect" made the rank pause-safe too, but its own pause-safe round is what reports it)
         self.emit(events.RankListening(rank=r.rank, node=node, remote_port=r.port, detail=asked.detail))

@@ -13,6 +13,12 @@ holder writes who it is into the file, and removes the file when it is done (an 
 leaves nothing behind).  Removing a lock file races with a newcomer who opened it just before: that
 one would lock the removed file while a third locks a fresh one.  So a newcomer that got the lock
 checks that the file it locked is still the one at the path, and starts over if not.
+
+An attach that was killed (SIGKILL, a crash) cannot clean up: its lock file stays, still naming it,
+while the kernel has dropped its flock.  That is how the next attach, or ``prune``, knows its owner is
+dead (no pid that could be reused is trusted): :attr:`AttachLock.previous` for the job being attached,
+:func:`reclaim_dead` for every job; the caller gives back what the dead holder left (its launch.json
+entries point at ports nobody of ours holds any more, which any local user could bind).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +96,10 @@ def refusal(job: str, holder: Holder | None) -> str:
 class AttachLock:
     """A held lock (``release`` it, or let the process end)."""
 
-    def __init__(self, path: Path, fd: int | None) -> None:
+    def __init__(self, path: Path, fd: int | None, previous: Holder | None = None) -> None:
         self.path, self._fd = path, fd
+        # a holder that ended without releasing (killed): what it wrote may still point at its ports
+        self.previous = previous
 
     @classmethod
     def acquire(cls, paths: StatePaths, job: str, *, ide: spec.IDE, workspace: Path) -> AttachLock:
@@ -119,19 +128,25 @@ class AttachLock:
                 if not _still_at(fd, path):  # its holder removed it between our open and flock
                     os.close(fd)
                     continue
+                previous = _words(fd)  # a killed holder's: it never released, so the file is still there
                 me = Holder(os.getpid(), time.time(), str(ide), str(workspace))
                 os.ftruncate(fd, 0)  # a crashed holder's words
                 os.pwrite(fd, me.to_json(), 0)  # one small write: a reader sees all of it or nothing
             except BaseException:
                 os.close(fd)  # closing drops the lock too
                 raise
-            return cls(path, fd)
+            return cls(path, fd, previous)
         raise UserError(f"cannot lock {path}: it keeps being removed; try again")
 
-    def release(self) -> None:
-        """Remove the file while still holding it (see the module doc), then drop the lock."""
+    def release(self, *, keep: bool = False) -> None:
+        """Remove the file while still holding it (see the module doc), then drop the lock.  ``keep``:
+        leave the file naming us, as a killed holder would (what we wrote could not be given back: the
+        next attach or ``prune`` does it, see :func:`reclaim_dead`)."""
         fd, self._fd = self._fd, None
         if fd is None:
+            return
+        if keep:
+            os.close(fd)
             return
         try:
             with contextlib.suppress(OSError):
@@ -140,6 +155,55 @@ class AttachLock:
                 os.rmdir(self.path.parent)
         finally:
             os.close(fd)
+
+
+def reclaim_dead(paths: StatePaths, give_back: Callable[[str, Holder], None]) -> list[str]:
+    """Every job whose IDE attach died without its clean-up: its lock file still names a holder, yet
+    nobody holds its flock.  While holding that lock (no new attach of the job can start meanwhile),
+    ``give_back(job, holder)`` undoes what the holder left; then the file goes.  A lock someone holds
+    is a live attach (skipped); a ``give_back`` that raises leaves the file for the next try (and
+    propagates nothing: the rest are still reclaimed).  Returns the jobs reclaimed."""
+    folder = paths.attach_lock("x").parent
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # none yet, or not ours to read
+        return []
+    done = []
+    for name in names:
+        job = name.removesuffix(".lock")
+        if not name.endswith(".lock") or not spec.JOB_NAME_RE.fullmatch(job):
+            continue
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:  # released meanwhile, or not a plain file
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _still_at(fd, path):
+                raise BlockingIOError  # released and re-made meanwhile: not the file we looked at
+            holder = _words(fd)
+        except OSError:  # held: that attach runs (or this file system cannot lock: nothing can be told)
+            os.close(fd)
+            continue
+        try:
+            if holder is not None:
+                give_back(job, holder)
+        except Exception as exc:  # kept: the next attach or prune tries again
+            log.warning("cannot give back what the killed attach of job %s left: %s", job, exc)
+            os.close(fd)
+            continue
+        AttachLock(path, fd).release()
+        done.append(job)
+    return done
+
+
+def _words(fd: int) -> Holder | None:
+    """What the file says now (a holder that died before writing left it empty)."""
+    try:
+        return Holder.parse(os.pread(fd, 4096, 0))
+    except OSError:
+        return None
 
 
 def _still_at(fd: int, path: Path) -> bool:

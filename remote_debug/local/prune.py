@@ -19,6 +19,10 @@ goes even when no backend knows the job.  The launch.json configurations go firs
 be edited, nothing else of that job is removed, so a later prune finds the job again.  A recorded
 launch.json we cannot read at all (the user broke its syntax) is reported; the entries in it of jobs
 pruned meanwhile go with a later prune, once it reads again (they are then all that is left of them).
+
+One exception to "ended jobs only": the entries of an attach that was killed (its attach lock file
+still names it, and nobody holds the lock) go whatever the job's state, as the next attach would do:
+they name ports nobody of ours holds any more (:func:`vscode_launch.give_back_dead_attaches`).
 """
 
 from __future__ import annotations
@@ -285,6 +289,11 @@ class Pruner:
                     shutil.rmtree(path, ignore_errors=True)
 
     def run(self, *, dry_run: bool = False, older_than_days: float | None = None) -> PruneResult:
+        if not dry_run:
+            # an attach that was killed (SIGKILL) left entries naming ports nobody of ours holds, also
+            # for a job that still runs: they go whatever the job's state (its lock says its attach is dead)
+            with contextlib.suppress(UserError, OSError):  # a file it cannot edit is reported below
+                vscode_launch.give_back_dead_attaches(self.paths)
         leftovers, unreadable = self.inventory()
         outcomes = []
         for left in leftovers:

@@ -12,6 +12,12 @@ a comma belong to the next item (``wsc_before``; the first item's live in the co
 trailing comma to that comma.  :class:`_Items` hides this so that removing or appending an item
 moves the gaps, and keeps any comment in them, the way a person editing the file would.
 
+The entries hold the ports of one attach's forwards, so they live exactly as long as it does: the
+attach gives them back however it ends (:meth:`VsCodeIde.give_back`; SIGHUP and SIGTERM end it like
+Ctrl-C), and those of an attach that was killed are given back by the next attach or ``prune``
+(:func:`give_back_dead_attaches`).  Left behind, they would send the user's next F5 to a port nobody
+of ours holds, which any local user can bind.
+
 Removing the last of our entries gives the user their bytes back: what we added besides entries
 (the file itself, a ``"compounds"`` key, the blanks of an empty array we appended to) is noted in a
 record under the state dir (:mod:`launch_record`, which also does the locked, atomic
@@ -44,7 +50,7 @@ from json5.model import (
 )
 
 from remote_debug import spec
-from remote_debug.local import events
+from remote_debug.local import attach_lock, events
 from remote_debug.local.launch_record import LaunchJsonError as LaunchJsonError
 from remote_debug.local.launch_record import Notes, edit_launch_json
 from remote_debug.local.paths import StatePaths
@@ -573,3 +579,20 @@ def remove_job_configs(workspace: Path, job: str, *, paths: StatePaths | None = 
         doc.restore(notes)
 
     return _edit(path, change, remove=True, paths=paths)
+
+
+def give_back_holder(job: str, holder: attach_lock.Holder, paths: StatePaths | None = None) -> bool:
+    """Remove the entries a killed VS Code attach of ``job`` left in its workspace's launch.json."""
+    if holder.ide != spec.IDE.VSCODE or not Path(holder.workspace).is_absolute():
+        return False  # PyCharm's run configuration is not ours to edit here
+    return remove_job_configs(Path(holder.workspace), job, paths=paths)
+
+
+def give_back_dead_attaches(paths: StatePaths) -> list[str]:
+    """The entries of every job whose attach was killed (its lock names a holder nobody holds); the
+    jobs reclaimed.  A launch.json that cannot be edited now keeps its lock file: the next try redoes it."""
+
+    def give_back(job: str, holder: attach_lock.Holder) -> None:
+        give_back_holder(job, holder, paths)
+
+    return attach_lock.reclaim_dead(paths, give_back)

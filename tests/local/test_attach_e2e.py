@@ -10,6 +10,7 @@ from pathlib import Path
 import json5
 import pytest
 
+from remote_debug.local import events as ev
 from remote_debug.local.attach import AttachOptions
 from remote_debug.local.headless import HeadlessPlan
 from tests.ddp_job import break_line, make_project
@@ -22,6 +23,17 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path)
 
 
+def keeping_launch_json(emit: ev.Emit, seen: list[str]) -> ev.Emit:
+    """``emit``, and launch.json's text as the attach wrote it (it gives its entries back when it ends)."""
+
+    def both(event: ev.Event) -> None:
+        if isinstance(event, ev.LaunchJson):
+            seen.append(Path(event.path).read_text())
+        emit(event)
+
+    return both
+
+
 @pytest.mark.parametrize(("nodes", "nproc"), [(1, 2), (2, 1)], ids=["1node-2ranks", "2nodes-1rank"])
 def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
     home: Path, project: Path, nodes: int, nproc: int
@@ -29,7 +41,8 @@ def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
     job = launch_job("spine", project, nodes=nodes, nproc_per_node=nproc, wait_seconds=90)
     events = EventLog()
     plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, steps=1)
-    result = job.attach(AttachOptions(workspace=project, headless=plan), events.append)
+    written: list[str] = []
+    result = job.attach(AttachOptions(workspace=project, headless=plan), keeping_launch_json(events.append, written))
 
     assert result.job.status == "Completed", result.job.failure_reason
     assert result.job.exit_code == 0
@@ -49,8 +62,9 @@ def test_headless_attach_stops_in_every_torchrun_rank_through_ssh(
     # The DAP client talked to local forwards, never to the ranks' own ports.
     for fwd in result.forwards:
         assert fwd.local_port != fwd.remote_port
-    # One launch.json config per rank + the compound, in the workspace.
-    launch = (project / ".vscode" / "launch.json").read_text()
+    # One launch.json config per rank + the compound, in the workspace, while the attach ran; given back after.
+    [launch] = written
+    assert not (project / ".vscode").exists()
     assert "remote-debug: spine rank 0 (algo-1)" in launch and "remote-debug: spine all ranks" in launch
     assert f"remote-debug: spine rank 1 (algo-{nodes})" in launch
     kinds = [e["event"] for e in events]
@@ -97,7 +111,9 @@ def test_a_job_whose_source_is_a_subfolder_of_the_workspace_maps_that_subfolder(
     script.parent.mkdir(parents=True)
     script.write_text("import os\nvalue = 41 + 1\nprint('value', value)  # SUBFOLDER-BREAK\n")
     job = launch_job("subfolder", workspace, source_dir=script.parent, wait_seconds=90)
-    result = job.attach(AttachOptions(workspace=workspace, headless=HeadlessPlan(breakpoints={str(script): [3]})))
+    written: list[str] = []
+    result = job.attach(AttachOptions(workspace=workspace, headless=HeadlessPlan(breakpoints={str(script): [3]})),
+                        keeping_launch_json(ev.ignore, written))
 
     assert result.job.status == "Completed", result.job.failure_reason
     [report] = result.reports
@@ -105,5 +121,5 @@ def test_a_job_whose_source_is_a_subfolder_of_the_workspace_maps_that_subfolder(
     [stop] = report.stops
     assert (stop.file, stop.line, stop.variables["value"]) == (str(script), 3, "42")
     [forward] = result.forwards
-    [config] = json5.loads((workspace / ".vscode" / "launch.json").read_text())["configurations"]
+    [config] = json5.loads(written[0])["configurations"]
     assert config["pathMappings"] == [{"localRoot": "${workspaceFolder}/training", "remoteRoot": forward.code_dir}]

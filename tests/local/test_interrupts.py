@@ -33,3 +33,32 @@ def test_ctrl_c_swallowed_in_a_destructor_is_raised_again(capsys: pytest.Capture
         signal.signal(signal.SIGINT, previous_handler)
         sys.unraisablehook = previous_hook
         interrupts._requested.clear()
+
+
+def test_a_signal_during_a_deferred_clean_up_is_recorded_not_raised() -> None:
+    """The attach's clean-up (giving launch.json entries back) runs to its end under a second Ctrl-C,
+    SIGHUP or SIGTERM; outside it they raise as before."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+    try:
+        interrupts.install()
+        interrupts.end_attach_on_hangup()
+        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            with interrupts.deferred():
+                os.kill(os.getpid(), s)
+                for _ in range(1000):  # the handler runs between bytecodes
+                    pass
+            assert interrupts.requested()
+            interrupts._requested.clear()
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), s)
+                for _ in range(1000):
+                    pass
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        sys.unraisablehook = previous_hook
+        interrupts._requested.clear()

@@ -113,5 +113,12 @@ class IdeSide:
         """The job has ended: what a built-in debugger saw."""
         return []
 
+    def give_back(self) -> bool:
+        """The attach is ending, however (its job ended, Ctrl-C, SIGHUP, SIGTERM): take back the IDE
+        configuration that names this attach's ports, before anything that may wait on a tunnel.  Always
+        called, first; must be quick and raise nothing.  False: it could not (the job's attach lock file
+        stays, so that the next attach or ``prune`` tries again)."""
+        return True
+
     def close(self) -> None:
         """Stop what this side started (always called)."""

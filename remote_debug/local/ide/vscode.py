@@ -7,6 +7,7 @@ from pathlib import Path
 
 from remote_debug import spec
 from remote_debug.local import events, interrupts, vscode_launch
+from remote_debug.local.errors import UserError, reason
 from remote_debug.local.ide.base import GONE_STATES, IdeSide, RankForward, local_code_root
 from remote_debug.local.jobinfo import JobInfo
 from remote_debug.local.tunnels import NodeTunnel
@@ -49,6 +50,19 @@ class VsCodeIde(IdeSide):
         if old.local_port and old.node == node:
             tunnel.retarget(old.remote_port, rank.port)
         return self.expose(tunnel, node, rank)
+
+    def give_back(self) -> bool:
+        # our entries name this attach's forwarded ports: once it ends nobody of ours holds them, and
+        # any local user could bind one and be the next F5's debugger
+        if not self.write_launch_json:
+            return True
+        try:
+            vscode_launch.remove_job_configs(self.workspace, self.job)
+        except (UserError, OSError) as exc:
+            self.emit(events.WarningEvent(message=f"cannot remove job {self.job}'s entries from launch.json: "
+                                          f"{reason(exc)}; the next attach or 'remote-debug prune' removes them"))
+            return False
+        return True
 
     def _debugger_refused(self, rank: int, node: str, message: str) -> None:
         # a warning: the CLI and the extension already show those to the user
