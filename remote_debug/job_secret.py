@@ -12,6 +12,9 @@ over its loopback port) never gives away the other:
 
 * :func:`control_token` - the proof a control request carries (``container/control.py``): a local
   process that cannot read the job's environment cannot make a rank listen, pause-safe or dump stacks;
+* :func:`rank_proof` - what a rank answers to a client's fresh challenge before the client sends its
+  token or any request: a process that bound a dead rank's freed port (the rank document still names
+  it) cannot answer, so it never sees the token;
 * :func:`manifest_mac` - the MAC on each manifest log line (``manifest_lines.py``): whoever may write
   to the job's CloudWatch log group, but not read its environment, cannot move a host key, an SSM
   target or a port.
@@ -22,11 +25,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import secrets
 
 SECRET_BYTES = 32
 _SECRET_RE = re.compile(r"[0-9a-f]{64}")
 _CONTROL_LABEL = b"remote-debug control token v1"
 _MANIFEST_LABEL = b"remote-debug manifest mac v1"
+_PROOF_LABEL = b"remote-debug control proof v1"
+_CHALLENGE_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class SecretError(ValueError):
@@ -56,6 +62,31 @@ def control_token(secret: str) -> str:
 def token_matches(secret: str, offered: object) -> bool:
     """Whether ``offered`` is the control token of ``secret`` (in constant time)."""
     return isinstance(offered, str) and hmac.compare_digest(control_token(secret).encode(), offered.encode())
+
+
+def new_challenge() -> str:
+    """A fresh nonce for :func:`rank_proof` (256 bits, hex)."""
+    return secrets.token_hex(32)
+
+
+def check_challenge(challenge: object) -> str:
+    if not isinstance(challenge, str) or not _CHALLENGE_RE.fullmatch(challenge):
+        raise SecretError("a control challenge must be 64 lowercase hex digits")
+    return challenge
+
+
+def rank_proof(secret: str, challenge: str, pid: int, port: int) -> str:
+    """The rank's answer to ``challenge``: bound to the direction (rank to client), to the process (its
+    pid as the rank document says) and to its control port, so an answer relayed from another rank of
+    the job (a squatter passing the challenge on) does not fit the document the client read."""
+    message = b"rank->client\0" + check_challenge(challenge).encode() + b"\0%d\0%d" % (pid, port)
+    return hmac.new(_subkey(secret, _PROOF_LABEL), message, hashlib.sha256).hexdigest()
+
+
+def proof_matches(secret: str, challenge: str, pid: int, port: int, offered: object) -> bool:
+    """Whether ``offered`` is :func:`rank_proof` of these (in constant time)."""
+    expected = rank_proof(secret, challenge, pid, port)
+    return isinstance(offered, str) and hmac.compare_digest(expected.encode(), offered.encode())
 
 
 def manifest_mac(secret: str, payload: bytes) -> str:

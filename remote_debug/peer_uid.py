@@ -138,6 +138,44 @@ def socket_owner(local: tuple[str, int], remote: tuple[str, int], proc_net: Path
     return None
 
 
+_LISTEN = 10
+
+
+def listener_owners(port: int, proc_net: Path = PROC_NET) -> set[int]:
+    """The uids of the LISTEN sockets that would take a connection to 127.0.0.1:``port`` (bound to it,
+    or to a wildcard address), from ``proc_net``'s tables: ``/proc/<pid>/net`` reads the network
+    namespace of process ``pid`` (a job's node namespace).  Empty when nothing listens there."""
+    wanted = {
+        False: {_hex_address("127.0.0.1", port, v6=False), _hex_address("0.0.0.0", port, v6=False)},
+        True: {_hex_address("127.0.0.1", port, v6=True), _hex_address("::", port, v6=True)},
+    }
+    owners: set[int] = set()
+    for _ in range(_PROC_READS):  # a table that changes while it is read can skip a line
+        for v6, fields in _rows(proc_net):
+            if len(fields) < 10:
+                continue
+            try:
+                if fields[1] in wanted[v6] and int(fields[3], 16) == _LISTEN:
+                    owners.add(int(fields[7]))
+            except ValueError:
+                continue
+        if owners:
+            break
+    return owners
+
+
+def process_euid(pid: int) -> int | None:
+    """The effective uid of process ``pid`` (``/proc/<pid>/status``), None when unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
 def peer_verdict(conn: socket.socket, proc_net: Path = PROC_NET, uid: int | None = None) -> Verdict:
     """Whether the peer of an accepted TCP connection belongs to ``uid`` (default: ours)."""
     want = os.geteuid() if uid is None else uid

@@ -30,7 +30,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -481,7 +481,7 @@ def _spec_seconds(env: Mapping[str, str], name: str) -> float:
 # --- manifest ------------------------------------------------------------------------------------
 
 
-_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until", "code_dir")
+_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until", "code_dir", "start_ticks")
 
 
 @dataclass
@@ -510,11 +510,30 @@ class RankEndpoint:
     # where this rank's code is (the root holding the script it runs: remoteRoot of the IDE's path mappings);
     # None: it runs no script file, or an older hook - the node's code_dir applies (see code_dir_of)
     code_dir: str | None = None
+    # when the rank process started (``/proc/<pid>/stat`` field 22, clock ticks after boot): with ``pid`` it
+    # names one process, so a reader on the rank's machine tells a rank that died without a last word from
+    # one that runs (pids are reused); None for older hooks (then the pid alone is checked)
+    start_ticks: int | None = None
 
     def __post_init__(self) -> None:
         # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
         self.state = parse_choice(RankState, self.state, "rank state")
         self.ide = parse_choice(IDE, self.ide, "IDE")
+
+    def gone(self) -> RankEndpoint:
+        """This document made final for a rank process that is gone; ``self`` when it is final already.
+
+        A rank that said how it ended ("finished", "failed") is left as it is: readers use no port of
+        theirs.  Any other ended without a last word (SIGKILL, the OOM killer, the SIGTERM of a stop or
+        of torchrun after a peer failed skip its exit handlers) and keeps no port to promise: one it held
+        is free for anyone to bind now.  It becomes "failed" without an error of its own (``attach``
+        reports uncaught exceptions, and a stopped job's ranks end this way too); a "skipped" rank (not
+        debugged, it reports no end) just loses its control port."""
+        if self.state in (RankState.FINISHED, RankState.FAILED):
+            return self
+        if self.state == RankState.SKIPPED:
+            return self if not self.port and not self.control_port else replace(self, port=0, control_port=0)
+        return replace(self, state=RankState.FAILED, port=0, control_port=0, hold_until=None)
 
     def hold_seconds_left(self, now: float) -> int | None:
         """Whole seconds until a held rank exits with its failure (None when not held, or not said)."""
@@ -550,6 +569,7 @@ class RankEndpoint:
                 failed_at=_json_time(d, "failed_at"),
                 hold_until=_json_time(d, "hold_until"),
                 code_dir=None if d.get("code_dir") is None else str(d["code_dir"]),
+                start_ticks=json_int(d, "start_ticks") if d.get("start_ticks") is not None else None,
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None

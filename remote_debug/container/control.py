@@ -22,6 +22,13 @@ Every request carries ``"auth"``: the job's control token (``job_secret.control_
 a process that can read the job's environment (the laptop derives it from the job's key) can know.
 A connection from another local user is closed before it is read (``peer_uid``).
 
+The laptop proves the rank before it sends the token or any request: its first line is
+``{"challenge": NONCE}``, answered with ``{"ok": true, "proof": ...}`` (``job_secret.rank_proof``: an
+HMAC under the job secret over the nonce, this pid and this port); its request follows on the same
+connection.  Whoever binds the port of a rank that died (its document still names the port) cannot
+answer, and learns nothing.  A request without a challenge first is still served (the token is
+checked as before): the proof protects the client, not the rank.
+
 Stdlib only; torch is used only when the rank already imported ``torch.distributed``.
 """
 
@@ -148,6 +155,7 @@ def _internal(thread: threading.Thread | None, stack: traceback.StackSummary) ->
 class _Waiting:
     deadline: float  # monotonic
     data: bytes = b""
+    challenged: bool = False  # the client's challenge was answered: the next line is its request
 
 
 class ControlServer:
@@ -255,6 +263,15 @@ class ControlServer:
         except OSError:
             chunk = b""
         waiting.data += chunk
+        if not waiting.challenged and b"\n" in waiting.data:
+            first, rest = waiting.data.split(b"\n", 1)
+            answer = self._challenge_answer(first)
+            if answer is not None:  # the client asks us to prove the rank first: its request comes after
+                waiting.challenged, waiting.data = True, rest
+                waiting.deadline = time.monotonic() + REQUEST_DEADLINE  # its request comes a round trip later
+                if not self._send_now(conn, answer):
+                    self._drop(conn, "the answer to its challenge could not be sent")
+                    return
         if chunk and b"\n" not in waiting.data and len(waiting.data) < MAX_REQUEST:
             return
         self._selector.unregister(conn)
@@ -263,6 +280,29 @@ class ControlServer:
             conn.close()  # connected and went away
             return
         self._hand_over(conn, waiting.data.split(b"\n", 1)[0])
+
+    def _challenge_answer(self, line: bytes) -> bytes | None:
+        """The answer to a challenge line ``{"challenge": NONCE}`` (None: the line is a request), see
+        ``job_secret.rank_proof``: bound to this process and this port, as the rank document names them."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(message, dict) or "challenge" not in message or "op" in message:
+            return None
+        try:
+            proof = job_secret.rank_proof(self._secret, message["challenge"], os.getpid(), self.port)
+        except job_secret.SecretError as exc:  # a malformed nonce, or no usable secret here
+            return json.dumps({"ok": False, "error": f"cannot answer the challenge: {exc}"}).encode() + b"\n"
+        return json.dumps({"ok": True, "proof": proof}).encode() + b"\n"
+
+    @staticmethod
+    def _send_now(conn: socket.socket, data: bytes) -> bool:
+        """A short answer from the loop itself (a fresh connection's buffer takes it whole)."""
+        try:
+            return conn.send(data) == len(data)
+        except OSError:
+            return False
 
     def _drop(self, conn: socket.socket, why: str) -> None:
         with contextlib.suppress(KeyError, ValueError):

@@ -327,6 +327,8 @@ class Hook:
                     name = node.manifest.node if node.manifest is not None else "?"
                     self.keep_alive = KeepAlive(spec.keep_alive, self._node_dir(), node.publish, name)
             code = self._run_command(env)
+            if self.node is not None:  # ranks the command's end took down (SIGTERM, SIGKILL) said nothing
+                self.node.settle_ranks()
             code = self._hold(code)
         finally:
             try:

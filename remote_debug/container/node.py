@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from remote_debug.container import install, node_env
+from remote_debug.container.gone_ranks import GoneRankWatcher
 from remote_debug.container.hybrid import HybridError, HybridRegistration
 from remote_debug.container.log import describe, log, one_line
 from remote_debug.container.publish import ManifestPublisher, lines_enabled
@@ -67,6 +68,7 @@ class NodeServices:
         self.hybrid: HybridRegistration | None = None
         self.installer: threading.Thread | None = None
         self.registrar: threading.Thread | None = None
+        self.gone_ranks: GoneRankWatcher | None = None  # makes the documents of dead ranks final
         # publish() runs on the main thread and on the installer thread; finish() must not race a
         # late sshd start either.
         self._lock = threading.RLock()
@@ -97,7 +99,10 @@ class NodeServices:
 
     def start(self) -> None:
         identity = node_env.identify(self.env)
-        self.manifest_dir = node_env.manifest_dir(self.spec.job_name, identity.node, self.env)
+        # proven ours before anything is written there (a /tmp default another user made first is refused)
+        self.manifest_dir = node_env.prepare_manifest_dir(
+            node_env.manifest_dir(self.spec.job_name, identity.node, self.env)
+        )
         try:
             user = current_user()
         except SshdError as exc:
@@ -125,6 +130,13 @@ class NodeServices:
             self._start_sshd(listen)
         if self.publisher is not None:
             self.publisher.start()
+        self.gone_ranks = GoneRankWatcher(self.manifest_dir)
+        self.gone_ranks.start()
+
+    def settle_ranks(self) -> None:
+        """Make the documents of ranks that died without a last word final now (the command ended)."""
+        if self.gone_ranks is not None:
+            self.gone_ranks.sweep()
 
     def _needs_install(self) -> bool:
         # an explicitly configured binary is the user's choice: report it missing, don't install
@@ -197,6 +209,8 @@ class NodeServices:
         """Stop everything we started and publish how the node ended; never raises."""
         with self._lock:
             self._finished = True  # an sshd still being installed will not start now
+        if self.gone_ranks is not None:  # last look: a rank killed with the node leaves no port behind
+            self.gone_ranks.stop()
         if self.registrar is not None:  # a registration in flight must finish to be undone
             self.registrar.join(timeout=REGISTER_WAIT)  # (outside the lock: it publishes)
         with self._lock:

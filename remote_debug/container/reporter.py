@@ -6,14 +6,18 @@ neither imports the other.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from remote_debug.container.gone_ranks import document_lock
 from remote_debug.container.hold import FailureHook, PostMortem
 from remote_debug.container.log import describe, log, one_line
+from remote_debug.osutil import process_start_ticks
 from remote_debug.spec import RankEndpoint, RankState, write_rank_manifest
 
+LOCK_WAIT = 2.0  # seconds a rank waits for its document's lock (the node holds it for one rewrite)
 # States a rank does not leave again: the watchers stop, and late updates must not revive it.
 FINAL_STATES = (RankState.FINISHED, RankState.FAILED)
 
@@ -33,6 +37,9 @@ class RankReporter:
 
     def __init__(self, directory: Path, endpoint: RankEndpoint) -> None:
         self.directory = directory
+        if endpoint.start_ticks is None and endpoint.pid == os.getpid():
+            # with the pid it names this process: the node tells a dead rank from a reused pid
+            endpoint = replace(endpoint, start_ticks=process_start_ticks(endpoint.pid))
         self.endpoint = endpoint
         self._lock = threading.Lock()
         self._write_failed = False
@@ -73,7 +80,9 @@ class RankReporter:
 
     def _write(self) -> None:
         try:
-            write_rank_manifest(self.directory, self.endpoint)
+            # the node's watcher rewrites a dead rank's document under this lock (``gone_ranks``)
+            with document_lock(self.directory, self.endpoint.rank, wait=LOCK_WAIT):
+                write_rank_manifest(self.directory, self.endpoint)
         except OSError as exc:
             if not self._write_failed:  # one line per process is enough
                 self._write_failed = True

@@ -23,7 +23,7 @@ from remote_debug.local.errors import JobNotRunningError, UserError
 from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobRef, JobStatus
 from remote_debug.local.paths import StatePaths
 from remote_debug.local.proxy import proxy_command
-from remote_debug.local.rank_control import RankControl
+from remote_debug.local.rank_control import RankControl, local_port_guard
 from remote_debug.local.tunnels import NodeEndpoint, NodeTunnel
 
 POLL_SECONDS = 0.3  # how often waiting loops (manifests here, the job in attach) look again
@@ -225,8 +225,10 @@ class JobConnection:
             ) from None
 
     def control(self, node: str) -> RankControl:
-        """The control channels of the ranks on ``node``."""
-        return RankControl(self.tunnel(node), self.secret)
+        """The control channels of the ranks on ``node``; for a job on this machine, a port of a rank is
+        used only while the rank's own uid listens on it (``local_port_guard``)."""
+        guard = local_port_guard if self.backend.capabilities.runs_here else None
+        return RankControl(self.tunnel(node), self.secret, guard)
 
     def keep_up(self) -> None:
         """Reconnect dropped tunnels; says so (``reconnected`` / ``tunnel-down``) for each node.

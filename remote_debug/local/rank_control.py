@@ -3,7 +3,9 @@
 A rank answers on its node's 127.0.0.1:``control_port`` (a daemon thread of the rank, so it answers
 while the main thread is blocked in a collective).  One JSON line in, one JSON line out, per
 connection (the ops: :class:`remote_debug.spec.ControlOp`), each with the job's control token;
-reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).
+reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).  The token goes out only
+after whoever listens on the port proved the job secret for the rank the document names
+(:func:`prove_rank`): a rank that died without a last word leaves its port free for anyone to bind.
 
 - ``listen``: start the rank's debug listener (lazy ranks), or put tracing back after a detach;
   the reply's ``port`` is the listener on the node.  It also makes the rank pause-safe.
@@ -22,12 +24,13 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import paramiko
 
-from remote_debug import job_secret, spec
-from remote_debug.local.errors import UserError
+from remote_debug import job_secret, osutil, peer_uid, spec
+from remote_debug.local.errors import UserError, reason
 from remote_debug.local.tunnels import NodeTunnel
 
 REQUEST_TIMEOUT = 15.0
@@ -70,27 +73,64 @@ class ThreadStack:
     internal: bool = False  # the debugger's own thread (debugpy's, remote_debug's): only with all_threads
 
 
+# Checks a port of a rank (the rank, the port, "control"/"debug") before it is used - jobs on this
+# machine, ``local_port_guard``: the reason to refuse it (one line), None when the rank's own uid holds it.
+PortGuard = Callable[[spec.RankEndpoint, int, str], str | None]
+
+
+def local_port_guard(rank: spec.RankEndpoint, port: int, what: str) -> str | None:
+    """Why ``port`` (``rank``'s control or debug port) must not be used, None when the rank's own uid
+    listens there; for the ranks of a job on this machine, whose ports are loopback ports of this host
+    or of a namespace we made (read through ``/proc/<rank pid>/net``: the rank's own namespace)."""
+    gone = osutil.process_gone(rank.pid, rank.start_ticks)
+    if gone:
+        return f"rank {rank.rank}'s process is gone ({gone}): its {what} port may be anyone's now"
+    uid = peer_uid.process_euid(rank.pid)
+    owners = peer_uid.listener_owners(port, Path(f"/proc/{rank.pid}/net"))
+    if uid is None or not owners:
+        return f"nothing of rank {rank.rank} listens on its {what} port 127.0.0.1:{port}"
+    strangers = sorted(owners - {uid})
+    if strangers:
+        return (f"127.0.0.1:{port}, rank {rank.rank}'s {what} port, is held by uid "
+                f"{', '.join(map(str, strangers))}, not the job's uid {uid}: another local user took it")
+    return None
+
+
 class RankControl:
     """The control channels of the ranks on one node; ``secret`` is the job's (``keys.job_secret``):
-    every request carries its control token, without which a rank answers nothing."""
+    every request carries its control token, without which a rank answers nothing.
 
-    def __init__(self, tunnel: NodeTunnel, secret: str) -> None:
+    Before the token (or anything else) goes out, the rank proves itself (:func:`prove_rank`): the port
+    in a rank document may belong to someone else by now (the rank died without a last word, and
+    another process bound the port).  ``guard`` (jobs on this machine) also checks who listens on the
+    control port, and on the debug port a ``listen`` names, before either is used."""
+
+    def __init__(self, tunnel: NodeTunnel, secret: str, guard: PortGuard | None = None) -> None:
         self.tunnel = tunnel
+        self._secret = secret
         self._token = job_secret.control_token(secret)
+        self.guard = guard
 
-    def request(self, control_port: int, payload: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-        """One JSON-line request; raises ``OSError`` (connection or protocol trouble) or ``UserError``
-        (the rank said no)."""
+    def request(
+        self, rank: spec.RankEndpoint, payload: dict[str, Any], timeout: float = REQUEST_TIMEOUT
+    ) -> dict[str, Any]:
+        """One JSON-line request to ``rank``'s control channel; raises ``OSError`` (connection or protocol
+        trouble, or not the rank behind the port) or ``UserError`` (the rank said no)."""
+        control_port = rank.control_port
         where = f"control port {control_port} on {self.tunnel.endpoint.alias}"
+        refused = self.guard(rank, control_port, "control") if self.guard is not None else None
+        if refused:
+            raise OSError(f"not using {where}: {refused}")
         try:
             chan = self.tunnel.open_channel(control_port)
         except (paramiko.ChannelException, paramiko.SSHException, EOFError) as exc:
-            raise OSError(f"cannot reach {where}: {exc}") from None
+            raise OSError(f"cannot reach {where}: {reason(exc)}") from None
         try:
             chan.settimeout(timeout)
+            prove_rank(chan, self._secret, rank, where)
             data = exchange(chan, {**payload, "auth": self._token})
         except (TimeoutError, paramiko.SSHException, EOFError) as exc:
-            raise OSError(f"{where}: {exc or 'timed out'}") from None
+            raise OSError(f"{where}: {reason(exc)}") from None
         finally:
             chan.close()
         try:
@@ -103,15 +143,18 @@ class RankControl:
         return reply
 
     def listen(self, rank: spec.RankEndpoint) -> Listening:
-        reply = self.request(rank.control_port, {"op": spec.ControlOp.LISTEN})
+        reply = self.request(rank, {"op": spec.ControlOp.LISTEN})
         try:
             port = spec.check_port(int(reply["port"]), "debug port from the control channel", allow_zero=False)
         except (KeyError, ValueError, TypeError) as exc:
             raise OSError(f"rank {rank.rank} answered 'listen' without a usable port: {exc}") from None
+        refused = self.guard(rank, port, "debug") if self.guard is not None else None
+        if refused:
+            raise OSError(f"not using debug port {port} on {self.tunnel.endpoint.alias}: {refused}")
         return Listening(port, _detail(reply))
 
     def pause_safe(self, rank: spec.RankEndpoint) -> str | None:
-        return _detail(self.request(rank.control_port, {"op": spec.ControlOp.PAUSE_SAFE}))
+        return _detail(self.request(rank, {"op": spec.ControlOp.PAUSE_SAFE}))
 
     def stacks(self, rank: spec.RankEndpoint, *, all_threads: bool = False) -> list[ThreadStack]:
         """The rank's threads; the debugger's own only with ``all_threads`` (a rank of an older hook
@@ -119,7 +162,7 @@ class RankControl:
         payload: dict[str, Any] = {"op": spec.ControlOp.STACKS}
         if all_threads:
             payload["all_threads"] = True
-        reply = self.request(rank.control_port, payload)
+        reply = self.request(rank, payload)
         threads = [
             ThreadStack(
                 name=str(t.get("name", "")),
@@ -136,13 +179,13 @@ class RankControl:
 
     def connect(self, rank: spec.RankEndpoint) -> Listening:
         """Ask a PyCharm rank to connect out to the IDE now; ``detail``: its status and pause-safe detail."""
-        reply = self.request(rank.control_port, {"op": spec.ControlOp.CONNECT})
+        reply = self.request(rank, {"op": spec.ControlOp.CONNECT})
         status, detail = reply.get("status"), _detail(reply)
         return Listening(rank.port, "; ".join(str(x) for x in (status, detail) if x) or None)
 
     def run_on(self, rank: spec.RankEndpoint) -> str | None:
         """End the rank's wait window now; the reply's detail ("leaving the wait window", "not waiting")."""
-        return _detail(self.request(rank.control_port, {"op": spec.ControlOp.RUN_ON}))
+        return _detail(self.request(rank, {"op": spec.ControlOp.RUN_ON}))
 
 
 class WaitRelease:
@@ -198,6 +241,33 @@ def exchange(conn: _Stream, payload: dict[str, Any]) -> bytes:
             break
         data += chunk
     return data
+
+
+MAX_PROOF_LINE = 4096
+
+
+def prove_rank(conn: _Stream, secret: str, rank: spec.RankEndpoint, where: str) -> None:
+    """Challenge whoever listens on ``rank``'s control port to prove the job secret, for this rank's pid
+    and port (``job_secret.rank_proof``); raises OSError when it cannot.  Nothing else has been sent
+    yet: a stranger on the port learns a random nonce, not the token."""
+    challenge = job_secret.new_challenge()
+    conn.sendall(json.dumps({"challenge": challenge}).encode() + b"\n")
+    data = b""
+    while not data.endswith(b"\n") and len(data) < MAX_PROOF_LINE:
+        chunk = conn.recv(MAX_PROOF_LINE)  # the rank sends nothing more before it has the request
+        if not chunk:
+            break
+        data += chunk
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = None
+    proof = answer.get("proof") if isinstance(answer, dict) else None
+    if not job_secret.proof_matches(secret, challenge, rank.pid, rank.control_port, proof):
+        raise OSError(
+            f"{where} did not prove it is rank {rank.rank} (pid {rank.pid}) of this job: "
+            "not sending it the job's token (the rank may have died and another process taken its port)"
+        )
 
 
 def _detail(reply: dict[str, Any]) -> str | None:

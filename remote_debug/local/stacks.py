@@ -71,11 +71,11 @@ def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, 
         "rank": r.rank, "node": node, "pid": r.pid, "state": str(r.state),
         "hold_seconds_left": r.hold_seconds_left(time.time()), "source": CONTROL, "threads": [], "error": None,
     }
+    if r.state in _OVER:  # first: a rank that died without a last word has no control channel either
+        out["error"] = f"rank {r.rank} has {r.state}"
+        return out
     if not r.control_port:
         out["error"] = f"rank {r.rank} has no control channel ({r.ide} rank, or started by an older hook)"
-        return out
-    if r.state in _OVER:
-        out["error"] = f"rank {r.rank} has {r.state}"
         return out
     try:
         threads = connection.control(node).stacks(r, all_threads=all_threads)

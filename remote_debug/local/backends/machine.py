@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,6 +33,8 @@ from remote_debug.local.backends.machine_job import (
     node_names,
     prepare_node,
     read_job_file,
+    record_supervisor,
+    supervisor_process,
     write_job_file,
 )
 from remote_debug.local.errors import UnknownJobError, UserError
@@ -105,6 +108,24 @@ def _job_status(state: dict[str, Any], job_dir: Path) -> JobStatus:
     return spec.parse_choice(JobStatus, raw, f"job status in {job_dir / 'job.json'}")
 
 
+def settle_gone_ranks(manifests: dict[str, spec.NodeManifest | None]) -> dict[str, spec.NodeManifest | None]:
+    """``manifests`` with the documents of ranks whose process is gone made final (``RankEndpoint.gone``).
+
+    The ranks of a job on this machine are this machine's processes (no pid namespace between us), so
+    their documents can be checked against them: a rank killed by a signal never wrote its last state,
+    and its document still names ports that anyone may have bound since.  The node makes such documents
+    final too (``container/gone_ranks``); this covers the second before it looks, and a node that cannot."""
+    for m in manifests.values():
+        if m is None:
+            continue
+        settled = []
+        for r in m.ranks:
+            final = r.gone() is r
+            settled.append(r if final or osutil.process_gone(r.pid, r.start_ticks) is None else r.gone())
+        m.ranks = settled
+    return manifests
+
+
 class MachineBackend(Backend):
     name = "local"  # what users see (`jobs`, `--local`); the code says "machine" to keep it apart from local/
     capabilities = Capabilities(runs_here=True, remote=False)
@@ -158,7 +179,7 @@ class MachineBackend(Backend):
         )
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
-        self.paths.jobs_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.paths.jobs_dir)
         staging = self.paths.jobs_dir / f".{req.name}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         isolation, namespaces, ns_plan, isolation_note = self._isolation(req, job_dir)
@@ -231,8 +252,8 @@ class MachineBackend(Backend):
         except BaseException:
             netns.delete(namespaces)  # the supervisor owns them from here on; without it, we do
             raise
-        # The supervisor owns job.json from here on, so its pid goes into a file of its own.
-        osutil.atomic_write_text(job_dir / "supervisor.pid", f"{proc.pid}\n")
+        # The supervisor owns job.json from here on, so its pid (and start time) go into files of their own.
+        record_supervisor(job_dir, proc.pid)
         _reap_in_background(proc)
         return self.describe(req.name)
 
@@ -260,11 +281,9 @@ class MachineBackend(Backend):
     def has_job(self, job: str) -> bool:
         return spec.JOB_NAME_RE.fullmatch(job) is not None and (self.paths.job_dir(job) / "job.json").exists()
 
-    def _supervisor_pid(self, job_dir: Path) -> int:
-        try:
-            return int((job_dir / "supervisor.pid").read_text().strip())
-        except (OSError, ValueError):
-            return 0
+    def _supervisor_alive(self, job_dir: Path) -> bool:
+        supervisor = supervisor_process(job_dir)
+        return supervisor is not None and supervisor.alive()
 
     def describe(self, job: str) -> JobInfo:
         if not self.has_job(job):
@@ -274,18 +293,16 @@ class MachineBackend(Backend):
         status = _job_status(state, job_dir)
         secondary = str(state.get("secondary_status", "Starting"))
         failure = state.get("failure_reason")
-        if status not in TERMINAL:
-            pid = self._supervisor_pid(job_dir)
-            # give a just-launched supervisor a moment to write its pid file
-            if not osutil.pid_alive(pid) and time.time() - float(state.get("created", 0)) > 5:
-                state = read_job_file(job_dir)  # it may have finished between the two reads
-                status = _job_status(state, job_dir)
-                if status not in TERMINAL:
-                    status, secondary = JobStatus.FAILED, "Failed"
-                    failure = "the job's supervisor process vanished (killed or machine restarted)"
-        manifests = {} if status in TERMINAL else read_manifests(
+        just_launched = time.time() - float(state.get("created", 0)) <= 5  # its pid file may not be there yet
+        if status not in TERMINAL and not just_launched and not self._supervisor_alive(job_dir):
+            state = read_job_file(job_dir)  # it may have finished between the two reads
+            status = _job_status(state, job_dir)
+            if status not in TERMINAL:
+                status, secondary = JobStatus.FAILED, "Failed"
+                failure = "the job's supervisor process vanished (killed or machine restarted)"
+        manifests = {} if status in TERMINAL else settle_gone_ranks(read_manifests(
             {n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])}
-        )
+        ))
         kept_alive_left, run = keep_alive_state(manifests)
         return JobInfo(
             name=job,
@@ -331,7 +348,9 @@ class MachineBackend(Backend):
     def manifests(self, job: str) -> dict[str, spec.NodeManifest | None]:
         info = self.describe(job)
         job_dir = self.paths.job_dir(job)
-        return {node: spec.read_node_manifest(NodeLayout(job_dir, node).manifest_dir) for node in info.nodes}
+        return settle_gone_ranks(
+            {node: spec.read_node_manifest(NodeLayout(job_dir, node).manifest_dir) for node in info.nodes}
+        )
 
     def waiting_for(self, job: str) -> str:
         job_dir = self.paths.job_dir(job)
@@ -350,10 +369,9 @@ class MachineBackend(Backend):
         if info.status in TERMINAL:
             return info
         job_dir = self.paths.job_dir(job)
-        pid = self._supervisor_pid(job_dir)
-        if osutil.pid_alive(pid):
-            os.kill(pid, signal.SIGTERM)
-        else:
+        # pid and start time: a supervisor that died may have left its pid to someone else's process
+        supervisor = supervisor_process(job_dir)
+        if supervisor is None or not supervisor.signal(signal.SIGTERM):
             state = read_job_file(job_dir)
             state.update(status=JobStatus.STOPPED, secondary_status="Stopped", ended=time.time())
             write_job_file(job_dir, state)
@@ -366,9 +384,9 @@ class MachineBackend(Backend):
             time.sleep(0.2)
         # the supervisor records the end first, then cleans up (the nodes' namespaces): stop returns
         # when the job is really gone
-        while osutil.pid_alive(pid) and time.monotonic() < deadline:
+        while self._supervisor_alive(job_dir) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not osutil.pid_alive(pid):  # normally the supervisor deletes them; a supervisor killed early cannot
+        if not self._supervisor_alive(job_dir):  # normally the supervisor deletes them; one killed early cannot
             netns.delete(list(read_job_file(job_dir).get("netns") or []))
         return info
 
@@ -385,13 +403,54 @@ class MachineBackend(Backend):
         if not manifest.sshd_port:
             raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(manifest.errors) or 'see the job log'}")
         namespace = (read_job_file(self.paths.job_dir(job)).get("node_netns") or {}).get(node)
-        if namespace:  # the node is reachable only from inside its network namespace, like via SSM
-            sock = netns.connect_in(str(namespace), manifest.sshd_host, manifest.sshd_port, timeout=10)
-        else:
-            sock = socket.create_connection((manifest.sshd_host, manifest.sshd_port), timeout=10)
-        sock.settimeout(None)
+        host, sshd_port = manifest.sshd_host, manifest.sshd_port
+
+        def connect() -> socket.socket:
+            if namespace:  # the node is reachable only from inside its network namespace, like via SSM
+                return netns.connect_in(str(namespace), host, sshd_port, timeout=10)
+            return socket.create_connection((host, sshd_port), timeout=10)
+
+        sock, greeting = greeted_connection(connect, time.monotonic() + GREETING_WAIT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        os.write(stdout.fileno(), greeting)
         return relay_stdio(sock, stdin, stdout)
+
+
+# How long the relay tries for the sshd's greeting: more than its LoginGraceTime (container/sshd.py), so
+# the slots of idle connections that another local user opened have been freed at least once.
+GREETING_WAIT_S = 30.0
+SSH_GREETING = b"SSH-"  # how an SSH server's first line starts (RFC 4253, 4.2)
+_RETRY_S = 0.2
+
+
+def greeted_connection(connect: Callable[[], socket.socket], deadline: float) -> tuple[socket.socket, bytes]:
+    """A connection to the node's sshd and the first bytes it sent (sshd speaks first: its version line).
+
+    sshd closes a connection at once (after "Exceeded MaxStartups") when its unauthenticated connections
+    are past ``MaxStartups`` - which anyone on this machine can make happen by opening idle connections
+    to the loopback port.  Such a close is not the end of our ssh: we connect again until sshd greets us
+    with ``SSH-`` (its random early drop lets some through, and ``LoginGraceTime`` ends the idle ones)
+    or the deadline passes.  Nothing of the client's has been sent yet, so a retry is invisible to ssh.
+    """
+    while True:
+        sock = connect()
+        greeting = b""
+        try:
+            sock.settimeout(max(1.0, deadline - time.monotonic()))
+            while len(greeting) < len(SSH_GREETING) and (data := sock.recv(65536)):
+                greeting += data
+        except OSError:
+            greeting = b""
+        if greeting.startswith(SSH_GREETING):
+            sock.settimeout(None)
+            return sock, greeting
+        sock.close()
+        if time.monotonic() + _RETRY_S > deadline:
+            raise UserError(
+                f"the node's sshd closed every connection for {GREETING_WAIT_S:g} s without a greeting (too many "
+                "unauthenticated connections: another local user may be flooding it): try again"
+            )
+        time.sleep(_RETRY_S)
 
 
 def relay_stdio(sock: socket.socket, stdin: BinaryIO, stdout: BinaryIO) -> int:
