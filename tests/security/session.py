@@ -45,6 +45,17 @@ from tests.jobs import LocalJob, launch_job
 AWS_SECRET = "rdSecretAccessKey0123456789abcdefSECURITY"
 AWS_SESSION_TOKEN = "rdSessionToken-FwoGZXIvYXdzEBAaDSECURITYTEST"
 
+# A rank that idles until the test writes its ``done`` file (or 240 s pass): for attacks on a job's ports.
+IDLE_UNTIL_DONE = textwrap.dedent(
+    """
+    import pathlib, time
+    done = pathlib.Path({done!r})
+    deadline = time.monotonic() + 240
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    """
+)
+
 # No torch in the ranks (torchrun itself still launches them): what is scanned is ours, not gloo's.
 SCRIPT = textwrap.dedent(
     """

@@ -47,21 +47,14 @@ from tests.container.helpers import TOKEN_ENV, free_port, kill_all, wait_for
 from tests.event_log import EventLog
 from tests.jobs import LocalJob, launch_job
 from tests.second_user import needs_second_user, nobody, python_as_nobody
+from tests.security.session import IDLE_UNTIL_DONE
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 
 JOB = "dead-promise"
 FORGED = "forged_by_the_squatter"
 
-SCRIPT = textwrap.dedent(
-    """
-    import pathlib, time
-    done = pathlib.Path({done!r})
-    deadline = time.monotonic() + 240
-    while not done.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    """
-)
+SCRIPT = IDLE_UNTIL_DONE
 
 # nobody's control server on the freed ports (argv: DAP port, then the control ports): every connection
 # and line it receives is printed; a challenge gets a made-up proof, "stacks" forged frames, "listen"

@@ -34,19 +34,12 @@ from tests.container.helpers import listeners_of, wait_for, with_descendants
 from tests.jobs import launch_job
 from tests.local.test_prune import USER_LAUNCH
 from tests.second_user import needs_second_user, python_as_nobody
+from tests.security.session import IDLE_UNTIL_DONE
 
 pytestmark = needs_second_user
 
 JOB = "staleports"
-SCRIPT = textwrap.dedent(
-    """
-    import pathlib, time
-    done = pathlib.Path({done!r})
-    deadline = time.monotonic() + 240
-    while not done.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    """
-)
+SCRIPT = IDLE_UNTIL_DONE
 
 # As nobody: bind every given port on loopback (a stale entry's), then report each connection it gets.
 ATTACKER = textwrap.dedent(
