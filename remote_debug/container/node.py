@@ -7,7 +7,8 @@ starts when the entry cannot be wrapped (see ``bootstrap``).  Neither may break 
 only on bugs, which its callers catch.
 
 Per transport: ``local``/``ssm`` run sshd on loopback (the SSM agent, or the local relay, connects
-from inside the node); ``direct`` runs it on the node's VPC address; ``hybrid`` also registers the
+from inside the node; ``local`` behind a uid gate, since every user of the machine reaches its
+loopback: see ``sshd_gate``); ``direct`` runs it on the node's VPC address; ``hybrid`` also registers the
 node as an SSM managed instance and publishes its id.  On SageMaker, an image without sshd gets
 openssh-server installed in the background (bounded, logged), and sshd starts when it is there:
 training does not wait for a package manager.
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from remote_debug import peer_uid
 from remote_debug.container import install, node_env
 from remote_debug.container.gone_ranks import GoneRankWatcher
 from remote_debug.container.hybrid import HybridError, HybridRegistration
@@ -165,12 +167,23 @@ class NodeServices:
                 self.sshd = start_sshd(
                     state_dir, key, port, listen_address=listen,
                     force_command=sessions.force_command if sessions else None, sftp_server=sftp,
+                    uid_gate=self._uid_gate(),
                 )
             except (SshdError, OSError) as exc:
                 self.error(f"sshd failed: {exc if isinstance(exc, SshdError) else describe(exc)}")
                 return
             sshd = self.sshd
             self.publish(sshd_port=sshd.port, ssh_user=sshd.user, host_public_key=sshd.host_public_key)
+
+    def _uid_gate(self) -> bool:
+        """Whether sshd sits behind the uid gate (``sshd_gate``): for jobs on this machine, whose
+        loopback every local user reaches.  On SageMaker the node is the job's alone."""
+        if self.spec.transport != Transport.LOCAL:
+            return False
+        if not peer_uid.supported():
+            log("this system does not tell who owns a connection: the job's sshd is reachable by every local user")
+            return False
+        return True
 
     def _session_scope(self, state_dir: Path, sftp_server: str | None) -> SessionScope | None:
         """What makes ssh sessions look like the job and end with it; None (plain sessions) if it cannot be.

@@ -9,11 +9,16 @@ node) on a port other than 22, and it accepts exactly one public key, the laptop
 The host key is generated here, per job, and its public half is published in the node manifest,
 which reaches the laptop through an authenticated channel: that is what lets the laptop pin it
 (StrictHostKeyChecking yes) instead of trusting on first use.
+
+For a job on this machine, whose loopback every local user reaches, sshd does not listen itself: the
+uid gate (``sshd_gate``) holds the port, closes other users' connections unread and runs ``sshd -i``
+with the same config for each of ours (``start_sshd(uid_gate=True)``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -21,6 +26,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,9 @@ READY_TIMEOUT = 5.0
 LOGIN_GRACE_S = 20  # sshd's LoginGraceTime (its default is 120 s)
 MAX_STARTUPS = "20:30:200"  # start:rate:full (its default is 10:30:100)
 PORT_ATTEMPTS = 3
+GATE_MODULE = "remote_debug.container.sshd_gate"  # run as a program: see its docstring
+GATE_MAX_SESSIONS = 64
+GATE_READY_TIMEOUT = 15.0  # a Python start, not sshd's: slower on a loaded machine
 # Where distributions put OpenSSH's sftp-server (Debian/Ubuntu, RHEL/Amazon Linux, Arch/Alpine, others).
 SFTP_SERVERS = (
     "/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server",
@@ -161,6 +170,7 @@ def render_config(
         # pending connections sshd drops new ones at random (30 %, rising), and all past 200: some of
         # ours get through, and our relay (``remote-debug proxy``) tries again when dropped.
         # PerSourcePenalties (OpenSSH 9.8) would not help: every local connection comes from loopback.
+        # A local job's sshd also sits behind the uid gate (sshd_gate): other users never reach it.
         f"LoginGraceTime {LOGIN_GRACE_S}",
         f"MaxStartups {MAX_STARTUPS}",
     ]
@@ -239,6 +249,7 @@ class Sshd:
     host_public_key: str  # "ssh-ed25519 AAAA..." (type and base64, no comment)
     state_dir: Path
     log_path: Path
+    gated: bool = False  # True: ``process`` is the uid gate (``sshd_gate``), which runs ``sshd -i`` per connection
 
     @property
     def pid(self) -> int:
@@ -249,7 +260,8 @@ class Sshd:
 
         sshd's listener exits on SIGTERM without touching open sessions (each re-exec'd connection
         process sits in its own session), so we end those too: the job is over, and a session
-        outliving it would keep the laptop's tunnels pointing at nothing.
+        outliving it would keep the laptop's tunnels pointing at nothing.  Behind the uid gate the
+        listener is the gate and its children are the ``sshd -i`` of each connection: the same.
         """
         if self.process.poll() is not None:
             return
@@ -291,6 +303,40 @@ def _wait_ready(proc: subprocess.Popen[bytes], address: str, port: int, pid_file
     return False
 
 
+def _wait_gate(proc: subprocess.Popen[bytes], pid_file: Path, deadline: float) -> bool:
+    """True once the gate accepts (it writes its pid file then; we bound the port ourselves before
+    starting it, so nobody else can hold it); False if the gate exited first."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with contextlib.suppress(OSError):
+            if pid_file.read_text().strip() == str(proc.pid):
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def _bind(address: str, port: int) -> socket.socket:
+    """The gate's listening socket (bound here so that a taken port fails the start at once)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # what sshd does: TIME_WAIT only, never a listener
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _gate_env() -> dict[str, str]:
+    """The hook's environment, with this package importable whatever the hook's sys.path was."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def start_sshd(
     state_dir: Path,
     client_public_key: str,
@@ -301,13 +347,18 @@ def start_sshd(
     listen_address: str = LOOPBACK,
     force_command: str | None = None,
     sftp_server: str | None = None,
+    uid_gate: bool = False,
 ) -> Sshd:
     """Start sshd for ``client_public_key`` on ``listen_address``:``port`` (0 = a free one); raise SshdError.
 
     ``log_file`` receives sshd's log (``-e``); by default ``sshd.log`` in the state dir, so that
     sshd's chatter about every probe and login stays out of the training output.  ``force_command`` /
-    ``sftp_server``: see :func:`render_config`.
+    ``sftp_server``: see :func:`render_config`.  ``uid_gate`` (jobs on this machine, where every local
+    user reaches loopback): the port is held by ``sshd_gate``, which admits only our own uid's
+    connections and runs ``sshd -i`` with the same config for each; otherwise sshd listens itself.
     """
+    if uid_gate and not sys.executable:
+        raise SshdError("no Python interpreter path (sys.executable) to run the sshd uid gate with")
     if port == 22:
         raise SshdError("port 22 is reserved for the job's own sshd (MPI): pick another")
     binary = find_sshd()
@@ -346,20 +397,39 @@ def start_sshd(
         _run([binary, "-t", "-f", str(config)], "sshd rejected its config")
         own_log = log_file is None
         offset = log_path.stat().st_size if own_log and log_path.exists() else 0
+        listener: socket.socket | None = None
+        argv = [binary, "-D", "-e", "-f", str(config)]
+        if uid_gate:
+            try:
+                listener = _bind(listen_address, chosen)
+            except OSError as exc:
+                last_error = f"cannot bind: {exc.strerror or exc}"
+                if fixed or exc.errno != errno.EADDRINUSE:
+                    break
+                continue
+            argv = [sys.executable, "-m", GATE_MODULE, str(listener.fileno()), str(GATE_MAX_SESSIONS),
+                    str(os.geteuid()), str(pid_file), "--", binary, "-i", "-e", "-f", str(config)]
         sink: IO[bytes] = open(log_path, "ab") if log_file is None else log_file  # noqa: SIM115
         try:
             proc = subprocess.Popen(
-                [binary, "-D", "-e", "-f", str(config)],
-                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, close_fds=True,
+                argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, close_fds=True,
+                pass_fds=(listener.fileno(),) if listener is not None else (),
+                env=_gate_env() if uid_gate else None,
                 preexec_fn=_child_setup,  # the hook has no threads of its own at this point
             )
         except OSError as exc:
-            raise SshdError(f"cannot run {binary}: {exc}") from None
+            raise SshdError(f"cannot run {argv[0]}: {exc}") from None
         finally:
             if own_log:
                 sink.close()  # the child holds its own copy of the descriptor
-        if _wait_ready(proc, listen_address, chosen, pid_file, time.monotonic() + ready_timeout):
-            return Sshd(proc, chosen, user, host_public_key, state, log_path)
+            if listener is not None:
+                listener.close()  # likewise: the gate's copy is the one that listens
+        if uid_gate:
+            ready = _wait_gate(proc, pid_file, time.monotonic() + max(ready_timeout, GATE_READY_TIMEOUT))
+        else:
+            ready = _wait_ready(proc, listen_address, chosen, pid_file, time.monotonic() + ready_timeout)
+        if ready:
+            return Sshd(proc, chosen, user, host_public_key, state, log_path, gated=uid_gate)
         exited = proc.poll() is not None
         Sshd(proc, chosen, user, host_public_key, state, log_path).stop()
         last_error = _log_since(log_path, offset) if own_log else ""

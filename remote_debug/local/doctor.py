@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from remote_debug import peer_uid
 from remote_debug.container.sshd import ENV_SSHD, SshdError, find_sshd, start_sshd
 from remote_debug.local import aws, ssm
 from remote_debug.local.backends import netns
@@ -240,7 +241,9 @@ class Doctor:
         # every local job's node.  So start it as the hook does (a throwaway key, a free loopback port) and stop it.
         with tempfile.TemporaryDirectory(prefix="remote-debug-doctor-") as scratch:
             try:
-                trial = start_sshd(Path(scratch) / "sshd", DOCTOR_CLIENT_KEY, ready_timeout=10.0)
+                # (gated as a local job's node gates it, where the system can tell a socket's owner)
+                trial = start_sshd(Path(scratch) / "sshd", DOCTOR_CLIENT_KEY, ready_timeout=15.0,
+                                   uid_gate=peer_uid.supported())
             except (SshdError, OSError) as exc:
                 self.add(Check("sshd", FAIL, f"{path} does not start: {' '.join(str(exc).split())[:300]}",
                                "fix or reinstall the OpenSSH server (apt install --reinstall openssh-server): "

@@ -127,6 +127,8 @@ def role(pid: int) -> str:
     text = " ".join(argv)
     if argv and (argv[0].endswith("sshd") or argv[0].startswith("sshd:")):
         return "sshd"
+    if "remote_debug.container.sshd_gate" in text:  # a local job's sshd listens through its uid gate
+        return "sshd"
     if "debugpy/adapter" in text or "debugpy.adapter" in text:
         return "debugpy adapter"
     if "remote_debug.container" in text:
