@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_debug import spec
+from remote_debug import osutil, spec
 from remote_debug.container.adopt import checks, procs
 from remote_debug.container.adopt.node import AdoptedRank, adopt_node, node_ranks
 from remote_debug.container.adopt.procs import ProcError, RankProcess, net_namespace, proc_info
@@ -224,7 +224,11 @@ def _create_job_dir(
             "node_netns": namespaces,
             "node_addresses": {},
             "netns": [],
-            "adopted": {"roots": {node: plan[0] for node, plan in plans.items()}},
+            "adopted": {
+                "roots": {node: plan[0] for node, plan in plans.items()},
+                # pid + start time is one process: the supervisor must not watch or signal a reuse of the pid
+                "root_starts": {node: osutil.process_start_ticks(plan[0]) for node, plan in plans.items()},
+            },
         }
         write_job_file(staging, state)
         os.rename(staging, job_dir)  # the job appears whole or not at all

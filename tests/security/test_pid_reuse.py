@@ -103,3 +103,33 @@ def test_a_record_names_one_process(stranger: subprocess.Popen[bytes], tmp_path:
     assert stranger.poll() is None
     assert record.signal(15)
     assert stranger.wait(timeout=10) == -15
+
+
+def test_an_adopted_jobs_supervisor_neither_watches_nor_stops_a_reused_root_pid(
+    dead_supervisor: osutil.ProcessRecord, stranger: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """An adopted job's supervisor watches the adopted root process and SIGTERMs it on ``stop``.  The root
+    ended and its pid now belongs to the stranger: the job is over (not kept "running" by the stranger),
+    and a ``stop`` signals nobody.  (``dead_supervisor`` plays the dead root: a process recorded, then gone.)"""
+    job_dir = tmp_path / "adopted-job"
+    job_dir.mkdir()
+    state = {"name": "adopted-job", "backend": "local", "status": "InProgress", "secondary_status": "Training",
+             "nodes": ["algo-1"], "node_plans": {}, "stop_grace_seconds": 1,
+             "adopted": {"roots": {"algo-1": stranger.pid}, "root_starts": {"algo-1": dead_supervisor.start}}}
+    (job_dir / "job.json").write_text(json.dumps(state))
+    supervisor = subprocess.Popen([sys.executable, "-m", "remote_debug.local.backends.adopted", str(job_dir)])
+    try:
+        try:
+            supervisor.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # still "watching" the stranger: stop the job, as `stop` does
+            supervisor.terminate()
+            supervisor.wait(timeout=15)
+            time.sleep(0.2)
+            assert stranger.poll() is None, "stop signalled the process that reused the adopted root's pid"
+            raise AssertionError("the supervisor took the stranger for the adopted root: the job never ended") from None
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+    assert stranger.poll() is None
+    assert json.loads((job_dir / "job.json").read_text())["status"] == "Completed"

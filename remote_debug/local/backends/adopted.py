@@ -13,7 +13,6 @@ daemons end, the adopted processes are left alone.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -36,7 +35,11 @@ class AdoptedSupervisor:
     def __init__(self, job_dir: Path) -> None:
         self.job_dir = job_dir
         self.state: dict[str, Any] = read_job_file(job_dir)
-        self.roots: dict[str, int] = {n: int(p) for n, p in self.state["adopted"]["roots"].items()}
+        adopted = self.state["adopted"]
+        starts = adopted.get("root_starts") or {}  # (absent: a job adopted by an older version, pid alone)
+        self.roots: dict[str, osutil.ProcessRecord] = {
+            n: osutil.ProcessRecord(int(p), starts.get(n)) for n, p in adopted["roots"].items()
+        }
         self.daemons: dict[str, subprocess.Popen[bytes]] = {}
         self.stop_deadline: float | None = None
         self.forget = False
@@ -59,12 +62,8 @@ class AdoptedSupervisor:
         self.forget = True
 
     def _signal_roots(self, sig: int) -> None:
-        for pid in self.roots.values():
-            if osutil.pid_alive(pid):
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        for root in self.roots.values():
+            root.signal(sig)  # only while the pid is still the adopted process (a pidfd: no race)
 
     def start_daemons(self) -> None:
         inherited = environment_without_spec()
@@ -76,11 +75,12 @@ class AdoptedSupervisor:
             with open(layout.log_file, "ab", buffering=0) as log:
                 self.daemons[node] = subprocess.Popen(
                     [*enter, sys.executable, "-m", "remote_debug.container", "--node-daemon",
-                     "--parent-pid", str(self.roots[node])],
+                     "--parent-pid", str(self.roots[node].pid)],
                     env={**inherited, **plan["env"]}, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )
-        self._save(node_pids=dict(self.roots), daemon_pids={n: p.pid for n, p in self.daemons.items()})
+        self._save(node_pids={n: r.pid for n, r in self.roots.items()},
+                   daemon_pids={n: p.pid for n, p in self.daemons.items()})
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -89,7 +89,7 @@ class AdoptedSupervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             self.start_daemons()
-            while not self.forget and any(osutil.pid_alive(p) for p in self.roots.values()):
+            while not self.forget and any(root.alive() for root in self.roots.values()):
                 if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
                     self._signal_roots(signal.SIGKILL)
                     self.stop_deadline = float("inf")
