@@ -64,10 +64,14 @@ def test_two_ranks_ephemeral_ports_and_rank_selection(run: HookRun) -> None:
     script = run.root / "ddp.py"
     script.write_text(DDP_SCRIPT)
     run.start_torchrun(script)
-    run.release()  # nothing to look at while it runs: let it finish straight away
+    run.wait_ranks_ready("both ranks past their all_reduce")
+    running = run.rank(0)
+    assert running["state"] == "skipped" and running["port"] == 0
+    assert running["control_port"] > 0  # not debugged, but pause-safe and "stacks" still reach it
+    run.release()
     assert run.wait(90) == 0, run.stderr
     assert run.rank_files() == ["rank-0.json", "rank-1.json"]
     zero, one = run.rank(0), run.rank(1)
-    assert zero["state"] == "skipped" and zero["port"] == 0
-    assert zero["control_port"] > 0  # not debugged, but pause-safe and "stacks" still reach it
+    # once the rank is gone its document promises no port anyone could bind afterwards (issue 29 item 2)
+    assert zero["state"] == "skipped" and zero["port"] == 0 and zero["control_port"] == 0
     assert one["state"] == "finished" and one["port"] > 0
