@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.__main__ import CALL_HEAVY, DDP_STEPS, hook_env, run_json
+from bench.rank_workloads import CALL_HEAVY, DDP_STEPS, hook_env, run_json
 from remote_debug import job_secret as secrets
 from remote_debug import spec
 from remote_debug.container.sshd import free_port

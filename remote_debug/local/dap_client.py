@@ -364,13 +364,6 @@ class DapClient:
                     raise DapError(f"{self.name}: no {name!r} event within {timeout:.1f}s")
                 self._cond.wait(remaining)
 
-    def clear_events(self, name: str | None = None) -> None:
-        with self._cond:
-            if name is None:
-                self._events.clear()
-            else:
-                self._events.pop(name, None)
-
     def output(self) -> str:
         """All text of the ``output`` events seen so far (stdout/stderr of the debuggee, adapter messages)."""
         with self._cond:
@@ -453,12 +446,6 @@ class DapClient:
     def next(self, thread_id: int, timeout: float | None = None) -> JsonDict:
         """Step over.  Returns once debugpy accepted it; the new position comes with the next ``stopped``."""
         return self.request("next", {"threadId": thread_id}, timeout)
-
-    def step_in(self, thread_id: int, timeout: float | None = None) -> JsonDict:
-        return self.request("stepIn", {"threadId": thread_id}, timeout)
-
-    def step_out(self, thread_id: int, timeout: float | None = None) -> JsonDict:
-        return self.request("stepOut", {"threadId": thread_id}, timeout)
 
     def continue_(self, thread_id: int, *, single_thread: bool = False, timeout: float | None = None) -> JsonDict:
         """Resume; per DAP (and pydevd) this resumes every thread unless ``single_thread``."""

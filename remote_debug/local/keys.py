@@ -49,16 +49,6 @@ def ensure_job_key(paths: StatePaths, job: str) -> tuple[Path, str]:
     return key_path, public_line
 
 
-def remove_job_key(paths: StatePaths, job: str) -> None:
-    key_path = paths.job_key(job)
-    for p in (key_path, key_path.with_suffix(".pub")):
-        p.unlink(missing_ok=True)
-    try:
-        key_path.parent.rmdir()
-    except OSError:
-        pass
-
-
 def job_secret(key_path: Path) -> str:
     """The job secret (``remote_debug.job_secret``) of the key pair whose private key is at ``key_path``.
 

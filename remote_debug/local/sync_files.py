@@ -59,10 +59,6 @@ class FileList:
     leaving_links: list[str] = field(default_factory=list)  # symlinks skipped: they lead out of root
     dir_modes: dict[str, int] = field(default_factory=dict)  # folder (relative) -> permission bits
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
     def signature(self) -> frozenset[LocalFile]:
         """Equal for two lists exactly when a sync of one would send nothing after the other."""
         return frozenset(self.files)

@@ -12,7 +12,7 @@
 import * as vscode from 'vscode';
 
 import { Cli, CliError } from './cli';
-import { CliOutputError, isRunning, JobInfo, parseJsonDocument } from './events';
+import { CliOutputError, isAdoptableJob, parseJsonDocument } from './events';
 import { LineSink, logger, Logger } from './log';
 import { JobsModel } from './model';
 import { withCancellableProgress } from './progress';
@@ -209,10 +209,6 @@ export function adoptedMessage(result: AdoptResult, what: { pid?: number; job?: 
 }
 
 /** A job row that Adopt Job… is for: a running SageMaker job launched without remote debugging. */
-export function isAdoptableJob(info: JobInfo): boolean {
-  return isRunning(info) && !info.debuggable && info.sagemaker !== null;
-}
-
 /** What adopting needs of the rest of the extension: the job listing and the view's Attach All Ranks. */
 export interface AdoptHost {
   refresh(): Promise<void>;

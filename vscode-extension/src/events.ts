@@ -28,6 +28,11 @@ export function isRunning(job: Pick<JobInfo, 'status'>): boolean {
   return job.status === 'InProgress' || job.status === 'Stopping';
 }
 
+/** A running SageMaker job started without remote_debug: `adopt JOB` can make it debuggable. */
+export function isAdoptableJob(info: JobInfo): boolean {
+  return isRunning(info) && !info.debuggable && info.sagemaker !== null;
+}
+
 export class CliOutputError extends Error {}
 
 function str(value: unknown, fallback = ''): string {

@@ -2,8 +2,7 @@
 
 import * as vscode from 'vscode';
 
-import { isAdoptableJob } from './adopt';
-import { isRunning } from './events';
+import { isAdoptableJob, isRunning } from './events';
 import { backendTitle, ListingProblem, ListingProblems } from './listingProblems';
 import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState } from './model';
 

@@ -6,7 +6,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { beforeEach, describe, test } from 'node:test';
 
-import { adoptedMessage, adoptPickItems, AdoptCandidate, isAdoptableJob, parseAdoptCandidates, parseAdoptResult } from '../../src/adopt';
+import { adoptedMessage, adoptPickItems, AdoptCandidate, parseAdoptCandidates, parseAdoptResult } from '../../src/adopt';
+import { isAdoptableJob } from '../../src/events';
 import { CliOutputError } from '../../src/events';
 import { JobsModel } from '../../src/model';
 import { jobContextValue } from '../../src/tree';
