@@ -237,14 +237,26 @@ def test_a_shell_per_node_as_root_on_a_terminal(emu: Running, terminals: Callabl
     assert first.response["SessionId"] != second.response["SessionId"]
 
 
+def _shell_sees_size(terminal: PluginTerminal, size: bytes, timeout: float = 20) -> None:
+    """Ask the node's shell for its size until it is ``size``: the plugin sends its terminal's size as a Size
+    message on its own schedule (it looks every 500 ms, shellsession.go), so under load the first command
+    can run before the first Size message arrived (a clean-clone run saw "24 80", the pty's default)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        terminal.type("echo size=$(stty size)")
+        try:
+            terminal.wait_for(rb"size=" + size, timeout=2)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_size_follows_the_plugins_terminal(terminals: Callable[..., PluginTerminal]) -> None:
     terminal = terminals("shells", "algo-1")
-    terminal.type("echo size=$(stty size)")
-    terminal.wait_for(rb"size=33 101")  # our terminal's size, sent by the plugin as a Size message
+    _shell_sees_size(terminal, b"33 101")  # our terminal's size, sent by the plugin as a Size message
     terminal.resize(120, 40)
-    time.sleep(1.2)  # the plugin looks at its terminal's size every 500 ms (shellsession.go)
-    terminal.type("echo size=$(stty size)")
-    terminal.wait_for(rb"size=40 120")
+    _shell_sees_size(terminal, b"40 120")
 
 
 def test_exit_ends_the_session(emu: Running, terminals: Callable[..., PluginTerminal]) -> None:
