@@ -144,24 +144,30 @@ def role(pid: int) -> str:
     return "other: " + text[:80]
 
 
+def throwaway_home(root: Path, script: str, mp: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """Under ``root``: a HOME, a project whose ``train.py`` is ``script`` (formatted with its done file), and
+    that done file (the ranks run until it exists); ``mp`` points HOME there, drops every REMOTE_DEBUG_*
+    variable and marks every process the test starts with ``TOKEN_ENV=root`` (how the scans find ours)."""
+    home, project, done = root / "home", root / "project", root / "done"
+    home.mkdir()
+    project.mkdir()
+    (project / "train.py").write_text(script.format(done=str(done)))
+    mp.setenv("HOME", str(home))
+    for var in list(os.environ):
+        if var.startswith("REMOTE_DEBUG_"):
+            mp.delenv(var)
+    mp.setenv(TOKEN_ENV, str(root))
+    return home, project, done
+
+
 @contextlib.contextmanager
 def live_session(
     root: Path, name: str, ide: str, ready: Callable[[set[tuple[str, Any]]], bool], **launch: Any
 ) -> Iterator[Session]:
     """Launch ``name`` (1 node x 2 ranks) under a throwaway HOME, attach headless in a thread, yield
     once ``ready(events seen as (event, rank) pairs)``; stop and clean up everything afterwards."""
-    home = root / "home"
-    home.mkdir()
-    project = root / "project"
-    project.mkdir()
-    done = root / "done"
-    (project / "train.py").write_text(SCRIPT.format(done=str(done)))
     mp = pytest.MonkeyPatch()
-    mp.setenv("HOME", str(home))
-    for var in list(os.environ):
-        if var.startswith("REMOTE_DEBUG_"):
-            mp.delenv(var)
-    mp.setenv(TOKEN_ENV, str(root))
+    home, project, done = throwaway_home(root, SCRIPT, mp)
     mp.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     mp.setenv("AWS_SESSION_TOKEN", AWS_SESSION_TOKEN)
     job = launch_job(name, project, nproc_per_node=2, ide=ide, **launch)

@@ -47,7 +47,7 @@ from tests.container.helpers import TOKEN_ENV, free_port, kill_all, wait_for
 from tests.event_log import EventLog
 from tests.jobs import LocalJob, launch_job
 from tests.second_user import needs_second_user, nobody, python_as_nobody
-from tests.security.session import IDLE_UNTIL_DONE
+from tests.security.session import IDLE_UNTIL_DONE, throwaway_home
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 
@@ -192,16 +192,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     if os.geteuid() != 0:
         pytest.skip("plays a second user: needs root")
     root = tmp_path_factory.mktemp("dead-rank")
-    home, project, done = root / "home", root / "project", root / "done"
-    home.mkdir()
-    project.mkdir()
-    (project / "train.py").write_text(SCRIPT.format(done=str(done)))
     mp = pytest.MonkeyPatch()
-    mp.setenv("HOME", str(home))
-    for var in list(os.environ):
-        if var.startswith("REMOTE_DEBUG_"):
-            mp.delenv(var)
-    mp.setenv(TOKEN_ENV, str(root))
+    _home, project, done = throwaway_home(root, SCRIPT, mp)
     token = f"{TOKEN_ENV}={root}\0"
     job: LocalJob | None = None
     s: Scene | None = None
