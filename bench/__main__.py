@@ -59,14 +59,14 @@ from typing import Any
 from bench.dap_timing import dap_next_ms
 from bench.rank_jobs import break_line, launch_rank_job, wait_for_ranks
 from bench.rank_workloads import CALL_HEAVY, DDP_STEPS, hook_env, run_json
-from remote_debug import spec
-from remote_debug.local import events
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.dap_client import attach_and_configure
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.keys import ensure_job_key, job_secret
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.core.keys import ensure_job_key, job_secret
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.dap_client import attach_and_configure
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.platforms import MachineBackend
+from remote_debug.laptop.wire import events
 
 LISTEN_THEN_WORK = "import debugpy\ndebugpy.listen(('127.0.0.1', 0))\n"
 
@@ -150,7 +150,7 @@ def p2_idle_overhead(work: Path, paths: StatePaths, iterations: int, repeats: in
 
 def p3_ddp_step(work: Path, paths: StatePaths, steps: int, repeats: int) -> dict[str, float]:
     """Median DDP step time: plain, and under the hook with a DAP client attached (no breakpoints)."""
-    from remote_debug.container.sshd import free_port
+    from remote_debug.container.node.sshd import free_port
 
     script = work / "ddp_steps.py"
     script.write_text(DDP_STEPS)
@@ -290,9 +290,9 @@ def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from remote_debug import manifest_lines
-    from remote_debug.local.backends import SageMakerBackend
-    from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
+    from remote_debug.contract import manifest_lines
+    from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP
+    from remote_debug.laptop.platforms import SageMakerBackend
 
     job, region = "bench-p6", "us-west-2"
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's line per request

@@ -6,7 +6,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from remote_debug.local.dap_client import DapClient, inspect_stop
+from remote_debug.laptop.ide.dap_client import DapClient, inspect_stop
 
 
 def dap_next_ms(connect: Callable[[], DapClient], script: str, steps: int, stop_timeout: float = 60) -> float:

@@ -37,9 +37,9 @@ from typing import IO, Any, TypeVar
 
 from bench import emulator_job
 from bench.dap_timing import dap_next_ms
-from remote_debug import spec
-from remote_debug.local.backends import netns
-from remote_debug.local.dap_client import DapClient, attach_and_configure
+from remote_debug.contract import spec
+from remote_debug.laptop.ide.dap_client import DapClient, attach_and_configure
+from remote_debug.oskit import netns
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = REPO / "templates" / "launchers"
@@ -319,8 +319,8 @@ def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
 
 def _wait_ranks_waiting(run: EmulatorRun, job: str, ranks: int, timeout: float = 180) -> None:
     """Until every rank's document says it waits for a debugger, read as attach reads it (CloudWatch Logs)."""
-    from remote_debug.local.backends import SageMakerBackend
-    from remote_debug.local.paths import StatePaths
+    from remote_debug.laptop.core.paths import StatePaths
+    from remote_debug.laptop.platforms import SageMakerBackend
 
     clients = {name: run.client(name) for name in ("sagemaker", "logs")}
     backend = SageMakerBackend(StatePaths(run.work / "probe-state"), clients=clients.__getitem__)

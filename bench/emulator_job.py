@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import boto3
 
 import remote_debug
-from remote_debug.sagemaker.bundle import bundle_dir
-from remote_debug.sagemaker.request import upload_bundle
+from remote_debug.laptop.aws.enable.bundle import bundle_dir
+from remote_debug.laptop.aws.enable.request import upload_bundle
 
 CODE_CHANNEL = "/opt/ml/input/data/code"
 SCRIPT_NAME = "bench_rank.py"

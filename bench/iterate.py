@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from bench.rank_jobs import break_line
-from remote_debug import spec
-from remote_debug.local import events
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.machine.backend import LaunchRequest
+from remote_debug.laptop.platforms import MachineBackend
+from remote_debug.laptop.wire import events
 
 NODES, NPROC = 2, 2
 SCRIPT = textwrap.dedent(

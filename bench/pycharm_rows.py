@@ -3,8 +3,8 @@
 A PyCharm rank (``ide=pycharm``) starts idle: pydevd-pycharm is not even imported, there is no tracer.
 ``attach --ide pycharm`` asks it through its control channel (``connect``) to connect out to PyCharm's
 debug server on its node port; when the server goes away (PyCharm's Stop) the rank removes pydevd's
-tracer from every thread (``remote_debug/container/pycharm_rank.py``).  Here a
-:class:`~remote_debug.local.pydevd_server.PydevdServer` with no breakpoints plays PyCharm, on this machine
+tracer from every thread (``remote_debug/container/rank/pycharm_rank.py``).  Here a
+:class:`~remote_debug.laptop.ide.pydevd_server.PydevdServer` with no breakpoints plays PyCharm, on this machine
 (no ssh tunnel: the rank's node port is the server's port).
 
 P2-PyCharm the call-heavy loop's CPU time in an idle PyCharm rank vs no hook (goal <= 1.02x); the bench
@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.rank_workloads import CALL_HEAVY, DDP_STEPS, hook_env, run_json
-from remote_debug import job_secret as secrets
-from remote_debug import spec
-from remote_debug.container.sshd import free_port
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.keys import ensure_job_key, job_secret
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.pydevd_server import PydevdServer
+from remote_debug.container.node.sshd import free_port
+from remote_debug.contract import job_secret as secrets
+from remote_debug.contract import spec
+from remote_debug.laptop.core.keys import ensure_job_key, job_secret
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.ide.pydevd_server import PydevdServer
 
 Row = dict[str, float]
 IDLE_GOAL = 1.02

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remote_debug import spec
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.backend import LaunchRequest
+from remote_debug.laptop.platforms import MachineBackend
 
 BREAK_MARK = "BENCH-BREAK"
 

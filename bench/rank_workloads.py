@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from remote_debug import spec
-from remote_debug.local.keys import ensure_job_key, job_secret
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.core.keys import ensure_job_key, job_secret
+from remote_debug.laptop.core.paths import StatePaths
 
 CALL_HEAVY = textwrap.dedent(
     """

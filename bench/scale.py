@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.rank_jobs import break_line, launch_rank_job, wait_for_ranks
-from remote_debug import spec
-from remote_debug.local import events
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.stacks import collect_stacks
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.diagnose.stacks import collect_stacks
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.wire import events
 
 LIGHT_RANK = textwrap.dedent(
     """

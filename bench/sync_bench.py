@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from remote_debug import spec
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.sync import Syncer, SyncMethod
+from remote_debug.contract import spec
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.iterate.sync import Syncer, SyncMethod
+from remote_debug.laptop.machine.backend import LaunchRequest
+from remote_debug.laptop.platforms import MachineBackend
 
 GOAL_S = 1.0
 FILE_BYTES = 100_000

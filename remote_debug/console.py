@@ -1,7 +1,7 @@
 """The ``remote-debug`` console script and ``python -m remote_debug``.
 
 Not ``remote_debug.cli:main`` directly: importing the CLI and its command takes 0.1-0.3 s, and
-a Ctrl-C in that window must be recorded too (see ``remote_debug.local.interrupts``), while callers that
+a Ctrl-C in that window must be recorded too (see ``remote_debug.laptop.core.interrupts``), while callers that
 import the CLI in-process (tests, the SageMaker integration) keep their own SIGINT handling.
 """
 
@@ -14,12 +14,12 @@ def main() -> None:
     if sys.argv[1:2] == ["proxy"]:
         # The ProxyCommand of every ssh connection: a fast path that skips the CLI's imports (and
         # handles SIGINT itself while the session-manager-plugin runs).
-        from remote_debug.local.proxy import main as proxy_main
+        from remote_debug.laptop.connection.proxy import main as proxy_main
 
         code = proxy_main(sys.argv[2:])
         if code is not None:  # None: --help or a usage error, which the full CLI words like every command's
             raise SystemExit(code)
-    from remote_debug.local import interrupts
+    from remote_debug.laptop.core import interrupts
 
     interrupts.install()
     try:

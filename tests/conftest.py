@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.paths import StatePaths
-from tests import strict_aws
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers import strict_aws
 
 # every in-process boto3 request meets AWS's server-side checks (patterns, lengths), not only botocore's
 strict_aws.install()
@@ -44,7 +44,7 @@ def cleanup_jobs(paths: StatePaths) -> None:
         for pid in (state.get("node_pids") or {}).values():
             _kill_group(int(pid))
         if state.get("netns"):  # multi-node jobs as root: the nodes' network namespaces
-            from remote_debug.local.backends import netns
+            from remote_debug.oskit import netns
 
             time.sleep(0.1)
             netns.delete([str(name) for name in state["netns"]])

@@ -1,4 +1,4 @@
-"""The manifest as log lines (remote_debug/manifest_lines.py): the SageMaker channel of the contract."""
+"""The manifest as log lines (remote_debug/contract/manifest_lines.py): the SageMaker channel of the contract."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from remote_debug import job_secret, manifest_lines
-from remote_debug.spec import ContractError, NodeManifest, RankEndpoint
+from remote_debug.contract import job_secret, manifest_lines
+from remote_debug.contract.spec import ContractError, NodeManifest, RankEndpoint
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
 SECRET = job_secret.derive_job_secret(b"tests/test_manifest_lines")

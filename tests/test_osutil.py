@@ -1,4 +1,4 @@
-"""remote_debug/osutil.py: atomic writes and process liveness, shared by the job and the laptop."""
+"""remote_debug/oskit/osutil.py: atomic writes and process liveness, shared by the job and the laptop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from remote_debug import osutil
+from remote_debug.oskit import osutil
 
 
 def test_atomic_write_mode(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import peer_uid
-from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody
+from remote_debug.oskit import peer_uid
+from tests.helpers.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody
 
 # Connects to the port over IPv4 or over IPv6 (v4-mapped), says so, and waits for stdin to close.
 CLIENT = (

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.spec import (
+from remote_debug.contract import spec
+from remote_debug.contract.spec import (
     IDE,
     ContractError,
     DebugOptions,

@@ -1,4 +1,4 @@
-"""The ``remote-debug`` command line: thin commands that call ``remote_debug.local``.
+"""The ``remote-debug`` command line: thin commands that call ``remote_debug.laptop``.
 
 One module per subcommand; every command takes ``--json``; bad input is one line on stderr and
 exit code 2 (see :func:`main`).
@@ -22,8 +22,8 @@ from typer.exceptions import TyperException
 
 from remote_debug.cli import application as _app_module
 from remote_debug.cli.output import error_line
-from remote_debug.local.errors import UserError
-from remote_debug.spec import ContractError
+from remote_debug.contract.spec import ContractError
+from remote_debug.laptop.core.errors import UserError
 
 # command name -> the module of remote_debug.cli that registers it, in the order --help lists them
 COMMAND_MODULES: dict[str, str] = {

@@ -9,7 +9,7 @@ import typer
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json, progress
-from remote_debug.local.errors import UserError
+from remote_debug.laptop.core.errors import UserError
 
 
 @app.command()
@@ -42,14 +42,14 @@ def adopt(
             raise UserError("adopt JOB takes no --pid, --name or --list: a SageMaker job keeps its own name")
         _adopt_sagemaker(job, as_json)
         return
-    from remote_debug.local.adopt import adopt_local, adopted_jobs, plan_nodes
-    from remote_debug.local.paths import StatePaths
+    from remote_debug.laptop.adopt.local_job import adopt_local, adopted_jobs, plan_nodes
+    from remote_debug.laptop.core.paths import StatePaths
 
     paths = StatePaths.default()
     if list_them:
         if pid:
             raise UserError("--list takes no --pid: use one or the other")
-        from remote_debug.local.adopt_candidates import list_candidates
+        from remote_debug.laptop.adopt.candidates import list_candidates
 
         found = list_candidates(adopted_jobs(paths))
         if as_json:
@@ -84,10 +84,10 @@ def adopt(
 
 
 def _adopt_sagemaker(job: str, as_json: bool) -> None:
-    from remote_debug.local import aws
-    from remote_debug.local.adopt_sagemaker import adopt_sagemaker
-    from remote_debug.local.ssm_shell import ShellSession
-    from remote_debug.sagemaker.owner import resolve_owner
+    from remote_debug.laptop.adopt.sagemaker_job import adopt_sagemaker
+    from remote_debug.laptop.aws import clients as aws
+    from remote_debug.laptop.aws.enable.owner import resolve_owner
+    from remote_debug.laptop.aws.ssm_shell import ShellSession
 
     name, arn_region = aws.parse_training_job(job)
     region, source = aws.resolve_region()

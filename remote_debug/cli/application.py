@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.models import CommandFunctionType
 
-from remote_debug.local import aws
+from remote_debug.laptop.aws import clients as aws
 
 MAX_PORT = 65535
 

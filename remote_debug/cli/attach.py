@@ -7,16 +7,16 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag, positive_seconds
 from remote_debug.cli.output import event_printer
-from remote_debug.local import interrupts
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import backend_for, job_ref
-from remote_debug.local.errors import UserError
-from remote_debug.local.events import Detached, DetachReason, Summary
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.ide.pycharm import PyCharmOptions
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.core import interrupts
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.ide.pycharm import PyCharmOptions
+from remote_debug.laptop.platforms import backend_for, job_ref
+from remote_debug.laptop.wire.events import Detached, DetachReason, Summary
 
 
 def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]:

@@ -4,7 +4,7 @@ Lists what hybrid jobs left in AWS that is no longer needed - SSM activations an
 tagged with your owner id whose job has ended (or never started), activations of running jobs whose
 nodes have all registered, and the ``ssm-activation.json`` / ``.txt`` objects of those jobs - and
 deletes them with ``--yes``.  Without ``--yes`` nothing is deleted.  A running job's managed
-instances are never touched.  See :mod:`remote_debug.sagemaker.leftovers`.
+instances are never touched.  See :mod:`remote_debug.laptop.aws.enable.leftovers`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import typer
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, err_console, print_json
-from remote_debug.local import aws
-from remote_debug.local.errors import UserError
-from remote_debug.sagemaker.leftovers import Leftovers
-from remote_debug.sagemaker.owner import resolve_owner
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws.enable.leftovers import Leftovers
+from remote_debug.laptop.aws.enable.owner import resolve_owner
+from remote_debug.laptop.core.errors import UserError
 
 MAX_DAYS = 365
 

@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, event_printer, print_json
-from remote_debug.local.backends.machine import MAX_NODES, MAX_NPROC_PER_NODE
-from remote_debug.local.demo import run_demo
-from remote_debug.local.events import ignore
-from remote_debug.local.ide.pycharm import PyCharmOptions
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.demo import run_demo
+from remote_debug.laptop.ide.pycharm import PyCharmOptions
+from remote_debug.laptop.machine.backend import MAX_NODES, MAX_NPROC_PER_NODE
+from remote_debug.laptop.wire.events import ignore
 
 
 @app.command()

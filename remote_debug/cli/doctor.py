@@ -10,8 +10,8 @@ from rich.table import Table
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json
-from remote_debug.local.backends import job_ref
-from remote_debug.local.doctor import FAIL, Doctor, passed
+from remote_debug.laptop.diagnose.doctor import FAIL, Doctor, passed
+from remote_debug.laptop.platforms import job_ref
 
 STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 

@@ -13,9 +13,9 @@ import typer
 
 from remote_debug.cli.application import MAX_PORT, app, flag
 from remote_debug.cli.output import print_json
-from remote_debug.local import interrupts
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core import interrupts
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
 
 DEFAULT_REGION = "us-east-1"
 

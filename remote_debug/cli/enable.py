@@ -8,9 +8,9 @@ import typer
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, err_console, print_json
-from remote_debug.local import aws
-from remote_debug.local.errors import UserError
-from remote_debug.sagemaker import update
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws.enable import update
+from remote_debug.laptop.core.errors import UserError
 
 
 def open_client(region: str) -> Any:
@@ -20,7 +20,7 @@ def open_client(region: str) -> Any:
 
 def caller_id() -> str:
     """Who the caller is (``aws:userid``): the owner tag of a job nobody owns yet (a seam for tests)."""
-    from remote_debug.sagemaker.owner import resolve_owner
+    from remote_debug.laptop.aws.enable.owner import resolve_owner
 
     return resolve_owner(None)
 

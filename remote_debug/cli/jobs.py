@@ -11,11 +11,11 @@ from rich.table import Table
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, error_line, print_json
-from remote_debug.local.aws_access import describe_unlisted
-from remote_debug.local.backends import all_backends
-from remote_debug.local.errors import UserError
-from remote_debug.local.events import plural
-from remote_debug.local.jobinfo import JobInfo
+from remote_debug.laptop.aws.access import describe_unlisted
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.jobinfo import JobInfo
+from remote_debug.laptop.platforms import all_backends
+from remote_debug.laptop.wire.events import plural
 
 HEADERS = ("job", "backend", "status", "secondary", "nodes", "ranks per node", "created")
 

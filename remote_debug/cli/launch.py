@@ -9,14 +9,14 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, print_json
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import MAX_NODES, MAX_NPROC_PER_NODE, LaunchRequest
-from remote_debug.local.errors import UserError
-from remote_debug.local.jobinfo import Isolation
-from remote_debug.local.pycharm import check_local_pydevd, choose_build
+from remote_debug.contract import spec
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.jobinfo import Isolation
+from remote_debug.laptop.ide.pycharm_setup import check_local_pydevd, choose_build
+from remote_debug.laptop.machine.backend import MAX_NODES, MAX_NPROC_PER_NODE, LaunchRequest
+from remote_debug.laptop.platforms import MachineBackend
 
 
 def default_job_name() -> str:

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.markup import escape
 
-from remote_debug.local import events as ev
-from remote_debug.local.events import plural
-from remote_debug.spec import IDE
+from remote_debug.contract.spec import IDE
+from remote_debug.laptop.wire import events as ev
+from remote_debug.laptop.wire.events import plural
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -1,7 +1,7 @@
 """``remote-debug proxy HOST PORT``: the ProxyCommand in every generated ssh Host entry.
 
 ssh runs ``python -m remote_debug proxy ...``, whose fast path (``remote_debug.console``) goes to
-:func:`remote_debug.local.proxy.main` without loading the CLI; this command is what that path falls
+:func:`remote_debug.laptop.connection.proxy.main` without loading the CLI; this command is what that path falls
 back to for ``--help`` and usage errors, so they read like every other command's.
 """
 
@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 
 from remote_debug.cli.application import MAX_PORT, app
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.proxy import run_proxy
+from remote_debug.laptop.connection.proxy import run_proxy
+from remote_debug.laptop.core.paths import StatePaths
 
 
 @app.command()

@@ -8,8 +8,8 @@ import typer
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, err_console, print_json
-from remote_debug.local.events import plural
-from remote_debug.local.prune import JobOutcome, Pruner
+from remote_debug.laptop.prune import JobOutcome, Pruner
+from remote_debug.laptop.wire.events import plural
 
 MAX_DAYS = 3650.0
 

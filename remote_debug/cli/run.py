@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import event_printer, print_json, wait_printer
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.errors import UserError
-from remote_debug.local.events import RunOutput
-from remote_debug.local.rerun import RunDriver
-from remote_debug.local.rerun import release as release_nodes
+from remote_debug.contract import spec
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.iterate.run import RunDriver
+from remote_debug.laptop.iterate.run import release as release_nodes
+from remote_debug.laptop.wire.events import RunOutput
 
 TIMEOUT_HELP = "How long to wait for the nodes to be reachable."
 

@@ -11,8 +11,8 @@ import typer
 
 from remote_debug.cli.application import app, positive_seconds
 from remote_debug.cli.output import wait_printer
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.errors import UserError
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.core.errors import UserError
 
 
 # Options may follow the job name (`ssh JOB --node algo-2 -- CMD`); the remote command comes after

@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import console, print_json, wait_printer
-from remote_debug.local import ssh_config as ssh_files
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.errors import UserError
-from remote_debug.local.events import plural
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.connection import ssh_config as ssh_files
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.wire.events import plural
 
 
 def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) -> None:

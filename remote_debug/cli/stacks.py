@@ -6,13 +6,18 @@ from typing import Annotated
 
 import typer
 
-from remote_debug import spec
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json, wait_printer
-from remote_debug.container.pyspy import PyspyError
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.errors import UserError
-from remote_debug.local.stacks import collect_job_stacks_no_hook, collect_pid_stacks, collect_stacks, format_stacks
+from remote_debug.container.node.pyspy import PyspyError
+from remote_debug.contract import spec
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.diagnose.stacks import (
+    collect_job_stacks_no_hook,
+    collect_pid_stacks,
+    collect_stacks,
+    format_stacks,
+)
 
 
 @app.command()

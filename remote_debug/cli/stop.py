@@ -8,7 +8,7 @@ import typer
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json, progress
-from remote_debug.local.backends import backend_for, job_ref
+from remote_debug.laptop.platforms import backend_for, job_ref
 
 
 @app.command()

@@ -9,9 +9,9 @@ import typer
 
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json
-from remote_debug.local.events import Synced, plural
-from remote_debug.local.sync import Syncer, SyncMethod
-from remote_debug.local.sync_files import FileList
+from remote_debug.laptop.iterate.sync import Syncer, SyncMethod
+from remote_debug.laptop.iterate.sync_files import FileList
+from remote_debug.laptop.wire.events import Synced, plural
 
 _UNITS = ("kB", "MB", "GB", "TB")
 

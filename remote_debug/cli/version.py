@@ -12,7 +12,7 @@ from typing import Annotated
 from remote_debug import DISTRIBUTION, __version__
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json
-from remote_debug.local.events import EVENTS_VERSION
+from remote_debug.laptop.wire.events import EVENTS_VERSION
 
 
 @app.command()

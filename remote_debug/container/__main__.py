@@ -89,11 +89,11 @@ def main(
             _say(problem)
         return run_without_debugging(args, execvp)
     if args[:1] == [ADOPT_FLAG]:
-        from remote_debug.container.adopt.node import main as adopt_main
+        from remote_debug.container.node.adopt.on_node import main as adopt_main
 
         return adopt_main(args[1:])
-    from remote_debug.container.bootstrap import main as daemon_main
-    from remote_debug.container.hook import main as hook_main
+    from remote_debug.container.node.bootstrap import main as daemon_main
+    from remote_debug.container.node.hook import main as hook_main
 
     if args[:1] == [DAEMON_FLAG]:
         return daemon_main(args[1:])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_debug.spec import ENV_MANIFEST_DIR, LOOPBACK, NODE_NAME_RE
+from remote_debug.contract.spec import ENV_MANIFEST_DIR, LOOPBACK, NODE_NAME_RE
 
 DEFAULT_NODE = "algo-1"
 DEFAULT_CONFIG_DIR = "/opt/ml/input/config"

@@ -10,6 +10,6 @@ the loop: botocore, the SDKs, the Session Manager plugin and the training toolki
 * :mod:`.nodes` - a node per instance: network, mount and UTS namespaces, ``/opt/ml`` per node;
 * :mod:`.ssm_channel` - the agent's side of the Session Manager data channel (a WebSocket).
 
-Product code never imports this package (``tests/test_import_rules.py``): the emulator is reached
+Product code never imports this package (``tests/test_layering.py``): the emulator is reached
 only through ``AWS_ENDPOINT_URL``, like AWS itself.
 """

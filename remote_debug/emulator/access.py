@@ -2,7 +2,7 @@
 
 The emulator runs as root (its nodes are namespaces) and its API runs commands in them, so besides the
 signatures (:mod:`.sigv4`) its listeners admit a connection only from the invoking user's uid or root, with
-the project's own peer-uid gate (:mod:`remote_debug.peer_uid`); and its state dir, which holds every job's
+the project's own peer-uid gate (:mod:`remote_debug.oskit.peer_uid`); and its state dir, which holds every job's
 request (Environment included: the job secret) and the emulator's keys, is 0700 and the files with secrets
 in it 0600.  A state dir that is a symlink or belongs to someone else is refused, never taken over.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer
 
-from remote_debug import peer_uid
+from remote_debug.oskit import peer_uid
 
 log = logging.getLogger(__name__)
 

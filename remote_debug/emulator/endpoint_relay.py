@@ -14,7 +14,7 @@ import contextlib
 import socket
 import threading
 
-from remote_debug.local.backends import netns
+from remote_debug.oskit import netns
 
 _CHUNK = 64 * 1024
 

@@ -31,7 +31,7 @@ from types import ModuleType
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
-NETNS_PY = Path(__file__).resolve().parents[1] / "local" / "backends" / "netns.py"
+NETNS_PY = Path(__file__).resolve().parents[1] / "oskit" / "netns.py"
 
 EXIT_SETUP = 126  # like a shell's "found but could not run"
 EXIT_NOT_FOUND = 127
@@ -48,7 +48,7 @@ def _check(rc: int, what: str) -> None:
 
 
 def _netns() -> ModuleType:
-    """``remote_debug/local/backends/netns.py``, loaded by path: under ``-I -S`` the package may not be
+    """``remote_debug/oskit/netns.py``, loaded by path: under ``-I -S`` the package may not be
     importable, and that file is standard library only for this reason."""
     name = "_remote_debug_netns"
     if name not in sys.modules:

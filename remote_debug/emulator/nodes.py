@@ -3,7 +3,7 @@
 A node is a set of namespaces on this machine, so that an unchanged training toolkit runs in it:
 
 * network: its own namespace with loopback and ``eth0`` (a veth on a private bridge in a hub
-  namespace, made by :mod:`remote_debug.local.backends.netns`), address ``10.213.<x>.<n>``; nothing is
+  namespace, made by :mod:`remote_debug.oskit.netns`), address ``10.213.<x>.<n>``; nothing is
   added to the host's namespace, so the host only reaches a node through :meth:`Cluster.connect`,
   the way SSM reaches an instance from inside;
 * ``/etc/netns/<ns>/hosts`` (``algo-N`` -> its address, in every node) and ``hostname`` - written by
@@ -48,7 +48,7 @@ from typing import IO
 
 from remote_debug.emulator import node_enter
 from remote_debug.emulator.node_model import SSM_USER_UID, ClusterError, Node, NodeImage
-from remote_debug.local.backends import netns
+from remote_debug.oskit import netns
 
 ETC_NETNS = netns.ETC_NETNS
 OPT_ML = Path("/opt/ml")

@@ -17,6 +17,7 @@ from typing import Any
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 
+from remote_debug.contract.spec import LOOPBACK
 from remote_debug.emulator import janitor
 from remote_debug.emulator.access import GatedWSGIServer, admitted_uids, secure_dir, write_private
 from remote_debug.emulator.enforce import PolicyEnforcer, moto_caller
@@ -27,7 +28,6 @@ from remote_debug.emulator.sigv4 import Keys
 from remote_debug.emulator.ssm_channel import SHELL_DOCUMENT, DataChannelServer
 from remote_debug.emulator.ssm_shell import open_shell
 from remote_debug.emulator.training import AGENT_DELAY, TrainingJobs
-from remote_debug.spec import LOOPBACK
 
 CREDENTIALS_FILE = "credentials.env"  # in the state dir, 0600: the lines to export, for scripts and tests
 ACCOUNT_ID = "123456789012"  # moto's default account: S3, IAM and STS answers name it too

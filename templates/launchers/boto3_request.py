@@ -12,7 +12,7 @@ counts against the job's MaxRuntimeInSeconds (4 h here).  It works here because 
 ``ContainerEntrypoint``, which the hook wraps.
 
 The code (``code/``) and remote_debug's bundle (remote_debug + debugpy, see
-``remote_debug.sagemaker.bundle``) go to S3 and become the ``code`` and ``remote_debug`` channels.
+``remote_debug.sagemaker.bundle_dir``) go to S3 and become the ``code`` and ``remote_debug`` channels.
 ``remote_debug.enable(request, package_uri=...)`` returns a new request with the debug spec, native
 remote debugging, owner tags and the entry (python / torchrun) wrapped by the debug hook.
 """
@@ -29,8 +29,7 @@ from typing import Any
 import boto3
 
 import remote_debug
-from remote_debug.sagemaker.bundle import bundle_dir
-from remote_debug.sagemaker.request import upload_bundle
+from remote_debug.sagemaker import bundle_dir, upload_bundle
 
 CODE_DIR = Path(__file__).resolve().parent / "code"
 CODE_CHANNEL = "/opt/ml/input/data/code"

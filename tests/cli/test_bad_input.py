@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from remote_debug.cli import main
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.paths import StatePaths
 from tests.local.test_local_faults import make_fake_job
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7dnjpCsVN6hQ7kBQQ2XyvqtWFm8qv4U3s0DgV2c9m1"

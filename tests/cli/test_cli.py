@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.paths import StatePaths
 
 SLEEPER = "import time\nfor i in range(600):\n    time.sleep(0.1)\n"
 

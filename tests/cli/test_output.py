@@ -7,9 +7,9 @@ import json
 import pytest
 
 from remote_debug.cli.output import _DESCRIBE, describe_event, event_printer
-from remote_debug.local import events as ev
-from remote_debug.local.jobinfo import JobStatus
-from remote_debug.spec import IDE, RankState
+from remote_debug.contract.spec import IDE, RankState
+from remote_debug.laptop.core.jobinfo import JobStatus
+from remote_debug.laptop.wire import events as ev
 
 # One event of each kind that has a human line, with its line.
 SAMPLES: list[tuple[ev.Event, str]] = [

@@ -13,10 +13,12 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from remote_debug import spec
-from remote_debug.local import connection, keys, ssh_config
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.tunnels import NodeTunnel
+from remote_debug.contract import spec
+from remote_debug.laptop.connection import job_connection as connection
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.connection.tunnels import NodeTunnel
+from remote_debug.laptop.core import keys
+from remote_debug.laptop.core.paths import StatePaths
 from tests.local.test_local_faults import KEY, make_fake_job
 from tests.local.test_prune import ended_local_job
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import keys, ssh_config, vscode_launch
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.core import keys
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide import vscode_launch
 from tests.cli.test_cli import SLEEPER, assert_one_line_error, wait_for
 from tests.cli.test_proxy_cli import ssh_to
 from tests.local.test_prune import USER_LAUNCH, ended_local_job, launch_configs, ssh_entries

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.paths import StatePaths
 from tests.cli.test_cli import assert_one_line_error, cli, files_under
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from remote_debug.cli.sync import size_text, synced_line
-from remote_debug.local import events
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.wire import events
 from tests.conftest import cleanup_jobs
-from tests.waiting import wait_for
+from tests.helpers.waiting import wait_for
 
 JOB = "synccli"
 SLEEPER = "import time\nfor i in range(6000):\n    time.sleep(0.1)\n"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from remote_debug import DISTRIBUTION, __version__
-from remote_debug.local.events import EVENTS_VERSION
+from remote_debug.laptop.wire.events import EVENTS_VERSION
 
 CLI = Path(sys.executable).with_name("remote-debug")
 

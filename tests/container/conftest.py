@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.helpers import HookRun, base_env, hook_run, make_key
+from tests.helpers.hook_runs import HookRun, base_env, hook_run, make_key
 
 
 def _require(tool: str) -> None:

@@ -1,4 +1,4 @@
-"""A rank's pydevd serving DAP itself (``container/dap_server.py``, the default): what debugpy's adapter
+"""A rank's pydevd serving DAP itself (``container/rank/dap_server.py``, the default): what debugpy's adapter
 promised still holds - one debugger at a time, and a debugger that vanishes lets the rank run on."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
 
 # A rank that runs until told to stop, with a line to break on.
 LOOPING_RANK = (

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container import debugpy_gate
-from tests.container.helpers import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
-from tests.second_user import needs_second_user, python_as_nobody
+from remote_debug.container.rank import debugpy_gate
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, HookRun, MiniDap, probe_and_reset, wait_for
+from tests.helpers.second_user import needs_second_user, python_as_nobody
 
 
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:

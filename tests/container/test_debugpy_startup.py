@@ -10,7 +10,7 @@ from pathlib import Path
 
 import debugpy
 
-from remote_debug.spec import ENV_CLAIMED_BY
+from remote_debug.contract.spec import ENV_CLAIMED_BY
 
 ADAPTER_DIR = str(Path(debugpy.__file__).parent / "adapter")
 
@@ -22,7 +22,7 @@ RANK = textwrap.dedent(
     built = []
     real = log.get_environment_description
     log.get_environment_description = lambda header: built.append(header) or real(header)
-    from remote_debug.container.debugpy_startup import skip_unread_environment_report
+    from remote_debug.container.rank.debugpy_startup import skip_unread_environment_report
     assert skip_unread_environment_report() and skip_unread_environment_report()  # twice: patched once
     import debugpy
     debugpy.listen(("127.0.0.1", 0))
@@ -33,7 +33,7 @@ RANK = textwrap.dedent(
 ADAPTER = textwrap.dedent(
     """
     import json, sys
-    from remote_debug.container.debugpy_startup import in_adapter
+    from remote_debug.container.rank.debugpy_startup import in_adapter
     patched = in_adapter(argv=[sys.executable, sys.argv[1], "--for-server", "1"])
     from debugpy.common import log
     built = []

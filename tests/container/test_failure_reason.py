@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container import outcome
-from tests.container.helpers import HookRun
+from remote_debug.container.node import outcome
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import HookRun
 
 # Rank 1 raises; rank 0 waits in a barrier for it, and torchrun ends it with SIGTERM.
 SCRIPT = """\

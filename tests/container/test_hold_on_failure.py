@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import remote_debug
-from remote_debug import job_secret, spec
-from remote_debug.local.errors import UserError
-from remote_debug.local.rank_control import exchange
-from tests.container.helpers import JOB_SECRET, PYTHON, HookRun, MiniDap, base_env, hook_run, wait_for
+from remote_debug.contract import job_secret, spec
+from remote_debug.laptop.connection.rank_control import exchange
+from remote_debug.laptop.core.errors import UserError
+from tests.helpers.hook_runs import JOB_SECRET, PYTHON, HookRun, MiniDap, base_env, hook_run, wait_for
 
 # The rank waits for the test's "go" mark, then raises from inside a function with telling locals.
 CRASH_SCRIPT = """\

@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_debug import spec
-from tests.container.helpers import PYTHON, REPO, WAIT_SCRIPT, HookRun, alive, base_env, hook_run, wait_for
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, REPO, WAIT_SCRIPT, HookRun, alive, base_env, hook_run, wait_for
 
 EXIT_SCRIPT = """\
 import pathlib, sys

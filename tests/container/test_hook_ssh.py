@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from tests.container.helpers import (
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import (
     PYTHON,
     WAIT_SCRIPT,
     HookRun,

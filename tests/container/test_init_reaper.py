@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container.init_reaper import become_init_if_pid1
+from remote_debug.container.node.init_reaper import become_init_if_pid1
 
 REPO = Path(__file__).resolve().parents[2]
 UNSHARE = shutil.which("unshare")

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container.hook import stop_grace
-from tests.container.helpers import PYTHON, TOKEN_ENV, HookRun, MiniDap, alive, pids_with_env, wait_for
+from remote_debug.container.node.hook import stop_grace
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, TOKEN_ENV, HookRun, MiniDap, alive, pids_with_env, wait_for
 
 CRASH_SCRIPT = """\
 def load(path):

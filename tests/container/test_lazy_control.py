@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from remote_debug import spec
-from tests.container.helpers import (
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import (
     PYTHON,
     HookRun,
     MiniDap,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import manifest_lines as mlines
-from remote_debug import spec
-from remote_debug.container.bootstrap import DAEMON_FLAG, LOCK_NAME, is_helper, watched_pid
-from tests.container.helpers import PYTHON, REPO, TOKEN_ENV, alive, base_env, kill_all, pids_with_env, wait_for
+from remote_debug.container.node.bootstrap import DAEMON_FLAG, LOCK_NAME, is_helper, watched_pid
+from remote_debug.contract import manifest_lines as mlines
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, REPO, TOKEN_ENV, alive, base_env, kill_all, pids_with_env, wait_for
 
 # An SDK v3-style driver (it lives in an sm_drivers dir, so it is a launcher, not a rank) that runs
 # two ranks the way torchrun would, and waits for them.

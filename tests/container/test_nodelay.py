@@ -11,8 +11,8 @@ from pathlib import Path
 import debugpy
 import pytest
 
-from remote_debug.container import nodelay
-from remote_debug.spec import DEBUGPY_ADAPTERS, ENV_CLAIMED_BY
+from remote_debug.container.rank import nodelay
+from remote_debug.contract.spec import DEBUGPY_ADAPTERS, ENV_CLAIMED_BY
 
 ADAPTER_DIR = str(Path(debugpy.__file__).parent / "adapter")
 
@@ -22,7 +22,7 @@ DEBUGGEE = textwrap.dedent(
     from remote_debug.container import nodelay
     assert nodelay.enable(debuggee=True)
     import debugpy
-    from remote_debug.local.dap_client import attach_and_configure
+    from remote_debug.laptop.ide.dap_client import attach_and_configure
     in_process = sys.argv[1:] == ["in-process"]
     _, port = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=in_process)
     client = attach_and_configure("127.0.0.1", port, timeout=60)

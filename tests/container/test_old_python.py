@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
 from remote_debug.container import __main__ as entry
-from remote_debug.container import bootstrap
-from tests.container.helpers import REPO
+from remote_debug.container.node import bootstrap
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import REPO
 
 # Imported by ``python -m remote_debug.container`` before the version check, and sitecustomize,
 # which every Python process of an injected job runs (whatever its version).

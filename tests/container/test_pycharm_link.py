@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from remote_debug.container import pycharm_link
-from remote_debug.pycharm_spec import Hello
-from tests.container.helpers import free_port
+from remote_debug.container.rank import pycharm_link
+from remote_debug.contract.pycharm_spec import Hello
+from tests.helpers.hook_runs import free_port
 
 VERSION_LINE = b"501\t1\t1.1\tUNIX\tID\n"
 FarEnd = Callable[[socket.socket], None]
@@ -175,8 +175,8 @@ def test_a_free_node_port_is_one_no_outgoing_connection_can_take() -> None:
     # The laptop's sshd listens on the port a moment after the rank chose it: a port from the ephemeral
     # range could meanwhile become the local end of one of the ranks' own connections (gloo's), and the
     # reverse forward was denied in a loaded 2-node PyCharm run.
-    from remote_debug.container.reporter import RankIdentity
-    from remote_debug.spec import DebugSpec
+    from remote_debug.container.rank.reporter import RankIdentity
+    from remote_debug.contract.spec import DebugSpec
     from tests.test_spec import KEY, SECRET
 
     floor = pycharm_link._ephemeral_floor()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from remote_debug.container import pycharm_rank
+from remote_debug.container.rank import pycharm_rank
 from tests.container.test_pycharm_link import VERSION_LINE, FarEnd, far_end
 
 

@@ -1,4 +1,4 @@
-"""``remote_debug.container.pyspy``: real py-spy on real processes - the function and line a process is in,
+"""``remote_debug.container.node.pyspy``: real py-spy on real processes - the function and line a process is in,
 whether its main thread is blocked in native code, and one line when it cannot be read."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container import pyspy
-from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody
+from remote_debug.container.node import pyspy
+from tests.helpers.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_pyspy = pytest.mark.skipif(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
 from remote_debug.container.node_env import rank_code_dir, script_of
+from remote_debug.contract import spec
 
 
 @pytest.mark.parametrize(("argv", "script"), [

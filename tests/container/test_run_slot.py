@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container.keep_alive import KeepAlive
-from remote_debug.container.rank_output import PrefixedStream
-from remote_debug.container.run_slot import RunEntry, RunRecord, RunSlot, with_master_port
+from remote_debug.container.node.keep_alive import KeepAlive
+from remote_debug.container.node.run_slot import RunEntry, RunRecord, RunSlot, with_master_port
+from remote_debug.container.rank.output_prefix import PrefixedStream
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def _holder(node_dir: Path, seconds: float) -> subprocess.Popen[str]:
     """Another process that takes the slot for ``seconds`` and records the run's exit code 5."""
     code = (
         "import sys, time; from pathlib import Path;"
-        "from remote_debug.container.run_slot import RunSlot, RunRecord;"
+        "from remote_debug.container.node.run_slot import RunSlot, RunRecord;"
         f"d = Path({str(node_dir)!r}); s = RunSlot(d); assert s.try_take();"
         "RunRecord(1, 0).write(d); print('taken', flush=True);"
         f"time.sleep({seconds}); RunRecord(1, 0, 5).write(d)"

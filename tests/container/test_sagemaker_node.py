@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from remote_debug import manifest_lines as mlines
-from remote_debug import spec
-from remote_debug.container import awscall, install, node_env
-from remote_debug.container.hybrid import Activation, HybridError, HybridRegistration
-from remote_debug.container.publish import ManifestPublisher, lines_enabled
-from tests.container.helpers import PYTHON, WAIT_SCRIPT, HookRun, wait_for
-from tests.fake_aws import FakeSsm
+from remote_debug.container import node_env
+from remote_debug.container.node import awscall
+from remote_debug.container.node import sshd_install as install
+from remote_debug.container.node.hybrid import Activation, HybridError, HybridRegistration
+from remote_debug.container.node.publish import ManifestPublisher, lines_enabled
+from remote_debug.contract import manifest_lines as mlines
+from remote_debug.contract import spec
+from tests.helpers.fake_aws import FakeSsm
+from tests.helpers.hook_runs import PYTHON, WAIT_SCRIPT, HookRun, wait_for
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
 SECRET = "5e" * 32  # the job secret: the key of the manifest lines' MAC
@@ -128,9 +130,9 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
     (training would not wait for it), then sshd starts and is published."""
     if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
         pytest.skip("sshd is not installed")
-    from remote_debug.container import install
-    from remote_debug.container import node as node_module
-    from remote_debug.container.sshd import find_sshd as real_find
+    from remote_debug.container.node import services as node_module
+    from remote_debug.container.node import sshd_install as install
+    from remote_debug.container.node.sshd import find_sshd as real_find
 
     installed: list[str] = []
 
@@ -409,7 +411,7 @@ def test_container_credentials_endpoint(tmp_path: Path) -> None:
 def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from remote_debug.container import node as node_module
+    from remote_debug.container.node import services as node_module
 
     gone: list[str] = []
     monkeypatch.setattr(node_module, "HybridRegistration", lambda env: HybridRegistration(

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container import ssh_session
-from tests.container.helpers import (
+from remote_debug.container.node import ssh_session
+from tests.helpers.hook_runs import (
     JOB_SECRET,
     PYTHON,
     WAIT_SCRIPT,

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from remote_debug import spec
-from tests.container.helpers import HookRun, free_port_pair, listen_addresses
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import HookRun, free_port_pair, listen_addresses
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 

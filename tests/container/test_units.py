@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from remote_debug import spec
 from remote_debug.container import node_env
-from remote_debug.container.hook import child_env, exit_code_of
-from remote_debug.container.rank import launcher_of, rank_identity
-from remote_debug.container.reporter import RankIdentity
-from remote_debug.container.sshd import SshdError, prepare_state_dir, render_config, start_sshd
-from tests.container.helpers import PYTHON, alive, listen_addresses, make_key, wait_for
+from remote_debug.container.node.hook import child_env, exit_code_of
+from remote_debug.container.node.sshd import SshdError, prepare_state_dir, render_config, start_sshd
+from remote_debug.container.rank.agent import launcher_of, rank_identity
+from remote_debug.container.rank.reporter import RankIdentity
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, alive, listen_addresses, make_key, wait_for
 
 # --- node identity ---------------------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ def test_sshd_dies_with_the_hook(tmp_path: Path) -> None:
     """The parent-death signal: a SIGKILLed hook does not leave its sshd behind."""
     public = make_key(tmp_path / "client")
     code = (
-        "import sys; from pathlib import Path; from remote_debug.container.sshd import start_sshd\n"
+        "import sys; from pathlib import Path; from remote_debug.container.node.sshd import start_sshd\n"
         f"s = start_sshd(Path({str(tmp_path / 'state')!r}), {public!r}); print(s.pid, flush=True)\n"
         "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -203,7 +203,7 @@ def test_sshd_dies_with_the_hook(tmp_path: Path) -> None:
 def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import remote_debug.container.sshd as sshd_module
+    import remote_debug.container.node.sshd as sshd_module
 
     public = make_key(tmp_path / "client")
     with socket.socket() as taken:
@@ -228,7 +228,7 @@ def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
     ("soon", 7200.0, True), ("-5", 7200.0, True), ("nan", 7200.0, True), ("inf", 7200.0, True),
 ])
 def test_pg_timeout_knob(raw: str, seconds: float, logged: bool, capsys: pytest.CaptureFixture[str]) -> None:
-    from remote_debug.container.control import pg_timeout_seconds
+    from remote_debug.container.rank.control import pg_timeout_seconds
 
     assert pg_timeout_seconds({spec.ENV_PG_TIMEOUT: raw}) == seconds
     err = capsys.readouterr().err
@@ -238,13 +238,13 @@ def test_pg_timeout_knob(raw: str, seconds: float, logged: bool, capsys: pytest.
 
 @pytest.mark.parametrize(("raw", "seconds"), [("", 300.0), ("120", 120.0), ("0", 300.0), ("x", 300.0), ("1e9", 300.0)])
 def test_install_timeout_knob(raw: str, seconds: float) -> None:
-    from remote_debug.container.install import ENV_INSTALL_TIMEOUT, install_timeout
+    from remote_debug.container.node.sshd_install import ENV_INSTALL_TIMEOUT, install_timeout
 
     assert install_timeout({ENV_INSTALL_TIMEOUT: raw}) == seconds
 
 
 def test_quiet_threads_are_invisible_to_debugpy() -> None:
-    from remote_debug.container.common import quiet_thread
+    from remote_debug.container.threads import quiet_thread
 
     thread = quiet_thread(lambda: None, "remote-debug-test")
     assert thread.daemon and thread.pydev_do_not_trace and thread.is_pydev_daemon_thread  # type: ignore[attr-defined]
@@ -259,7 +259,7 @@ def test_pause_safe_waits_out_a_torch_distributed_import_in_progress(
     import sys
     import threading
 
-    from remote_debug.container.control import pause_safe
+    from remote_debug.container.rank.control import pause_safe
 
     name = "torch.distributed.distributed_c10d"
     (tmp_path / "slow_c10d.py").write_text(

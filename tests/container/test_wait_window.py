@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from remote_debug import spec
-from tests.container.helpers import PYTHON, HookRun, MiniDap, control_request, wait_for
+from remote_debug.contract import spec
+from tests.helpers.hook_runs import PYTHON, HookRun, MiniDap, control_request, wait_for
 
 # The script reports the state its own rank document had when the script body started.
 SCRIPT = """\

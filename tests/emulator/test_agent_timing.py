@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 
 from remote_debug.emulator.nodes import available
 from remote_debug.emulator.service import Emulator
-from remote_debug.local import ssm
+from remote_debug.laptop.aws import ssm
 
 WHY_NO_NODES = available()
 REGION = "us-east-1"

@@ -18,7 +18,7 @@ import boto3
 import pytest
 
 from remote_debug.emulator.nodes import Cluster, available
-from remote_debug.local.backends import netns
+from remote_debug.oskit import netns
 
 WHY_NO_NODES = available()
 pytestmark = pytest.mark.skipif(WHY_NO_NODES is not None, reason=f"emulated nodes unavailable: {WHY_NO_NODES}")

@@ -18,7 +18,7 @@ import pytest
 from remote_debug.emulator import nodes
 from remote_debug.emulator.node_model import ClusterError
 from remote_debug.emulator.nodes import Cluster
-from remote_debug.local.backends import netns
+from remote_debug.oskit import netns
 
 REASON = nodes.available()
 needs_nodes = pytest.mark.skipif(REASON is not None, reason=REASON or "")

@@ -34,7 +34,7 @@ import boto3
 import pytest
 
 from remote_debug.emulator.nodes import available
-from tests.sagemaker import sdk_env
+from tests.helpers import sdk_env
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHERS = REPO / "templates" / "launchers"

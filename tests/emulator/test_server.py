@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from remote_debug.container import awscall
+from remote_debug.container.node import awscall
 from remote_debug.emulator.errors import ApiError
 from remote_debug.emulator.server import Call, Forward, Front
 from remote_debug.emulator.service import CHECKED_TARGETS, SERVED_TARGETS
@@ -210,7 +210,7 @@ def test_every_request_needs_a_signature_with_a_known_key_and_a_current_date(fro
 
 
 def test_the_containers_own_signer_is_accepted(front: tuple[str, Front]) -> None:
-    """The in-job hook signs its SSM calls itself where the image has no boto3 (container/awscall.py)."""
+    """The in-job hook signs its SSM calls itself where the image has no boto3 (container/node/awscall.py)."""
     url, app = front
     handler = Recorder()
     handler.answer = {"SessionId": "s-1"}
@@ -258,7 +258,7 @@ def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Fr
 
 OLD_HOOK_PROGRAM = (  # what enable() put in ContainerEntrypoint before: a program with line breaks
     "import os,sys\nsys.path.append('/opt/ml/input/data/remote-debug')\n"
-    "try:from remote_debug.container.hook import main\nexcept Exception:os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "try:from remote_debug.container.node.hook import main\nexcept Exception:os.execvp(sys.argv[1],sys.argv[1:])\n"
     "sys.exit(main())"
 )
 

@@ -31,9 +31,9 @@ import pytest
 
 from remote_debug.emulator import ssm_messages as m
 from remote_debug.emulator.ssm_channel import DataChannelServer, Session
-from tests.container.helpers import free_port, kill_all, listen_addresses, make_key, wait_for
-from tests.sshd import private_sshd
-from tests.ssm_plugin import EchoServer
+from tests.helpers.hook_runs import free_port, kill_all, listen_addresses, make_key, wait_for
+from tests.helpers.sshd import private_sshd
+from tests.helpers.ssm_plugin import EchoServer
 
 PLUGIN = Path(os.environ.get("REMOTE_DEBUG_SSM_PLUGIN")
               or "/work/shared/tools/session-manager-plugin/session-manager-plugin")

@@ -34,7 +34,7 @@ import pytest
 from remote_debug.emulator.images import ImageMap
 from remote_debug.emulator.nodes import Cluster, available
 from remote_debug.emulator.service import Emulator
-from tests.ssm_plugin import needs_plugin, real_plugin
+from tests.helpers.ssm_plugin import needs_plugin, real_plugin
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"

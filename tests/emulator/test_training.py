@@ -32,7 +32,7 @@ from remote_debug.emulator.images import PYTORCH_TRAINING_MODULE, ImageMap, Imag
 from remote_debug.emulator.logship import LOG_GROUP, LogShipper
 from remote_debug.emulator.nodes import Cluster, available
 from remote_debug.emulator.training import TrainingJobs
-from remote_debug.local.backends import netns
+from remote_debug.oskit import netns
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

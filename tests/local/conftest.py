@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.backends import netns
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.oskit import netns
 
 
 @pytest.fixture

@@ -25,16 +25,16 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import events as ev
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.backends import netns
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
-from tests.adopt_targets import Plain, plain_env, plain_python, plain_torchrun, pyenv_python, wait_file
-from tests.container.helpers import free_port, wait_for
-from tests.ddp_job import break_line, marked_project
-from tests.jobs import LocalJob
-from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.wire import events as ev
+from remote_debug.oskit import netns
+from tests.helpers.adopt_targets import Plain, plain_env, plain_python, plain_torchrun, pyenv_python, wait_file
+from tests.helpers.ddp_job import break_line, marked_project
+from tests.helpers.hook_runs import free_port, wait_for
+from tests.helpers.jobs import LocalJob
+from tests.helpers.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
 
 CLI = [sys.executable, "-m", "remote_debug"]
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")

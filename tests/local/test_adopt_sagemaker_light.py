@@ -1,5 +1,5 @@
 """``adopt JOB`` without nodes: the SageMaker client and each node's shell faked at their boundaries
-(tests/local/adopt_fakes.py), so the order of the AWS calls and what stays in the containers can be checked
+(tests/helpers/adopt_fakes.py), so the order of the AWS calls and what stays in the containers can be checked
 in milliseconds.  The real thing runs in test_adopt_sagemaker.py (emulator, plugin, gdb)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import adopt_sagemaker as adopt
-from remote_debug.local.adopt import AdoptOutcome
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from tests.local.adopt_fakes import FakeShell, PlainJob, denied
+from remote_debug.laptop.adopt import sagemaker_job as adopt
+from remote_debug.laptop.adopt.local_job import AdoptOutcome
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.adopt_fakes import FakeShell, PlainJob, denied
 
 OWNER = "AIDAALICE0000000000"
 
@@ -78,7 +78,7 @@ def test_a_failure_after_the_upload_removes_the_bundle_from_every_container(tmp_
 
 
 def test_a_failed_probe_on_one_node_cleans_every_node(tmp_path: Path) -> None:
-    from tests.local.adopt_fakes import PROBE
+    from tests.helpers.adopt_fakes import PROBE
 
     shells = {"algo-1": FakeShell("algo-1"),
               "algo-2": FakeShell("algo-2", probe={**PROBE, "refusal": "rank 0 is not a Python process"})}
@@ -104,7 +104,7 @@ def test_an_earlier_adoptions_files_are_never_removed(tmp_path: Path) -> None:
 def test_a_node_that_cannot_be_adopted_but_can_be_read_offers_the_ranks_stacks(tmp_path: Path) -> None:
     """The probe found ranks py-spy can read but nothing may inject into (here: another user's): the one line
     names the stacks command for the job instead of a bare refusal, and nothing stays in the containers."""
-    from tests.local.adopt_fakes import PROBE
+    from tests.helpers.adopt_fakes import PROBE
 
     reason = "rank 0 (pid 4243) runs as uid 1000, not as you (uid 0): adopt it as the user that runs the job"
     shells = {"algo-1": FakeShell("algo-1"),

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local.dap_client import attach_and_configure
-from remote_debug.spec import LOOPBACK
-from tests.container.helpers import wait_for
-from tests.ddp_job import break_line, marked_project
-from tests.jobs import LocalJob, launch_job
+from remote_debug.contract.spec import LOOPBACK
+from remote_debug.laptop.ide.dap_client import attach_and_configure
+from tests.helpers.ddp_job import break_line, marked_project
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.jobs import LocalJob, launch_job
 
 JOB = "coexist"
 # Both ranks pass the marked line about 20 times a second until the test drops "done".

@@ -10,12 +10,12 @@ from pathlib import Path
 import json5
 import pytest
 
-from remote_debug.local import events as ev
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.headless import HeadlessPlan
-from tests.ddp_job import break_line, make_project
-from tests.event_log import EventLog
-from tests.jobs import launch_job
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.wire import events as ev
+from tests.helpers.ddp_job import break_line, make_project
+from tests.helpers.event_log import EventLog
+from tests.helpers.jobs import launch_job
 
 
 @pytest.fixture

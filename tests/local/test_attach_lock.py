@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach_lock import AttachLock, AttachRefusedError
-from remote_debug.local.paths import StatePaths
-from remote_debug.spec import IDE
-from tests.container.helpers import wait_for
+from remote_debug.contract.spec import IDE
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.attach_lock import AttachLock, AttachRefusedError
+from tests.helpers.hook_runs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,9 +25,9 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from remote_debug.local.attach_lock import AttachLock
-    from remote_debug.local.paths import StatePaths
-    from remote_debug.spec import IDE
+    from remote_debug.laptop.ide.attach_lock import AttachLock
+    from remote_debug.laptop.core.paths import StatePaths
+    from remote_debug.contract.spec import IDE
     AttachLock.acquire(StatePaths(Path(sys.argv[1])), "train", ide=IDE.VSCODE, workspace=Path(sys.argv[2]))
     print("locked", flush=True)
     time.sleep(120)

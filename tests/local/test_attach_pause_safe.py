@@ -3,9 +3,9 @@ discovery finished and ranks torchrun restarted (a new process with the same ran
 
 from __future__ import annotations
 
-from remote_debug import spec
-from remote_debug.local import events as ev
-from remote_debug.local.pause_safe import PauseSafe
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.pause_safe import PauseSafe
+from remote_debug.laptop.wire import events as ev
 
 
 def manifests(ranks: list[spec.RankEndpoint]) -> dict[str, spec.NodeManifest]:

@@ -16,11 +16,11 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from remote_debug.local import aws
-from remote_debug.local.aws_access import PROBLEMS, access_error
-from remote_debug.local.backends.sagemaker import SageMakerBackend
-from remote_debug.local.errors import AwsAccessError
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws.access import PROBLEMS, access_error
+from remote_debug.laptop.aws.sagemaker_backend import SageMakerBackend
+from remote_debug.laptop.core.errors import AwsAccessError
+from remote_debug.laptop.core.paths import StatePaths
 
 CLI = Path(sys.executable).with_name("remote-debug")
 AWS_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",

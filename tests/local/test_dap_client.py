@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.dap_client import (
+from remote_debug.laptop.ide.dap_client import (
     DapClient,
     DapError,
     StopInfo,
     attach_and_configure,
     inspect_stop,
 )
-from remote_debug.local.headless import HeadlessPlan, RankReport, debug_rank
+from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport, debug_rank
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from remote_debug import dap_wire
-from remote_debug.local.dap_client import DapClient
+from remote_debug.contract import dap_wire
+from remote_debug.laptop.ide.dap_client import DapClient
 
 # how long the scripted adapter waits between `terminated` and the disconnect response (debugpy: ~1 ms;
 # long enough here that a client closing on `terminated` is seen to)

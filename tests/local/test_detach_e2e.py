@@ -8,12 +8,12 @@ import threading
 import time
 from pathlib import Path
 
-from remote_debug.local import events as ev
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.headless import HeadlessPlan
-from tests.container.helpers import wait_for
-from tests.ddp_job import break_line, marked_project
-from tests.jobs import launch_job
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.wire import events as ev
+from tests.helpers.ddp_job import break_line, marked_project
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.jobs import launch_job
 
 # Each rank loops until the test drops "done", writing whether any tracer is installed.  Both ranks
 # pass the marked line at every iteration; the headless client stops each once, then clears its breakpoints.

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from remote_debug.emulator.images import ImageMap
-from remote_debug.local import ssm
-from remote_debug.local.ssm_shell import ShellSession
+from remote_debug.laptop.aws import ssm
+from remote_debug.laptop.aws.ssm_shell import ShellSession
 from tests.emulator.test_ssm_shell import Running, needs_nodes, running_emulator
-from tests.ssm_plugin import needs_plugin, plugin_version, real_plugin
+from tests.helpers.ssm_plugin import needs_plugin, plugin_version, real_plugin
 
 pytestmark = [needs_nodes, needs_plugin, pytest.mark.timeout(180)]
 SUDO = shutil.which("sudo") is not None and Path("/etc/sudoers").is_file()

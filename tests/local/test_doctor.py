@@ -22,13 +22,13 @@ from botocore.stub import Stubber
 from botocore.validate import validate_parameters
 from typer.testing import CliRunner
 
-from remote_debug import manifest_lines as mlines
-from remote_debug import spec
+from remote_debug.contract import manifest_lines as mlines
+from remote_debug.contract import spec
 from remote_debug.emulator.iam_policy import evaluate
-from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
-from remote_debug.local.doctor import PERMISSIONS, Doctor, passed
-from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
-from tests.ssm_plugin import needs_plugin, plugin_bin, plugin_version
+from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP
+from remote_debug.laptop.diagnose.doctor import PERMISSIONS, Doctor, passed
+from tests.helpers.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
+from tests.helpers.ssm_plugin import needs_plugin, plugin_bin, plugin_version
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's
@@ -327,7 +327,7 @@ def test_an_unreadable_tier_is_a_warning_with_the_permission_to_add(cloud: None)
 def test_a_machine_without_aws_passes_on_its_local_pieces(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Local jobs need no AWS: its checks are skipped (unless asked for), and doctor exits 0."""
     from remote_debug.cli import app
-    from remote_debug.local import aws
+    from remote_debug.laptop.aws import clients as aws
 
     for name in (*AWS_VARS, "AWS_ACCESS_KEY_ID"):
         monkeypatch.delenv(name, raising=False)
@@ -351,7 +351,7 @@ def test_aws_configured_for_other_work_is_advice_unless_asked(home: Path, monkey
     """A laptop with a ~/.aws for other work (here: a profile with no region) still passes for local jobs: the AWS
     findings are shown as warnings; --aws (or --profile/--region) makes them failures."""
     from remote_debug.cli import app
-    from remote_debug.local import aws
+    from remote_debug.laptop.aws import clients as aws
 
     for name in (*AWS_VARS, "AWS_ACCESS_KEY_ID"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""The attach event stream is defined once (remote_debug/local/events.py): the VS Code extension's types are
+"""The attach event stream is defined once (remote_debug/laptop/wire/events.py): the VS Code extension's types are
 generated from it, and every event survives the trip to JSON and back."""
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from typing import Any, Union
 
 import pytest
 
-from remote_debug import spec
 from remote_debug.cli.output import event_printer
-from remote_debug.local import events as ev
-from remote_debug.local import events_typescript, vscode_launch
-from remote_debug.local.backends.machine import MachineBackend
-from remote_debug.local.backends.sagemaker import job_info
-from remote_debug.local.headless import RankReport, StopRecord
-from remote_debug.local.jobinfo import TERMINAL, JobInfo, JobStatus, MachineJobDetails
-from remote_debug.local.paths import StatePaths
-from remote_debug.spec import IDE, RankState
+from remote_debug.contract import spec
+from remote_debug.contract.spec import IDE, RankState
+from remote_debug.laptop.aws.sagemaker_backend import job_info
+from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, JobStatus, MachineJobDetails
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide import vscode_launch
+from remote_debug.laptop.ide.headless_session import RankReport, StopRecord
+from remote_debug.laptop.machine.backend import MachineBackend
+from remote_debug.laptop.wire import events as ev
+from remote_debug.laptop.wire import events_typescript
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "vscode-extension" / "src" / "generated" / "events.ts"
@@ -40,12 +41,12 @@ def test_the_extension_types_are_generated_from_the_events() -> None:
                 committed.splitlines(keepends=True),
                 fresh.splitlines(keepends=True),
                 "vscode-extension/src/generated/events.ts (committed)",
-                "python -m remote_debug.local.events_typescript",
+                "python -m remote_debug.laptop.wire.events_typescript",
             )
         )
         pytest.fail(
-            "the extension's event types differ from remote_debug/local/events.py: run "
-            "`npm run generate` in vscode-extension/ (or python -m remote_debug.local.events_typescript "
+            "the extension's event types differ from remote_debug/laptop/wire/events.py: run "
+            "`npm run generate` in vscode-extension/ (or python -m remote_debug.laptop.wire.events_typescript "
             "--out vscode-extension/src/generated/events.ts) and commit the result\n" + diff
         )
 
@@ -316,7 +317,7 @@ def _event_constructions() -> list[tuple[str, int, str, set[str]]]:
 
 def test_emit_sites_build_typed_events_with_known_fields() -> None:
     sites = _event_constructions()
-    assert sites, "the emit sites construct events from remote_debug.local.events"
+    assert sites, "the emit sites construct events from remote_debug.laptop.wire.events"
     by_name = {cls.__name__: cls for cls in ev.EVENT_TYPES}
     for where, line, name, keywords in sites:
         fields = {f.name for f in dataclasses.fields(by_name[name])}
@@ -327,14 +328,14 @@ def test_no_event_is_written_as_a_dict_literal() -> None:
     """The stream has one definition: an ``{"event": ...}`` literal in remote_debug/ is a second one."""
     offenders = []
     for path in sorted((ROOT / "remote_debug").rglob("*.py")):
-        if path.name == "events.py" and path.parent.name == "local":
+        if path.name == "events.py" and path.parent.name == "wire":
             continue  # Event.to_json
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Dict) and any(
                 isinstance(k, ast.Constant) and k.value == "event" for k in node.keys
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not offenders, f"build events with remote_debug.local.events instead: {offenders}"
+    assert not offenders, f"build events with remote_debug.laptop.wire.events instead: {offenders}"
 
 
 def test_configuration_names_have_one_definition() -> None:

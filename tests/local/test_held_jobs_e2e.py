@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.jobinfo import HeldRank
-from tests.ddp_job import marked_project
-from tests.jobs import launch_job
+from remote_debug.laptop.core.jobinfo import HeldRank
+from tests.helpers.ddp_job import marked_project
+from tests.helpers.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.local import ssh_config
-from remote_debug.local.keys import ensure_job_key
-from remote_debug.local.paths import StatePaths
+from remote_debug.contract import spec
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.core.keys import ensure_job_key
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.sshd import SSHD, private_sshd
 from tests.local.test_local_faults import make_fake_job
-from tests.sshd import SSHD, private_sshd
 
 SSH = shutil.which("ssh")
 JOB = "quoting"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.dap_client import DapClient, DapRequestFailedError
-from tests.faults import BeatJob
+from remote_debug.laptop.ide.dap_client import DapClient, DapRequestFailedError
+from tests.helpers.faults import BeatJob
 
 
 def test_ide_vanishing_at_a_breakpoint_lets_the_rank_run_on(home: Path, tmp_path: Path) -> None:

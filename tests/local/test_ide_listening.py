@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from remote_debug.local.reverse import ide_listening
+from remote_debug.laptop.connection.reverse import ide_listening
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0"], ids=["loopback", "wildcard"])

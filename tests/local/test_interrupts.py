@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from remote_debug.local import interrupts
+from remote_debug.laptop.core import interrupts
 
 
 class RaisesInDestructor:

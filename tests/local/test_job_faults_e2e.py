@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import events as ev
-from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
-from remote_debug.local.dap_client import attach_and_configure, inspect_stop
-from tests.container.helpers import kill_all, pids_with_env, wait_for
-from tests.event_log import as_json
-from tests.jobs import LocalJob, launch_job
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
+from remote_debug.laptop.ide.dap_client import attach_and_configure, inspect_stop
+from remote_debug.laptop.wire import events as ev
+from tests.helpers.event_log import as_json
+from tests.helpers.hook_runs import kill_all, pids_with_env, wait_for
+from tests.helpers.jobs import LocalJob, launch_job
 
 Event = dict[str, Any]
 

@@ -21,9 +21,11 @@ from pathlib import Path
 import json5
 import pytest
 
-from remote_debug.local import dir_lock, ssh_config, vscode_launch
-from remote_debug.local.paths import StatePaths
-from tests.jobs import launch_job
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.core import dir_lock
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide import vscode_launch
+from tests.helpers.jobs import launch_job
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7dnjpCsVN6hQ7kBQQ2XyvqtWFm8qv4U3s0DgV2c9m1"
@@ -74,8 +76,8 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from remote_debug.local import ssh_config, vscode_launch
-    from remote_debug.local.paths import StatePaths
+    from remote_debug.laptop import ssh_config, vscode_launch
+    from remote_debug.laptop.core.paths import StatePaths
 
     job, workspace, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     paths = StatePaths.default()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.headless import HeadlessPlan
-from tests.ddp_job import break_line
-from tests.jobs import launch_job
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from tests.helpers.ddp_job import break_line
+from tests.helpers.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(
     shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None,

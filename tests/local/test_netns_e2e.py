@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.backends import netns
-from remote_debug.local.backends.machine_job import read_job_file
-from remote_debug.local.headless import HeadlessPlan
-from tests.ddp_job import break_line, make_project
-from tests.event_log import EventLog
-from tests.jobs import launch_job
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.machine.job_dir import read_job_file
+from remote_debug.oskit import netns
+from tests.helpers.ddp_job import break_line, make_project
+from tests.helpers.event_log import EventLog
+from tests.helpers.jobs import launch_job
 
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
 

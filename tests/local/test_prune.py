@@ -17,12 +17,15 @@ from typing import Any
 import boto3
 import pytest
 
-from remote_debug.local import aws, keys, launch_record, ssh_config, vscode_launch
-from remote_debug.local.backends import SageMakerBackend
-from remote_debug.local.jobinfo import JobInfo
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.prune import Pruner
-from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.core import keys
+from remote_debug.laptop.core.jobinfo import JobInfo
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide import launch_record, vscode_launch
+from remote_debug.laptop.platforms import SageMakerBackend
+from remote_debug.laptop.prune import Pruner
+from tests.helpers.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
 from tests.local.test_local_faults import make_fake_job
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7dnjpCsVN6hQ7kBQQ2XyvqtWFm8qv4U3s0DgV2c9m1"

@@ -4,7 +4,7 @@ A job launched with ``--wait 0`` trains untraced; 30 s in, ``remote-debug attach
 as a user runs it) connects every rank to the debug server; the server goes away (PyCharm's Stop, or a
 restart) and comes back; the attach is stopped with Ctrl-C and started again; a crashed rank held for a
 post-mortem connects and stops at its exception.  The debug server is the stand-in for PyCharm's
-"Python Debug Server" (``local/pydevd_server.py``: pydevd's line protocol, the IDE side).
+"Python Debug Server" (``laptop/ide/pydevd_server.py``: pydevd's line protocol, the IDE side).
 
 Each rank writes what it is doing after every step (its step count, and whether its main thread has a
 tracer): that is how the tests see that training ran on while nobody was attached, and that the tracer
@@ -29,13 +29,13 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import events as ev
-from remote_debug.local.backends.machine import free_port
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.pydevd_server import PydevdServer
-from tests.ddp_job import marked_project
-from tests.jobs import LocalJob, launch_job
-from tests.waiting import wait_for
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.ide.pydevd_server import PydevdServer
+from remote_debug.laptop.machine.backend import free_port
+from remote_debug.laptop.wire import events as ev
+from tests.helpers.ddp_job import marked_project
+from tests.helpers.jobs import LocalJob, launch_job
+from tests.helpers.waiting import wait_for
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed"),

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import pycharm
-from remote_debug.local.errors import UserError
-from remote_debug.pycharm_spec import Hello, normalize_build, requirement, satisfies
-from remote_debug.spec import ContractError
+from remote_debug.contract.pycharm_spec import Hello, normalize_build, requirement, satisfies
+from remote_debug.contract.spec import ContractError
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.ide import pycharm_setup as pycharm
 
 
 def product_info(directory: Path, build: str, code: str = "PY", version: str = "2024.1") -> Path:

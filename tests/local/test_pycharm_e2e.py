@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import events as ev
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.backends.machine import free_port
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.ide.pycharm import PyCharmOptions
-from remote_debug.local.pydevd_server import PydevdServer
-from tests.ddp_job import break_line, make_project
-from tests.event_log import EventLog, as_json
-from tests.jobs import launch_job
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.ide.pycharm import PyCharmOptions
+from remote_debug.laptop.ide.pydevd_server import PydevdServer
+from remote_debug.laptop.machine.backend import free_port
+from remote_debug.laptop.wire import events as ev
+from tests.helpers.ddp_job import break_line, make_project
+from tests.helpers.event_log import EventLog, as_json
+from tests.helpers.jobs import launch_job
 
 # Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
 pytestmark = pytest.mark.skipif(

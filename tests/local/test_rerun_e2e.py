@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.local import events
-from remote_debug.local.attach import Attacher, AttachOptions, AttachResult
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.jobinfo import JobStatus
-from tests.container.helpers import wait_for
-from tests.ddp_job import break_line
-from tests.jobs import LocalJob, launch_job
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
+from remote_debug.laptop.core.jobinfo import JobStatus
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.wire import events
+from tests.helpers.ddp_job import break_line
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.jobs import LocalJob, launch_job
 
 SCRIPT = textwrap.dedent(
     """

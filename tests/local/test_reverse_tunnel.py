@@ -9,11 +9,11 @@ from pathlib import Path
 
 import paramiko
 
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest
-from remote_debug.local.connection import JobConnection, endpoint_for
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.tunnels import NodeTunnel, ReverseHandler
+from remote_debug.laptop.connection.job_connection import JobConnection, endpoint_for
+from remote_debug.laptop.connection.tunnels import NodeTunnel, ReverseHandler
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.backend import LaunchRequest
+from remote_debug.laptop.platforms import MachineBackend
 
 
 def answering(tag: bytes) -> ReverseHandler:

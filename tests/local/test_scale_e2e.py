@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.local.attach import AttachOptions
-from remote_debug.local.backends import netns
-from remote_debug.local.backends.machine_job import read_job_file
-from remote_debug.local.headless import HeadlessPlan
-from tests.event_log import EventLog
-from tests.jobs import LocalJob, launch_job
-from tests.waiting import wait_for
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.machine.job_dir import read_job_file
+from remote_debug.oskit import netns
+from tests.helpers.event_log import EventLog
+from tests.helpers.jobs import LocalJob, launch_job
+from tests.helpers.waiting import wait_for
 
 NODES, PER_NODE = 8, 8
 RANKS = NODES * PER_NODE

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container import ssh_session
-from remote_debug.local.backends import netns
-from remote_debug.local.backends.machine_job import read_job_file
-from remote_debug.local.paths import StatePaths
-from tests.container.helpers import alive, wait_for
-from tests.jobs import LocalJob, launch_job
+from remote_debug.container.node import ssh_session
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.job_dir import read_job_file
+from remote_debug.oskit import netns
+from tests.helpers.hook_runs import alive, wait_for
+from tests.helpers.jobs import LocalJob, launch_job
 
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
 

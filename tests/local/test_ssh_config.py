@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote_debug import spec
-from remote_debug.local import ssh_config
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.ssh_config import HostEntry
-from tests.sshd import private_sshd
+from remote_debug.contract import spec
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.connection.ssh_config import HostEntry
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.sshd import private_sshd
 
 JOB = "myjob"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7dnjpCsVN6hQ7kBQQ2XyvqtWFm8qv4U3s0DgV2c9m1 root@node"
@@ -229,9 +229,9 @@ def test_busy_lock_says_another_remote_debug_is_editing(
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from remote_debug.local import ssh_config\n"
+            "from remote_debug.laptop import ssh_config\n"
             "from pathlib import Path\n"
-            "from remote_debug.local.paths import StatePaths\n"
+            "from remote_debug.laptop.core.paths import StatePaths\n"
             "with ssh_config._locked(StatePaths(Path(sys.argv[1]))):\n"
             "    print('locked', flush=True)\n"
             "    time.sleep(60)\n",

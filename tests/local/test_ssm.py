@@ -30,11 +30,12 @@ import pytest
 from botocore.stub import Stubber
 
 from remote_debug.emulator.sigv4 import Keys
-from remote_debug.local import aws, ssm
-from remote_debug.local.errors import UserError
-from tests.container.helpers import TOKEN_ENV, alive, kill_all, make_key, pids_with_env, scan_for_secrets, wait_for
-from tests.sshd import private_sshd
-from tests.ssm_plugin import (
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws import ssm
+from remote_debug.laptop.core.errors import UserError
+from tests.helpers.hook_runs import TOKEN_ENV, alive, kill_all, make_key, pids_with_env, scan_for_secrets, wait_for
+from tests.helpers.sshd import private_sshd
+from tests.helpers.ssm_plugin import (
     LocalSsm,
     banner,
     drive_in_process,

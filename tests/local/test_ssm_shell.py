@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local import ssm
-from remote_debug.local.ssm_shell import CommandTimeout, ShellError, ShellSession
+from remote_debug.laptop.aws import ssm
+from remote_debug.laptop.aws.ssm_shell import CommandTimeout, ShellError, ShellSession
 from tests.emulator.test_ssm_shell import Running, gone, needs_nodes, running_emulator, target
-from tests.ssm_plugin import needs_plugin, plugin_version, real_plugin
+from tests.helpers.ssm_plugin import needs_plugin, plugin_version, real_plugin
 
 pytestmark = [needs_nodes, needs_plugin, pytest.mark.timeout(180)]
 JOB = "driven"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ddp_job import marked_project
-from tests.jobs import launch_job
+from tests.helpers.ddp_job import marked_project
+from tests.helpers.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local.paths import StatePaths
-from tests.ddp_job import marked_project
-from tests.jobs import launch_job
-from tests.second_user import needs_second_user, nobody, python_as_nobody
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.ddp_job import marked_project
+from tests.helpers.jobs import launch_job
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
 
 needs_pyspy = pytest.mark.skipif(
     not Path(sys.executable).with_name("py-spy").exists() and shutil.which("py-spy") is None,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.sync import Syncer, SyncMethod
-from remote_debug.local.sync_files import collect
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.iterate.sync import Syncer, SyncMethod
+from remote_debug.laptop.iterate.sync_files import collect
 from tests.conftest import cleanup_jobs
 
 JOB = "syncpair"

@@ -1,5 +1,5 @@
 """Tunnel faults: the link between the laptop and the node is cut, slowed or blackholed under a
-live ``attach`` (real sshd, real ``remote-debug proxy``, a real debugpy rank; tests/faults.py
+live ``attach`` (real sshd, real ``remote-debug proxy``, a real debugpy rank; tests/helpers/faults.py
 sits in the ProxyCommand path).  Training must never wait on the link, ``attach`` must find the
 node again within 5 s of the link coming back, and flapping must leak nothing."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import connection as attach_mod
-from remote_debug.local import tunnels
-from remote_debug.local.proxy import proxy_command as real_proxy_command
-from tests.container.helpers import wait_for
-from tests.faults import BeatJob, ControlForward, FaultRelay, Snapshot, tunnel_usable
+from remote_debug.laptop.connection import job_connection as attach_mod
+from remote_debug.laptop.connection import tunnels
+from remote_debug.laptop.connection.proxy import proxy_command as real_proxy_command
+from tests.helpers.faults import BeatJob, ControlForward, FaultRelay, Snapshot, tunnel_usable
+from tests.helpers.hook_runs import wait_for
 
 RECONNECT_BUDGET = 5.0  # issue 7: attach reconnects within 5 s once the path is back
 

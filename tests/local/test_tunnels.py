@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine import LaunchRequest, free_port
-from remote_debug.local.connection import JobConnection, endpoint_for
-from remote_debug.local.dap_client import DapClient
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.rank_control import RankControl
-from remote_debug.local.tunnels import NodeTunnel
+from remote_debug.laptop.connection.job_connection import JobConnection, endpoint_for
+from remote_debug.laptop.connection.rank_control import RankControl
+from remote_debug.laptop.connection.tunnels import NodeTunnel
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.dap_client import DapClient
+from remote_debug.laptop.machine.backend import LaunchRequest, free_port
+from remote_debug.laptop.platforms import MachineBackend
 
 
 def test_forward_survives_a_dropped_transport(home: Path, tmp_path: Path) -> None:

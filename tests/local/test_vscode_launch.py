@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote_debug import osutil, spec
-from remote_debug.local import vscode_launch as vl
-from remote_debug.local.vscode_launch import LaunchJsonError, RankTarget
+from remote_debug.contract import spec
+from remote_debug.laptop.ide import vscode_launch as vl
+from remote_debug.laptop.ide.vscode_launch import LaunchJsonError, RankTarget
+from remote_debug.oskit import osutil
 
 # The user's file, as segments that must survive untouched (comments, trailing commas, odd spacing).
 USER_SEGMENTS = [

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.rank_control import WaitRelease
-from tests.jobs import launch_job
+from remote_debug.contract import spec
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.connection.rank_control import WaitRelease
+from tests.helpers.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -73,8 +73,8 @@ def _waiting_rank0(connection: JobConnection) -> dict[str, spec.NodeManifest]:
 def test_attach_ranks_0_lets_the_other_ranks_run_on(home: Path, tmp_path: Path) -> None:
     """The user's path: `attach --ranks 0 --headless` on a `--wait 120` job stops rank 0 at its breakpoint
     while rank 1 starts at once, not after its 120 s window."""
-    from remote_debug.local.attach import AttachOptions
-    from remote_debug.local.headless import HeadlessPlan
+    from remote_debug.laptop.attach.attacher import AttachOptions
+    from remote_debug.laptop.ide.headless_session import HeadlessPlan
 
     project, marks = tmp_path / "project", tmp_path / "marks"
     project.mkdir()

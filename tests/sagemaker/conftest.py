@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.fake_aws import moto_cloud
-from tests.sagemaker import sdk_env
+from tests.helpers import sdk_env
+from tests.helpers.fake_aws import moto_cloud
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "capture_sdk.py"
 ARTIFACTS = sdk_env.REPO / "test-artifacts" / "sagemaker"

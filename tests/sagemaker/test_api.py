@@ -11,15 +11,16 @@ from typing import Any
 import pytest
 
 import remote_debug
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker import api, bundle, sdk
-from remote_debug.sagemaker.intercept import EVENT, MARKER_ENV, PendingEnable, marked
+from remote_debug.laptop.aws.enable import api, bundle
+from remote_debug.laptop.aws.enable import sdk_detect as sdk
+from remote_debug.laptop.aws.enable.intercept import EVENT, MARKER_ENV, PendingEnable, marked
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
 
 
 def test_importing_remote_debug_imports_neither_sdk_nor_boto3() -> None:
     code = (
-        "import sys, remote_debug, remote_debug.sagemaker\n"
+        "import sys, remote_debug, remote_debug.laptop.aws.enable\n"
         "f = remote_debug.enable\n"
         "print(sorted(m for m in ('sagemaker', 'boto3', 'botocore') if m in sys.modules))\n"
     )
@@ -115,8 +116,8 @@ def test_bundle_is_cached_and_rebuilt_when_the_code_changes(tmp_path: Path, monk
     paths = StatePaths(tmp_path)
     first = bundle.bundle_dir(paths)
     assert bundle.bundle_dir(paths) == first
-    source = Path(bundle.__file__).parents[1] / "spec.py"
-    assert (first / "remote_debug" / "spec.py").read_bytes() == source.read_bytes()
+    source = Path(bundle.__file__).parents[1] / "contract/spec.py"
+    assert (first / "remote_debug" / "contract/spec.py").read_bytes() == source.read_bytes()
     monkeypatch.setattr(bundle, "_fingerprint", lambda _debugpy: "changed")
     second = bundle.bundle_dir(paths)
     assert second != first and second.name == "changed" and (second / "debugpy" / "__init__.py").exists()

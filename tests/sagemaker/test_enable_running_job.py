@@ -19,10 +19,10 @@ from botocore.stub import Stubber
 
 from remote_debug import cli
 from remote_debug.cli import enable as enable_cli
-from remote_debug.local import aws
-from remote_debug.local.errors import UserError
-from remote_debug.sagemaker import update
-from remote_debug.spec import ContractError
+from remote_debug.contract.spec import ContractError
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws.enable import update
+from remote_debug.laptop.core.errors import UserError
 
 JOB = "rd-running-1"
 ARN = f"arn:aws:sagemaker:eu-west-1:123456789012:training-job/{JOB}"

@@ -22,20 +22,20 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 
 import remote_debug
-from remote_debug.container.hybrid import DEFAULT_ACTIVATION_FILE
-from remote_debug.local import ssm
-from remote_debug.local.backends import sagemaker as backend
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker import hybrid_activation as ha
-from remote_debug.sagemaker import sdk_v2
-from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
-from remote_debug.sagemaker.common import JobTransport, RemoteDebugWarning
-from remote_debug.sagemaker.intercept import PendingEnable, marked
-from remote_debug.sagemaker.keyed import enable_with_key
-from remote_debug.spec import DebugOptions
-from tests.fake_aws import moto_cloud
-from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE, validate
+from remote_debug.container.node.hybrid import DEFAULT_ACTIVATION_FILE
+from remote_debug.contract.spec import DebugOptions
+from remote_debug.laptop.aws import sagemaker_backend as backend
+from remote_debug.laptop.aws import ssm
+from remote_debug.laptop.aws.enable import hybrid_activation as ha
+from remote_debug.laptop.aws.enable import sdk_v2
+from remote_debug.laptop.aws.enable.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
+from remote_debug.laptop.aws.enable.intercept import PendingEnable, marked
+from remote_debug.laptop.aws.enable.keyed_request import enable_with_key
+from remote_debug.laptop.aws.enable.terms import JobTransport, RemoteDebugWarning
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.fake_aws import moto_cloud
+from tests.helpers.sagemaker_checks import IMAGE, MOTO_USER_ID, ROLE, validate
 
 REGION = "us-east-1"
 BUCKET = "rd-bucket"
@@ -334,7 +334,7 @@ def test_the_tier_setting_is_the_one_doctor_reads() -> None:
 
 
 def test_the_note_is_the_file_the_container_looks_for() -> None:
-    from remote_debug.container import hybrid
+    from remote_debug.container.node import hybrid
 
     assert ha.NOTE_FILE == hybrid.NOTE_FILE and Path(DEFAULT_ACTIVATION_FILE).name == ha.ACTIVATION_FILE
 
@@ -524,8 +524,8 @@ def test_a_job_that_waited_in_pending_past_its_activation_gets_a_new_one_before_
                               {**expected_create(), "ExpirationDate": later + timedelta(hours=2)})
     session.expect_delete()
 
-    from remote_debug.local.backends.sagemaker import SageMakerBackend
-    from remote_debug.sagemaker import hybrid_renewal
+    from remote_debug.laptop.aws.enable import hybrid_renewal
+    from remote_debug.laptop.aws.sagemaker_backend import SageMakerBackend
 
     scripted = {"answer": described("Starting", waited=True)}
     sm.describe_training_job = lambda **_: scripted["answer"]  # type: ignore[method-assign]

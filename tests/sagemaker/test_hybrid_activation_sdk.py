@@ -17,9 +17,9 @@ import botocore.session
 import pytest
 from botocore.validate import validate_parameters
 
-from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT, inject_dir
+from remote_debug.laptop.aws.enable.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT, inject_dir
+from tests.helpers.sagemaker_checks import validate
 from tests.sagemaker.conftest import SdkRun
-from tests.sagemaker.helpers import validate
 
 pytestmark = pytest.mark.timeout(1800)  # a cold start creates both SDK venvs
 
@@ -84,7 +84,7 @@ def test_hybrid_job_through_the_sdk(sdk_runs: dict[str, SdkRun], major: str) -> 
     if major == "v2":
         info = assert_hybrid_job(run, "v2-hybrid", package_root=CODE_ROOT, instances=2)
         # The bundle still ships in sourcedir.tar.gz; the activation does not (its own channel does).
-        assert "remote_debug/container/hybrid.py" in info["sourcedir"]
+        assert "remote_debug/container/node/hybrid.py" in info["sourcedir"]
         assert not any("ssm-activation" in name for name in info["sourcedir"])
         [request] = run.requests("v2-hybrid")
         assert info["channel_uri"].endswith(f"/{request['TrainingJobName']}/source/remote_debug")

@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
+from remote_debug.contract.spec import DebugOptions
 from remote_debug.emulator.iam_policy import Decision
 from remote_debug.emulator.iam_requests import Authorization, Caller, authorizations
-from remote_debug.local import adopt_sagemaker as adopt
-from remote_debug.local import ssm, ssm_forward
-from remote_debug.local.backends.sagemaker import SageMakerBackend
-from remote_debug.local.backends.sagemaker_logs import LOG_GROUP
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.ssm_shell import ShellSession
-from remote_debug.sagemaker import update
-from remote_debug.sagemaker.request import draft_request
-from remote_debug.spec import DebugOptions
-from tests.local.adopt_fakes import ACCOUNT, REGION, FakeShell, PlainJob, Recorder
+from remote_debug.laptop.adopt import sagemaker_job as adopt
+from remote_debug.laptop.aws import ssm, ssm_forward
+from remote_debug.laptop.aws.enable import update
+from remote_debug.laptop.aws.enable.request import draft_request
+from remote_debug.laptop.aws.sagemaker_backend import SageMakerBackend
+from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP
+from remote_debug.laptop.aws.ssm_shell import ShellSession
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.adopt_fakes import ACCOUNT, REGION, FakeShell, PlainJob, Recorder
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
 USER_POLICY = [json.loads((TEMPLATES / "user-policy.json").read_text())]
@@ -102,7 +102,7 @@ def attach_calls(job: str, tmp_path: Path) -> list[Call]:
     backend.describe(job)
     backend.manifests(job)
     session = ssm.session_parameters(ssm.native_target(job, "algo-1"), 40022)
-    # where a target refuses AWS-StartSSHSession, the proxy forwards a port instead (local/ssm_forward.py)
+    # where a target refuses AWS-StartSSHSession, the proxy forwards a port instead (laptop/aws/ssm_forward.py)
     forwarding = ssm_forward.forwarding_parameters(ssm.native_target(job, "algo-1"), 40022, 50000)
     recorded = [("sagemaker", op, p) for op, p in sagemaker.calls] + [("logs", op, p) for op, p in logs.calls]
     return [*recorded, ("ssm", "StartSession", session), ("ssm", "StartSession", forwarding),
@@ -254,7 +254,7 @@ INSTANCE_ARN = f"arn:aws:ssm:{REGION}:{ACCOUNT}:managed-instance/{INSTANCE}"
 def cleanup_calls(owner: str) -> list[Call]:
     """`remote-debug cleanup --yes` for an ended hybrid job of ``owner``: its activation, its leftover managed
     instance (the SageMaker and SSM calls; its S3 files are the user's own bucket, outside these templates)."""
-    from remote_debug.sagemaker.leftovers import Leftovers
+    from remote_debug.laptop.aws.enable.leftovers import Leftovers
 
     job = "hybrid-job"
     tags = [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job}]

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from remote_debug.local.paths import StatePaths
-from remote_debug.sagemaker.bundle import bundle_dir, inject_dir
-from remote_debug.sagemaker.keyed import enable_with_key
-from remote_debug.spec import DebugOptions
-from tests.sagemaker.helpers import IMAGE, ROLE
+from remote_debug.contract.spec import DebugOptions
+from remote_debug.laptop.aws.enable.bundle import bundle_dir, inject_dir
+from remote_debug.laptop.aws.enable.keyed_request import enable_with_key
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.sagemaker_checks import IMAGE, ROLE
 
 COMMAND = 'echo "hook=$REMOTE_DEBUG_HOOK_PID"; echo "pythonpath=$PYTHONPATH"; exit 7'
 
@@ -199,7 +199,7 @@ def test_bundle_holds_only_the_container_side(bundle: Path) -> None:
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     ours = [f for f in files if f.startswith("remote_debug/")]
     assert "remote_debug/container/inject/sitecustomize.py" in ours
-    laptop_side = ("remote_debug/local/", "remote_debug/cli/", "remote_debug/sagemaker/")
+    laptop_side = ("remote_debug/laptop/", "remote_debug/cli/", "remote_debug/laptop/aws/enable/")
     assert not [f for f in ours if f.startswith(laptop_side)]
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
     assert (bundle / "debugpy" / "__init__.py").is_file()

@@ -25,14 +25,14 @@ import boto3
 import pytest
 
 import remote_debug
-from remote_debug import spec
-from remote_debug.local.errors import UserError
-from remote_debug.sagemaker.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
-from remote_debug.sagemaker.common import EnableError, RemoteDebugWarning
-from remote_debug.sagemaker.request import draft_request, wrap_entrypoint
+from remote_debug.contract import spec
+from remote_debug.laptop.aws.enable.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
+from remote_debug.laptop.aws.enable.request import draft_request, wrap_entrypoint
+from remote_debug.laptop.aws.enable.terms import EnableError, RemoteDebugWarning
+from remote_debug.laptop.core.errors import UserError
 from tests.cli.test_bad_input import assert_refused, run_cli, snapshot
+from tests.helpers.sagemaker_checks import MOTO_USER_ID, assert_debuggable, validate
 from tests.sagemaker.conftest import SdkRun
-from tests.sagemaker.helpers import MOTO_USER_ID, assert_debuggable, validate
 from tests.sagemaker.test_request import BASE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -390,7 +390,7 @@ LAUNCH = ["launch", "--local", "--name", "ka-job"]
 
 def test_launch_keep_alive_reaches_the_jobs_spec(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``launch --keep-alive`` goes into the job's DebugOptions, which the local backend turns into its env."""
-    from remote_debug.local.backends import MachineBackend
+    from remote_debug.laptop.platforms import MachineBackend
 
     seen: list[Any] = []
 
@@ -433,7 +433,7 @@ def test_enable_on_a_running_job_takes_no_keep_alive(home: Path) -> None:
 
 DAEMON = """
 import sys
-import remote_debug.container.node as node
+import remote_debug.container.node.services as node
 
 class NoServices:  # the daemon's loop and its log, without sshd
     sshd = manifest = None
@@ -444,7 +444,7 @@ class NoServices:  # the daemon's loop and its log, without sshd
     def finish(self, *_): pass
 
 node.NodeServices = NoServices
-from remote_debug.container.bootstrap import run_daemon
+from remote_debug.container.node.bootstrap import run_daemon
 sys.exit(run_daemon(int(sys.argv[1])))
 """
 
@@ -453,8 +453,8 @@ sys.exit(run_daemon(int(sys.argv[1])))
 def test_the_node_daemon_says_it_cannot_keep_the_node_alive(tmp_path: Path, keep_alive: float) -> None:
     """A hand-made job environment with a keep-alive but no hook (enable() refuses that): the node daemon, which
     ends with the process it follows, says so in one line instead of ignoring it silently."""
-    from remote_debug.local.keys import ensure_job_key, job_secret
-    from remote_debug.local.paths import StatePaths
+    from remote_debug.laptop.core.keys import ensure_job_key, job_secret
+    from remote_debug.laptop.core.paths import StatePaths
 
     key_path, public_key = ensure_job_key(StatePaths(tmp_path / "state"), "daemon-job")
     debug = spec.DebugSpec(job_name="daemon-job", client_public_key=public_key, job_secret=job_secret(key_path),

@@ -12,11 +12,11 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 
 import remote_debug
-from remote_debug.local.errors import UserError
-from remote_debug.sagemaker.bundle import CHANNEL_ROOT
-from remote_debug.sagemaker.common import EnableError
-from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
-from tests.sagemaker.helpers import (
+from remote_debug.laptop.aws.enable.bundle import CHANNEL_ROOT
+from remote_debug.laptop.aws.enable.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
+from remote_debug.laptop.aws.enable.terms import EnableError
+from remote_debug.laptop.core.errors import UserError
+from tests.helpers.sagemaker_checks import (
     IMAGE,
     MOTO_USER_ID,
     ROLE,
@@ -227,7 +227,7 @@ def test_owner_needs_credentials_or_an_explicit_value(state: Path) -> None:
 
 
 def test_a_long_package_root_is_refused() -> None:
-    from remote_debug.sagemaker.request import wrap_entrypoint
+    from remote_debug.laptop.aws.enable.request import wrap_entrypoint
 
     with pytest.raises(EnableError, match="SageMaker allows 256"):
         wrap_entrypoint(["python3", "train.py"], "/opt/ml/" + "x" * 60)
@@ -281,7 +281,7 @@ def test_the_package_channel_name_is_a_shell_identifier() -> None:
     emulator's ModelTrainer case, tests/emulator/test_sagemaker_e2e.py)."""
     import re
 
-    from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT
+    from remote_debug.laptop.aws.enable.bundle import CHANNEL_NAME, CHANNEL_ROOT
 
     assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f"SM_CHANNEL_{CHANNEL_NAME.upper()}")
     assert f"/opt/ml/input/data/{CHANNEL_NAME}" == CHANNEL_ROOT

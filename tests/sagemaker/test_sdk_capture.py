@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from remote_debug.sagemaker.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT, inject_dir
-from remote_debug.sagemaker.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
+from remote_debug.laptop.aws.enable.bundle import CHANNEL_NAME, CHANNEL_ROOT, CODE_ROOT, inject_dir
+from remote_debug.laptop.aws.enable.request import WRAP_SCRIPT, WRAP_SHELL, hook_program
+from tests.helpers.sagemaker_checks import MOTO_USER_ID, assert_debuggable, validate
 from tests.sagemaker.conftest import SdkRun
-from tests.sagemaker.helpers import MOTO_USER_ID, assert_debuggable, validate
 
 pytestmark = pytest.mark.timeout(1800)  # a cold start creates both SDK venvs (about 3 minutes here)
 
 V3_ENTRY = ["/bin/bash"]
 V3_ARGUMENTS = ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && /opt/ml/input/data/sm_drivers/sm_train.sh"]
-SHIPPED = ("remote_debug/__init__.py", "remote_debug/spec.py", "remote_debug/container/hook.py",
+SHIPPED = ("remote_debug/__init__.py", "remote_debug/contract/spec.py", "remote_debug/container/node/hook.py",
            "remote_debug/container/inject/sitecustomize.py", "debugpy/__init__.py")
-NOT_SHIPPED = ("remote_debug/local/", "remote_debug/cli/", "remote_debug/sagemaker/", "remote_debug/__main__.py")
+NOT_SHIPPED = ("remote_debug/laptop/", "remote_debug/cli/", "remote_debug/__main__.py")
 
 
 def wrapped(package_root: str, *entry: str) -> list[str]:

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container.adopt import node_dir
-from remote_debug.local import adopt_sagemaker as adopt
-from remote_debug.local.errors import UserError
-from remote_debug.local.ssm_shell import ShellSession, _check_command
-from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody, python_as_nobody
+from remote_debug.container.node.adopt import node_dir
+from remote_debug.contract import spec
+from remote_debug.laptop.adopt import sagemaker_job as adopt
+from remote_debug.laptop.aws.ssm_shell import ShellSession, _check_command
+from remote_debug.laptop.core.errors import UserError
+from tests.helpers.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user, nobody, python_as_nobody
 
 pytestmark = needs_second_user
 
@@ -212,8 +212,8 @@ def test_a_re_adoption_takes_only_a_real_dir_of_ours(scene: dict[str, Path | str
 def test_the_bundle_root_unpacks_on_a_node_is_owned_by_root_not_by_the_laptops_uid(tmp_path: Path) -> None:
     """The laptop user's uid (here nobody's: we chown the built bundle to it) may be another user's on the node;
     root's tar keeps the archive's owners, and that user could then rewrite the code root and the ranks run."""
-    from remote_debug.local.paths import StatePaths
-    from remote_debug.sagemaker.bundle import bundle_dir
+    from remote_debug.laptop.aws.enable.bundle import bundle_dir
+    from remote_debug.laptop.core.paths import StatePaths
 
     paths = StatePaths(tmp_path / "state")
     built = bundle_dir(paths)
@@ -275,7 +275,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_fifo_at_another_users_exe_path_does_not_hang_the_list(fifo_child: int) -> None:
-    code = ("import json; from remote_debug.local.adopt_candidates import list_candidates; "
+    code = ("import json; from remote_debug.laptop.adopt.candidates import list_candidates; "
             "print(json.dumps([c.pid for c in list_candidates({})]))")
     try:
         listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
@@ -293,7 +293,7 @@ def test_the_interpreter_swapped_at_the_targets_exe_path_is_not_run(tmp_path: Pa
     """Root's target runs a copy of python from a dir nobody owns; nobody swaps the file at that path for a
     script.  Python 3.14's way in must run the file the target runs, not that script:
     here the real interpreter (3.11, without ``sys.remote_exec``) answers, and the script never ran."""
-    from remote_debug.container.adopt import checks, inject
+    from remote_debug.container.node.adopt import checks, inject
 
     home = Path(f"/tmp/rd-exe-{secrets.token_hex(4)}")
     home.mkdir(mode=0o755)
@@ -333,7 +333,7 @@ def test_a_fifo_at_a_deleted_executables_path_does_not_hang_adopt_pid(tmp_path: 
     exe = home / "python3"
     shutil.copy(ATTACKER_PYTHON, exe)
     target = subprocess.Popen([str(exe), "-I", "-S", "-c", "import time; time.sleep(60)"])
-    code = ("import json, sys; from remote_debug.container.adopt import elf_symbols; print(json.dumps("
+    code = ("import json, sys; from remote_debug.container.node.adopt import elf_symbols; print(json.dumps("
             "elf_symbols.resolve(int(sys.argv[1]), ('Py_AddPendingCall', 'PyRun_SimpleString'), libc_only=('mmap',))))")
     try:
         deadline = time.monotonic() + 10

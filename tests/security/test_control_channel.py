@@ -1,6 +1,6 @@
 """A rank's control channel against local attackers (issue 13, items 2 and 7).
 
-The server under test is the rank's own (``container/control.py``), run in this process with a
+The server under test is the rank's own (``container/rank/control.py``), run in this process with a
 recording ``listen``; the clients are real sockets - the laptop's side of the protocol
 (``rank_control.exchange``), ``nobody`` via ``setpriv``, and trickling connections.
 """
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from remote_debug import job_secret
-from remote_debug.container import control
-from remote_debug.container.control import ControlServer
-from remote_debug.local.rank_control import exchange
-from remote_debug.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT
-from tests.container.helpers import wait_for
-from tests.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
+from remote_debug.container.rank import control
+from remote_debug.container.rank.control import ControlServer
+from remote_debug.contract import job_secret
+from remote_debug.contract.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT
+from remote_debug.laptop.connection.rank_control import exchange
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.second_user import ATTACKER_PYTHON, as_nobody, needs_second_user
 
 SECRET = job_secret.derive_job_secret(b"this job's private key")
 OTHER_JOB = job_secret.derive_job_secret(b"another job's private key")

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remote_debug import spec
-from remote_debug.local import ssh_config
-from remote_debug.local.errors import UserError
-from remote_debug.local.proxy import split_alias
-from remote_debug.manifest_lines import format_manifest_line, parse_manifest_line
+from remote_debug.contract import spec
+from remote_debug.contract.manifest_lines import format_manifest_line, parse_manifest_line
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.connection.proxy import split_alias
+from remote_debug.laptop.core.errors import UserError
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX"
 SECRET = "5e" * 32

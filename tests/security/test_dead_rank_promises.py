@@ -34,20 +34,21 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import job_secret, osutil, spec
-from remote_debug.container.control import ControlServer
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends.machine import MachineBackend, settle_gone_ranks
-from remote_debug.local.backends.machine_job import NodeLayout
-from remote_debug.local.connection import JobConnection
-from remote_debug.local.rank_control import RankControl
-from remote_debug.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT, RankEndpoint, RankState
+from remote_debug.container.rank.control import ControlServer
+from remote_debug.contract import job_secret, spec
+from remote_debug.contract.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT, RankEndpoint, RankState
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.connection.job_connection import JobConnection
+from remote_debug.laptop.connection.rank_control import RankControl
+from remote_debug.laptop.machine.backend import MachineBackend, settle_gone_ranks
+from remote_debug.laptop.machine.job_dir import NodeLayout
+from remote_debug.oskit import osutil
 from tests.conftest import cleanup_jobs
-from tests.container.helpers import TOKEN_ENV, free_port, kill_all, wait_for
-from tests.event_log import EventLog
-from tests.jobs import LocalJob, launch_job
-from tests.second_user import needs_second_user, nobody, python_as_nobody
-from tests.security.session import IDLE_UNTIL_DONE, throwaway_home
+from tests.helpers.event_log import EventLog
+from tests.helpers.hook_runs import TOKEN_ENV, free_port, kill_all, wait_for
+from tests.helpers.jobs import LocalJob, launch_job
+from tests.helpers.live_session import IDLE_UNTIL_DONE, throwaway_home
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 

@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import paramiko
 import pytest
 
-from remote_debug import spec
-from remote_debug.local import events as ev
-from remote_debug.local.errors import reason
-from remote_debug.local.pause_safe import PauseSafe
-from remote_debug.local.rank_control import RankControl
+from remote_debug.contract import spec
+from remote_debug.laptop.attach.pause_safe import PauseSafe
+from remote_debug.laptop.connection.rank_control import RankControl
+from remote_debug.laptop.core.errors import reason
+from remote_debug.laptop.wire import events as ev
 
 
 class _FailingTunnel:

@@ -33,7 +33,7 @@ from botocore.exceptions import ClientError
 from remote_debug.emulator.access import StateDirError
 from remote_debug.emulator.nodes import available
 from remote_debug.emulator.service import CREDENTIALS_FILE, Emulator
-from tests.second_user import needs_second_user, nobody, python_as_nobody
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
 
 WHY_NO_NODES = available()
 pytestmark = [

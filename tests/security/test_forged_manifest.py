@@ -22,12 +22,12 @@ from typing import Any
 import boto3
 import pytest
 
-from remote_debug import manifest_lines, spec
-from remote_debug.local import keys
-from remote_debug.local.backends import SageMakerBackend
-from remote_debug.local.backends.sagemaker_logs import CLOCK_SKEW_MS, LOG_GROUP
-from remote_debug.local.paths import StatePaths
-from tests.fake_aws import ScriptedSageMaker, describe_response, moto_cloud
+from remote_debug.contract import manifest_lines, spec
+from remote_debug.laptop.aws.sagemaker_logs import CLOCK_SKEW_MS, LOG_GROUP
+from remote_debug.laptop.core import keys
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.platforms import SageMakerBackend
+from tests.helpers.fake_aws import ScriptedSageMaker, describe_response, moto_cloud
 
 REGION = "us-west-2"
 JOB = "sm-job"
@@ -142,7 +142,7 @@ GENUINE = (KEY, TARGET, 40022, "127.0.0.1")
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "remote_debug.local.backends.sagemaker" and r.levelno == logging.WARNING]
+            if r.name == "remote_debug.laptop.aws.sagemaker_backend" and r.levelno == logging.WARNING]
 
 
 def test_a_forged_line_in_another_nodes_stream_changes_nothing(job: Job, caplog: pytest.LogCaptureFixture) -> None:

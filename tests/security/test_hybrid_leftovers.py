@@ -13,7 +13,7 @@ managed-instance role's credentials; ``ssm-activation.json`` in the job's S3 cha
 * ``remote-debug cleanup`` lists the caller's leftovers of ended jobs and spent activations, deletes
   them with ``--yes`` only, and leaves other users' and running jobs' things alone.
 
-moto has no SSM activations or managed instances (``tests/fake_aws.py``), hence the fakes; every request
+moto has no SSM activations or managed instances (``tests/helpers/fake_aws.py``), hence the fakes; every request
 they see has been validated by botocore against the real SSM model, and every answer is checked
 against its output shape.
 """
@@ -35,13 +35,13 @@ from botocore.stub import Stubber
 from botocore.validate import validate_parameters
 
 import remote_debug
-from remote_debug.container import hybrid
-from remote_debug.container.hybrid import Activation, HybridError, HybridRegistration
-from remote_debug.sagemaker import hybrid_activation as ha
+from remote_debug.container.node import hybrid
+from remote_debug.container.node.hybrid import Activation, HybridError, HybridRegistration
+from remote_debug.laptop.aws.enable import hybrid_activation as ha
 from tests.cli.test_bad_input import run_cli
-from tests.container.helpers import wait_for
-from tests.fake_aws import SSM_ANSWERS, FakeSsm, moto_cloud
-from tests.sagemaker.helpers import IMAGE, MOTO_USER_ID, ROLE
+from tests.helpers.fake_aws import SSM_ANSWERS, FakeSsm, moto_cloud
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.sagemaker_checks import IMAGE, MOTO_USER_ID, ROLE
 
 REGION = "us-east-1"
 BUCKET = "rd-leftovers"
@@ -199,7 +199,7 @@ def test_the_nodes_s3_delete_is_signed_as_botocore_signs_it() -> None:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from remote_debug.container import awscall
+    from remote_debug.container.node import awscall
 
     creds = awscall.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
     raw = hybrid.s3_object_url("my-bucket", "a job/rd ü/ssm-activation.json", REGION, {})
@@ -370,7 +370,7 @@ def _objects(s3: Any) -> list[str]:
 
 
 def test_the_laptop_retires_the_activation_when_the_job_ends_before_every_node_registered(cloud: Any) -> None:
-    from remote_debug.sagemaker.leftovers import retire_job
+    from remote_debug.laptop.aws.enable.leftovers import retire_job
 
     ssm, s3 = cloud.client("ssm"), cloud.client("s3")
     api = FakeSsmApi(ssm)
@@ -391,7 +391,7 @@ def test_the_laptop_retires_the_activation_when_the_job_ends_before_every_node_r
 def test_an_ended_jobs_retirement_leaves_a_newer_jobs_file_in_a_shared_channel(cloud: Any) -> None:
     """Two jobs given the same package_uri (against the rules): the channel holds the newer job's files,
     which the older job's retirement must not delete while the newer job's nodes still need them."""
-    from remote_debug.sagemaker.leftovers import retire_job
+    from remote_debug.laptop.aws.enable.leftovers import retire_job
 
     ssm, s3 = cloud.client("ssm"), cloud.client("s3")
     api = FakeSsmApi(ssm)
@@ -406,7 +406,7 @@ def test_an_ended_jobs_retirement_leaves_a_newer_jobs_file_in_a_shared_channel(c
 
 
 def test_the_laptop_retires_a_running_jobs_spent_activation_but_keeps_the_channel(cloud: Any) -> None:
-    from remote_debug.sagemaker.leftovers import retire_job
+    from remote_debug.laptop.aws.enable.leftovers import retire_job
 
     ssm, s3 = cloud.client("ssm"), cloud.client("s3")
     api = FakeSsmApi(ssm)

@@ -8,8 +8,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from remote_debug.local.keys import ensure_job_key
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.core.keys import ensure_job_key
+from remote_debug.laptop.core.paths import StatePaths
 
 
 def _mode(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""Security checks on a live session (tests/security/session.py): VS Code mode, rank 0 paused at a
+"""Security checks on a live session (tests/helpers/live_session.py): VS Code mode, rank 0 paused at a
 breakpoint and rank 1 attached and running, while the tests scan what an attacker on the node or the
 laptop could look at - /proc/<pid>/net/tcp* and /proc/<pid>/fd (listeners), /proc/*/cmdline and
 /proc/*/environ (secrets), the files we wrote (modes, contents), sshd's effective config - and
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.connection import endpoint_for, host_entries
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import user_ssh_config
-from remote_debug.local.tunnels import HostKeyMismatchError, NodeTunnel
-from tests.container.helpers import scan_for_secrets, wait_for
-from tests.security.session import Session, live_session, scan_listeners
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.connection.job_connection import endpoint_for, host_entries
+from remote_debug.laptop.connection.tunnels import HostKeyMismatchError, NodeTunnel
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import user_ssh_config
+from tests.helpers.hook_runs import scan_for_secrets, wait_for
+from tests.helpers.live_session import Session, live_session, scan_listeners
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 

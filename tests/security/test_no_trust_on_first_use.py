@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.container.helpers import REPO
+from tests.helpers.hook_runs import REPO
 
 FORBIDDEN = re.compile(
     r"StrictHostKeyChecking[\s=\"',:]+(no|off|false|accept-new)\b"
@@ -31,12 +31,12 @@ def test_nothing_we_ship_disables_host_key_checking() -> None:
                    "['-o', 'UserKnownHostsFile=/dev/null']", "client.set_missing_host_key_policy(AutoAddPolicy())"):
         assert FORBIDDEN.search(sample), sample
     files = _shipped_files()
-    assert len(files) > 50 and "remote_debug/local/ssh_config.py" in files
+    assert len(files) > 50 and "remote_debug/laptop/connection/ssh_config.py" in files
     found = []
     for name in files:
         text = (REPO / name).read_text(errors="replace")
         found += [f"{name}: {m.group(0)}" for m in FORBIDDEN.finditer(text)]
     assert found == []
     # the rule itself is live: what we write says "yes"
-    assert "StrictHostKeyChecking yes" in (REPO / "remote_debug/local/ssh_config.py").read_text()
+    assert "StrictHostKeyChecking yes" in (REPO / "remote_debug/laptop/connection/ssh_config.py").read_text()
     print(f"\n[security] host-key policy: {len(files)} shipped files scanned, {len(found)} offenders")

@@ -4,7 +4,7 @@ the attach's forwards - and speaks the protocol a real attacker would (DAP ``ini
 request).  Before the uid gate the adapter answered and the control channel obeyed; that user could
 also hold a forward open and lock the real IDE out ("already has a debugger attached").
 
-The session (tests/security/session.py): 1 node x 2 ranks, VS Code mode, attached headless.
+The session (tests/helpers/live_session.py): 1 node x 2 ranks, VS Code mode, attached headless.
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import peer_uid
-from remote_debug.local.attach import UID_CHECK_UNAVAILABLE, Attacher, AttachOptions
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.connection import endpoint_for, host_entries
-from remote_debug.local.headless import HeadlessPlan
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.tunnels import NodeTunnel
-from tests.container.helpers import wait_for
-from tests.event_log import EventLog
+from remote_debug.laptop.attach.attacher import UID_CHECK_UNAVAILABLE, Attacher, AttachOptions
+from remote_debug.laptop.connection.job_connection import endpoint_for, host_entries
+from remote_debug.laptop.connection.tunnels import NodeTunnel
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.headless_session import HeadlessPlan
+from remote_debug.laptop.platforms import MachineBackend
+from remote_debug.oskit import peer_uid
+from tests.helpers.event_log import EventLog
+from tests.helpers.hook_runs import wait_for
+from tests.helpers.live_session import Session, live_session
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
+from tests.helpers.ssm_plugin import echo_server
 from tests.local.test_local_faults import make_fake_job
-from tests.second_user import needs_second_user, nobody, python_as_nobody
-from tests.security.session import Session, live_session
-from tests.ssm_plugin import echo_server
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd")
 

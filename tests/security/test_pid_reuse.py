@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import osutil
-from remote_debug.local.backends import MachineBackend
-from remote_debug.local.backends.machine_job import (
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.job_dir import (
     SUPERVISOR_PID,
     SUPERVISOR_START,
     record_supervisor,
     supervisor_process,
 )
-from remote_debug.local.paths import StatePaths
+from remote_debug.laptop.platforms import MachineBackend
+from remote_debug.oskit import osutil
 
 JOB = "reused"
 
@@ -117,7 +117,9 @@ def test_an_adopted_jobs_supervisor_neither_watches_nor_stops_a_reused_root_pid(
              "nodes": ["algo-1"], "node_plans": {}, "stop_grace_seconds": 1,
              "adopted": {"roots": {"algo-1": stranger.pid}, "root_starts": {"algo-1": dead_supervisor.start}}}
     (job_dir / "job.json").write_text(json.dumps(state))
-    supervisor = subprocess.Popen([sys.executable, "-m", "remote_debug.local.backends.adopted", str(job_dir)])
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "remote_debug.laptop.machine.adopted_supervisor", str(job_dir)]
+    )
     try:
         try:
             supervisor.wait(timeout=15)

@@ -18,9 +18,9 @@ from typing import Any, cast
 
 import paramiko
 
-from remote_debug.local.reverse import IdeBridge
-from remote_debug.pycharm_spec import Hello
-from tests.second_user import needs_second_user, nobody, python_as_nobody
+from remote_debug.contract.pycharm_spec import Hello
+from remote_debug.laptop.connection.reverse import IdeBridge
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
 
 # Listens, prints its port, accepts what comes for 3 s and reports the bytes it received.
 FAKE_IDE = textwrap.dedent(

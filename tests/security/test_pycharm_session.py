@@ -1,6 +1,6 @@
 """PyCharm mode adds listeners of its own - each rank's node port is a reverse forward that sshd opens
 on the node, and the IDE's debug server listens on the laptop: scanned on a live session
-(tests/security/session.py) with both ranks connected to the headless pydevd stand-in."""
+(tests/helpers/live_session.py) with both ranks connected to the headless pydevd stand-in."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.helpers import scan_for_secrets
-from tests.security.session import live_session, scan_listeners
+from tests.helpers.hook_runs import scan_for_secrets
+from tests.helpers.live_session import live_session, scan_listeners
 
 pytestmark = [
     pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd"),

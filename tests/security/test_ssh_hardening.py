@@ -33,17 +33,17 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container import sshd as job_sshd
-from remote_debug.local import ssh_config
-from remote_debug.local.backends import sagemaker
-from remote_debug.local.backends.sagemaker import JobHint, SageMakerBackend, bastion_argv
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.ssh_config import HostEntry
-from tests.container.helpers import listen_addresses, make_key, wait_for
+from remote_debug.container.node import sshd as job_sshd
+from remote_debug.contract import spec
+from remote_debug.laptop.aws import sagemaker_backend as sagemaker
+from remote_debug.laptop.aws.sagemaker_backend import JobHint, SageMakerBackend, bastion_argv
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.connection.ssh_config import HostEntry
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.hook_runs import listen_addresses, make_key, wait_for
+from tests.helpers.sshd import private_sshd
 from tests.local.test_ssh_config import RELAY  # a stdin/stdout <-> TCP relay, run inside the job
-from tests.sshd import private_sshd
 
 SSH = shutil.which("ssh")
 SSHD = job_sshd.find_sshd()

@@ -7,10 +7,10 @@ connections and every ``ssh`` of the developer was closed before it began, for t
 
 Now the job's sshd bounds them (``LoginGraceTime 20``, ``MaxStartups 20:30:200``) and our relay
 (``remote-debug proxy``) connects again when sshd drops it without a greeting.  Played here: the job's
-sshd as the hook configures it (``container/sshd.py``), a fake local job pointing at it, the ssh config
+sshd as the hook configures it (``container/node/sshd.py``), a fake local job pointing at it, the ssh config
 that ``remote-debug ssh-config`` writes, ``nobody`` holding 100 idle connections, then a real ``ssh``.
 
-For jobs on this machine the hook also puts a uid gate in front of sshd (``container/sshd_gate.py``):
+For jobs on this machine the hook also puts a uid gate in front of sshd (``container/node/sshd_gate.py``):
 it holds the port, closes every connection of another uid unread and runs ``sshd -i`` for our own.
 Played here through the hook's own node services (``NodeServices``, local transport): ``nobody``'s
 connection got sshd's ``SSH-2.0-OpenSSH`` greeting before; now it is closed without a byte, and 100
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug import spec
-from remote_debug.container import sshd as job_sshd
-from remote_debug.container import sshd_gate
-from remote_debug.container.node import NodeServices
-from remote_debug.local.keys import ensure_job_key
-from remote_debug.local.paths import StatePaths
+from remote_debug.container.node import sshd as job_sshd
+from remote_debug.container.node import sshd_gate
+from remote_debug.container.node.services import NodeServices
+from remote_debug.contract import spec
+from remote_debug.laptop.core.keys import ensure_job_key
+from remote_debug.laptop.core.paths import StatePaths
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
 from tests.local.test_local_faults import make_fake_job
-from tests.second_user import needs_second_user, nobody, python_as_nobody
 
 SSH = shutil.which("ssh")
 pytestmark = [
@@ -292,7 +292,7 @@ def test_the_gate_and_its_sshds_die_with_the_hook(tmp_path: Path) -> None:
         f"""
         import os, signal, sys
         from pathlib import Path
-        from remote_debug.container.sshd import _children_of, start_sshd
+        from remote_debug.container.node.sshd import _children_of, start_sshd
         s = start_sshd(Path({str(tmp_path / 'state')!r}), {key.with_suffix('.pub').read_text().strip()!r},
                        uid_gate=True)
         print(s.pid, s.port, flush=True)

@@ -27,14 +27,14 @@ from pathlib import Path
 import json5
 import pytest
 
-from remote_debug.local.backends.machine_job import NodeLayout
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.prune import Pruner
-from tests.container.helpers import listeners_of, wait_for, with_descendants
-from tests.jobs import launch_job
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.job_dir import NodeLayout
+from remote_debug.laptop.prune import Pruner
+from tests.helpers.hook_runs import listeners_of, wait_for, with_descendants
+from tests.helpers.jobs import launch_job
+from tests.helpers.live_session import IDLE_UNTIL_DONE
+from tests.helpers.second_user import needs_second_user, python_as_nobody
 from tests.local.test_prune import USER_LAUNCH
-from tests.second_user import needs_second_user, python_as_nobody
-from tests.security.session import IDLE_UNTIL_DONE
 
 pytestmark = needs_second_user
 

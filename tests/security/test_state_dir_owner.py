@@ -24,12 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container import bootstrap, node_env
-from remote_debug.container import sshd as job_sshd
-from remote_debug.local import keys, ssh_config
-from remote_debug.local.paths import StatePaths, UnsafeStateDir
-from remote_debug.local.ssh_config import HostEntry
-from tests.second_user import as_nobody, needs_second_user, nobody
+from remote_debug.container import node_env
+from remote_debug.container.node import bootstrap
+from remote_debug.container.node import sshd as job_sshd
+from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.connection.ssh_config import HostEntry
+from remote_debug.laptop.core import keys
+from remote_debug.laptop.core.paths import StatePaths, UnsafeStateDir
+from tests.helpers.second_user import as_nobody, needs_second_user, nobody
 
 pytestmark = needs_second_user
 JOB = "owned"

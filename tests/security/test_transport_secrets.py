@@ -1,7 +1,7 @@
 """Secrets of the AWS transports, scanned in /proc while they are in use.
 
 - SSM, with AWS's real session-manager-plugin against the emulator's SSM API and data channel
-  (:mod:`tests.ssm_plugin`): the StartSession token travels to the plugin in its ENVIRONMENT only, never in
+  (:mod:`tests.helpers.ssm_plugin`): the StartSession token travels to the plugin in its ENVIRONMENT only, never in
   any process's command line (world-readable); the user's AWS keys are where the AWS CLI has them too, in the
   environment of the relay and its plugin, and in no command line.  A second user (``nobody``, by
   ``setpriv``) plays the attacker: it finds neither in any command line it can read, and cannot read the
@@ -31,12 +31,13 @@ from typing import Any
 
 import pytest
 
-from remote_debug.container import hybrid
-from remote_debug.container.hybrid import Activation, AgentCli, HybridError
+from remote_debug.container.node import hybrid
+from remote_debug.container.node.hybrid import Activation, AgentCli, HybridError
 from remote_debug.emulator.sigv4 import Keys
 from remote_debug.emulator.ssm_channel import Session
-from remote_debug.local import ssm
-from tests.container.helpers import (
+from remote_debug.laptop.aws import ssm
+from tests.helpers.fake_aws import FakeSsm
+from tests.helpers.hook_runs import (
     PYTHON,
     REPO,
     TOKEN_ENV,
@@ -49,9 +50,8 @@ from tests.container.helpers import (
     scan_for_secrets,
     wait_for,
 )
-from tests.fake_aws import FakeSsm
-from tests.second_user import needs_second_user, nobody, python_as_nobody
-from tests.ssm_plugin import (
+from tests.helpers.second_user import needs_second_user, nobody, python_as_nobody
+from tests.helpers.ssm_plugin import (
     LocalSsm,
     banner,
     echo_server,

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.local import pycharm, vscode_launch
-from remote_debug.local.errors import UserError
-from remote_debug.local.paths import StatePaths
-from remote_debug.local.sync import Syncer, SyncMethod
-from remote_debug.local.sync_files import open_inside
+from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide import pycharm_setup as pycharm
+from remote_debug.laptop.ide import vscode_launch
+from remote_debug.laptop.iterate.sync import Syncer, SyncMethod
+from remote_debug.laptop.iterate.sync_files import open_inside
 from tests.cli.test_cli import cli
-from tests.jobs import launch_job
+from tests.helpers.jobs import launch_job
 
 JOB = "train-42"
 

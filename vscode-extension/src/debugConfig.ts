@@ -42,7 +42,7 @@ export function resolveDebugType(setting: string | undefined, installedExtension
   return PYTHON_DEBUGGER_EXTENSIONS.some((id) => ids.has(id)) ? 'debugpy' : OWN_DEBUG_TYPE;
 }
 
-/** The CLI's own name for a rank's configuration (one definition: remote_debug/local/events.py, generated). */
+/** The CLI's own name for a rank's configuration (one definition: remote_debug/laptop/wire/events.py, generated). */
 export function configName(job: string, rank: number, node: string): string {
   return formatConfigName(job, rank, node);
 }
@@ -51,7 +51,7 @@ export function configName(job: string, rank: number, node: string): string {
  * The name of a rank's debug session as the Call Stack shows it: the rank first, so 64 rows stay apart when the
  * view cuts them short ("rank 3 · algo-1 · job" rather than "remote-debug: job rank 3 (…").  The rank sessions are
  * children of the job's own session (jobSession.ts), which carries the job's name in full.
- * (Until the CLI's template says the same: see formatConfigName, remote_debug/local/events.py.)
+ * (Until the CLI's template says the same: see formatConfigName, remote_debug/laptop/wire/events.py.)
  */
 export const SESSION_NAME_TEMPLATE = 'rank {rank} · {node} · {job}';
 

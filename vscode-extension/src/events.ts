@@ -1,7 +1,7 @@
 // What the remote-debug CLI prints with --json, and tolerant parsers for it.
 //
-// The types are generated from the CLI's own definitions (remote_debug/local/events.py, and JobInfo in
-// remote_debug/local/backends/base.py) into ./generated/events.ts: `npm run generate`, never by hand.  A
+// The types are generated from the CLI's own definitions (remote_debug/laptop/wire/events.py, and JobInfo in
+// remote_debug/laptop/core/backend.py) into ./generated/events.ts: `npm run generate`, never by hand.  A
 // field the extension reads that the CLI does not send is a type error.  The parsers never throw on what
 // they don't know: a newer CLI may add fields or events, and an older extension must keep working.
 

@@ -24,7 +24,7 @@ interface Memento {
   update(key: string, value: unknown): Thenable<void>;
 }
 
-/** The state dir the CLI uses: REMOTE_DEBUG_HOME, else ~/.remote-debug (remote_debug.local.paths.StatePaths). */
+/** The state dir the CLI uses: REMOTE_DEBUG_HOME, else ~/.remote-debug (remote_debug.laptop.core.paths.StatePaths). */
 export function stateRoot(env: NodeJS.ProcessEnv = process.env, home: string = os.homedir()): string {
   const override = env.REMOTE_DEBUG_HOME?.trim();
   if (!override) {

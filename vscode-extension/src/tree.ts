@@ -85,7 +85,7 @@ export function runParts(entry: JobEntry): string[] {
   return parts;
 }
 
-/** remote_debug.spec.kept_alive_phrase's wording. */
+/** remote_debug.contract.spec.kept_alive_phrase's wording. */
 export function keptAlivePhrase(secondsLeft: number): string {
   return `kept alive, ${secondsLeft} s left`;
 }

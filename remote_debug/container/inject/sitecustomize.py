@@ -1,6 +1,6 @@
 """remote_debug's per-process hook: Python imports this at startup because the hook puts this
 directory first on PYTHONPATH.  It gives each rank a debug listener without any change to the
-training script or its launcher (see ``remote_debug.container.rank``).
+training script or its launcher (see ``remote_debug.container.rank.agent``).
 
 Two duties besides that:
 * never fail the process: our part runs inside a catch-all and logs one line;
@@ -20,11 +20,12 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _INJECT_SUFFIX = os.path.join("remote_debug", "container", "inject")
-# Copies of remote_debug.spec.ENV_VERSION, .ENV_CLAIMED_BY and remote_debug.container.__main__.OLD_PYTHON_REPORTED:
+# Copies of remote_debug.contract.spec.ENV_VERSION, .ENV_CLAIMED_BY and
+# remote_debug.container.__main__.OLD_PYTHON_REPORTED:
 # importing either module is what an old interpreter must not do (a test keeps them equal).
 _SPEC_VERSION_ENV = "REMOTE_DEBUG_SPEC_VERSION"
 _OLD_PYTHON_REPORTED = "REMOTE_DEBUG_OLD_PYTHON_REPORTED"
-_CLAIMED_BY_ENV = "REMOTE_DEBUG_CLAIMED_BY"  # remote_debug.spec.ENV_CLAIMED_BY
+_CLAIMED_BY_ENV = "REMOTE_DEBUG_CLAIMED_BY"  # remote_debug.contract.spec.ENV_CLAIMED_BY
 
 
 def _old_python() -> bool:
@@ -53,9 +54,9 @@ def _remote_debug_activate() -> None:
             # Installed as a plain directory (e.g. shipped with the training code) rather than a
             # package: make it importable.  Appended, so it never shadows the user's modules.
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(_HERE))))
-        from remote_debug.container.debugpy_gate import gate_adapter
-        from remote_debug.container.debugpy_startup import in_adapter as lighten_adapter_startup
-        from remote_debug.container.nodelay import enable as enable_nodelay
+        from remote_debug.container.rank.debugpy_gate import gate_adapter
+        from remote_debug.container.rank.debugpy_startup import in_adapter as lighten_adapter_startup
+        from remote_debug.container.rank.nodelay import enable as enable_nodelay
 
         enable_nodelay()  # only acts in debugpy's adapter for one of our ranks (before rank's claim guard)
         lighten_adapter_startup()  # the same: no environment report that nobody reads (0.1 s CPU)
@@ -64,8 +65,8 @@ def _remote_debug_activate() -> None:
             # a rank's child (its debugpy adapter, a DataLoader worker): neither a node daemon nor a rank,
             # so the modules that decide those are not even imported (half this file's cost there)
             return
-        from remote_debug.container.bootstrap import maybe_start_node_daemon
-        from remote_debug.container.rank import activate
+        from remote_debug.container.node.bootstrap import maybe_start_node_daemon
+        from remote_debug.container.rank.agent import activate
 
         maybe_start_node_daemon()  # only when no hook serves this node (env-only injection)
         activate()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container.adopt import elf_symbols
-from tests.adopt_targets import pyenv_python
+from remote_debug.container.node.adopt import elf_symbols
+from tests.helpers.adopt_targets import pyenv_python
 
 NAMES = ("Py_AddPendingCall", "PyRun_SimpleString")
 INTERPRETERS = {

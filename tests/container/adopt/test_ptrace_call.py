@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.container.adopt import elf_symbols, inject, ptrace_call
-from tests.adopt_targets import pyenv_python
-from tests.container.helpers import wait_for
+from remote_debug.container.node.adopt import elf_symbols, inject, ptrace_call
+from tests.helpers.adopt_targets import pyenv_python
+from tests.helpers.hook_runs import wait_for
 
 pytestmark = pytest.mark.skipif(ptrace_call.supported() is not None, reason=str(ptrace_call.supported()))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import boto3
 
 import remote_debug
-from remote_debug.sagemaker.bundle import bundle_dir
-from remote_debug.sagemaker.request import upload_bundle
+from remote_debug.laptop.aws.enable.bundle import bundle_dir
+from remote_debug.laptop.aws.enable.request import upload_bundle
 
 REGION = "eu-west-1"
 BUCKET = "stranger-eu-bucket"

@@ -14,8 +14,8 @@ from pathlib import Path
 import boto3
 
 import remote_debug
-from remote_debug.sagemaker.bundle import bundle_dir
-from remote_debug.sagemaker.request import upload_bundle
+from remote_debug.laptop.aws.enable.bundle import bundle_dir
+from remote_debug.laptop.aws.enable.request import upload_bundle
 
 job, source, how, bucket = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 session = boto3.Session()

@@ -1,7 +1,7 @@
 """SageMakerBackend against botocore's models: moto (SageMaker list/tags, CloudWatch Logs), a scripted
 DescribeTrainingJob for the status transitions moto lacks; the attach flow driven by status sequences;
 and the relay of each transport - for ssm and hybrid, AWS's real session-manager-plugin against the
-emulator's SSM API and data channel (:mod:`tests.ssm_plugin`)."""
+emulator's SSM API and data channel (:mod:`tests.helpers.ssm_plugin`)."""
 
 from __future__ import annotations
 
@@ -18,19 +18,21 @@ from typing import Any
 import boto3
 import pytest
 
-from remote_debug import job_secret, manifest_lines, spec
+from remote_debug.contract import job_secret, manifest_lines, spec
 from remote_debug.emulator.sigv4 import Keys
-from remote_debug.local import aws, connection, ssm
-from remote_debug.local.attach import Attacher, AttachOptions
-from remote_debug.local.backends import JobRef, SageMakerBackend, backend_for, job_ref
-from remote_debug.local.backends.machine import MachineBackend
-from remote_debug.local.backends.sagemaker import bastion_argv, nodes_of
-from remote_debug.local.backends.sagemaker_logs import CLOCK_SKEW_MS, FILTER_PATTERN, LOG_GROUP
-from remote_debug.local.errors import JobNotRunningError, UnknownJobError, UserError
-from remote_debug.local.paths import StatePaths
-from tests.event_log import EventLog
-from tests.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
-from tests.ssm_plugin import LocalSsm, banner, echo_server, needs_plugin, plugin_bin, roundtrip_in_process
+from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.aws import ssm
+from remote_debug.laptop.aws.sagemaker_backend import bastion_argv, nodes_of
+from remote_debug.laptop.aws.sagemaker_logs import CLOCK_SKEW_MS, FILTER_PATTERN, LOG_GROUP
+from remote_debug.laptop.connection import job_connection as connection
+from remote_debug.laptop.core.errors import JobNotRunningError, UnknownJobError, UserError
+from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.machine.backend import MachineBackend
+from remote_debug.laptop.platforms import JobRef, SageMakerBackend, backend_for, job_ref
+from tests.helpers.event_log import EventLog
+from tests.helpers.fake_aws import AWS_VARS, ScriptedSageMaker, describe_response, moto_cloud
+from tests.helpers.ssm_plugin import LocalSsm, banner, echo_server, needs_plugin, plugin_bin, roundtrip_in_process
 
 REGION = "us-west-2"
 JOB = "sm-job"
@@ -331,7 +333,7 @@ def test_a_wait_that_drags_on_says_what_it_waits_for_and_where(
 def test_ssh_and_stacks_say_what_they_wait_for_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands without an event stream print the wait's lines on stderr (stdout stays theirs)."""
     from remote_debug.cli.output import describe_event, wait_printer
-    from remote_debug.local import events as ev
+    from remote_debug.laptop.wire import events as ev
 
     printed: list[str] = []
     monkeypatch.setattr("remote_debug.cli.output.err_console.print", lambda text, **_: printed.append(text))

@@ -19,8 +19,8 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from remote_debug import job_secret, manifest_lines, spec
-from remote_debug.local.backends.sagemaker_logs import (
+from remote_debug.contract import job_secret, manifest_lines, spec
+from remote_debug.laptop.aws.sagemaker_logs import (
     CLOCK_SKEW_MS,
     FILTER_PATTERN,
     LOG_GROUP,
@@ -28,7 +28,7 @@ from remote_debug.local.backends.sagemaker_logs import (
     OVERLAP_MS,
     ManifestLog,
 )
-from tests.fake_aws import moto_cloud
+from tests.helpers.fake_aws import moto_cloud
 
 REGION = "us-west-2"
 JOB = "sm-job"

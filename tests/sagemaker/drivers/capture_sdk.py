@@ -98,7 +98,7 @@ def scenario(fn: Callable[[Path], dict[str, Any]]) -> Callable[[Path], dict[str,
 
 def _refusal(call: Callable[..., object], *args: Any, **kwargs: Any) -> str | None:
     """What ``call(*args, **kwargs)`` (``enable()``, ``fit``) refused with, one line; None when it did not."""
-    from remote_debug.local.errors import UserError
+    from remote_debug.laptop.core.errors import UserError
 
     try:
         call(*args, **kwargs)
@@ -157,7 +157,7 @@ def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
         activation_file = json.loads(body["Body"].read())
     except Exception as exc:
         activation_file = f"{type(exc).__name__}"
-    from remote_debug.sagemaker import hybrid_activation
+    from remote_debug.laptop.aws.enable import hybrid_activation
 
     return {"ssm_calls": list(SSM_CALLS), "activation_file": activation_file, "channel_uri": uri,
             "error": error, "pending": hybrid_activation.pending()}

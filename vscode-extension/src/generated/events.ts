@@ -1,10 +1,10 @@
-// Generated, do not edit: python -m remote_debug.local.events_typescript
-// Source: remote_debug/local/events.py (the attach event stream), remote_debug.local.jobinfo.JobInfo.
+// Generated, do not edit: python -m remote_debug.laptop.wire.events_typescript
+// Source: remote_debug/laptop/wire/events.py (the attach event stream), remote_debug.laptop.core.jobinfo.JobInfo.
 /* eslint-disable */
 
 export const EVENTS_VERSION = 1;
 
-/** The VS Code configuration names, as remote_debug.local.vscode_launch writes them. */
+/** The VS Code configuration names, as remote_debug.laptop.ide.vscode_launch writes them. */
 export const CONFIG_NAME_PREFIX_TEMPLATE = 'remote-debug: {job} ';
 export const CONFIG_NAME_TEMPLATE = 'remote-debug: {job} rank {rank} ({node})';
 export const COMPOUND_NAME_TEMPLATE = 'remote-debug: {job} all ranks';

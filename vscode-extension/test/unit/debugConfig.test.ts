@@ -64,7 +64,7 @@ describe('rank configurations', () => {
     // the CLI's launch.json names (one definition, generated)
     assert.equal(configName('j', 3, 'algo-2'), 'remote-debug: j rank 3 (algo-2)');
     assert.equal(compoundName('j'), 'remote-debug: j all ranks');
-    // one definition, generated from remote_debug/local/events.py
+    // one definition, generated from remote_debug/laptop/wire/events.py
     assert.equal(CONFIG_NAME_TEMPLATE, 'remote-debug: {job} rank {rank} ({node})');
     assert.equal(COMPOUND_NAME_TEMPLATE, 'remote-debug: {job} all ranks');
     assert.equal(configName('a$&{rank}', 0, 'n'), 'remote-debug: a$&{rank} rank 0 (n)', 'a job name is not a template');

@@ -1,0 +1,148 @@
+"""What the node says about its ranks' failures: a line when a rank is held, and the failure file.
+
+Both read the rank documents of the node's manifest dir, from the node's own process (the hook), whose
+output is the node's log whatever the launcher does with the ranks' own (torchrun ``--redirects``, a
+driver that captures them).
+
+* A rank held for a post-mortem (``hold``) is announced in the node log, once per hold: the user
+  looking at the log learns that the job is alive for a debugger, and for how long.
+* When the command failed, the node writes SageMaker's failure file (``/opt/ml/output/failure``;
+  DescribeTrainingJob's ``FailureReason`` is "AlgorithmError: " + its first 1024 characters) with the
+  exception line of the rank that failed first - not what the launcher printed last (torchrun's
+  ``=====`` banner), which is all a platform without the file can show.  As the training toolkit does
+  (``sagemaker_training.files.write_failure_file``), an existing file is left alone: whatever the
+  command wrote itself is closer to the cause.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from remote_debug.container.log import describe, log
+from remote_debug.contract.spec import (
+    FAILURE_FILE,
+    FAILURE_REASON_LIMIT,
+    RankEndpoint,
+    RankState,
+    held_phrase,
+    read_rank_documents,
+)
+from remote_debug.oskit.osutil import atomic_write_text
+
+DEFAULT_CONFIG_DIR = "/opt/ml/input/config"
+POLL_SECONDS = 0.5
+
+
+# --- the held-rank line --------------------------------------------------------------------------
+
+
+def held_line(rank: RankEndpoint, now: float) -> str:
+    """``rank 1 held for post-mortem, 87 s left: ValueError: bad 42`` (the wording of ``jobs``)."""
+    error = f": {rank.error}" if rank.error else ""
+    return f"rank {rank.rank} {held_phrase(rank.hold_seconds_left(now))}{error}"
+
+
+class HeldRankNotices:
+    """Watches the manifest dir and logs one line for each rank that becomes held."""
+
+    def __init__(self, directory: Path, node: str, interval: float = POLL_SECONDS) -> None:
+        self.directory = directory
+        self.node = node
+        self.interval = interval
+        self._told: set[tuple[int, int]] = set()  # (rank, pid): a restarted rank's hold is news again
+        self._seen_mtime = -1  # the dir's: documents are replaced by rename, so an unchanged dir has no news
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> list[str]:
+        """Log (and return) the lines of the ranks held since the last look."""
+        lines: list[str] = []
+        try:
+            mtime = self.directory.stat().st_mtime_ns
+        except OSError:
+            return lines
+        # (a file system's clock ticks coarsely: a change in the same tick as the last look is caught
+        # by looking again while the time is recent)
+        if mtime == self._seen_mtime and time.time_ns() - mtime > 1_000_000_000:
+            return lines
+        self._seen_mtime = mtime
+        now = time.time()
+        for rank in read_rank_documents(self.directory, skip_broken=True):
+            if rank.state != RankState.HELD or (rank.rank, rank.pid) in self._told:
+                continue
+            self._told.add((rank.rank, rank.pid))
+            line = f"node {self.node}: {held_line(rank, now)}; a debugger attached to it stops at the exception"
+            log(line)
+            lines.append(line)
+        return lines
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                try:
+                    self.poll()
+                except Exception as exc:  # never let a notice take the hook down
+                    log(f"watching the ranks: {describe(exc)}")
+                    return
+
+        self._thread = threading.Thread(target=loop, name="remote-debug-notices", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# --- the failure file ----------------------------------------------------------------------------
+
+
+def output_dir(env: Mapping[str, str]) -> Path | None:
+    """The node's output dir: ``SM_OUTPUT_DIR`` (the toolkit's; local jobs set it), else the one next to
+    the node's SageMaker config (``/opt/ml/output``) when there is such a config - never a directory
+    made up on a machine that is no SageMaker node."""
+    explicit = env.get("SM_OUTPUT_DIR", "").strip()
+    if explicit:
+        return Path(explicit)
+    config = Path(env.get("SM_INPUT_CONFIG_DIR") or DEFAULT_CONFIG_DIR)
+    if (config / "resourceconfig.json").is_file():
+        return config.parent.parent / "output"
+    return None
+
+
+def root_cause(ranks: list[RankEndpoint]) -> RankEndpoint | None:
+    """The rank that died of an uncaught exception first (its peers often fail after it, of it)."""
+    failed = [r for r in ranks if r.error and r.state in (RankState.FAILED, RankState.HELD)]
+    # documents of older hooks have no time: after the timed ones, by rank
+    failed.sort(key=lambda r: (r.failed_at is None, r.failed_at or 0.0, r.rank))
+    return failed[0] if failed else None
+
+
+def failure_text(rank: RankEndpoint) -> str:
+    """The failing rank's exception line; which rank it was when the job has several."""
+    text = str(rank.error)
+    return text if rank.world_size <= 1 else f"{text} (rank {rank.rank})"
+
+
+def write_failure_file(manifest_dir: Path, env: Mapping[str, str]) -> str | None:
+    """After the command failed: the root cause's exception line into the failure file, unless the
+    file exists or no rank died of an exception; what was written.  Never raises."""
+    try:
+        directory = output_dir(env)
+        if directory is None or not directory.is_dir():
+            return None
+        path = directory / FAILURE_FILE
+        if path.exists():
+            return None
+        cause = root_cause(read_rank_documents(manifest_dir, skip_broken=True))
+        if cause is None:
+            return None
+        text = failure_text(cause)[:FAILURE_REASON_LIMIT]
+        atomic_write_text(path, text)  # 0644: the platform may read it as another user
+        return text
+    except Exception as exc:  # a report about the failure must not become one
+        log(f"cannot write the failure file: {describe(exc)}")
+        return None

@@ -1,0 +1,118 @@
+"""pydevd serving DAP in the rank itself, made to keep the promises debugpy's adapter kept.
+
+A rank listens with ``debugpy.listen(in_process_debug_adapter=True)`` by default: pydevd answers the
+IDE on the debug port, and no adapter process is started per rank (at 64 ranks on a node those 64
+Python start-ups were half of what an attach cost, docs/PERFORMANCE.md).  debugpy's adapter did three
+things for a rank that pydevd on its own does differently, and :func:`prepare` puts them back:
+
+* **Our uid only.**  The server socket gets the uid gate (:mod:`remote_debug.container.rank.debugpy_gate`).
+* **One debugger at a time.**  pydevd drops the debugger it has for any new connection (it assumes the
+  old one went without a ``disconnect``): a second IDE, or a port probe, would silently end the first
+  user's session.  The adapter refused the newcomer's ``attach``; :class:`DapServerListener` answers
+  its ``initialize`` with ``refusal`` (what VS Code shows) and keeps the first.
+* **A debugger that vanishes lets the rank run on.**  When the IDE's connection drops without a
+  ``disconnect`` (the laptop slept, the tunnel was cut, VS Code was killed), the adapter disconnected
+  from pydevd for it: breakpoints gone, threads resumed.  pydevd alone keeps the rank paused at its
+  breakpoint - and a paused rank stalls every other rank at the next collective - and goes on calling
+  itself attached.  :func:`_resume_when_the_debugger_vanishes` does the adapter's part.
+
+What is lost: debugpy's auto-attach to a rank's Python subprocesses (in-process mode does not patch
+``multiprocessing``), which an IDE could not reach through our tunnel anyway (the adapter announced a
+node-local port).  ``REMOTE_DEBUG_DEBUGPY_ADAPTER=subprocess`` brings the adapter back.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from remote_debug.container.log import describe, log
+from remote_debug.container.rank.debugpy_gate import GatedListener
+from remote_debug.contract import dap_wire
+from remote_debug.oskit import peer_uid
+
+_MARK = "_remote_debug_dap_server"
+
+
+class DapServerListener(GatedListener):
+    """pydevd's DAP server socket in a rank: our own uid only (where that can be told), one debugger
+    at a time."""
+
+    def __init__(self, sock: socket.socket, refusal: str, *, gated: bool) -> None:
+        super().__init__(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        self.refusal = refusal
+        self.gated = gated
+        self._debugger: socket.socket | None = None
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        while True:
+            conn, address = super().accept() if self.gated else socket.socket.accept(self)
+            if self._debugger is not None and _still_open(self._debugger):
+                log(f"refused a second debugger on debug port {self.getsockname()[1]}: one is attached")
+                threading.Thread(target=dap_wire.refuse, args=(conn, self.refusal), daemon=True).start()
+                continue
+            self._debugger = conn
+            return conn, address
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Whether the debugger's connection is still up: pydevd has not closed it and neither has the peer."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return True  # open, nothing to read
+    except OSError:
+        return False  # closed by pydevd (EBADF) or reset
+
+
+def prepare(refusal: str) -> None:
+    """In a rank, before ``debugpy.listen(in_process_debug_adapter=True)``; raises if pydevd cannot be
+    patched (the rank then does not listen: never an ungated port)."""
+    import debugpy.server  # noqa: F401 - puts debugpy's vendored pydevd on sys.path
+    import pydevd
+
+    original: Callable[..., socket.socket] = pydevd.create_server_socket  # maybe nodelay's wrapper already
+    if not getattr(original, _MARK, False):
+        gated = peer_uid.supported()
+
+        @functools.wraps(original)
+        def create_server_socket(*args: Any, **kwargs: Any) -> socket.socket:
+            return DapServerListener(original(*args, **kwargs), refusal, gated=gated)
+
+        setattr(create_server_socket, _MARK, True)
+        # pydevd imported it by name: its connection thread looks it up in pydevd's globals
+        pydevd.create_server_socket = create_server_socket
+    _resume_when_the_debugger_vanishes()
+
+
+def _resume_when_the_debugger_vanishes() -> None:
+    """pydevd's reader ends when the debugger's connection does; then disconnect for it, as debugpy's
+    adapter did and as pydevd does on a ``disconnect`` request (a repeat after one is harmless)."""
+    from _pydevd_bundle import pydevd_comm
+    from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+    reader_class = pydevd_comm.ReaderThread
+    original = reader_class._terminate_on_socket_close
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def on_socket_close(self: Any) -> None:
+        original(self)
+        py_db = self.py_db
+        # a newer connection has taken over: this one's end is not the debugger's
+        if py_db is None or getattr(py_db, "reader", None) is not self:
+            return
+        try:
+            if py_db.is_attached():
+                log("the debugger went without a disconnect; breakpoints removed, the rank runs on")
+            py_db.enable_output_redirection(False, False)
+            PyDevdAPI().request_disconnect(py_db, resume_threads=True)
+        except Exception as exc:  # never take the rank down from pydevd's reader thread
+            log(f"could not let the rank run on after its debugger went: {describe(exc)}")
+
+    setattr(on_socket_close, _MARK, True)
+    reader_class._terminate_on_socket_close = on_socket_close

@@ -1,0 +1,69 @@
+"""``[rank N] `` before every line a rank prints, during a ``remote-debug run`` (``rerun`` asks with
+``REMOTE_DEBUG_OUTPUT_PREFIX=1``): the laptop streams all ranks of a node through one pipe, and a
+reader must tell them apart.  Only Python-level writes (``print``, logging, tracebacks) get the
+prefix; what C code writes to the file descriptors directly does not.  Never raises into the rank.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any, TextIO
+
+from remote_debug.contract.spec import RANK_OUTPUT_PREFIX
+
+PREFIX_ENV = "REMOTE_DEBUG_OUTPUT_PREFIX"
+
+
+class PrefixedStream(io.TextIOBase):
+    """A text stream that puts ``prefix`` at the start of each line and passes the rest through."""
+
+    def __init__(self, inner: TextIO, prefix: str) -> None:
+        self._inner = inner
+        self._prefix = prefix
+        self._at_line_start = True
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        parts = text.split("\n")
+        out = []
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if part and self._at_line_start:
+                out.append(self._prefix)
+            out.append(part)
+            if not last:
+                out.append("\n")
+                self._at_line_start = True
+            elif part:
+                self._at_line_start = False
+        self._inner.write("".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._inner, "encoding", "utf-8"))
+
+    def __getattr__(self, name: str) -> Any:  # buffer, errors, reconfigure...: the real stream's
+        return getattr(self._inner, name)
+
+
+def prefix_output(rank: int) -> None:
+    prefix = RANK_OUTPUT_PREFIX.format(rank=rank)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if stream is not None and not isinstance(stream, PrefixedStream):
+            setattr(sys, name, PrefixedStream(stream, prefix))

@@ -1,0 +1,1 @@
+"""Adopting a job started without remote_debug: on this machine, or on SageMaker."""

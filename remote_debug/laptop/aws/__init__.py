@@ -1,0 +1,1 @@
+"""The AWS wing: clients and credentials, the SSM transport, the SageMaker backend, and enable()."""

@@ -1,0 +1,64 @@
+"""The one interface every job backend implements: jobs on this machine, and SageMaker.
+
+Everything above this seam (attach, ssh config, proxy, IDE configs) is backend-agnostic: it asks
+for a job's state and node manifests, and for a byte stream to a node's sshd.  What differs between
+backends is said by typed fields (:class:`~remote_debug.laptop.core.jobinfo.JobInfo`) and
+:class:`Capabilities`, never by comparing a backend's name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from remote_debug.contract.spec import NodeManifest
+from remote_debug.laptop.core.jobinfo import JobInfo
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What generic code may rely on, per backend."""
+
+    # the job's processes run on this machine, in this interpreter's environment (so e.g. the
+    # pydevd-pycharm installed here is the one the ranks use)
+    runs_here: bool
+    # reached through a cloud API with the user's credentials: it can be unreachable or refuse,
+    # which must not hide the other backends' jobs
+    remote: bool
+
+
+class Backend(ABC):
+    name: str
+    capabilities: Capabilities
+
+    @abstractmethod
+    def has_job(self, job: str) -> bool:
+        """Whether this backend knows the job (cheap; used to route a job name to a backend)."""
+
+    @abstractmethod
+    def list_jobs(self) -> list[JobInfo]: ...
+
+    @abstractmethod
+    def describe(self, job: str) -> JobInfo:
+        """The job's state; raises UnknownJobError."""
+
+    @abstractmethod
+    def manifests(self, job: str) -> dict[str, NodeManifest | None]:
+        """Node name -> that node's manifest (None until the node has published one)."""
+
+    def waiting_for(self, job: str) -> str:
+        """Where :meth:`manifests` looks for the nodes' manifests and what it saw there, in a few words (for a
+        user left waiting: which log group, region and profile, which files); "" when there is nothing to add."""
+        return ""
+
+    @abstractmethod
+    def stop(self, job: str) -> JobInfo: ...
+
+    @abstractmethod
+    def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """Carry an ssh byte stream between stdin/stdout and the node's sshd (the ProxyCommand seam).
+
+        Local jobs: a TCP relay to the node's sshd.  SageMaker: ssm.start_session + the
+        session-manager-plugin.  Returns an exit code for the proxy process.
+        """

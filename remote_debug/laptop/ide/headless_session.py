@@ -1,0 +1,158 @@
+"""``attach --headless``: the built-in DAP client plays the IDE for one rank.
+
+Per rank: attach through the rank's forwarded port, set the breakpoints, and at each stop report
+the top frame and its locals, step ``steps`` times, then continue.  After ``max_stops`` stops the
+breakpoints are cleared so the rank runs to the end (a loop would otherwise stop every iteration).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote_debug.contract.spec import ALREADY_ATTACHED
+from remote_debug.laptop.ide.dap_client import (
+    DapClient,
+    DapError,
+    DapRequestFailedError,
+    StopInfo,
+    attach_and_configure,
+    describe_stop,
+    inspect_stop,
+)
+from remote_debug.laptop.wire import events as ev
+
+
+@dataclass
+class HeadlessPlan:
+    breakpoints: dict[str, list[int]] = field(default_factory=dict)  # local file -> lines
+    steps: int = 0  # `next` this many times at each stop
+    max_stops: int = 1
+    attach_timeout: float = 60.0
+    watch: tuple[str, ...] = ()  # locals to report (empty: all)
+    pause_seconds: float = 0.0  # stay stopped this long at each stop before stepping/continuing
+
+
+@dataclass
+class StopRecord:
+    file: str
+    line: int
+    function: str
+    reason: str
+    variables: dict[str, str]
+
+    @classmethod
+    def from_stop(cls, stop: StopInfo, watch: tuple[str, ...]) -> StopRecord:
+        variables = {k: v for k, v in stop.variables.items() if not watch or k in watch}
+        return cls(stop.file, stop.line, stop.function, stop.reason, variables)
+
+    def event(self, rank: int, node: str) -> ev.Stopped:
+        return ev.Stopped(
+            rank=rank,
+            node=node,
+            file=self.file,
+            line=self.line,
+            function=self.function,
+            reason=self.reason,
+            variables=dict(self.variables),
+        )
+
+
+@dataclass
+class RankReport:
+    rank: int
+    node: str
+    stops: list[StopRecord] = field(default_factory=list)
+    error: str | None = None
+
+    def summary(self) -> ev.RankSummary:
+        """This rank in the headless ``summary`` line (``file``/``line``/``variables``: its first stop)."""
+        first = self.stops[0] if self.stops else None
+        return ev.RankSummary(
+            rank=self.rank,
+            node=self.node,
+            file=first.file if first else None,
+            line=first.line if first else None,
+            variables=dict(first.variables) if first else {},
+            stops=[ev.StopSummary(**vars(s)) for s in self.stops],
+            error=self.error,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.summary())
+
+
+def debug_rank(
+    rank: int,
+    node: str,
+    host: str,
+    port: int,
+    plan: HeadlessPlan,
+    *,
+    path_mappings: list[tuple[str, str]],
+    emit: ev.Emit,
+    stop: threading.Event,
+) -> RankReport:
+    report = RankReport(rank, node)
+    client: DapClient | None = None
+    try:
+        client = attach_and_configure(
+            host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints, timeout=plan.attach_timeout
+        )
+        emit(ev.RankAttached(rank=rank, node=node))
+        hits = 0
+        while hits < plan.max_stops and not stop.is_set() and not client.closed:
+            try:
+                stopped = client.wait_stopped(timeout=1.0)
+            except DapError:
+                continue  # no stop yet: check whether we should give up, then wait again
+            # the rank is paused now: the requests get the client's full timeout, never the poll's
+            hit = describe_stop(client, stopped)
+            hits += 1
+            _record(report, hit, plan, emit, rank, node)
+            if plan.pause_seconds > 0:
+                stop.wait(plan.pause_seconds)
+            for _ in range(plan.steps):
+                client.next(hit.thread_id)
+                hit = inspect_stop(client, timeout=30.0)
+                _record(report, hit, plan, emit, rank, node)
+            if hits >= plan.max_stops:
+                for path in plan.breakpoints:
+                    client.set_breakpoints(path, [])
+            client.continue_(hit.thread_id)
+        emit(ev.RankDetached(rank=rank, node=node))
+    except (DapError, OSError) as exc:
+        report.error = _why(exc)
+        emit(ev.RankDetached(rank=rank, node=node, error=report.error))
+    finally:
+        if client is not None:
+            if not client.closed:
+                try:
+                    client.disconnect()
+                except (DapError, OSError):
+                    pass
+            client.close()
+    return report
+
+
+# debugpy 1.8's answer to a second client's ``attach`` (the first one may be an IDE through another attach)
+_ALREADY_DEBUGGED = "is already being debugged"
+
+
+def _why(exc: Exception) -> str:
+    """One line for a session that failed; a rank that has a debugger already is said to."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # a rank serving DAP itself (or a forward of ours) refuses the second debugger's initialize
+    if isinstance(exc, DapRequestFailedError) and (_ALREADY_DEBUGGED in text or ALREADY_ATTACHED in text):
+        return "it already has a debugger attached (an IDE, or another attach): detach that one to debug it here"
+    return text
+
+
+def _record(
+    report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: ev.Emit, rank: int, node: str
+) -> None:
+    record = StopRecord.from_stop(hit, plan.watch)
+    report.stops.append(record)
+    emit(record.event(rank, node))

@@ -1,0 +1,1 @@
+"""Iterating on a kept-alive job: sync the workspace, run the entry again, release."""

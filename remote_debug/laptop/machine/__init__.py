@@ -1,0 +1,1 @@
+"""Jobs on this machine: the machine backend, its job dirs, and the supervisor programs."""

@@ -1,0 +1,1 @@
+"""What the CLI prints for programs (the VS Code extension): every JSON document, defined once."""

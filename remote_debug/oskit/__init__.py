@@ -1,0 +1,1 @@
+"""Standard-library OS helpers both sides need: atomic files, process identity, peer uids, namespaces."""

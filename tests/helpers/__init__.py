@@ -1,0 +1,1 @@
+"""What tests share: jobs, fakes, servers, waits and second users - one package, imported as ``tests.helpers.X``."""
