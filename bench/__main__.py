@@ -82,6 +82,7 @@ RANK_SCRIPT = textwrap.dedent(
 
 TRIVIAL = "print('ok')\n"
 
+
 def best_of(n: int, fn: Callable[[], float]) -> float:
     return min(fn() for _ in range(n))
 
@@ -269,9 +270,17 @@ def p5_step_latency(paths: StatePaths, work: Path, steps: int) -> dict[str, floa
         script = str(src / "ranks.py")
         for label, port in (("tunnel", fwd.local_port), ("direct", fwd.remote_port)):
             result[f"{label}_next_ms"] = dap_next_ms(
-                functools.partial(attach_and_configure, "127.0.0.1", port, path_mappings=mapping,
-                                  breakpoints={script: [line]}, timeout=60),
-                script, steps, stop_timeout=30,
+                functools.partial(
+                    attach_and_configure,
+                    "127.0.0.1",
+                    port,
+                    path_mappings=mapping,
+                    breakpoints={script: [line]},
+                    timeout=60,
+                ),
+                script,
+                steps,
+                stop_timeout=30,
             )
         result["tunnel_vs_direct"] = result["tunnel_next_ms"] / result["direct_next_ms"]
     finally:
@@ -307,8 +316,10 @@ def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
             job_name=job, client_public_key=public_key, job_secret=job_secret(key_path), transport=spec.Transport.SSM
         ).to_env()
         clients["sagemaker"].create_training_job(
-            TrainingJobName=job, AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
-            RoleArn="arn:aws:iam::123456789012:role/r", OutputDataConfig={"S3OutputPath": "s3://b/o"},
+            TrainingJobName=job,
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/r",
+            OutputDataConfig={"S3OutputPath": "s3://b/o"},
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
             StoppingCondition={"MaxRuntimeInSeconds": 3600},
             Environment=debug_env,
@@ -319,20 +330,42 @@ def p6_log_discovery(paths: StatePaths, events_before: int) -> dict[str, float]:
         start_ms = int(time.time() * 1000) - events_before  # one event per millisecond, up to now
         batch = 10_000  # PutLogEvents' limit
         for first in range(0, events_before, batch):
-            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[
-                {"timestamp": start_ms + i, "message": f"step {i} loss {1 / (i + 1):.6f} lr 0.001 tokens/s 51234"}
-                for i in range(first, min(first + batch, events_before))
-            ])
+            logs.put_log_events(
+                logGroupName=LOG_GROUP,
+                logStreamName=stream,
+                logEvents=[
+                    {"timestamp": start_ms + i, "message": f"step {i} loss {1 / (i + 1):.6f} lr 0.001 tokens/s 51234"}
+                    for i in range(first, min(first + batch, events_before))
+                ],
+            )
         manifest = spec.NodeManifest(
-            job_name=job, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
-            ssh_user="root", host_public_key=public_key, code_dir="/opt/ml/code", state=spec.NodeState.RUNNING,
+            job_name=job,
+            node="algo-1",
+            hosts=["algo-1"],
+            sshd_host="127.0.0.1",
+            sshd_port=40022,
+            ssh_user="root",
+            host_public_key=public_key,
+            code_dir="/opt/ml/code",
+            state=spec.NodeState.RUNNING,
         )
-        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{
-            "timestamp": start_ms + events_before,
-            "message": manifest_lines.format_manifest_line(
-                "algo-1", manifest, boot="b1", started=int(time.time() * 1000), seq=1, secret=job_secret(key_path)
-            ),
-        }])
+        logs.put_log_events(
+            logGroupName=LOG_GROUP,
+            logStreamName=stream,
+            logEvents=[
+                {
+                    "timestamp": start_ms + events_before,
+                    "message": manifest_lines.format_manifest_line(
+                        "algo-1",
+                        manifest,
+                        boot="b1",
+                        started=int(time.time() * 1000),
+                        seq=1,
+                        secret=job_secret(key_path),
+                    ),
+                }
+            ],
+        )
         backend = SageMakerBackend(paths, clients=clients.__getitem__)  # as attach polls it
         started = time.perf_counter()
         deadline = started + 120

@@ -74,10 +74,21 @@ def adopt_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
     (project / "train.py").write_text(SCRIPT.format(marks=str(marks)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_") and k != "PYTHONPATH"}
     env["REMOTE_DEBUG_HOME"] = str(work / "adopt-state")
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "train.py"]
-    job = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(ranks),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "train.py",
+    ]
+    job = subprocess.Popen(
+        argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while len({p.name for p in marks.glob("steps-*")}) < ranks or len(_steps(marks, ranks)) < 50 * ranks:
@@ -85,8 +96,13 @@ def adopt_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
                 raise RuntimeError("the plain torchrun job did not start")
             time.sleep(0.1)
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "remote_debug", "adopt", "--pid", str(job.pid), "--json"],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "remote_debug", "adopt", "--pid", str(job.pid), "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         ended = time.monotonic()
         if proc.returncode != 0:
             raise RuntimeError(f"adopt failed: {proc.stderr.strip()}")
@@ -99,8 +115,9 @@ def adopt_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
         during = [took for end, took in steps if end - took < ended and end > started]
         median = statistics.median(before)
         stall = max(during) - median if during else 0.0
-        subprocess.run([sys.executable, "-m", "remote_debug", "stop", outcome["job"]], env=env,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "remote_debug", "stop", outcome["job"]], env=env, capture_output=True, timeout=120
+        )
     finally:
         (marks / "done").write_text("")
         try:

@@ -104,9 +104,22 @@ class EmulatorRun:
         )
         self._log = (self.work / "emulator.log").open("w")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "remote_debug", "emulator", "--json", "--state", str(self.state),
-             "--log-delay", str(LOG_DELAY_S)],
-            env=base, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "remote_debug",
+                "emulator",
+                "--json",
+                "--state",
+                str(self.state),
+                "--log-delay",
+                str(LOG_DELAY_S),
+            ],
+            env=base,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            cwd=REPO,
         )
         try:
             assert self._proc.stdout is not None
@@ -139,12 +152,18 @@ class EmulatorRun:
     def client(self, service: str) -> Any:
         import boto3
 
-        return boto3.client(service, endpoint_url=self.url, region_name=REGION,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            service,
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def run(self, argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
-                              cwd=REPO)
+        proc = subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO
+        )
         if proc.returncode != 0:
             raise BenchError(f"{' '.join(argv[:5])}... failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}")
         return proc
@@ -153,8 +172,9 @@ class EmulatorRun:
         return self.run([sys.executable, "-m", "remote_debug", *args], timeout)
 
     def popen_cli(self, *args: str, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "remote_debug", *args], env=self.env, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=stderr)
+        return subprocess.Popen(
+            [sys.executable, "-m", "remote_debug", *args], env=self.env, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr
+        )
 
     def training_since(self, job: str, timeout: float = 180) -> float:
         """Wait for SecondaryStatus Training; returns the epoch time of that transition."""
@@ -250,14 +270,32 @@ def in_namespace(namespace: str, fn: Callable[[], T], timeout: float = 120) -> T
 
 
 def _launch_single(run: EmulatorRun, job: str) -> None:
-    run.run([sys.executable, "-m", "bench.emulator_job", "--job", job, "--role", ROLE, "--bucket", BUCKET,
-             "--image", IMAGE])
+    run.run(
+        [sys.executable, "-m", "bench.emulator_job", "--job", job, "--role", ROLE, "--bucket", BUCKET, "--image", IMAGE]
+    )
 
 
 def _launch_two_by_two(run: EmulatorRun, job: str) -> None:
-    run.run([sys.executable, str(LAUNCHERS / "boto3_request.py"), "--role", ROLE, "--bucket", BUCKET,
-             "--image", IMAGE, "--nodes", "2", "--procs-per-node", "2", "--instance-type", "ml.c5.xlarge",
-             "--job", job])
+    run.run(
+        [
+            sys.executable,
+            str(LAUNCHERS / "boto3_request.py"),
+            "--role",
+            ROLE,
+            "--bucket",
+            BUCKET,
+            "--image",
+            IMAGE,
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "2",
+            "--instance-type",
+            "ml.c5.xlarge",
+            "--job",
+            job,
+        ]
+    )
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:
@@ -276,14 +314,27 @@ def p7_ssh_login(run: EmulatorRun, job: str, repeats: int) -> Row:
     base = [ssh, "-F", written["config"], "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]
     proxied = [*base, alias, "true"]
     # the same sshd, key and pinned host key, from inside the node: no proxy, no plugin, no SSM
-    plain = [*netns.exec_prefix(run.namespace(job, "algo-1")), *base, "-o", "ProxyCommand=none",
-             "-o", "HostName=127.0.0.1", alias, "true"]
+    plain = [
+        *netns.exec_prefix(run.namespace(job, "algo-1")),
+        *base,
+        "-o",
+        "ProxyCommand=none",
+        "-o",
+        "HostName=127.0.0.1",
+        alias,
+        "true",
+    ]
     first = _timed(proxied, run.env)
     proxy_s = statistics.median(_timed(proxied, run.env) for _ in range(repeats))
     _timed(plain, run.env)  # the same warm-up
     plain_s = statistics.median(_timed(plain, run.env) for _ in range(repeats))
-    return {"first_proxy_login_s": first, "proxy_login_s": proxy_s, "plain_login_s": plain_s,
-            "added_s": proxy_s - plain_s, "goal_s": LOGIN_GOAL_S}
+    return {
+        "first_proxy_login_s": first,
+        "proxy_login_s": proxy_s,
+        "plain_login_s": plain_s,
+        "added_s": proxy_s - plain_s,
+        "goal_s": LOGIN_GOAL_S,
+    }
 
 
 def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
@@ -292,8 +343,18 @@ def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
     script = workspace / emulator_job.SCRIPT_NAME
     script.write_text(emulator_job.SCRIPT)
     # attach as the user runs it (VS Code's side: tunnels + forwards, no IDE); we play the IDE
-    attach = EventStream(run, "attach", job, "--json", "--no-launch-json", "--no-ssh-include",
-                         "--workspace", str(workspace), "--timeout", "180")
+    attach = EventStream(
+        run,
+        "attach",
+        job,
+        "--json",
+        "--no-launch-json",
+        "--no-ssh-include",
+        "--workspace",
+        str(workspace),
+        "--timeout",
+        "180",
+    )
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -304,13 +365,13 @@ def p5_ssm_next(run: EmulatorRun, job: str, steps: int) -> Row:
         breakpoints = {str(script): [emulator_job.break_line()]}
 
         def connect(port: int) -> Callable[[], DapClient]:
-            return lambda: attach_and_configure("127.0.0.1", port, path_mappings=mapping,
-                                                breakpoints=breakpoints, timeout=60)
+            return lambda: attach_and_configure(
+                "127.0.0.1", port, path_mappings=mapping, breakpoints=breakpoints, timeout=60
+            )
 
         ssm_ms = dap_next_ms(connect(int(event["local_port"])), str(script), steps)
         namespace = run.namespace(job, str(event["node"]))
-        direct_ms = dap_next_ms(lambda: in_namespace(namespace, connect(int(event["remote_port"]))),
-                                 str(script), steps)
+        direct_ms = dap_next_ms(lambda: in_namespace(namespace, connect(int(event["remote_port"]))), str(script), steps)
     finally:
         run.stop_job(job)
         attach.finish(60)
@@ -338,8 +399,18 @@ def _attach_until_ready(run: EmulatorRun, job: str, ranks: int) -> tuple[float, 
     time of the last rank-ready), after the job ran to its end."""
     workspace = run.work / f"ws-{job}"
     shutil.copytree(LAUNCHERS / "code", workspace)
-    attach = EventStream(run, "attach", job, "--json", "--headless", "--no-ssh-include",
-                         "--workspace", str(workspace), "--timeout", "180")
+    attach = EventStream(
+        run,
+        "attach",
+        job,
+        "--json",
+        "--headless",
+        "--no-ssh-include",
+        "--workspace",
+        str(workspace),
+        "--timeout",
+        "180",
+    )
     ready: dict[int, float] = {}
     try:
         deadline = time.monotonic() + 240
@@ -361,8 +432,12 @@ def p8_attach_from_training(run: EmulatorRun, full: bool) -> Row:
     _launch_two_by_two(run, job)
     training = run.training_since(job)
     started, last_ready = _attach_until_ready(run, job, 4)
-    row = {"from_training_s": last_ready - training, "from_attach_start_s": last_ready - started,
-           "goal_s": ATTACH_GOAL_S, "log_delay_s": LOG_DELAY_S}
+    row = {
+        "from_training_s": last_ready - training,
+        "from_attach_start_s": last_ready - started,
+        "goal_s": ATTACH_GOAL_S,
+        "log_delay_s": LOG_DELAY_S,
+    }
     if full:  # attach alone: started once every rank of a second job waits for its debugger
         job = f"bench-p8w-{os.getpid()}"
         _launch_two_by_two(run, job)

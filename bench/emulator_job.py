@@ -61,11 +61,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             "TrainingInputMode": "File",
             "ContainerEntrypoint": ["python3", f"{CODE_CHANNEL}/{SCRIPT_NAME}", str(args.steps)],
         },
-        "InputDataConfig": [{
-            "ChannelName": "code",
-            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{args.bucket}/{args.job}/code"}},
-            "InputMode": "File",
-        }],
+        "InputDataConfig": [
+            {
+                "ChannelName": "code",
+                "DataSource": {
+                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{args.bucket}/{args.job}/code"}
+                },
+                "InputMode": "File",
+            }
+        ],
         "OutputDataConfig": {"S3OutputPath": f"s3://{args.bucket}/{args.job}/output"},
         "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},

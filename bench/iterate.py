@@ -68,7 +68,11 @@ class Stops:
 def _launch(backend: MachineBackend, src: Path, name: str, keep_alive: float) -> None:
     backend.launch(
         LaunchRequest(
-            command=["python", "train.py"], name=name, source_dir=src, nodes=NODES, nproc_per_node=NPROC,
+            command=["python", "train.py"],
+            name=name,
+            source_dir=src,
+            nodes=NODES,
+            nproc_per_node=NPROC,
             options=spec.DebugOptions(wait_seconds=120, keep_alive=keep_alive),
         )
     )
@@ -85,8 +89,9 @@ def _attach(backend: MachineBackend, paths: StatePaths, src: Path, name: str, st
 
 def _cli(paths: StatePaths, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REMOTE_DEBUG_HOME": str(paths.root)}
-    return subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def new_job_seconds(work: Path, paths: StatePaths) -> float:
@@ -125,9 +130,12 @@ def iterate_seconds(work: Path, paths: StatePaths) -> dict[str, float]:
         if synced.returncode != 0:
             raise RuntimeError(f"iterate bench: sync failed: {synced.stderr.strip()}")
         after_sync = time.perf_counter()
-        run = subprocess.Popen([sys.executable, "-m", "remote_debug", "run", name],
-                               env={**os.environ, "REMOTE_DEBUG_HOME": str(paths.root)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "remote_debug", "run", name],
+            env={**os.environ, "REMOTE_DEBUG_HOME": str(paths.root)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         stopped = stops.all_with("v1", NODES * NPROC, 120)
         run.wait(120)
         return {"iterate_s": stopped - start, "sync_s": after_sync - start, "run_to_stopped_s": stopped - after_sync}

@@ -100,8 +100,13 @@ def p2_pycharm_idle(work: Path, paths: StatePaths, iterations: int, repeats: int
     }
 
 
-def _rank(manifest_dir: Path, until: Callable[[spec.RankEndpoint], bool], timeout: float, what: str,
-          proc: subprocess.Popen[bytes]) -> spec.RankEndpoint:
+def _rank(
+    manifest_dir: Path,
+    until: Callable[[spec.RankEndpoint], bool],
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen[bytes],
+) -> spec.RankEndpoint:
     """The rank document once ``until`` holds; raises if the rank exits first or after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -149,8 +154,11 @@ def p3_pycharm_ddp(work: Path, paths: StatePaths, steps: int, repeats: int) -> R
 
     def attached() -> dict[str, Any]:
         stamp = time.monotonic_ns()
-        manifest_dir, marks, log = work / f"p3-pycharm-manifest-{stamp}", work / f"p3-pycharm-marks-{stamp}", \
-            work / f"p3-pycharm-{stamp}.log"
+        manifest_dir, marks, log = (
+            work / f"p3-pycharm-manifest-{stamp}",
+            work / f"p3-pycharm-marks-{stamp}",
+            work / f"p3-pycharm-{stamp}.log",
+        )
         marks.mkdir()
         server = PydevdServer(HeadlessPlan())  # bound now, listening from start(): its port is the rank's
         proc: subprocess.Popen[bytes] | None = None
@@ -158,9 +166,20 @@ def p3_pycharm_ddp(work: Path, paths: StatePaths, steps: int, repeats: int) -> R
             env = hook_env(paths, job, manifest_dir, ide=spec.IDE.PYCHARM, port_base=server.port)
             with log.open("wb") as err:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "remote_debug.container", "--", sys.executable, str(script), str(steps),
-                     str(free_port()), str(marks)],
-                    env=env, stdout=subprocess.PIPE, stderr=err,
+                    [
+                        sys.executable,
+                        "-m",
+                        "remote_debug.container",
+                        "--",
+                        sys.executable,
+                        str(script),
+                        str(steps),
+                        str(free_port()),
+                        str(marks),
+                    ],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
                 )
             rank = _rank(manifest_dir, lambda r: bool(r.control_port), 120, "idle with a control channel", proc)
             deadline = time.monotonic() + 600
@@ -182,8 +201,9 @@ def p3_pycharm_ddp(work: Path, paths: StatePaths, steps: int, repeats: int) -> R
                 time.sleep(0.05)
             closed = time.perf_counter()
             server.close()  # PyCharm's Stop: the rank must remove pydevd's tracer from every thread
-            _rank(manifest_dir, lambda r: r.state == spec.RankState.IDLE, 60, "idle again after the server closed",
-                  proc)
+            _rank(
+                manifest_dir, lambda r: r.state == spec.RankState.IDLE, 60, "idle again after the server closed", proc
+            )
             untrace_s = time.perf_counter() - closed
             (marks / "detached").write_text("")
             out, _ = proc.communicate(timeout=600)

@@ -22,10 +22,16 @@ def launch_rank_job(
     src.mkdir(exist_ok=True)
     (src / "ranks.py").write_text(script)
     backend = MachineBackend(paths)
-    backend.launch(LaunchRequest(
-        command=["python", "ranks.py"], name=name, source_dir=src, nodes=nodes, nproc_per_node=nproc,
-        options=spec.DebugOptions(wait_seconds=wait_seconds),
-    ))
+    backend.launch(
+        LaunchRequest(
+            command=["python", "ranks.py"],
+            name=name,
+            source_dir=src,
+            nodes=nodes,
+            nproc_per_node=nproc,
+            options=spec.DebugOptions(wait_seconds=wait_seconds),
+        )
+    )
     return backend, src
 
 
@@ -34,9 +40,7 @@ def break_line(script: Path) -> int:
     return next(i for i, line in enumerate(script.read_text().splitlines(), 1) if BREAK_MARK in line)
 
 
-def wait_for_ranks(
-    backend: MachineBackend, name: str, ranks: int, state: spec.RankState, timeout: float = 300
-) -> None:
+def wait_for_ranks(backend: MachineBackend, name: str, ranks: int, state: spec.RankState, timeout: float = 300) -> None:
     """Until all ``ranks`` of the job are in ``state`` (waiting for a debugger, or idle); RuntimeError after
     ``timeout`` s."""
     deadline = time.monotonic() + timeout

@@ -81,7 +81,12 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None
 
 
 def hook_env(
-    paths: StatePaths, job: str, manifest_dir: Path, wait: float = 0.0, *, ide: spec.IDE = spec.IDE.VSCODE,
+    paths: StatePaths,
+    job: str,
+    manifest_dir: Path,
+    wait: float = 0.0,
+    *,
+    ide: spec.IDE = spec.IDE.VSCODE,
     port_base: int = 0,
 ) -> dict[str, str]:
     key_path, public_key = ensure_job_key(paths, job)

@@ -58,8 +58,9 @@ class _Job:
         )
         self.line = break_line(self.src / "ranks.py")
         try:
-            wait_for_ranks(self.backend, self.name, self.ranks,
-                           spec.RankState.WAITING if waiting else spec.RankState.IDLE)
+            wait_for_ranks(
+                self.backend, self.name, self.ranks, spec.RankState.WAITING if waiting else spec.RankState.IDLE
+            )
         except RuntimeError:
             self.stop()
             raise
@@ -72,9 +73,16 @@ class _Job:
         stopped: list[float] = []
         start = time.perf_counter()
         Attacher(
-            self.backend, self.name,
-            AttachOptions(workspace=self.src, headless=self.plan(), write_launch_json=False,
-                          edit_user_ssh_config=False, detach_when_done=True, ready_timeout=120),
+            self.backend,
+            self.name,
+            AttachOptions(
+                workspace=self.src,
+                headless=self.plan(),
+                write_launch_json=False,
+                edit_user_ssh_config=False,
+                detach_when_done=True,
+                ready_timeout=120,
+            ),
             lambda e: stopped.append(time.perf_counter()) if isinstance(e, events.Stopped) else None,
             self.paths,
         ).run()
@@ -87,8 +95,13 @@ class _Job:
         env = dict(os.environ, **{"REMOTE_DEBUG_HOME": str(self.paths.root)})
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             start = time.perf_counter()
-            proc = subprocess.Popen([str(Path(sys.executable).parent / "remote-debug"), *args],
-                                    stdout=out, stderr=err, env=env, cwd=self.src)
+            proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "remote-debug"), *args],
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=self.src,
+            )
             _pid, status, usage = os.wait4(proc.pid, 0)  # not proc.wait(): its rusage is the point
             wall = time.perf_counter() - start
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -119,10 +132,21 @@ def scale_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
     nodes, nproc = shapes[-1]
     job = _Job(paths, work, nodes, nproc, waiting=False, purpose="cli")
     try:
-        wall, rss_kib, _ = job.cli("attach", job.name, "--headless", "--break", f"ranks.py:{job.line}",
-                                   "--workspace", str(job.src), "--no-ssh-include", "--json")
+        wall, rss_kib, _ = job.cli(
+            "attach",
+            job.name,
+            "--headless",
+            "--break",
+            f"ranks.py:{job.line}",
+            "--workspace",
+            str(job.src),
+            "--no-ssh-include",
+            "--json",
+        )
         rows[f"P11 remote-debug attach --headless, {job.ranks} running ranks"] = {
-            "wall_s": wall, "peak_rss_mb": rss_kib / 1024, "goal_rss_mb": GOAL_RSS_MB,
+            "wall_s": wall,
+            "peak_rss_mb": rss_kib / 1024,
+            "goal_rss_mb": GOAL_RSS_MB,
         }
         cli = min(job.cli("stacks", job.name, "--json")[0] for _ in range(3))
         start = time.perf_counter()
@@ -131,7 +155,9 @@ def scale_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
         if len(report["ranks"]) != job.ranks or any(r["error"] for r in report["ranks"]):
             raise RuntimeError("P12: stacks did not cover every rank")
         rows[f"P12 remote-debug stacks, {job.ranks} ranks"] = {
-            "cli_s": cli, "in_process_s": in_process, "goal_s": GOAL_STACKS_S,
+            "cli_s": cli,
+            "in_process_s": in_process,
+            "goal_s": GOAL_STACKS_S,
         }
     finally:
         job.stop()

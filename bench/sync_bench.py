@@ -67,10 +67,15 @@ def measure(paths: StatePaths, job: str, workspace: Path, method: SyncMethod) ->
     if (one.files, same.files, same.bytes, cli.files) != (1, 0, 0, 1):
         raise RuntimeError(f"P9 {method}: unexpected files sent: {one}, {same}, {cli}")
     return {
-        "first_s": first.seconds, "first_bytes": float(first.bytes),
-        "one_changed_s": one.seconds, "one_changed_bytes": float(one.bytes),
-        "unchanged_s": same.seconds, "unchanged_bytes": float(same.bytes),
-        "cli_one_changed_s": cli_s, "one_changed_vs_first": one.seconds / first.seconds, "goal_s": GOAL_S,
+        "first_s": first.seconds,
+        "first_bytes": float(first.bytes),
+        "one_changed_s": one.seconds,
+        "one_changed_bytes": float(one.bytes),
+        "unchanged_s": same.seconds,
+        "unchanged_bytes": float(same.bytes),
+        "cli_one_changed_s": cli_s,
+        "one_changed_vs_first": one.seconds / first.seconds,
+        "goal_s": GOAL_S,
     }
 
 
@@ -85,8 +90,9 @@ def sync_rows(work: Path, short: bool) -> dict[str, Row]:
     make_workspace(workspace, files)
     job = "sync-bench"
     backend = MachineBackend(paths)
-    backend.launch(LaunchRequest(command=["python", "train.py"], name=job, source_dir=workspace,
-                                 options=spec.DebugOptions()))
+    backend.launch(
+        LaunchRequest(command=["python", "train.py"], name=job, source_dir=workspace, options=spec.DebugOptions())
+    )
     code = paths.job_dir(job) / "nodes" / "algo-1" / "code"
     rows: dict[str, Row] = {}
     try:

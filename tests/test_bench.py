@@ -9,8 +9,13 @@ from pathlib import Path
 
 
 def test_bench_short_mode_reports_every_row(home: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench", "--short", "--json"], capture_output=True, text=True,
-                          timeout=600, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--short", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(proc.stdout)
     p2 = rows["P2 idle overhead (call-heavy loop)"]
@@ -25,8 +30,13 @@ def test_bench_short_mode_reports_every_row(home: Path) -> None:
 
 def test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank(home: Path) -> None:
     # the rows fail outright unless the idle rank had no pydevd, the connected one a tracer, and none after
-    proc = subprocess.run([sys.executable, "-m", "bench", "--pycharm", "--short", "--json"], capture_output=True,
-                          text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--pycharm", "--short", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(proc.stdout)
     [p2] = [v for k, v in rows.items() if k.startswith("P2-PyCharm")]

@@ -54,13 +54,32 @@ WINGS: dict[str, tuple[str, ...]] = {
     "laptop.connection": (*_LAPTOP_BASE, "laptop.wire", "laptop.platforms"),
     "laptop.ide": (*_LAPTOP_BASE, "laptop.wire", "laptop.connection"),
     "laptop.iterate": (*_LAPTOP_BASE, "laptop.wire", "laptop.connection"),
-    "laptop.attach": (*_LAPTOP_BASE, "laptop.wire", "laptop.platforms", "laptop.connection", "laptop.ide",
-                      "laptop.machine"),
+    "laptop.attach": (
+        *_LAPTOP_BASE,
+        "laptop.wire",
+        "laptop.platforms",
+        "laptop.connection",
+        "laptop.ide",
+        "laptop.machine",
+    ),
     "laptop.adopt": (*_LAPTOP_BASE, CONTAINER_SHARED, "container.node", "laptop.aws", "laptop.machine"),
-    "laptop.diagnose": (*_LAPTOP_BASE, "container.node", "laptop.wire", "laptop.aws", "laptop.machine",
-                        "laptop.platforms", "laptop.connection"),
-    "laptop.prune": (*_LAPTOP_BASE, "laptop.wire", "laptop.machine", "laptop.platforms", "laptop.connection",
-                     "laptop.ide"),
+    "laptop.diagnose": (
+        *_LAPTOP_BASE,
+        "container.node",
+        "laptop.wire",
+        "laptop.aws",
+        "laptop.machine",
+        "laptop.platforms",
+        "laptop.connection",
+    ),
+    "laptop.prune": (
+        *_LAPTOP_BASE,
+        "laptop.wire",
+        "laptop.machine",
+        "laptop.platforms",
+        "laptop.connection",
+        "laptop.ide",
+    ),
     "emulator": _BASE,  # a separate program: AWS on this machine, reached over HTTP only
     "sagemaker": ("laptop.aws",),  # the public facade of enable()
     "cli": ("*",),
@@ -155,7 +174,6 @@ def all_imports() -> list[Import]:
 
 def _within(target: str, prefix: str) -> bool:
     return target == prefix or target.startswith(prefix + ".")
-
 
 
 def _within(target: str, prefix: str) -> bool:
@@ -282,8 +300,7 @@ def test_no_import_cycles() -> None:
         graph[a].add(b)
     cycles = [one_cycle(component, edges) for component in strongly_connected(graph)]
     assert not cycles, "import cycles between remote_debug modules:\n" + "\n".join(
-        " -> ".join([cycle[0].source, *(imp.target for imp in cycle)])
-        + "".join(f"\n    {imp}" for imp in cycle)
+        " -> ".join([cycle[0].source, *(imp.target for imp in cycle)]) + "".join(f"\n    {imp}" for imp in cycle)
         for cycle in cycles
     )
 

@@ -33,11 +33,17 @@ def listener() -> Iterator[socket.socket]:
         server.close()
 
 
-def _connect_as(uid: int | None, port: int, family: str, listener: socket.socket) -> tuple[subprocess.Popen[str],
-                                                                                          socket.socket]:
+def _connect_as(
+    uid: int | None, port: int, family: str, listener: socket.socket
+) -> tuple[subprocess.Popen[str], socket.socket]:
     prefix = [] if uid is None else as_nobody()
-    proc = subprocess.Popen([*prefix, ATTACKER_PYTHON, "-I", "-S", "-c", CLIENT, str(port), family],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    proc = subprocess.Popen(
+        [*prefix, ATTACKER_PYTHON, "-I", "-S", "-c", CLIENT, str(port), family],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "connected"
     conn, _ = listener.accept()
     return proc, conn
@@ -46,8 +52,9 @@ def _connect_as(uid: int | None, port: int, family: str, listener: socket.socket
 @pytest.mark.parametrize("source", ["netlink", "proc"])
 @pytest.mark.parametrize("family", ["4", "6"])
 @needs_second_user
-def test_the_owner_of_the_peer_socket(listener: socket.socket, source: str, family: str,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_owner_of_the_peer_socket(
+    listener: socket.socket, source: str, family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if source == "proc":
         monkeypatch.setattr(peer_uid, "_diag_owner", _no_netlink)
     stranger = nobody().pw_uid
@@ -69,8 +76,9 @@ def _no_netlink(*_args: object) -> int | None:
 
 
 @pytest.mark.parametrize("source", ["netlink", "proc"])
-def test_a_client_that_sent_and_closed_is_refused(listener: socket.socket, source: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_client_that_sent_and_closed_is_refused(
+    listener: socket.socket, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Send a request and close at once: the client's socket lingers (FIN_WAIT/TIME_WAIT) without an
     owner, reported as uid 0 - which must not pass for root's (this test may run as root)."""
     if source == "proc":

@@ -36,9 +36,16 @@ def _spec(**fields: Any) -> DebugSpec:
 
 def _node(**fields: Any) -> NodeManifest:
     base: dict[str, Any] = dict(
-        job_name="my-job-1", node="algo-1", hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1",
-        sshd_port=40022, ssh_user="root", host_public_key="ssh-ed25519 AAAAhost", code_dir="/opt/ml/code",
-        state="running", hook_pid=42,
+        job_name="my-job-1",
+        node="algo-1",
+        hosts=["algo-1", "algo-2"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key="ssh-ed25519 AAAAhost",
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=42,
     )
     return NodeManifest(**{**base, **fields})
 
@@ -47,8 +54,7 @@ def _node(**fields: Any) -> NodeManifest:
 
 
 def test_env_round_trip() -> None:
-    original = _spec(ide="pycharm", ranks=(0, 2), port_base=5700, sshd_port=2222, wait_seconds=1.5,
-                     transport="ssm")
+    original = _spec(ide="pycharm", ranks=(0, 2), port_base=5700, sshd_port=2222, wait_seconds=1.5, transport="ssm")
     env = original.to_env()
     assert set(env) == set(spec.SPEC_ENV_NAMES)
     assert all(isinstance(v, str) for v in env.values())
@@ -75,9 +81,16 @@ def test_from_env_fills_optional_fields() -> None:
     assert parsed == DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("all", None), ("", None), ("*", None), ("0", (0,)), ("2, 0,2", (0, 2)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("all", None),
+        ("", None),
+        ("*", None),
+        ("0", (0,)),
+        ("2, 0,2", (0, 2)),
+    ],
+)
 def test_parse_ranks(text: str, expected: tuple[int, ...] | None) -> None:
     assert spec.parse_ranks(text) == expected
 
@@ -93,24 +106,27 @@ def test_selects() -> None:
     assert _spec(ranks=(0, 2)).selects(2) and not _spec(ranks=(0, 2)).selects(1)
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"job_name": "bad_name"}, "bad job name"),
-    ({"job_name": "-starts-with-hyphen"}, "bad job name"),
-    ({"job_name": "x" * 64}, "bad job name"),
-    ({"job_name": ""}, "bad job name"),
-    ({"ide": "emacs"}, "unknown IDE"),
-    ({"transport": "carrier-pigeon"}, "unknown transport"),
-    ({"port_base": 70000}, "out of range"),
-    ({"port_base": -1}, "out of range"),
-    ({"sshd_port": 65536}, "out of range"),
-    ({"sshd_port": 22}, "port 22 is reserved"),
-    ({"wait_seconds": -1}, "wait"),
-    ({"wait_seconds": 8 * 24 * 3600}, "wait"),
-    ({"client_public_key": "not a key"}, "client public key"),
-    ({"client_public_key": "ssh-ed25519"}, "client public key"),
-    ({"client_public_key": KEY + "\n" + KEY}, "client public key"),
-    ({"client_public_key": "-----BEGIN OPENSSH PRIVATE KEY----- abc"}, "client public key"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"job_name": "bad_name"}, "bad job name"),
+        ({"job_name": "-starts-with-hyphen"}, "bad job name"),
+        ({"job_name": "x" * 64}, "bad job name"),
+        ({"job_name": ""}, "bad job name"),
+        ({"ide": "emacs"}, "unknown IDE"),
+        ({"transport": "carrier-pigeon"}, "unknown transport"),
+        ({"port_base": 70000}, "out of range"),
+        ({"port_base": -1}, "out of range"),
+        ({"sshd_port": 65536}, "out of range"),
+        ({"sshd_port": 22}, "port 22 is reserved"),
+        ({"wait_seconds": -1}, "wait"),
+        ({"wait_seconds": 8 * 24 * 3600}, "wait"),
+        ({"client_public_key": "not a key"}, "client public key"),
+        ({"client_public_key": "ssh-ed25519"}, "client public key"),
+        ({"client_public_key": KEY + "\n" + KEY}, "client public key"),
+        ({"client_public_key": "-----BEGIN OPENSSH PRIVATE KEY----- abc"}, "client public key"),
+    ],
+)
 def test_validation_errors(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         _spec(**fields)
@@ -126,17 +142,20 @@ def _env(**changes: str | None) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({spec.ENV_VERSION: "2"}, "version 2 is not supported"),
-    ({spec.ENV_VERSION: "one"}, "is not a number"),
-    ({spec.ENV_JOB: None}, f"missing {spec.ENV_JOB}"),
-    ({spec.ENV_CLIENT_KEY: ""}, f"missing {spec.ENV_CLIENT_KEY}"),
-    ({spec.ENV_PORT_BASE: "lots"}, "bad number"),
-    ({spec.ENV_SSHD_PORT: "22"}, "port 22 is reserved"),
-    ({spec.ENV_WAIT: "soon"}, "bad number"),
-    ({spec.ENV_RANKS: "first"}, "bad rank list"),
-    ({spec.ENV_JOB: "has space"}, "bad job name"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({spec.ENV_VERSION: "2"}, "version 2 is not supported"),
+        ({spec.ENV_VERSION: "one"}, "is not a number"),
+        ({spec.ENV_JOB: None}, f"missing {spec.ENV_JOB}"),
+        ({spec.ENV_CLIENT_KEY: ""}, f"missing {spec.ENV_CLIENT_KEY}"),
+        ({spec.ENV_PORT_BASE: "lots"}, "bad number"),
+        ({spec.ENV_SSHD_PORT: "22"}, "port 22 is reserved"),
+        ({spec.ENV_WAIT: "soon"}, "bad number"),
+        ({spec.ENV_RANKS: "first"}, "bad rank list"),
+        ({spec.ENV_JOB: "has space"}, "bad job name"),
+    ],
+)
 def test_from_env_errors(changes: dict[str, str | None], message: str) -> None:
     with pytest.raises(ContractError, match=message):
         DebugSpec.from_env(_env(**changes))
@@ -207,20 +226,23 @@ def _node_json(**changes: Any) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ([], "not a JSON object"),
-    (_node_json(sshd_port="40022"), "must be an integer"),
-    (_node_json(sshd_port=True), "must be an integer"),
-    (_node_json(hook_pid=1.5), "must be an integer"),
-    (_node_json(sshd_port=70000), "out of range"),
-    (_node_json(version=2), "version 2 is not supported"),
-    (_node_json(node="../etc"), "bad node name"),
-    (_node_json(job_name="bad_job"), "bad job name"),
-    (_node_json(host_public_key="ssh-ed25519"), "host key"),
-    (_node_json(ssh_user=None), "ssh_user"),
-    (_node_json(hosts=None), "hosts"),
-    (_node_json(hosts="algo-1"), "must be a list"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "not a JSON object"),
+        (_node_json(sshd_port="40022"), "must be an integer"),
+        (_node_json(sshd_port=True), "must be an integer"),
+        (_node_json(hook_pid=1.5), "must be an integer"),
+        (_node_json(sshd_port=70000), "out of range"),
+        (_node_json(version=2), "version 2 is not supported"),
+        (_node_json(node="../etc"), "bad node name"),
+        (_node_json(job_name="bad_job"), "bad job name"),
+        (_node_json(host_public_key="ssh-ed25519"), "host key"),
+        (_node_json(ssh_user=None), "ssh_user"),
+        (_node_json(hosts=None), "hosts"),
+        (_node_json(hosts="algo-1"), "must be a list"),
+    ],
+)
 def test_node_manifest_errors(data: Any, message: str) -> None:
     with pytest.raises(ContractError, match=message):
         NodeManifest.from_json(data)
@@ -236,13 +258,16 @@ def _rank_json(**changes: Any) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ("rank", "not a JSON object"),
-    (_rank_json(port="5700"), "must be an integer"),
-    (_rank_json(port=-1), "out of range"),
-    (_rank_json(version=0), "version 0 is not supported"),
-    (_rank_json(pid=None), "lacks 'pid'"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("rank", "not a JSON object"),
+        (_rank_json(port="5700"), "must be an integer"),
+        (_rank_json(port=-1), "out of range"),
+        (_rank_json(version=0), "version 0 is not supported"),
+        (_rank_json(pid=None), "lacks 'pid'"),
+    ],
+)
 def test_rank_manifest_errors(data: Any, message: str) -> None:
     with pytest.raises(ContractError, match=message):
         RankEndpoint.from_json(data)
@@ -262,12 +287,26 @@ def test_manifest_optional_fields_default() -> None:
 
 
 def test_env_format_is_unchanged_byte_for_byte() -> None:
-    env = _spec(ide="pycharm", ranks=(0, 2), port_base=5700, sshd_port=2222, wait_seconds=1.5, transport="hybrid",
-                hold_on_failure=90).to_env()
+    env = _spec(
+        ide="pycharm",
+        ranks=(0, 2),
+        port_base=5700,
+        sshd_port=2222,
+        wait_seconds=1.5,
+        transport="hybrid",
+        hold_on_failure=90,
+    ).to_env()
     assert list(env.items()) == [
-        (spec.ENV_VERSION, "1"), (spec.ENV_JOB, "my-job-1"), (spec.ENV_IDE, "pycharm"), (spec.ENV_RANKS, "0,2"),
-        (spec.ENV_PORT_BASE, "5700"), (spec.ENV_SSHD_PORT, "2222"), (spec.ENV_WAIT, "1.5"),
-        (spec.ENV_CLIENT_KEY, KEY), (spec.ENV_JOB_SECRET, SECRET), (spec.ENV_TRANSPORT, "hybrid"),
+        (spec.ENV_VERSION, "1"),
+        (spec.ENV_JOB, "my-job-1"),
+        (spec.ENV_IDE, "pycharm"),
+        (spec.ENV_RANKS, "0,2"),
+        (spec.ENV_PORT_BASE, "5700"),
+        (spec.ENV_SSHD_PORT, "2222"),
+        (spec.ENV_WAIT, "1.5"),
+        (spec.ENV_CLIENT_KEY, KEY),
+        (spec.ENV_JOB_SECRET, SECRET),
+        (spec.ENV_TRANSPORT, "hybrid"),
         (spec.ENV_HOLD_ON_FAILURE, "90"),
     ]
     assert all(type(v) is str for v in env.values())  # plain str, not enum members
@@ -297,24 +336,30 @@ def test_manifest_json_is_unchanged_and_plain() -> None:
     assert NodeManifest.from_json(node).state is NodeState.RUNNING
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({spec.ENV_IDE: "emacs"}, "unknown IDE 'emacs': use one of vscode, pycharm"),
-    ({spec.ENV_TRANSPORT: "pigeon"}, "unknown transport 'pigeon': use one of local, ssm, hybrid, direct"),
-    ({spec.ENV_HOLD_ON_FAILURE: "soon"}, "bad number"),
-    ({spec.ENV_WAIT: "-1"}, "wait -1.0 s is out of range"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({spec.ENV_IDE: "emacs"}, "unknown IDE 'emacs': use one of vscode, pycharm"),
+        ({spec.ENV_TRANSPORT: "pigeon"}, "unknown transport 'pigeon': use one of local, ssm, hybrid, direct"),
+        ({spec.ENV_HOLD_ON_FAILURE: "soon"}, "bad number"),
+        ({spec.ENV_WAIT: "-1"}, "wait -1.0 s is out of range"),
+    ],
+)
 def test_from_env_refuses_unknown_choices_in_one_line(changes: dict[str, str], message: str) -> None:
     with pytest.raises(ContractError, match=message) as info:
         DebugSpec.from_env(_env(**changes))
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda: RankEndpoint.from_json(_rank_json(state="sleeping")), "unknown rank state 'sleeping'"),
-    (lambda: RankEndpoint.from_json(_rank_json(ide="emacs")), "unknown IDE 'emacs'"),
-    (lambda: NodeManifest.from_json(_node_json(state="exploded")), "unknown node state 'exploded'"),
-    (lambda: RankEndpoint(rank=0, local_rank=0, world_size=1, port=0, pid=1, state="nope"), "unknown rank state"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RankEndpoint.from_json(_rank_json(state="sleeping")), "unknown rank state 'sleeping'"),
+        (lambda: RankEndpoint.from_json(_rank_json(ide="emacs")), "unknown IDE 'emacs'"),
+        (lambda: NodeManifest.from_json(_node_json(state="exploded")), "unknown node state 'exploded'"),
+        (lambda: RankEndpoint(rank=0, local_rank=0, world_size=1, port=0, pid=1, state="nope"), "unknown rank state"),
+    ],
+)
 def test_manifests_refuse_unknown_states(make: Any, message: str) -> None:
     with pytest.raises(ContractError, match=message):
         make()
@@ -326,20 +371,29 @@ def test_manifests_refuse_unknown_states(make: Any, message: str) -> None:
 def test_options_validate_themselves() -> None:
     assert DebugOptions().ide is IDE.VSCODE and DebugOptions(ide="pycharm").ide is IDE.PYCHARM
     for fields, message in [
-        ({"ide": "emacs"}, "unknown IDE"), ({"port_base": 70000}, "debug port base 70000 is out of range"),
-        ({"sshd_port": 22}, "port 22 is reserved"), ({"wait_seconds": math.nan}, "wait nan s is out of range"),
-        ({"hold_on_failure": -5.0}, "hold on failure -5.0 s is out of range"), ({"ranks": (-1, 0)}, "bad rank list"),
+        ({"ide": "emacs"}, "unknown IDE"),
+        ({"port_base": 70000}, "debug port base 70000 is out of range"),
+        ({"sshd_port": 22}, "port 22 is reserved"),
+        ({"wait_seconds": math.nan}, "wait nan s is out of range"),
+        ({"hold_on_failure": -5.0}, "hold on failure -5.0 s is out of range"),
+        ({"ranks": (-1, 0)}, "bad rank list"),
     ]:
         with pytest.raises(ContractError, match=message):
             DebugOptions(**fields)
 
 
 def test_spec_is_options_plus_wiring() -> None:
-    options = DebugOptions(ide=IDE.PYCHARM, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3,
-                           hold_on_failure=4)
+    options = DebugOptions(
+        ide=IDE.PYCHARM, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3, hold_on_failure=4
+    )
     debug = DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET, transport=Transport.SSM, options=options)
     assert (debug.ide, debug.ranks, debug.port_base, debug.sshd_port, debug.wait_seconds, debug.hold_on_failure) == (
-        IDE.PYCHARM, (1,), 5700, 2222, 3, 4
+        IDE.PYCHARM,
+        (1,),
+        5700,
+        2222,
+        3,
+        4,
     )
     assert debug.selects(1) and not debug.selects(0)
     assert DebugSpec.from_env(debug.to_env()) == debug
@@ -350,13 +404,20 @@ def test_spec_is_options_plus_wiring() -> None:
     }
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    (None, (7.0, "")), ("", (7.0, "")), ("  ", (7.0, "")), ("2.5", (2.5, "")), ("0", (0.0, "")),
-    ("soon", (7.0, "X='soon' is not a number of seconds (0-10)")),
-    ("-1", (7.0, "X='-1' is not a number of seconds (0-10)")),
-    ("nan", (7.0, "X='nan' is not a number of seconds (0-10)")),
-    ("11", (7.0, "X='11' is not a number of seconds (0-10)")),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, (7.0, "")),
+        ("", (7.0, "")),
+        ("  ", (7.0, "")),
+        ("2.5", (2.5, "")),
+        ("0", (0.0, "")),
+        ("soon", (7.0, "X='soon' is not a number of seconds (0-10)")),
+        ("-1", (7.0, "X='-1' is not a number of seconds (0-10)")),
+        ("nan", (7.0, "X='nan' is not a number of seconds (0-10)")),
+        ("11", (7.0, "X='11' is not a number of seconds (0-10)")),
+    ],
+)
 def test_env_seconds(raw: str | None, expected: tuple[float, str]) -> None:
     env = {} if raw is None else {"X": raw}
     assert spec.env_seconds(env, "X", 7.0, low=0, high=10) == expected

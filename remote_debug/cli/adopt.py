@@ -16,13 +16,16 @@ from remote_debug.laptop.core.errors import UserError
 def adopt(
     job: Annotated[
         str | None,
-        typer.Argument(help="A running SageMaker training job (name or ARN) to adopt through SageMaker's remote "
-                       "debugging (SSM).", show_default=False),
+        typer.Argument(
+            help="A running SageMaker training job (name or ARN) to adopt through SageMaker's remote debugging (SSM).",
+            show_default=False,
+        ),
     ] = None,
     pid: Annotated[
         list[int] | None,
         typer.Option(
-            "--pid", min=1,
+            "--pid",
+            min=1,
             help="A torchrun/mpirun launcher or a single Python process of this machine; one --pid per node.",
         ),
     ] = None,
@@ -60,12 +63,15 @@ def adopt(
         for c in found:
             what = f"{c.ranks} rank{'s' if c.ranks != 1 else ''}" if c.ranks else c.kind
             state = "adoptable" if c.adoptable else f"not adoptable: {c.reason}"
-            console.print(f"{c.pid:>8}  {what:<9} python {c.python or '?':<5} {state}\n          {c.command}",
-                          markup=False)
+            console.print(
+                f"{c.pid:>8}  {what:<9} python {c.python or '?':<5} {state}\n          {c.command}", markup=False
+            )
         return
     if not pid:
-        raise UserError("give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list), "
-                        "or a SageMaker job: remote-debug adopt JOB")
+        raise UserError(
+            "give the job's process: remote-debug adopt --pid PID (see remote-debug adopt --list), "
+            "or a SageMaker job: remote-debug adopt JOB"
+        )
     # every rank checked before a word of progress: a refusal is the one line the user sees
     plans = None if set(pid) & set(adopted_jobs(paths)) else plan_nodes(pid, paths)
     with progress(f"adopting pid {', '.join(map(str, pid))}", enabled=not as_json):
@@ -114,8 +120,9 @@ def _adopt_sagemaker(job: str, as_json: bool) -> None:
     if as_json:
         print_json(outcome.to_dict())
         return
-    console.print(f"job {name} was adopted before" if outcome.already else f"adopted SageMaker job {name}",
-                  markup=False)
+    console.print(
+        f"job {name} was adopted before" if outcome.already else f"adopted SageMaker job {name}", markup=False
+    )
     for r in outcome.ranks:
         note = f" ({r.note})" if r.note else ""
         console.print(f"  rank {r.rank}  pid {r.pid}  {r.node}  {r.state}{note}", markup=False)

@@ -60,10 +60,15 @@ def cleanup(
     results = [(item, finder.delete(item) if yes else None) for item in found]
     failed = [error for _, error in results if error]
     if as_json:
-        print_json({
-            "region": region, "owner": who, "days": days, "deleted": yes,
-            "leftovers": [{**item.to_json(), "error": error} for item, error in results],
-        })
+        print_json(
+            {
+                "region": region,
+                "owner": who,
+                "days": days,
+                "deleted": yes,
+                "leftovers": [{**item.to_json(), "error": error} for item, error in results],
+            }
+        )
     else:
         if not found:
             console.print(f"no leftovers of hybrid jobs of {who} in {region} (region from {source})", markup=False)
@@ -73,7 +78,8 @@ def cleanup(
             else:
                 console.print(f"{'deleted' if yes else 'leftover'}: {item}", markup=False)
         if found and not yes:
-            console.print(f"nothing deleted: run 'remote-debug cleanup --yes' to delete these {len(found)}",
-                          markup=False)
+            console.print(
+                f"nothing deleted: run 'remote-debug cleanup --yes' to delete these {len(found)}", markup=False
+            )
     if failed:
         raise typer.Exit(1)

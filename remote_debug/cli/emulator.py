@@ -47,20 +47,27 @@ def emulator(
     agent_delay: Annotated[
         float,
         typer.Option(
-            "--agent-delay", min=0, max=600, metavar="SECONDS",
+            "--agent-delay",
+            min=0,
+            max=600,
+            metavar="SECONDS",
             help="How long after a job reaches Training (or remote debugging is turned on) its SSM agent comes "
             "online: StartSession answers TargetNotConnected until then, as in AWS.",
         ),
     ] = 3.0,
     no_ssh_document: Annotated[
         bool,
-        flag("--no-ssh-document", help="Refuse AWS-StartSSHSession on training-job targets (AWS documents only shell "
-             "sessions and port forwarding there): the product then forwards a port instead."),
+        flag(
+            "--no-ssh-document",
+            help="Refuse AWS-StartSSHSession on training-job targets (AWS documents only shell "
+            "sessions and port forwarding there): the product then forwards a port instead.",
+        ),
     ] = False,
     policy: Annotated[
         Path | None,
         typer.Option(
-            "--policy", metavar="FILE",
+            "--policy",
+            metavar="FILE",
             help="IAM identity policy (JSON; a list for several) every caller is held to, as AWS would: e.g. "
             "templates/iam/user-policy.json. Callers are moto's IAM users (create-user, create-access-key).",
         ),
@@ -94,8 +101,16 @@ def emulator(
     except PolicyError as exc:
         raise UserError(str(exc)) from None
     state_dir = (state or StatePaths.default().root / "emulator").absolute()
-    service = Emulator(state_dir, port=port, region=region, images=image_map, log_delay=log_delay, policy=policies,
-                       agent_delay=agent_delay, ssh_document=not no_ssh_document)
+    service = Emulator(
+        state_dir,
+        port=port,
+        region=region,
+        images=image_map,
+        log_delay=log_delay,
+        policy=policies,
+        agent_delay=agent_delay,
+        ssh_document=not no_ssh_document,
+    )
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt  # the same orderly end as Ctrl-C
@@ -110,8 +125,15 @@ def emulator(
             raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port") from None
         keys = service.keys
         if as_json:
-            print_json({"endpoint_url": url, "region": region, "state": str(state_dir),
-                        "access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key})
+            print_json(
+                {
+                    "endpoint_url": url,
+                    "region": region,
+                    "state": str(state_dir),
+                    "access_key_id": keys.access_key_id,
+                    "secret_access_key": keys.secret_access_key,
+                }
+            )
         else:
             for name, value in {**service.credentials_env(), "AWS_DEFAULT_REGION": region}.items():
                 print(f"{name}={value}")

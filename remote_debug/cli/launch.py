@@ -44,7 +44,9 @@ def launch(
     nproc_per_node: Annotated[
         int,
         typer.Option(
-            "--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE,
+            "--nproc-per-node",
+            min=1,
+            max=MAX_NPROC_PER_NODE,
             help="Ranks per node (torchrun when > 1; a single rank gets torchrun's RANK/WORLD_SIZE/MASTER_* too).",
         ),
     ] = 1,

@@ -30,7 +30,10 @@ def run(
     wait: Annotated[
         float | None,
         typer.Option(
-            "--wait", min=0, max=spec.MAX_WAIT_SECONDS, metavar="SECONDS",
+            "--wait",
+            min=0,
+            max=spec.MAX_WAIT_SECONDS,
+            metavar="SECONDS",
             help="How long each new rank waits for a debugger (default: the job's --wait).",
         ),
     ] = None,

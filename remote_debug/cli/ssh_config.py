@@ -32,9 +32,14 @@ def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) ->
         if not dry_run:
             ssh_files.remove_job_entries(paths, job)
         if as_json:
-            print_json({
-                "removed_job": job, "aliases": entries.aliases, "known_hosts": entries.known_hosts, "dry_run": dry_run,
-            })
+            print_json(
+                {
+                    "removed_job": job,
+                    "aliases": entries.aliases,
+                    "known_hosts": entries.known_hosts,
+                    "dry_run": dry_run,
+                }
+            )
         else:
             console.print(f"{would} the ssh entries of job {job}: {_entries_phrase(entries)}", markup=False)
         return
@@ -44,13 +49,15 @@ def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) ->
     else:
         removed = ssh_files.remove_all_entries(paths)
     if as_json:
-        print_json({
-            "removed_jobs": [{"job": e.job, "aliases": e.aliases, "known_hosts": e.known_hosts} for e in removed],
-            "restored": str(change.path),
-            "changed": change.changed,
-            "dry_run": dry_run,
-            "user_config_diff": change.diff,
-        })
+        print_json(
+            {
+                "removed_jobs": [{"job": e.job, "aliases": e.aliases, "known_hosts": e.known_hosts} for e in removed],
+                "restored": str(change.path),
+                "changed": change.changed,
+                "dry_run": dry_run,
+                "user_config_diff": change.diff,
+            }
+        )
         return
     if removed:
         jobs = ", ".join(e.job for e in removed)

@@ -64,7 +64,8 @@ def sync(
     source: Annotated[
         Path | None,
         typer.Option(
-            "--source", metavar="DIR",
+            "--source",
+            metavar="DIR",
             help="Folder to copy (default: the folder the job was launched from if it still exists, else the "
             "current folder).",
         ),
@@ -76,7 +77,8 @@ def sync(
     exclude: Annotated[
         list[str] | None,
         typer.Option(
-            "--exclude", metavar="PATTERN",
+            "--exclude",
+            metavar="PATTERN",
             help="Also skip what this .gitignore-style pattern matches (relative to the source); repeatable.",
         ),
     ] = None,
@@ -94,7 +96,9 @@ def sync(
     timeout: Annotated[
         float,
         typer.Option(
-            "--timeout", metavar="SECONDS", help="How long to wait for the nodes to publish sshd.",
+            "--timeout",
+            metavar="SECONDS",
+            help="How long to wait for the nodes to publish sshd.",
             callback=positive_seconds,
         ),
     ] = 60.0,
@@ -116,8 +120,9 @@ def sync(
             typer.echo(synced_line(event))
 
     try:
-        with Syncer.open(job, source=source, nodes=node or [], excludes=exclude or [], method=method,
-                         timeout=timeout) as syncer:
+        with Syncer.open(
+            job, source=source, nodes=node or [], excludes=exclude or [], method=method, timeout=timeout
+        ) as syncer:
             files = syncer.collect()
             show(syncer.sync(files), files)
             if watch:

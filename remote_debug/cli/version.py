@@ -19,14 +19,17 @@ from remote_debug.laptop.wire.events import EVENTS_VERSION
 def version(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -> None:
     """Show the installed version, its distribution name on PyPI and the Python it runs on."""
     if as_json:
-        print_json({
-            "version": __version__,
-            "distribution": DISTRIBUTION,
-            "python": sys.executable,
-            "events_version": EVENTS_VERSION,
-        })
+        print_json(
+            {
+                "version": __version__,
+                "distribution": DISTRIBUTION,
+                "python": sys.executable,
+                "events_version": EVENTS_VERSION,
+            }
+        )
         return
     console.print(
         f"remote-debug {__version__} ({DISTRIBUTION}; Python {sys.version.split()[0]} at {sys.executable})",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )

@@ -49,9 +49,7 @@ def _say(line: str) -> None:
         pass
 
 
-def run_without_debugging(
-    args: "list[str]", execvp: "Callable[[str, list[str]], object]" = os.execvp
-) -> int:
+def run_without_debugging(args: "list[str]", execvp: "Callable[[str, list[str]], object]" = os.execvp) -> int:
     """Replace this process with the command (``[--] CMD...``), as the job would run it without the hook."""
     if args[:1] == [DAEMON_FLAG]:
         return 0  # nothing to serve without the hook

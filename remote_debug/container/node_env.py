@@ -180,7 +180,7 @@ def rank_code_dir(
                 return real
     channels = os.path.realpath(os.path.join(ml_root, "input", "data"))
     if folder.startswith(channels + os.sep):
-        return os.path.join(channels, folder[len(channels) + 1:].split(os.sep, 1)[0])
+        return os.path.join(channels, folder[len(channels) + 1 :].split(os.sep, 1)[0])
     return folder
 
 

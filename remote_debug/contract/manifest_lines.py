@@ -164,7 +164,9 @@ Pins = dict[BootKey, dict[str, tuple[object, int]]]
 
 
 def merge_manifest_lines(
-    lines: Iterable[ManifestLine], *, on_refused: Callable[[ManifestLine, str], None] | None = None,
+    lines: Iterable[ManifestLine],
+    *,
+    on_refused: Callable[[ManifestLine, str], None] | None = None,
     pins: Pins | None = None,
 ) -> dict[str, NodeManifest]:
     """Node name -> its current manifest (ranks filled in), from proven lines in any order.
@@ -216,14 +218,20 @@ def merge_manifest_lines(
                 if on_refused is not None:
                     on_refused(line, f"{node} changed its {' and '.join(differs)} within one boot")
                 continue
-            pinned.update({name: (getattr(doc, name), line.seq) for name in PINNED_FIELDS
-                           if name not in pinned and getattr(doc, name)})
+            pinned.update(
+                {
+                    name: (getattr(doc, name), line.seq)
+                    for name in PINNED_FIELDS
+                    if name not in pinned and getattr(doc, name)
+                }
+            )
             current = doc
         if current is None:
             continue  # every document of this boot was refused against values pinned in an earlier read
         manifest = replace(current)
         ep = ranks.get(key, {}).values()
-        manifest.ranks = sorted((item.document for item in ep if isinstance(item.document, RankEndpoint)),
-                                key=lambda r: r.rank)
+        manifest.ranks = sorted(
+            (item.document for item in ep if isinstance(item.document, RankEndpoint)), key=lambda r: r.rank
+        )
         out[node] = manifest
     return out

@@ -227,8 +227,6 @@ def parse_choice(kind: type[Choice], value: object, what: str) -> Choice:
         raise ContractError(f"unknown {what} {str(value)[:80]!r}: use one of {choices}") from None
 
 
-
-
 RankSelection = tuple[int, ...] | None  # None means every rank
 
 

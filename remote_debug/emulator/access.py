@@ -72,8 +72,10 @@ def secure_dir(path: Path) -> None:
     if not stat.S_ISDIR(info.st_mode):
         raise StateDirError(f"the emulator's state dir {path} is not a directory: give another --state")
     if info.st_uid != os.geteuid():
-        raise StateDirError(f"the emulator's state dir {path} belongs to uid {info.st_uid}, not {os.geteuid()}: "
-                            "give a directory of your own with --state")
+        raise StateDirError(
+            f"the emulator's state dir {path} belongs to uid {info.st_uid}, not {os.geteuid()}: "
+            "give a directory of your own with --state"
+        )
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:  # through the fd just checked: a path swapped meanwhile is not what gets chmodded
         if os.fstat(fd).st_ino != info.st_ino:

@@ -38,9 +38,12 @@ _SHOWN_MAX = 1024  # a value quoted in a message is cut here, as AWS cuts long v
 # Java's \\w, \\d, \\s (and \\W, \\D, \\S) are ASCII; Python's (and regex's) are Unicode, and its ASCII flag
 # would make \\p{L} ASCII too.  So each is spelled out as the inside of a class (a negation as the complement).
 _ASCII_CLASSES = {
-    "w": "a-zA-Z0-9_", "W": "\\x00-\\x2F\\x3A-\\x40\\x5B-\\x5E\\x60\\x7B-\\U0010FFFF",
-    "d": "0-9", "D": "\\x00-\\x2F\\x3A-\\U0010FFFF",
-    "s": " \\t\\n\\x0B\\f\\r", "S": "\\x00-\\x08\\x0E-\\x1F\\x21-\\U0010FFFF",
+    "w": "a-zA-Z0-9_",
+    "W": "\\x00-\\x2F\\x3A-\\x40\\x5B-\\x5E\\x60\\x7B-\\U0010FFFF",
+    "d": "0-9",
+    "D": "\\x00-\\x2F\\x3A-\\U0010FFFF",
+    "s": " \\t\\n\\x0B\\f\\r",
+    "S": "\\x00-\\x08\\x0E-\\x1F\\x21-\\U0010FFFF",
 }
 
 
@@ -60,7 +63,7 @@ def _translate(pattern: str) -> str:
         if ch == "\\" and i + 1 < len(pattern):
             letter = pattern[i + 1]
             end = i + 2
-            if letter in "pP" and pattern[end:end + 1] == "{":
+            if letter in "pP" and pattern[end : end + 1] == "{":
                 end = pattern.index("}", end) + 1
             ascii_class = _ASCII_CLASSES.get(letter)
             if ascii_class is not None:
@@ -69,7 +72,7 @@ def _translate(pattern: str) -> str:
                 out.append(pattern[i:end])
             i = end
             # in Java a "-" right after a class escape inside [...] is a literal ([\w-_], [\w-\/.])
-            if in_class and letter in "wWdDsSpP" and pattern[i:i + 1] == "-" and pattern[i + 1:i + 2] != "]":
+            if in_class and letter in "wWdDsSpP" and pattern[i : i + 1] == "-" and pattern[i + 1 : i + 2] != "]":
                 out.append("\\-")
                 i += 1
             continue
@@ -84,10 +87,10 @@ def _translate(pattern: str) -> str:
             in_class = True
             out.append(ch)
             # a "]" or "^]" right after "[" is a literal, as in both dialects
-            if pattern[i + 1:i + 2] == "^":
+            if pattern[i + 1 : i + 2] == "^":
                 out.append("^")
                 i += 1
-            if pattern[i + 1:i + 2] == "]":
+            if pattern[i + 1 : i + 2] == "]":
                 out.append("\\]")
                 i += 1
             i += 1

@@ -55,8 +55,14 @@ def moto_caller(account: str) -> Identify:
 class PolicyEnforcer:
     """Called by the front with each request before it is served (or forwarded)."""
 
-    def __init__(self, policies: list[dict[str, Any]], *, identify: Identify, tags_of: TagsOf,
-                 session_key: Callable[[str], str | None]) -> None:
+    def __init__(
+        self,
+        policies: list[dict[str, Any]],
+        *,
+        identify: Identify,
+        tags_of: TagsOf,
+        session_key: Callable[[str], str | None],
+    ) -> None:
         statements(policies)
         self.policies = policies
         self.identify = identify
@@ -70,8 +76,9 @@ class PolicyEnforcer:
             key = self.session_key(session_id)
             return self.identify(key, region).user_id if key else None
 
-        needed = authorizations(service, operation, params, region=region, caller=caller, tags_of=self.tags_of,
-                                starter_of=starter)
+        needed = authorizations(
+            service, operation, params, region=region, caller=caller, tags_of=self.tags_of, starter_of=starter
+        )
         for authorization in needed:
             result = authorization.check(self.policies)
             if not result.allowed:

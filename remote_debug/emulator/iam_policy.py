@@ -33,13 +33,31 @@ Context = Mapping[str, ContextValue]
 
 _VARIABLE = re.compile(r"\$\{([^}]*)\}")
 _SPECIAL = {"*": "*", "?": "?", "$": "$"}  # ${*} is a literal '*' (not a wildcard), and so on
-_STRING_OPS = {"StringEquals", "StringNotEquals", "StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase",
-               "StringLike", "StringNotLike"}
+_STRING_OPS = {
+    "StringEquals",
+    "StringNotEquals",
+    "StringEqualsIgnoreCase",
+    "StringNotEqualsIgnoreCase",
+    "StringLike",
+    "StringNotLike",
+}
 _ARN_OPS = {"ArnEquals", "ArnLike", "ArnNotEquals", "ArnNotLike"}
-_NUMERIC_OPS = {"NumericEquals", "NumericNotEquals", "NumericLessThan", "NumericLessThanEquals",
-                "NumericGreaterThan", "NumericGreaterThanEquals"}
-_NEGATED = {"StringNotEquals", "StringNotEqualsIgnoreCase", "StringNotLike", "ArnNotEquals", "ArnNotLike",
-            "NumericNotEquals"}
+_NUMERIC_OPS = {
+    "NumericEquals",
+    "NumericNotEquals",
+    "NumericLessThan",
+    "NumericLessThanEquals",
+    "NumericGreaterThan",
+    "NumericGreaterThanEquals",
+}
+_NEGATED = {
+    "StringNotEquals",
+    "StringNotEqualsIgnoreCase",
+    "StringNotLike",
+    "ArnNotEquals",
+    "ArnNotLike",
+    "NumericNotEquals",
+}
 
 
 class PolicyError(ValueError):
@@ -89,7 +107,7 @@ def _substitute(text: str, context: Mapping[str, list[str]], *, like: bool) -> s
         return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in chunk)
 
     for match in _VARIABLE.finditer(text):
-        out.append(literal(text[position:match.start()]))
+        out.append(literal(text[position : match.start()]))
         position = match.end()
         name, _, default = match.group(1).partition(",")
         name = name.strip()
@@ -128,7 +146,7 @@ def _arn_segments(pattern: str) -> list[str]:
     parts: list[str] = []
     current, depth = "", 0
     for i, char in enumerate(pattern):
-        if char == "{" and pattern[i - 1:i] == "$":
+        if char == "{" and pattern[i - 1 : i] == "$":
             depth += 1
         elif char == "}" and depth:
             depth -= 1
@@ -164,16 +182,19 @@ def _match_one(base: str, value: str, wanted: list[str], context: Mapping[str, l
     elif positive == "NumericEquals":
         hit = any(_number(value) == _number(w) for w in wanted)
     elif positive.startswith("Numeric"):
-        compare = {"NumericLessThan": float.__lt__, "NumericLessThanEquals": float.__le__,
-                   "NumericGreaterThan": float.__gt__, "NumericGreaterThanEquals": float.__ge__}[positive]
+        compare = {
+            "NumericLessThan": float.__lt__,
+            "NumericLessThanEquals": float.__le__,
+            "NumericGreaterThan": float.__gt__,
+            "NumericGreaterThanEquals": float.__ge__,
+        }[positive]
         hit = any(compare(_number(value), _number(w)) for w in wanted)
     else:
         raise PolicyError(f"unsupported condition operator {base}")
     return not hit if base in _NEGATED else hit
 
 
-def _condition(operator: str, key: str, wanted_raw: Any, context: Mapping[str, list[str]],
-               missing: set[str]) -> bool:
+def _condition(operator: str, key: str, wanted_raw: Any, context: Mapping[str, list[str]], missing: set[str]) -> bool:
     wanted = [str(w).lower() if isinstance(w, bool) else str(w) for w in _list(wanted_raw)]
     qualifier, _, base = operator.rpartition(":")
     if qualifier not in ("", "ForAllValues", "ForAnyValue"):
@@ -203,8 +224,9 @@ def _condition(operator: str, key: str, wanted_raw: Any, context: Mapping[str, l
     return all(results) if base in _NEGATED else any(results)
 
 
-def _statement_applies(statement: Mapping[str, Any], action: str, resource: str,
-                       context: Mapping[str, list[str]], missing: set[str]) -> bool:
+def _statement_applies(
+    statement: Mapping[str, Any], action: str, resource: str, context: Mapping[str, list[str]], missing: set[str]
+) -> bool:
     if ("Action" in statement) == ("NotAction" in statement):
         raise PolicyError(f"statement {statement.get('Sid', '?')}: exactly one of Action and NotAction")
     actions = _list(statement.get("Action", statement.get("NotAction")))
@@ -221,8 +243,9 @@ def _statement_applies(statement: Mapping[str, Any], action: str, resource: str,
     if not isinstance(conditions, Mapping):
         raise PolicyError(f"statement {statement.get('Sid', '?')}: Condition is not an object")
     needed: set[str] = set()
-    ok = all(_condition(op, key, wanted, context, needed)
-             for op, keys in conditions.items() for key, wanted in keys.items())
+    ok = all(
+        _condition(op, key, wanted, context, needed) for op, keys in conditions.items() for key, wanted in keys.items()
+    )
     missing.update(needed)
     return ok
 

@@ -95,9 +95,16 @@ def resource_tags(tags: Mapping[str, str] | None) -> dict[str, str | list[str]]:
     return {f"aws:ResourceTag/{k}": v for k, v in (tags or {}).items()}
 
 
-def authorizations(service: str, operation: str, params: Mapping[str, Any], *, region: str, caller: Caller,
-                   tags_of: TagsOf = lambda _arn: None,
-                   starter_of: StarterOf = lambda _id: None) -> list[Authorization]:
+def authorizations(
+    service: str,
+    operation: str,
+    params: Mapping[str, Any],
+    *,
+    region: str,
+    caller: Caller,
+    tags_of: TagsOf = lambda _arn: None,
+    starter_of: StarterOf = lambda _id: None,
+) -> list[Authorization]:
     """Every permission AWS checks for ``operation`` of ``service`` called with ``params``."""
     base: dict[str, str | list[str]] = {**caller.context(), "aws:RequestedRegion": region}
     partition, account = caller.partition, caller.account
@@ -116,18 +123,24 @@ def authorizations(service: str, operation: str, params: Mapping[str, Any], *, r
         else:
             arn = str(params.get("ResourceArn") or "*")
         tags = resource_tags(tags_of(arn)) if arn != "*" else {}
-        remote_debug = (params.get("RemoteDebugConfig") or {})
+        remote_debug = params.get("RemoteDebugConfig") or {}
         debug: dict[str, str | list[str]] = (
             {ENABLE_REMOTE_DEBUG_KEY: str(bool(remote_debug["EnableRemoteDebug"])).lower()}
-            if "EnableRemoteDebug" in remote_debug else {}
+            if "EnableRemoteDebug" in remote_debug
+            else {}
         )
         if operation == "CreateTrainingJob":
             requested = request_tags(params.get("Tags"))
             out = [Authorization(action, arn, with_context(requested, debug))]
             if params.get("Tags"):
                 out.append(Authorization("sagemaker:AddTags", arn, with_context(requested)))
-            out.append(Authorization("iam:PassRole", str(params.get("RoleArn", "")),
-                                     with_context({"iam:PassedToService": "sagemaker.amazonaws.com"})))
+            out.append(
+                Authorization(
+                    "iam:PassRole",
+                    str(params.get("RoleArn", "")),
+                    with_context({"iam:PassedToService": "sagemaker.amazonaws.com"}),
+                )
+            )
             return out
         if operation == "UpdateTrainingJob":
             return [Authorization(action, arn, with_context(tags, debug))]
@@ -150,24 +163,33 @@ def authorizations(service: str, operation: str, params: Mapping[str, Any], *, r
             Authorization(action, resource, with_context({TARGET_ID_KEY: target}, instance_tags)),
             Authorization(action, document_arn(partition, region, account, document), with_context()),
         ]
-    instance = str(params.get("InstanceId") or (params.get("ResourceId") if params.get("ResourceType") ==
-                                                "ManagedInstance" else "") or "")
+    instance = str(
+        params.get("InstanceId")
+        or (params.get("ResourceId") if params.get("ResourceType") == "ManagedInstance" else "")
+        or ""
+    )
     if service == "ssm" and instance.startswith("mi-"):  # DeregisterManagedInstance, ListTagsForResource, ...
         resource = f"arn:{partition}:ssm:{region}:{account}:managed-instance/{instance}"
         return [Authorization(action, resource, with_context(_ssm_tags(tags_of(resource))))]
     if service == "ssm" and operation in ("TerminateSession", "ResumeSession"):
         session = str(params.get("SessionId", ""))
         starter = starter_of(session)
-        return [Authorization(action, f"arn:{partition}:ssm:{region}:{account}:session/{session}",
-                              with_context({SESSION_ID_KEY: starter} if starter else {}))]
+        return [
+            Authorization(
+                action,
+                f"arn:{partition}:ssm:{region}:{account}:session/{session}",
+                with_context({SESSION_ID_KEY: starter} if starter else {}),
+            )
+        ]
     if service == "logs" and operation in _LOG_OPERATIONS:
         group = str(params.get("logGroupName") or params.get("logGroupIdentifier") or "*")
         if group.startswith("arn:"):
             group = group.split(":log-group:", 1)[-1].removesuffix(":*")
         stream = params.get("logStreamName")
         suffix = f":log-stream:{stream}" if operation == "GetLogEvents" and stream else ":*"
-        return [Authorization(action, f"arn:{partition}:logs:{region}:{account}:log-group:{group}{suffix}",
-                              with_context())]
+        return [
+            Authorization(action, f"arn:{partition}:logs:{region}:{account}:log-group:{group}{suffix}", with_context())
+        ]
     return [Authorization(action, "*", with_context())]
 
 
@@ -183,10 +205,15 @@ def check_all(policies: Sequence[Mapping[str, Any]], needed: list[Authorization]
 
 def denial_message(caller: Caller, authorization: Authorization, result: Result) -> str:
     """AWS's AccessDeniedException wording for a denied permission."""
-    why = ("with an explicit deny in an identity-based policy" if result.decision.value == "explicitDeny"
-           else f"because no identity-based policy allows the {authorization.action} action")
-    return (f"User: {caller.arn} is not authorized to perform: {authorization.action} on resource: "
-            f"{authorization.resource} {why}")
+    why = (
+        "with an explicit deny in an identity-based policy"
+        if result.decision.value == "explicitDeny"
+        else f"because no identity-based policy allows the {authorization.action} action"
+    )
+    return (
+        f"User: {caller.arn} is not authorized to perform: {authorization.action} on resource: "
+        f"{authorization.resource} {why}"
+    )
 
 
 __all__ = ["Authorization", "Caller", "Context", "authorizations", "check_all", "denial_message"]

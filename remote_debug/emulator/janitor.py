@@ -51,7 +51,9 @@ def start(state_dir: Path) -> subprocess.Popen[bytes]:
     """The janitor of ``state_dir``; keep it, and :func:`dismiss` it after a clean close."""
     return subprocess.Popen(
         [sys.executable, "-m", "remote_debug.emulator.janitor", str(state_dir)],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 

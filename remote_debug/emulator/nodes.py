@@ -181,9 +181,12 @@ class Cluster:
         over them by ``ip netns exec``), and, where sudo is installed, the node's /etc/sudoers: passwordless sudo
         for that user, or none."""
         user, uid = self.image.shell_user, SSM_USER_UID
-        lines = {"passwd": f"{user}:x:{uid}:{uid}:{user}:/tmp:/bin/sh", "group": f"{user}:x:{uid}:",
-                 # PAM's account check (sudo's) wants the user in shadow too: no password, not locked
-                 "shadow": f"{user}:*:20000:0:99999:7:::"}
+        lines = {
+            "passwd": f"{user}:x:{uid}:{uid}:{user}:/tmp:/bin/sh",
+            "group": f"{user}:x:{uid}:",
+            # PAM's account check (sudo's) wants the user in shadow too: no password, not locked
+            "shadow": f"{user}:*:20000:0:99999:7:::",
+        }
         for name, line in lines.items():
             machine = Path("/etc", name)
             if not machine.is_file():
@@ -203,7 +206,7 @@ class Cluster:
         sleep = shutil.which("sleep") or "/bin/sleep"
         argv = [_ip(), "netns", "exec", n.namespace, sys.executable, "-I", "-S", str(ENTER)]
         argv += ["--hostname", n.name, "--notify", "--bind", str(n.root), str(OPT_ML)]
-        for gdb in ([] if self.image.gdb else hidden_gdbs()):  # an image without gdb: none on the node's PATH
+        for gdb in [] if self.image.gdb else hidden_gdbs():  # an image without gdb: none on the node's PATH
             argv += ["--bind", os.devnull, gdb]
         argv += ["--", sleep, "infinity"]
         proc = subprocess.Popen(

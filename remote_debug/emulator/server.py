@@ -111,8 +111,15 @@ class Front:
     server-side constraints first (see the module doc).
     """
 
-    def __init__(self, fallback: WsgiApp, targets: dict[str, str], checked: dict[str, str] | None = None,
-                 authorize: Authorize | None = None, *, secret_of: SecretOf) -> None:
+    def __init__(
+        self,
+        fallback: WsgiApp,
+        targets: dict[str, str],
+        checked: dict[str, str] | None = None,
+        authorize: Authorize | None = None,
+        *,
+        secret_of: SecretOf,
+    ) -> None:
         self.fallback = fallback
         self.secret_of = secret_of  # access key id -> secret: every request is signed with one of these keys
         self.authorize = authorize  # the opt-in IAM mode: every checked request, served or forwarded
@@ -213,8 +220,9 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return body
 
 
-def _refuse(environ: dict[str, Any], exc: AuthError, start_response: StartResponse,
-            status: int = 403) -> Iterable[bytes]:
+def _refuse(
+    environ: dict[str, Any], exc: AuthError, start_response: StartResponse, status: int = 403
+) -> Iterable[bytes]:
     """A refused signature as the service would answer it: JSON for X-Amz-Target services, else S3's or the
     query protocol's XML error."""
     json_code, s3_code, query_code = _AUTH_CODES[exc.kind]
@@ -223,18 +231,25 @@ def _refuse(environ: dict[str, Any], exc: AuthError, start_response: StartRespon
         payload = json.dumps({"__type": json_code, "message": exc.message}).encode()
         kind = "application/x-amz-json-1.1"
     elif scope_service(environ) == "s3" or not str(environ.get("CONTENT_TYPE", "")).startswith(
-            "application/x-www-form-urlencoded"):
+        "application/x-www-form-urlencoded"
+    ):
         if exc.kind == "unknown_key":  # S3's own words for it
             message = "The AWS Access Key Id you provided does not exist in our records."
-        payload = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{s3_code}</Code><Message>{message}'
-                   "</Message><RequestId>0</RequestId></Error>").encode()
+        payload = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{s3_code}</Code><Message>{message}'
+            "</Message><RequestId>0</RequestId></Error>"
+        ).encode()
         kind = "application/xml"
     else:
-        payload = (f"<ErrorResponse><Error><Type>Sender</Type><Code>{query_code}</Code><Message>{message}</Message>"
-                   "</Error><RequestId>0</RequestId></ErrorResponse>").encode()
+        payload = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{query_code}</Code><Message>{message}</Message>"
+            "</Error><RequestId>0</RequestId></ErrorResponse>"
+        ).encode()
         kind = "text/xml"
-    start_response(f"{status} Forbidden" if status == 403 else f"{status} Error",
-                   [("Content-Type", kind), ("Content-Length", str(len(payload)))])
+    start_response(
+        f"{status} Forbidden" if status == 403 else f"{status} Error",
+        [("Content-Type", kind), ("Content-Length", str(len(payload)))],
+    )
     return [payload]
 
 

@@ -116,8 +116,13 @@ class Emulator:
         """Bind, start serving in a background thread, return the endpoint URL.  Raises StateDirError for a
         state dir that is not ours (or a symlink), OSError when the port is taken."""
         secure_dir(self.state_dir)
-        front = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
-                      authorize=self._enforcer(), secret_of=self._secret_of)
+        front = Front(
+            DomainDispatcherApplication(create_backend_app),
+            SERVED_TARGETS,
+            checked=CHECKED_TARGETS,
+            authorize=self._enforcer(),
+            secret_of=self._secret_of,
+        )
         self._http = GatedWSGIServer(LOOPBACK, self.port, front, handler=MotoRequestHandler)
         self._http.uids = self.uids
         self._janitor = janitor.start(self.state_dir)  # cleans up if this process dies without close()
@@ -196,8 +201,12 @@ class Emulator:
     def _enforcer(self) -> PolicyEnforcer | None:
         if self.policy is None:
             return None
-        return PolicyEnforcer(self.policy, identify=moto_caller(ACCOUNT_ID), tags_of=self._job_tags,
-                              session_key=lambda session_id: session_id.rpartition("-")[0] or None)
+        return PolicyEnforcer(
+            self.policy,
+            identify=moto_caller(ACCOUNT_ID),
+            tags_of=self._job_tags,
+            session_key=lambda session_id: session_id.rpartition("-")[0] or None,
+        )
 
     def _job_tags(self, arn: str) -> dict[str, str] | None:
         """A training job's tags (aws:ResourceTag/...), None for anything else or a job that does not exist."""
@@ -256,13 +265,15 @@ class Emulator:
                 f"the emulator serves the documents {', '.join(SESSION_DOCUMENTS)}, not {document}",
             )
         if document == SSH_DOCUMENT and not self.ssh_document:
-            raise ApiError("InvalidDocument", f"Document {SSH_DOCUMENT} is not supported for target {target}: "
-                           f"use {PORT_FORWARDING_DOCUMENT} or a shell session")
+            raise ApiError(
+                "InvalidDocument",
+                f"Document {SSH_DOCUMENT} is not supported for target {target}: "
+                f"use {PORT_FORWARDING_DOCUMENT} or a shell session",
+            )
         owner = _OWNER.sub("", call.access_key)[:64] or "emulator"
         if document == SHELL_DOCUMENT:  # an interactive shell in the node (ssm_shell.py)
             session = open_shell(self.channel, jobs, target, call.params.get("Parameters", {}), owner)
-            return {"SessionId": session.session_id, "TokenValue": session.token_value,
-                    "StreamUrl": session.stream_url}
+            return {"SessionId": session.session_id, "TokenValue": session.token_value, "StreamUrl": session.stream_url}
         _job, connect = jobs.connector(target)
         try:
             session = self.channel.open_session(

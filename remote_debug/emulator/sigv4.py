@@ -136,8 +136,7 @@ def needs_body(environ: Mapping[str, Any]) -> bool:
     return not _header(environ, "x-amz-content-sha256")
 
 
-def verify(environ: Mapping[str, Any], body: bytes | None, secret_of: SecretOf,
-           now: datetime | None = None) -> Signer:
+def verify(environ: Mapping[str, Any], body: bytes | None, secret_of: SecretOf, now: datetime | None = None) -> Signer:
     """The signer of a WSGI request, or :class:`AuthError`.  ``body``: the request's body, None when
     :func:`needs_body` said it is not needed."""
     header = str(environ.get("HTTP_AUTHORIZATION", ""))
@@ -159,11 +158,17 @@ def verify(environ: Mapping[str, Any], body: bytes | None, secret_of: SecretOf,
         raise AuthError("malformed", f"Credential scope date {day} does not match X-Amz-Date {amz_date}")
     clock = now or datetime.now(timezone.utc)
     if when < clock - MAX_SKEW:
-        raise AuthError("expired", f"Signature expired: {amz_date} is now earlier than "
-                        f"{(clock - MAX_SKEW).strftime(AMZ_DATE)} ({clock.strftime(AMZ_DATE)} - 5 min.)")
+        raise AuthError(
+            "expired",
+            f"Signature expired: {amz_date} is now earlier than "
+            f"{(clock - MAX_SKEW).strftime(AMZ_DATE)} ({clock.strftime(AMZ_DATE)} - 5 min.)",
+        )
     if when > clock + MAX_SKEW:
-        raise AuthError("expired", f"Signature not yet current: {amz_date} is still later than "
-                        f"{(clock + MAX_SKEW).strftime(AMZ_DATE)} ({clock.strftime(AMZ_DATE)} + 5 min.)")
+        raise AuthError(
+            "expired",
+            f"Signature not yet current: {amz_date} is still later than "
+            f"{(clock + MAX_SKEW).strftime(AMZ_DATE)} ({clock.strftime(AMZ_DATE)} + 5 min.)",
+        )
     secret = secret_of(access_key)
     if secret is None:
         raise AuthError("unknown_key", "The security token included in the request is invalid.")
@@ -172,13 +177,19 @@ def verify(environ: Mapping[str, Any], body: bytes | None, secret_of: SecretOf,
     if content_sha:
         headers["X-Amz-Content-SHA256"] = content_sha
     path = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or environ.get("PATH_INFO") or "/")
-    request = AWSRequest(method=str(environ.get("REQUEST_METHOD", "GET")),
-                         url=f"http://{_header(environ, 'host') or 'localhost'}{path}", headers=headers,
-                         data=body or b"")
+    request = AWSRequest(
+        method=str(environ.get("REQUEST_METHOD", "GET")),
+        url=f"http://{_header(environ, 'host') or 'localhost'}{path}",
+        headers=headers,
+        data=body or b"",
+    )
     request.context["timestamp"] = amz_date
     auth = _Recompute(Credentials(access_key, secret), service, region, signed)
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
     if not hmac.compare_digest(str(expected).encode(), signature.encode()):
-        raise AuthError("mismatch", "The request signature we calculated does not match the signature you provided. "
-                        "Check your AWS Secret Access Key and signing method.")
+        raise AuthError(
+            "mismatch",
+            "The request signature we calculated does not match the signature you provided. "
+            "Check your AWS Secret Access Key and signing method.",
+        )
     return Signer(access_key, region, service)

@@ -117,8 +117,9 @@ def _port(value: str, name: str, lowest: int) -> int:
 def _properties(document: str, parameters: dict[str, list[str]]) -> tuple[int, dict[str, str], bool]:
     """The target port, the document's session properties (sent in the handshake), local forwarding."""
     if document not in _DOCUMENTS:
-        raise ValueError(f"Document {document!r} is not supported here: "
-                         f"use {SSH_DOCUMENT} or {PORT_FORWARDING_DOCUMENT}.")
+        raise ValueError(
+            f"Document {document!r} is not supported here: use {SSH_DOCUMENT} or {PORT_FORWARDING_DOCUMENT}."
+        )
     default_port, forwarding = _DOCUMENTS[document]
     allowed = {"portNumber", "localPortNumber"} if forwarding else {"portNumber"}
     unknown = sorted(set(parameters) - allowed)
@@ -153,8 +154,16 @@ class _Channel:
     """One session's data-channel state; it outlives WebSocket connections (resume). Loop thread only,
     except ``session``/``token_used``/``closed``, which change under the server's lock."""
 
-    def __init__(self, server: DataChannelServer, session: Session, properties: dict[str, Any], forwarding: bool,
-                 connect: Connector, session_type: str = "Port", make_relay: RelayFactory | None = None) -> None:
+    def __init__(
+        self,
+        server: DataChannelServer,
+        session: Session,
+        properties: dict[str, Any],
+        forwarding: bool,
+        connect: Connector,
+        session_type: str = "Port",
+        make_relay: RelayFactory | None = None,
+    ) -> None:
         self.server, self.session, self.properties, self.forwarding = server, session, properties, forwarding
         self.connect = connect
         self.session_type, self.make_relay = session_type, make_relay
@@ -187,14 +196,20 @@ class _Channel:
             self.server.spawn(old.close(CloseCode.GOING_AWAY, "replaced by a new connection"))
         self.cancel_timer()
         self.ws, self.queue = ws, asyncio.Queue()
-        self.conn_tasks = [asyncio.get_running_loop().create_task(self._writer(ws, self.queue)),
-                           asyncio.get_running_loop().create_task(self._ticker(self.queue))]
+        self.conn_tasks = [
+            asyncio.get_running_loop().create_task(self._writer(ws, self.queue)),
+            asyncio.get_running_loop().create_task(self._ticker(self.queue)),
+        ]
         if self.handshake == _NONE:
             self.handshake, self.handshake_started = _REQUESTED, time.monotonic()
-            self.handshake_timer = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self.fail, (
-                "Handshake timed out. Please ensure that you have the latest version of the session manager plugin."))
-            self.send_stream(m.PayloadType.HANDSHAKE_REQUEST,
-                             m.handshake_request(AGENT_VERSION, self.session_type, self.properties))
+            self.handshake_timer = asyncio.get_running_loop().call_later(
+                HANDSHAKE_TIMEOUT,
+                self.fail,
+                ("Handshake timed out. Please ensure that you have the latest version of the session manager plugin."),
+            )
+            self.send_stream(
+                m.PayloadType.HANDSHAKE_REQUEST, m.handshake_request(AGENT_VERSION, self.session_type, self.properties)
+            )
         else:
             now = time.monotonic()
             for pending in self.unacked.values():
@@ -214,7 +229,8 @@ class _Channel:
         """A session without a data channel is terminated after the server's disconnect timeout."""
         self.cancel_timer()
         self.timer = asyncio.get_running_loop().call_later(
-            self.server.disconnect_timeout, lambda: self.server.spawn(self.end("", graceful=False)))
+            self.server.disconnect_timeout, lambda: self.server.spawn(self.end("", graceful=False))
+        )
 
     def cancel_timer(self) -> None:
         if self.timer is not None:
@@ -262,8 +278,9 @@ class _Channel:
     def send_stream(self, payload_type: int, payload: bytes) -> None:
         seq = self.out_seq
         self.out_seq += 1
-        raw = m.encode(m.ClientMessage(m.OUTPUT_STREAM_DATA, seq, payload_type, payload,
-                                       flags=m.FLAG_SYN if seq == 0 else 0))
+        raw = m.encode(
+            m.ClientMessage(m.OUTPUT_STREAM_DATA, seq, payload_type, payload, flags=m.FLAG_SYN if seq == 0 else 0)
+        )
         self.unacked[seq] = _Outgoing(raw, time.monotonic())
         if len(self.unacked) >= WINDOW:
             self.window.clear()
@@ -313,8 +330,12 @@ class _Channel:
             # Out of order only after the plugin re-sends around a gap; holding these means one
             # re-send of the gap recovers the run (the plugin re-sends one message per 100 ms).
             size = len(message.payload)
-            if (seq not in self.in_buffer and len(self.in_buffer) < IN_BUFFER_MESSAGES
-                    and self.in_buffer_bytes + size <= IN_BUFFER_BYTES and seq - self.in_expected < 10_000):
+            if (
+                seq not in self.in_buffer
+                and len(self.in_buffer) < IN_BUFFER_MESSAGES
+                and self.in_buffer_bytes + size <= IN_BUFFER_BYTES
+                and seq - self.in_expected < 10_000
+            ):
                 self.in_buffer[seq] = message
                 self.in_buffer_bytes += size
                 self.send_control(m.acknowledge(message))
@@ -335,8 +356,10 @@ class _Channel:
             return  # the agent drops stream data that comes before the handshake completes
         elif message.payload_type == m.PayloadType.OUTPUT:
             self.relay.feed(message.payload)
-        elif (message.payload_type == m.PayloadType.FLAG
-              and m.parse_flag(message.payload) == m.PayloadTypeFlag.TERMINATE_SESSION):
+        elif (
+            message.payload_type == m.PayloadType.FLAG
+            and m.parse_flag(message.payload) == m.PayloadTypeFlag.TERMINATE_SESSION
+        ):
             self.server.spawn(self.end("", graceful=False))
         elif message.payload_type == m.PayloadType.SIZE:  # shell sessions: the plugin's terminal size
             self.relay.resize(message.payload)
@@ -350,8 +373,10 @@ class _Channel:
             self.fail("Handshake failed: " + "; ".join(response.errors))
             return
         if self.forwarding and _version(response.client_version) < MUX_MIN_CLIENT_VERSION:
-            self.fail(f"session-manager-plugin {response.client_version or '(unknown version)'} is too old for port "
-                      "forwarding here: install 1.1.70 or later.")
+            self.fail(
+                f"session-manager-plugin {response.client_version or '(unknown version)'} is too old for port "
+                "forwarding here: install 1.1.70 or later."
+            )
             return
         self.cancel_handshake_timer()
         self.handshake = _COMPLETE
@@ -374,8 +399,13 @@ class _Channel:
         """channel_closed (the plugin prints ``output`` and exits), then drop the connections."""
         if not self.server.mark_closed(self):
             return
-        log.info("session %s ended%s (%d messages sent, %d re-sent)", self.session.session_id,
-                 f": {output}" if output else "", self.out_seq, self.resent)
+        log.info(
+            "session %s ended%s (%d messages sent, %d re-sent)",
+            self.session.session_id,
+            f": {output}" if output else "",
+            self.out_seq,
+            self.resent,
+        )
         self.cancel_timer()
         self.cancel_handshake_timer()
         if graceful:  # the target closed: let the plugin acknowledge (= write out) the last output first
@@ -621,8 +651,14 @@ class MuxRelay(_Relay):
 class DataChannelServer:
     """The data-channel WebSocket server on loopback: sessions opened by the API server, served to the plugin."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, disconnect_timeout: float = 30.0,
-                 uids: frozenset[int] | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        disconnect_timeout: float = 30.0,
+        uids: frozenset[int] | None = None,
+    ) -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"the data channel listens on loopback only, not {host}")
         self.host, self.port = host, port
@@ -677,8 +713,16 @@ class DataChannelServer:
         # No server pings: a plugin whose stdout is not being read cannot answer them, and the AWS
         # service does not drop such sessions either (the plugin pings every 5 minutes itself).
         server: Server = await serve(
-            self._handle, self.host, self.port, process_request=self._check_path, compression=None,
-            max_size=MAX_PAYLOAD + m.PAYLOAD_OFFSET, ping_interval=None, close_timeout=2, open_timeout=OPEN_TIMEOUT)
+            self._handle,
+            self.host,
+            self.port,
+            process_request=self._check_path,
+            compression=None,
+            max_size=MAX_PAYLOAD + m.PAYLOAD_OFFSET,
+            ping_interval=None,
+            close_timeout=2,
+            open_timeout=OPEN_TIMEOUT,
+        )
         return server
 
     def close(self) -> None:
@@ -725,19 +769,22 @@ class DataChannelServer:
 
     # --- the API server's side ----------------------------------------------------------------------
 
-    def open_session(self, *, target: str, document: str, parameters: dict[str, list[str]], connect: Connector,
-                     owner: str) -> Session:
+    def open_session(
+        self, *, target: str, document: str, parameters: dict[str, list[str]], connect: Connector, owner: str
+    ) -> Session:
         loop = self._loop
         if loop is None or self._closed:
             raise RuntimeError("the data channel server is not running")
         if not _OWNER.fullmatch(owner):
             raise ValueError(f"owner {owner!r} is not a valid user or role session name")
         port, properties, forwarding = _properties(document, parameters)
-        return self._open(target, document, port, owner,
-                          lambda session: _Channel(self, session, properties, forwarding, connect))
+        return self._open(
+            target, document, port, owner, lambda session: _Channel(self, session, properties, forwarding, connect)
+        )
 
-    def open_shell_session(self, *, target: str, properties: dict[str, Any], make_relay: RelayFactory,
-                           owner: str) -> Session:
+    def open_shell_session(
+        self, *, target: str, properties: dict[str, Any], make_relay: RelayFactory, owner: str
+    ) -> Session:
         """A ``Standard_Stream`` session whose relay ``make_relay`` builds once the handshake completes."""
         if self._loop is None or self._closed:
             raise RuntimeError("the data channel server is not running")
@@ -747,17 +794,29 @@ class DataChannelServer:
         def no_port(port: int) -> socket.socket:
             raise OSError(f"a shell session dials no port ({port})")
 
-        return self._open(target, SHELL_DOCUMENT, 0, owner, lambda session: _Channel(
-            self, session, properties, False, no_port, SHELL_SESSION_TYPE, make_relay))
+        return self._open(
+            target,
+            SHELL_DOCUMENT,
+            0,
+            owner,
+            lambda session: _Channel(self, session, properties, False, no_port, SHELL_SESSION_TYPE, make_relay),
+        )
 
-    def _open(self, target: str, document: str, port: int, owner: str,
-              make_channel: Callable[[Session], _Channel]) -> Session:
+    def _open(
+        self, target: str, document: str, port: int, owner: str, make_channel: Callable[[Session], _Channel]
+    ) -> Session:
         loop = self._loop
         assert loop is not None
         session_id = f"{owner}-{secrets.token_hex(9)[:17]}"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        session = Session(session_id, target, document, port, secrets.token_urlsafe(32),
-                          f"ws://{host}:{self.port}{PATH_PREFIX}{session_id}?role=publish_subscribe")
+        session = Session(
+            session_id,
+            target,
+            document,
+            port,
+            secrets.token_urlsafe(32),
+            f"ws://{host}:{self.port}{PATH_PREFIX}{session_id}?role=publish_subscribe",
+        )
         channel = make_channel(session)
         with self._lock:
             self._channels[session_id] = channel
@@ -819,8 +878,9 @@ class DataChannelServer:
         try:
             opened = m.parse_open_data_channel(await asyncio.wait_for(ws.recv(), OPEN_TIMEOUT))
         except (asyncio.TimeoutError, ConnectionClosed, m.ClientMessageError) as exc:
-            log.info("data channel %s: no OpenDataChannel (%s)", channel.session.session_id,
-                     str(exc) or type(exc).__name__)
+            log.info(
+                "data channel %s: no OpenDataChannel (%s)", channel.session.session_id, str(exc) or type(exc).__name__
+            )
             return
         if not self._claim(channel, opened.token_value):
             log.warning("data channel %s: refused a wrong or used token", channel.session.session_id)

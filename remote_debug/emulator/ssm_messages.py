@@ -167,20 +167,26 @@ def parse_open_data_channel(text: str | bytes) -> OpenDataChannel:
     if not isinstance(token, str) or not token:
         raise ClientMessageError("OpenDataChannel without TokenValue")
     client_id, version = body.get("ClientId", ""), body.get("ClientVersion", "")
-    return OpenDataChannel(token, client_id if isinstance(client_id, str) else "",
-                           version if isinstance(version, str) else "")
+    return OpenDataChannel(
+        token, client_id if isinstance(client_id, str) else "", version if isinstance(version, str) else ""
+    )
 
 
 # --- payloads ---------------------------------------------------------------------------------------
 
 
 def handshake_request(agent_version: str, session_type: str, properties: dict[str, str]) -> bytes:
-    return _json_bytes({
-        "AgentVersion": agent_version,
-        "RequestedClientActions": [
-            {"ActionType": "SessionType", "ActionParameters": {"SessionType": session_type, "Properties": properties}},
-        ],
-    })
+    return _json_bytes(
+        {
+            "AgentVersion": agent_version,
+            "RequestedClientActions": [
+                {
+                    "ActionType": "SessionType",
+                    "ActionParameters": {"SessionType": session_type, "Properties": properties},
+                },
+            ],
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,6 @@ class SmuxParser:
             end = SMUX_HEADER.size + (length if cmd == SMUX_PSH else 0)
             if len(self._buffer) < end:
                 return
-            frame = SmuxFrame(cmd, sid, bytes(self._buffer[SMUX_HEADER.size:end]))
+            frame = SmuxFrame(cmd, sid, bytes(self._buffer[SMUX_HEADER.size : end]))
             del self._buffer[:end]
             yield frame

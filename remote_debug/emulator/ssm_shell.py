@@ -78,16 +78,18 @@ _CTTY = (
 Spawn = Callable[[int], "subprocess.Popen[bytes]"]  # pty slave fd -> the shell's process (started, in the node)
 
 
-def open_shell(channel: DataChannelServer, jobs: TrainingJobs, target: str, parameters: dict[str, Any],
-               owner: str) -> Session:
+def open_shell(
+    channel: DataChannelServer, jobs: TrainingJobs, target: str, parameters: dict[str, Any], owner: str
+) -> Session:
     """StartSession for the shell document; ApiErrors as the API answers them."""
     if parameters:
         unknown = ", ".join(sorted(parameters))
         raise ApiError("ValidationException", f"Parameters {unknown} are not defined by document {SHELL_DOCUMENT}.")
     spawn = node_spawner(jobs, target)
     try:
-        return channel.open_shell_session(target=target, properties=SHELL_PROPERTIES, owner=owner,
-                                          make_relay=lambda ch: ShellRelay(ch, spawn))
+        return channel.open_shell_session(
+            target=target, properties=SHELL_PROPERTIES, owner=owner, make_relay=lambda ch: ShellRelay(ch, spawn)
+        )
     except ValueError as exc:
         raise ApiError("ValidationException", str(exc)) from None
 
@@ -95,7 +97,7 @@ def open_shell(channel: DataChannelServer, jobs: TrainingJobs, target: str, para
 def node_spawner(jobs: TrainingJobs, target: str) -> Spawn:
     """How to start a shell in ``target``'s node; TargetNotConnected unless the job's remote debug could reach it."""
     jobs.connector(target)  # the one rule for what is connectable: running, in Training, remote debug on
-    name, _, node = target[len(TARGET_PREFIX):].rpartition("_")
+    name, _, node = target[len(TARGET_PREFIX) :].rpartition("_")
     # TrainingJobs has no public accessor for a job's Cluster (connector only dials ports): read it here,
     # under its lock, like connector does.
     with jobs._lock:
@@ -107,8 +109,11 @@ def node_spawner(jobs: TrainingJobs, target: str) -> Spawn:
     user = cluster.image.shell_user
     # the agent's shell as root, or as ssm-user: the terminal is made ours as root, then setpriv drops to the user
     # (exec keeps the controlling terminal), as the agent starts its shell for a non-root user
-    drop = [] if user == "root" else ["setpriv", f"--reuid={SSM_USER_UID}", f"--regid={SSM_USER_UID}",
-                                       "--init-groups", "--"]
+    drop = (
+        []
+        if user == "root"
+        else ["setpriv", f"--reuid={SSM_USER_UID}", f"--regid={SSM_USER_UID}", "--init-groups", "--"]
+    )
     env = SHELL_ENV if user == "root" else {**SHELL_ENV, "HOME": "/tmp", "USER": user, "LOGNAME": user}
 
     def spawn(slave: int) -> subprocess.Popen[bytes]:
@@ -188,7 +193,7 @@ class ShellRelay(_Relay):
         loop = asyncio.get_running_loop()
         try:
             while self.pending:
-                del self.pending[:os.write(self.master, self.pending)]
+                del self.pending[: os.write(self.master, self.pending)]
         except BlockingIOError:  # the line discipline is full: the shell is busy
             loop.add_writer(self.master, self._writable)
             if len(self.pending) > RELAY_HIGH_WATER:

@@ -88,8 +88,12 @@ def _diag_owner(local: tuple[str, int], remote: tuple[str, int], family: int) ->
             return socket.inet_pton(socket.AF_INET, host) + bytes(12)
         return socket.inet_pton(socket.AF_INET6, host if ":" in host else "::ffff:" + host)
 
-    sockid = (struct.pack("!HH", local[1], remote[1]) + packed(local[0]) + packed(remote[0])
-              + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE))
+    sockid = (
+        struct.pack("!HH", local[1], remote[1])
+        + packed(local[0])
+        + packed(remote[0])
+        + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    )
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
     header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:

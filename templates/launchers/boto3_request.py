@@ -35,17 +35,20 @@ CODE_DIR = Path(__file__).resolve().parent / "code"
 CODE_CHANNEL = "/opt/ml/input/data/code"
 
 
-def _request(job: str, role: str, image: str, code_uri: str, output_uri: str, instance_type: str, nodes: int,
-             entry: list[str]) -> dict[str, Any]:
+def _request(
+    job: str, role: str, image: str, code_uri: str, output_uri: str, instance_type: str, nodes: int, entry: list[str]
+) -> dict[str, Any]:
     return {
         "TrainingJobName": job,
         "RoleArn": role,
         "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File", "ContainerEntrypoint": entry},
-        "InputDataConfig": [{
-            "ChannelName": "code",
-            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": code_uri}},
-            "InputMode": "File",
-        }],
+        "InputDataConfig": [
+            {
+                "ChannelName": "code",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": code_uri}},
+                "InputMode": "File",
+            }
+        ],
         "OutputDataConfig": {"S3OutputPath": output_uri},
         "ResourceConfig": {"InstanceType": instance_type, "InstanceCount": nodes, "VolumeSizeInGB": 50},
         "StoppingCondition": {"MaxRuntimeInSeconds": 4 * 3600},
@@ -54,36 +57,79 @@ def _request(job: str, role: str, image: str, code_uri: str, output_uri: str, in
 
 
 def single_node(
-    job: str, role: str, image: str, bucket: str, instance_type: str = "ml.g5.xlarge", session: Any = None,
-    wait: float = 600, keep_alive: float = 0,
+    job: str,
+    role: str,
+    image: str,
+    bucket: str,
+    instance_type: str = "ml.g5.xlarge",
+    session: Any = None,
+    wait: float = 600,
+    keep_alive: float = 0,
 ) -> dict[str, Any]:
     request = _request(
-        job, role, image, f"s3://{bucket}/{job}/code", f"s3://{bucket}/{job}/output", instance_type, 1,
+        job,
+        role,
+        image,
+        f"s3://{bucket}/{job}/code",
+        f"s3://{bucket}/{job}/output",
+        instance_type,
+        1,
         ["python3", f"{CODE_CHANNEL}/train.py"],
     )
     # session: whose STS identity becomes the owner tag (default: the usual AWS profile/region).
-    return dict(remote_debug.enable(
-        request, ide="vscode", wait=wait, keep_alive=keep_alive, package_uri=f"s3://{bucket}/{job}/remote-debug",
-        boto_session=session,
-    ))
+    return dict(
+        remote_debug.enable(
+            request,
+            ide="vscode",
+            wait=wait,
+            keep_alive=keep_alive,
+            package_uri=f"s3://{bucket}/{job}/remote-debug",
+            boto_session=session,
+        )
+    )
 
 
 def torchrun_multi_node(
-    job: str, role: str, image: str, bucket: str, nodes: int = 2, procs_per_node: int = 4,
-    instance_type: str = "ml.g5.12xlarge", session: Any = None, wait: float = 600, keep_alive: float = 0,
+    job: str,
+    role: str,
+    image: str,
+    bucket: str,
+    nodes: int = 2,
+    procs_per_node: int = 4,
+    instance_type: str = "ml.g5.12xlarge",
+    session: Any = None,
+    wait: float = 600,
+    keep_alive: float = 0,
 ) -> dict[str, Any]:
     # Every node gets the same command; c10d rendezvous on algo-1 assigns the node ranks.
     entry = [
-        "torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(procs_per_node), "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "algo-1:29400", "--rdzv-id", job, f"{CODE_CHANNEL}/train.py",
+        "torchrun",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(procs_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "algo-1:29400",
+        "--rdzv-id",
+        job,
+        f"{CODE_CHANNEL}/train.py",
     ]
     request = _request(
         job, role, image, f"s3://{bucket}/{job}/code", f"s3://{bucket}/{job}/output", instance_type, nodes, entry
     )
-    return dict(remote_debug.enable(
-        request, ide="vscode", ranks="all", wait=wait, keep_alive=keep_alive,
-        package_uri=f"s3://{bucket}/{job}/remote-debug", boto_session=session,
-    ))
+    return dict(
+        remote_debug.enable(
+            request,
+            ide="vscode",
+            ranks="all",
+            wait=wait,
+            keep_alive=keep_alive,
+            package_uri=f"s3://{bucket}/{job}/remote-debug",
+            boto_session=session,
+        )
+    )
 
 
 def upload(session: Any, bucket: str, job: str) -> None:
@@ -104,24 +150,48 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--procs-per-node", type=int, default=1)
     parser.add_argument("--instance-type", default=None)
-    parser.add_argument("--wait", type=float, default=600, metavar="SECONDS",
-                        help="how long each rank waits for a debugger at start (0: never)")
-    parser.add_argument("--keep-alive", type=float, default=0, metavar="SECONDS",
-                        help="every node stays up SECONDS after the training command ends, for remote-debug "
-                        "sync/run, until remote-debug release (billed; 0: the job ends with the command)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=600,
+        metavar="SECONDS",
+        help="how long each rank waits for a debugger at start (0: never)",
+    )
+    parser.add_argument(
+        "--keep-alive",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="every node stays up SECONDS after the training command ends, for remote-debug "
+        "sync/run, until remote-debug release (billed; 0: the job ends with the command)",
+    )
     args = parser.parse_args(argv)
     # The region explicitly: boto3 here reads AWS_DEFAULT_REGION but not AWS_REGION.
     session = boto3.Session(region_name=args.region)
     upload(session, args.bucket, args.job)
     if args.nodes > 1:
         request = torchrun_multi_node(
-            args.job, args.role, args.image, args.bucket, args.nodes, args.procs_per_node,
-            args.instance_type or "ml.g5.12xlarge", session, wait=args.wait, keep_alive=args.keep_alive,
+            args.job,
+            args.role,
+            args.image,
+            args.bucket,
+            args.nodes,
+            args.procs_per_node,
+            args.instance_type or "ml.g5.12xlarge",
+            session,
+            wait=args.wait,
+            keep_alive=args.keep_alive,
         )
     else:
         request = single_node(
-            args.job, args.role, args.image, args.bucket, args.instance_type or "ml.g5.xlarge", session,
-            wait=args.wait, keep_alive=args.keep_alive,
+            args.job,
+            args.role,
+            args.image,
+            args.bucket,
+            args.instance_type or "ml.g5.xlarge",
+            session,
+            wait=args.wait,
+            keep_alive=args.keep_alive,
         )
     session.client("sagemaker").create_training_job(**request)
     print(f"started {args.job}: remote-debug attach {args.job}")

@@ -29,8 +29,14 @@ FRAMEWORK = {"framework_version": "2.5.1", "py_version": "py311"}  # torch_distr
 
 def single_node(role: str, instance_type: str = "ml.g5.xlarge", session: Any = None) -> PyTorch:
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(CODE_DIR), role=role, instance_type=instance_type,
-        instance_count=1, base_job_name="rd-v2-single", sagemaker_session=session, **FRAMEWORK,
+        entry_point="train.py",
+        source_dir=str(CODE_DIR),
+        role=role,
+        instance_type=instance_type,
+        instance_count=1,
+        base_job_name="rd-v2-single",
+        sagemaker_session=session,
+        **FRAMEWORK,
     )
     # wait: each rank waits up to 10 minutes for a debugger before it runs on.
     return remote_debug.enable(estimator, ide="vscode", wait=600)
@@ -40,9 +46,15 @@ def torchrun_multi_node(
     role: str, nodes: int = 2, instance_type: str = "ml.g5.12xlarge", session: Any = None
 ) -> PyTorch:
     estimator = PyTorch(
-        entry_point="train.py", source_dir=str(CODE_DIR), role=role, instance_type=instance_type,
-        instance_count=nodes, distribution={"torch_distributed": {"enabled": True}},
-        base_job_name="rd-v2-torchrun", sagemaker_session=session, **FRAMEWORK,
+        entry_point="train.py",
+        source_dir=str(CODE_DIR),
+        role=role,
+        instance_type=instance_type,
+        instance_count=nodes,
+        distribution={"torch_distributed": {"enabled": True}},
+        base_job_name="rd-v2-torchrun",
+        sagemaker_session=session,
+        **FRAMEWORK,
     )
     return remote_debug.enable(estimator, ide="vscode", ranks="all", wait=600)
 

@@ -31,17 +31,26 @@ CODE_DIR = Path(__file__).resolve().parent / "code"
 
 
 def pytorch_image(region: str, instance_type: str) -> str:
-    return str(image_uris.retrieve(
-        framework="pytorch", region=region, version="2.5", py_version="py311", instance_type=instance_type,
-        image_scope="training",
-    ))
+    return str(
+        image_uris.retrieve(
+            framework="pytorch",
+            region=region,
+            version="2.5",
+            py_version="py311",
+            instance_type=instance_type,
+            image_scope="training",
+        )
+    )
 
 
 def single_node(role: str, region: str, instance_type: str = "ml.g5.xlarge", session: Any = None) -> ModelTrainer:
     trainer = ModelTrainer(
-        training_image=pytorch_image(region, instance_type), role=role, base_job_name="rd-v3-single",
+        training_image=pytorch_image(region, instance_type),
+        role=role,
+        base_job_name="rd-v3-single",
         source_code=SourceCode(source_dir=str(CODE_DIR), entry_script="train.py"),
-        compute=Compute(instance_type=instance_type, instance_count=1), sagemaker_session=session,
+        compute=Compute(instance_type=instance_type, instance_count=1),
+        sagemaker_session=session,
     )
     return remote_debug.enable(trainer, ide="vscode", wait=600)
 
@@ -50,10 +59,13 @@ def torchrun_multi_node(
     role: str, region: str, nodes: int = 2, instance_type: str = "ml.g5.12xlarge", session: Any = None
 ) -> ModelTrainer:
     trainer = ModelTrainer(
-        training_image=pytorch_image(region, instance_type), role=role, base_job_name="rd-v3-torchrun",
+        training_image=pytorch_image(region, instance_type),
+        role=role,
+        base_job_name="rd-v3-torchrun",
         source_code=SourceCode(source_dir=str(CODE_DIR), entry_script="train.py"),
         distributed=Torchrun(),  # one process per GPU on every node
-        compute=Compute(instance_type=instance_type, instance_count=nodes), sagemaker_session=session,
+        compute=Compute(instance_type=instance_type, instance_count=nodes),
+        sagemaker_session=session,
     )
     return remote_debug.enable(trainer, ide="vscode", ranks="all", wait=600)
 

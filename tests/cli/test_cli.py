@@ -236,8 +236,19 @@ def test_demo_headless_json_stops_every_rank(home: Path) -> None:
 
 def test_no_netns_keeps_nodes_on_loopback_and_jobs_json_says_so(home: Path, src: Path) -> None:
     out = cli(
-        "launch", "--local", "--name", "flat", "--nodes", "2", "--no-netns", "--source-dir", str(src), "--json",
-        "--", "python", "quick.py",
+        "launch",
+        "--local",
+        "--name",
+        "flat",
+        "--nodes",
+        "2",
+        "--no-netns",
+        "--source-dir",
+        str(src),
+        "--json",
+        "--",
+        "python",
+        "quick.py",
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["machine"]["isolation"] == "loopback"

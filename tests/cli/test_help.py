@@ -38,7 +38,16 @@ DAY_OPTIONS = {"--days", "--older-than"}
 
 def test_every_command_is_here() -> None:
     assert set(COMMANDS) >= {
-        "attach", "demo", "doctor", "jobs", "launch", "proxy", "prune", "ssh", "ssh-config", "stop"
+        "attach",
+        "demo",
+        "doctor",
+        "jobs",
+        "launch",
+        "proxy",
+        "prune",
+        "ssh",
+        "ssh-config",
+        "stop",
     }
 
 
@@ -99,7 +108,10 @@ def _console(*args: str) -> subprocess.CompletedProcess[str]:
     # the installed entry point, as users and ssh run it: ``proxy`` goes through its fast path (no typer) first
     return subprocess.run(
         [str(Path(sys.executable).with_name("remote-debug")), *args],
-        capture_output=True, text=True, timeout=60, env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
     )
 
 

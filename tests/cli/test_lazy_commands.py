@@ -51,8 +51,7 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 
 
 def _run(*argv: str) -> tuple[int, set[str]]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True, timeout=60)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     return int(result["code"] or 0), set(result["modules"])
 

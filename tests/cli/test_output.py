@@ -15,44 +15,81 @@ from remote_debug.laptop.wire import events as ev
 SAMPLES: list[tuple[ev.Event, str]] = [
     (ev.Launched(job="j", nodes=2, nproc_per_node=4, workspace="/ws"), "launched job j (2 x 4 ranks); workspace /ws"),
     (ev.RankAttached(rank=1, node="algo-1"), "rank 1: debugger attached"),
-    (ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
-     "job j: InProgress / Downloading"),
+    (
+        ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
+        "job j: InProgress / Downloading",
+    ),
     (ev.Waiting(what="nodes", nodes=["algo-1", "algo-2"]), "waiting for nodes to start: algo-1, algo-2"),
-    (ev.SshConfig(aliases=["algo-1.j"], config="/h/.remote-debug/ssh_config"),
-     "ssh entries written (algo-1.j): try `ssh algo-1.j`"),
+    (
+        ev.SshConfig(aliases=["algo-1.j"], config="/h/.remote-debug/ssh_config"),
+        "ssh entries written (algo-1.j): try `ssh algo-1.j`",
+    ),
     (ev.NodeConnected(node="algo-1", alias="algo-1.j"), "connected to algo-1.j"),
-    (ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.LISTENING,
-                  ide=IDE.VSCODE, code_dir="/opt/ml/code"),
-     "rank 0 on algo-1: debugger at 127.0.0.1:4000"),
-    (ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED, error=None),
-     "rank 1 on algo-1 has no debugger (skipped: )"),
-    (ev.LaunchJson(path="/ws/.vscode/launch.json", compound="remote-debug: j all ranks", configurations=[]),
-     "VS Code: /ws/.vscode/launch.json has 'remote-debug: j all ranks'"),
+    (
+        ev.RankReady(
+            rank=0,
+            node="algo-1",
+            local_port=4000,
+            remote_port=5000,
+            state=RankState.LISTENING,
+            ide=IDE.VSCODE,
+            code_dir="/opt/ml/code",
+        ),
+        "rank 0 on algo-1: debugger at 127.0.0.1:4000",
+    ),
+    (
+        ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED, error=None),
+        "rank 1 on algo-1 has no debugger (skipped: )",
+    ),
+    (
+        ev.LaunchJson(path="/ws/.vscode/launch.json", compound="remote-debug: j all ranks", configurations=[]),
+        "VS Code: /ws/.vscode/launch.json has 'remote-debug: j all ranks'",
+    ),
     (ev.Ready(ranks=[0, 1]), "ready: ranks [0, 1]"),
-    (ev.Stopped(rank=0, node="algo-1", file="t.py", line=3, function="f", reason="breakpoint", variables={"x": "1"}),
-     "rank 0 stopped at t.py:3 (breakpoint): {'x': '1'}"),
+    (
+        ev.Stopped(rank=0, node="algo-1", file="t.py", line=3, function="f", reason="breakpoint", variables={"x": "1"}),
+        "rank 0 stopped at t.py:3 (breakpoint): {'x': '1'}",
+    ),
     (ev.RankDetached(rank=0, node="algo-1"), "rank 0 detached"),
     (ev.Reconnected(node="algo-1"), "reconnected to algo-1"),
     (ev.TunnelDown(node="algo-1", error="EOF"), "tunnel to algo-1 is down, retrying: EOF"),
     (ev.WarningEvent(message="slow"), "warning: slow"),
-    (ev.PycharmBuild(build="263.1", source="/opt/pycharm", installed="263.1.2", others=[]),
-     "PyCharm build 263.1 from /opt/pycharm, pydevd-pycharm 263.1.2 installed"),
-    (ev.PycharmConfig(config_name="j", port=7000, path="/ws/.idea/x.xml", steps=["a", "b"]),
-     "PyCharm run configuration 'j' (port 7000) written to /ws/.idea/x.xml\n  1. a\n  2. b"),
+    (
+        ev.PycharmBuild(build="263.1", source="/opt/pycharm", installed="263.1.2", others=[]),
+        "PyCharm build 263.1 from /opt/pycharm, pydevd-pycharm 263.1.2 installed",
+    ),
+    (
+        ev.PycharmConfig(config_name="j", port=7000, path="/ws/.idea/x.xml", steps=["a", "b"]),
+        "PyCharm run configuration 'j' (port 7000) written to /ws/.idea/x.xml\n  1. a\n  2. b",
+    ),
     (ev.RankConnected(rank=0, node="algo-1", ide_port=5678), "rank 0 on algo-1: connected to PyCharm's debug server"),
     (ev.IdeNotListening(rank=0, node="algo-1", message="start it"), "rank 0 on algo-1 is waiting: start it"),
-    (ev.RankFailed(rank=1, node="algo-1", pid=7, error="ValueError: x", traceback="Traceback\n  line\n", held=False),
-     "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line"),
-    (ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="rank 1 failed"),
-     "job ended: Failed, exit code 1 (rank 1 failed)"),
-    (ev.Detached(job="j", reason=ev.DetachReason.INTERRUPTED, status=JobStatus.IN_PROGRESS),
-     "detached (Ctrl-C): job j keeps running"),
-    (ev.RankRestarted(rank=2, node="algo-2", pid=70, old_pid=60, run=1),
-     "rank 2 on algo-2 restarted (run 1, pid 70): attaching to the new process"),
-    (ev.RunStarted(job="j", run=2, nodes=["algo-1", "algo-2"], command=["python", "-c", "print(1)"], master_port=4242),
-     "run 2 of job j: python -c 'print(1)' on algo-1, algo-2, rendezvous port 4242"),
-    (ev.RunEnded(job="j", run=2, exit_code=3, exit_codes={"algo-1": 3}),
-     "run 2 ended, exit code 3; the nodes stay up (remote-debug release j ends them)"),
+    (
+        ev.RankFailed(rank=1, node="algo-1", pid=7, error="ValueError: x", traceback="Traceback\n  line\n", held=False),
+        "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line",
+    ),
+    (
+        ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="rank 1 failed"),
+        "job ended: Failed, exit code 1 (rank 1 failed)",
+    ),
+    (
+        ev.Detached(job="j", reason=ev.DetachReason.INTERRUPTED, status=JobStatus.IN_PROGRESS),
+        "detached (Ctrl-C): job j keeps running",
+    ),
+    (
+        ev.RankRestarted(rank=2, node="algo-2", pid=70, old_pid=60, run=1),
+        "rank 2 on algo-2 restarted (run 1, pid 70): attaching to the new process",
+    ),
+    (
+        ev.RunStarted(
+            job="j", run=2, nodes=["algo-1", "algo-2"], command=["python", "-c", "print(1)"], master_port=4242
+        ),
+        "run 2 of job j: python -c 'print(1)' on algo-1, algo-2, rendezvous port 4242",
+    ),
+    (
+        ev.RunEnded(job="j", run=2, exit_code=3, exit_codes={"algo-1": 3}),
+        "run 2 ended, exit code 3; the nodes stay up (remote-debug release j ends them)",
+    ),
 ]
 
 
@@ -63,8 +100,15 @@ def test_every_described_event_has_its_line() -> None:
 
 
 def test_pycharm_ready_held_failure_and_quiet_events() -> None:
-    pycharm = ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.WAITING,
-                           ide=IDE.PYCHARM, code_dir="/opt/ml/code")
+    pycharm = ev.RankReady(
+        rank=0,
+        node="algo-1",
+        local_port=4000,
+        remote_port=5000,
+        state=RankState.WAITING,
+        ide=IDE.PYCHARM,
+        code_dir="/opt/ml/code",
+    )
     assert describe_event(pycharm) == (
         "rank 0 on algo-1: its localhost:5000 leads to PyCharm's debug server at 127.0.0.1:4000"
     )

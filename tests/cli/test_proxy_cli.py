@@ -27,8 +27,16 @@ needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the Op
 
 def manifest(job: str, port: int = 2222) -> spec.NodeManifest:
     return spec.NodeManifest(
-        job_name=job, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=port, ssh_user="root",
-        host_public_key=KEY, code_dir="/opt/ml/code", state="running", hook_pid=1,
+        job_name=job,
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=port,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=1,
     )
 
 
@@ -36,7 +44,10 @@ def ssh_to(paths: StatePaths, alias: str) -> subprocess.CompletedProcess[str]:
     """OpenSSH through our ProxyCommand, with our generated config, as VS Code Remote-SSH runs it."""
     return subprocess.run(
         ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", alias, "true"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
 
 

@@ -33,13 +33,24 @@ METHODS = [
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
 
 
 def popen(*args: str, new_session: bool = False) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "remote_debug", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ), start_new_session=new_session)
+    return subprocess.Popen(
+        [sys.executable, "-m", "remote_debug", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=new_session,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -110,16 +121,34 @@ def test_human_line_and_json_event(project: Project) -> None:
 
 def test_human_wording() -> None:
     assert [size_text(n) for n in (0, 999, 12_400, 3_000_000, 5 * 10**15)] == [
-        "0 B", "999 B", "12.4 kB", "3.0 MB", "5000.0 TB"
+        "0 B",
+        "999 B",
+        "12.4 kB",
+        "3.0 MB",
+        "5000.0 TB",
     ]
-    two = events.Synced(job="j", source="/w", files=6, bytes=24_800, seconds=0.414, nodes=[
-        events.NodeSynced(node=n, method="rsync", files=3, bytes=12_400, seconds=0.4) for n in ("algo-1", "algo-2")
-    ])
+    two = events.Synced(
+        job="j",
+        source="/w",
+        files=6,
+        bytes=24_800,
+        seconds=0.414,
+        nodes=[
+            events.NodeSynced(node=n, method="rsync", files=3, bytes=12_400, seconds=0.4) for n in ("algo-1", "algo-2")
+        ],
+    )
     assert synced_line(two) == "synced 3 files (12.4 kB) to 2 nodes in 0.41 s (rsync)"
-    mixed = events.Synced(job="j", source="/w", files=1, bytes=5, seconds=1.0, nodes=[
-        events.NodeSynced(node="algo-1", method="rsync", files=1, bytes=5, seconds=1.0),
-        events.NodeSynced(node="algo-2", method="sftp", files=0, bytes=0, seconds=0.1),
-    ])
+    mixed = events.Synced(
+        job="j",
+        source="/w",
+        files=1,
+        bytes=5,
+        seconds=1.0,
+        nodes=[
+            events.NodeSynced(node="algo-1", method="rsync", files=1, bytes=5, seconds=1.0),
+            events.NodeSynced(node="algo-2", method="sftp", files=0, bytes=0, seconds=0.1),
+        ],
+    )
     assert synced_line(mixed) == (
         "synced 1 file (5 B: algo-1: 1 file, 5 B; algo-2: 0 files, 0 B) to 2 nodes in 1.00 s (rsync, sftp)"
     )
@@ -136,8 +165,10 @@ def test_bad_input_is_one_line_and_exit_2(project: Project, tmp_path: Path) -> N
     done = project.root.parent / "quick"
     done.mkdir()
     (done / "quick.py").write_text("print('done')\n")
-    assert cli("launch", "--local", "--name", "quick", "--source-dir", str(done), "--", "python", "quick.py"
-               ).returncode == 0
+    assert (
+        cli("launch", "--local", "--name", "quick", "--source-dir", str(done), "--", "python", "quick.py").returncode
+        == 0
+    )
 
     def completed() -> bool:
         jobs = json.loads(cli("jobs", "--json").stdout)
@@ -182,6 +213,7 @@ def test_ctrl_c_mid_upload_leaves_no_partial_file(project: Project, method: str)
         fh.truncate(400 * 1000 * 1000)  # sparse: quick to make, as slow to send as any
     proc = popen("sync", JOB, "--method", method, new_session=True)
     try:
+
         def uploading() -> bool:
             assert proc.poll() is None, proc.communicate()
             return any(p.name.startswith(f".{big.name}.") for p in project.code.iterdir())

@@ -26,7 +26,9 @@ def test_version_json_names_the_installed_distribution_and_its_python() -> None:
     # the interpreter the extension would run `-m pip install --upgrade` with has this very package
     probe = subprocess.run(
         [data["python"], "-c", "import remote_debug; print(remote_debug.__version__)"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert probe.stdout.strip() == data["version"], probe.stderr
 

@@ -18,15 +18,18 @@ from tests.helpers.second_user import needs_second_user, python_as_nobody
 
 
 def _as_nobody(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(python_as_nobody(code, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd="/")
+    return subprocess.Popen(
+        python_as_nobody(code, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
+    )
 
 
 @pytest.fixture
 def stranger_listener() -> Iterator[int]:
     """A port that nobody listens on (and never accepts)."""
-    proc = _as_nobody("import socket, sys\ns = socket.create_server(('127.0.0.1', 0))\n"
-                      "print(s.getsockname()[1], flush=True)\nsys.stdin.read()\n")
+    proc = _as_nobody(
+        "import socket, sys\ns = socket.create_server(('127.0.0.1', 0))\n"
+        "print(s.getsockname()[1], flush=True)\nsys.stdin.read()\n"
+    )
     try:
         assert proc.stdout is not None
         yield int(proc.stdout.readline())
@@ -38,11 +41,13 @@ def stranger_listener() -> Iterator[int]:
 def test_a_gated_listener_skips_a_strangers_connection() -> None:
     listener = debugpy_gate.gate(socket.create_server(("127.0.0.1", 0)))
     port = listener.getsockname()[1]
-    stranger = _as_nobody("import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
-                          "s.sendall(b'initialize')\nprint('sent', flush=True)\n"
-                          "try:\n    print(s.recv(10) or 'closed', flush=True)\n"
-                          "except OSError:\n    print('closed', flush=True)\n",
-                          str(port))
+    stranger = _as_nobody(
+        "import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+        "s.sendall(b'initialize')\nprint('sent', flush=True)\n"
+        "try:\n    print(s.recv(10) or 'closed', flush=True)\n"
+        "except OSError:\n    print('closed', flush=True)\n",
+        str(port),
+    )
     try:
         assert stranger.stdout is not None and stranger.stdout.readline().strip() == "sent"
         ours = socket.create_connection(("127.0.0.1", port))
@@ -74,10 +79,7 @@ def test_pydevd_refuses_an_adapter_another_user_accepted_it_on(stranger_listener
 
 
 # A single-process rank that waits for a debugger (eager listener), then runs on.
-WAITING_RANK = (
-    "import pathlib, sys, time\n"
-    "pathlib.Path(sys.argv[1], 'ran').write_text('yes')\n"
-)
+WAITING_RANK = "import pathlib, sys, time\npathlib.Path(sys.argv[1], 'ran').write_text('yes')\n"
 
 
 @pytest.mark.parametrize("adapter", spec.DEBUGPY_ADAPTERS)

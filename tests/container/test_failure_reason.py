@@ -41,8 +41,9 @@ def test_torchrun_job_fails_with_the_failing_ranks_exception_line(run: HookRun) 
 
 
 def _rank(rank: int, state: spec.RankState, error: str | None, failed_at: float | None) -> spec.RankEndpoint:
-    return spec.RankEndpoint(rank=rank, local_rank=rank, world_size=4, port=0, pid=100 + rank, state=state,
-                             error=error, failed_at=failed_at)
+    return spec.RankEndpoint(
+        rank=rank, local_rank=rank, world_size=4, port=0, pid=100 + rank, state=state, error=error, failed_at=failed_at
+    )
 
 
 def test_the_first_rank_to_fail_is_the_cause(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_held_rank_is_stopped_at_the_exception_then_fails_as_before(
     (run.marks / "go").write_text("")
     doc = _held(run)
     assert doc["error"] == "ValueError: bad 42"
-    assert f'line {RAISE_LINE}, in compute' in doc["traceback"] and "ValueError: bad 42" in doc["traceback"]
+    assert f"line {RAISE_LINE}, in compute" in doc["traceback"] and "ValueError: bad 42" in doc["traceback"]
     assert run.node()["state"] == "running"  # the job is still in progress while held
     assert run.proc is not None and run.proc.poll() is None
 
@@ -167,8 +167,10 @@ def test_held_rank_says_how_long_it_waits_and_shows_where_it_raised(run: HookRun
     assert doc["failed_at"] <= time.time()
     # the seconds left when the node saw it: 20 at once, fewer on a machine slow to start the hook's watcher (a
     # fresh clone compiles every module first), within the same 15-20 s the document's hold_until allows above
-    line = re.compile(r"\[remote-debug\] node algo-1: rank 0 held for post-mortem, (1[5-9]|20) s left: "
-                      r"ValueError: bad 42")
+    line = re.compile(
+        r"\[remote-debug\] node algo-1: rank 0 held for post-mortem, (1[5-9]|20) s left: "
+        r"ValueError: bad 42"
+    )
     wait_for(lambda: line.search(run.stderr), 10, "the held rank's line in the node log")
 
     threads = _stacks(doc["control_port"])
@@ -176,8 +178,10 @@ def test_held_rank_says_how_long_it_waits_and_shows_where_it_raised(run: HookRun
     assert [t["name"] for t in threads] == ["MainThread"], threads
     [main] = threads
     assert main["exception"] == "ValueError: bad 42"
-    assert [(f["function"], f["line"]) for f in main["frames"]] == [("<module>", RAISE_LINE + 1),
-                                                                     ("compute", RAISE_LINE)]
+    assert [(f["function"], f["line"]) for f in main["frames"]] == [
+        ("<module>", RAISE_LINE + 1),
+        ("compute", RAISE_LINE),
+    ]
     everything = _stacks(doc["control_port"], all_threads=True)
     assert len(everything) > 1 and all(t["internal"] for t in everything if t["name"] != "MainThread")
 

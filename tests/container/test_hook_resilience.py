@@ -171,8 +171,7 @@ def test_env_injection_without_hook(tmp_path: Path, client_key: tuple[Path, str]
     expected_dir = tmp_path / "remote-debug" / "no-hook" / "algo-2"
     with hook_run(tmp_path, {**env, spec.ENV_MANIFEST_DIR: str(expected_dir)}) as run:
         script = _script(run, "import remote_debug, sys; print(remote_debug.__file__)\n")
-        result = subprocess.run([PYTHON, script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run([PYTHON, script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == str(REPO / "remote_debug" / "__init__.py")
         rank = run.rank(0)
@@ -213,8 +212,9 @@ def test_pycharm_rank_waiting_without_a_tunnel_runs_on_and_says_why(run: HookRun
 
 
 def test_usage_without_command() -> None:
-    result = subprocess.run([PYTHON, "-m", "remote_debug.container", "--"], cwd=REPO, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [PYTHON, "-m", "remote_debug.container", "--"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and "usage:" in result.stderr
 
 
@@ -250,8 +250,13 @@ def test_ctrl_c_on_a_terminal_reaches_the_command_once(run: HookRun) -> None:
     run.marks.mkdir(exist_ok=True)
     run.proc = subprocess.Popen(
         [PYTHON, "-m", "remote_debug.container", "--", PYTHON, script, str(run.marks)],
-        env=run.env, cwd=run.root, stdin=slave, stdout=slave, stderr=slave,
-        start_new_session=True, preexec_fn=controlling_tty,
+        env=run.env,
+        cwd=run.root,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=controlling_tty,
     )
     os.close(slave)
     try:

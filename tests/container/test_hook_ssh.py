@@ -51,19 +51,44 @@ class Job:
         self.host_key: str = node["host_public_key"]
         self.sshd_pid = int((run.state_dir / "sshd.pid").read_text())
 
-    def ssh(self, *extra: str, known_hosts: Path | None = None, command: str = "echo hi",
-            env: dict[str, str] | None = None, key: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self,
+        *extra: str,
+        known_hosts: Path | None = None,
+        command: str = "echo hi",
+        env: dict[str, str] | None = None,
+        key: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         if known_hosts is None:
             known_hosts = self.run.root / "known_hosts"
             known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_key}\n")
         argv = [
-            "ssh", "-F", "/dev/null", "-i", str(key or self.key), "-o", "IdentitiesOnly=yes",
-            "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10", "-o", "BatchMode=yes",
-            *extra, "-p", str(self.port), f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1", command,
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(key or self.key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ConnectTimeout=10",
+            "-o",
+            "BatchMode=yes",
+            *extra,
+            "-p",
+            str(self.port),
+            f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1",
+            command,
         ]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                              env=env, start_new_session=True)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +100,11 @@ def job(tmp_path_factory: pytest.TempPathFactory, client_key: tuple[Path, str]) 
     env["REMOTE_DEBUG_CODE_DIR"] = str(root)
     with hook_run(root, env) as run:
         run.start(PYTHON, str(root / "train.py"), str(root / "marks"))
-        wait_for(lambda: (run.marks / "started").exists() or run.proc.poll() is not None,  # type: ignore[union-attr]
-                 60, "the training script to start")
+        wait_for(
+            lambda: (run.marks / "started").exists() or run.proc.poll() is not None,  # type: ignore[union-attr]
+            60,
+            "the training script to start",
+        )
         assert run.proc is not None and run.proc.poll() is None, run.stderr
         yield Job(run, client_key[0])
 
@@ -117,8 +145,17 @@ def test_password_auth_is_refused(job: Job) -> None:
     askpass.write_text(f"#!/bin/sh\ntouch {asked}\necho hunter2\n")
     askpass.chmod(0o755)
     env = {**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"}
-    result = job.ssh("-o", "BatchMode=no", "-o", "PreferredAuthentications=password,keyboard-interactive",
-                     "-o", "PubkeyAuthentication=no", "-o", "NumberOfPasswordPrompts=1", env=env)
+    result = job.ssh(
+        "-o",
+        "BatchMode=no",
+        "-o",
+        "PreferredAuthentications=password,keyboard-interactive",
+        "-o",
+        "PubkeyAuthentication=no",
+        "-o",
+        "NumberOfPasswordPrompts=1",
+        env=env,
+    )
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr  # the server offers nothing else
     assert not asked.exists()  # ...so no password was ever asked for

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(UNSHARE is None or os.geteuid() != 0, reason="ne
 # After the orphan (a backgrounded sleep whose shell exits at once) ends, count the zombies in the namespace.
 ORPHAN_THEN_COUNT = (
     'sh -c "sleep 0.3 &"; sleep 1.2; '
-    "z=0; for f in /proc/[0-9]*/stat; do set -- $(cat $f 2>/dev/null); [ \"$3\" = Z ] && z=$((z+1)); done; "
+    'z=0; for f in /proc/[0-9]*/stat; do set -- $(cat $f 2>/dev/null); [ "$3" = Z ] && z=$((z+1)); done; '
     'echo "zombies=$z"; exit 7'
 )
 
@@ -34,10 +34,25 @@ ORPHAN_THEN_COUNT = (
 def _as_pid1(command: str, **popen: object) -> subprocess.Popen[str]:
     assert UNSHARE is not None
     return subprocess.Popen(
-        [UNSHARE, "--pid", "--fork", "--mount-proc", sys.executable, "-m", "remote_debug.container", "--",
-         "sh", "-c", command],
-        cwd=REPO, env={k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_")},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,  # type: ignore[call-overload]
+        [
+            UNSHARE,
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-m",
+            "remote_debug.container",
+            "--",
+            "sh",
+            "-c",
+            command,
+        ],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[call-overload]
     )
 
 
@@ -54,8 +69,9 @@ def test_orphans_are_reaped_and_the_exit_code_is_the_commands() -> None:
 
 
 def test_a_stop_signal_to_pid1_reaches_the_command() -> None:
-    proc = _as_pid1("trap 'echo got-term; exit 0' TERM; echo started; while :; do sleep 0.1; done",
-                    start_new_session=True)
+    proc = _as_pid1(
+        "trap 'echo got-term; exit 0' TERM; echo started; while :; do sleep 0.1; done", start_new_session=True
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started"

@@ -139,7 +139,9 @@ def test_leftover_processes_are_stopped_when_the_command_ends(run: HookRun) -> N
     assert run.node()["state"] == "completed"
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [("", 100.0), ("5", 5.0), ("0", 0.0), ("soon", 100.0), ("-3", 100.0),
-                                               ("nan", 100.0), ("1e9", 100.0)])
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("", 100.0), ("5", 5.0), ("0", 0.0), ("soon", 100.0), ("-3", 100.0), ("nan", 100.0), ("1e9", 100.0)],
+)
 def test_stop_grace_from_the_environment(raw: str, seconds: float) -> None:
     assert stop_grace({spec.ENV_STOP_GRACE: raw}) == seconds  # a bad value never disables the escalation

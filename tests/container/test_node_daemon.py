@@ -65,11 +65,16 @@ def test_first_python_process_starts_one_node_daemon(tmp_path: Path, client_key:
     manifest_dir = Path(env[spec.ENV_MANIFEST_DIR])
     started = time.monotonic()
     driver = subprocess.Popen(
-        [PYTHON, str(drivers / "driver.py"), str(marks), str(tmp_path / "rank.py")], env=env, cwd=tmp_path,
-        stdin=subprocess.DEVNULL, stdout=open(tmp_path / "stdout.log", "wb"),  # noqa: SIM115 - the child owns it
-        stderr=open(tmp_path / "stderr.log", "wb"), start_new_session=True,  # noqa: SIM115
+        [PYTHON, str(drivers / "driver.py"), str(marks), str(tmp_path / "rank.py")],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=open(tmp_path / "stdout.log", "wb"),  # noqa: SIM115 - the child owns it
+        stderr=open(tmp_path / "stderr.log", "wb"),  # noqa: SIM115
+        start_new_session=True,
     )
     try:
+
         def ready() -> spec.NodeManifest | None:
             try:
                 node = spec.read_node_manifest(manifest_dir)
@@ -91,10 +96,30 @@ def test_first_python_process_starts_one_node_daemon(tmp_path: Path, client_key:
         known = tmp_path / "known_hosts"
         known.write_text(f"[127.0.0.1]:{node.sshd_port} {node.host_public_key}\n")
         login = subprocess.run(
-            ["ssh", "-F", "/dev/null", "-i", str(client_key[0]), "-o", "IdentitiesOnly=yes",
-             "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-             "-p", str(node.sshd_port), f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1", "echo", "in-node"],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+            [
+                "ssh",
+                "-F",
+                "/dev/null",
+                "-i",
+                str(client_key[0]),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                f"UserKnownHostsFile={known}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                "-p",
+                str(node.sshd_port),
+                f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1",
+                "echo",
+                "in-node",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
         )
         assert login.returncode == 0 and login.stdout.strip() == "in-node", login.stderr
         assert len(_daemons(token)) == 1
@@ -108,8 +133,10 @@ def test_first_python_process_starts_one_node_daemon(tmp_path: Path, client_key:
         assert not alive(int(node.hook_pid)) and (manifest_dir / LOCK_NAME).read_text() == ""
         assert not list(tmp_path.glob("remote-debug-sshd-*"))  # its private dir (host key) is gone
         assert pids_with_env(token) == []  # sshd, adapters, ranks: nothing outlived the job
-        lines = [mlines.parse_manifest_line(line, secret=env[spec.ENV_JOB_SECRET])
-                 for line in (tmp_path / "stdout.log").read_text().splitlines()]
+        lines = [
+            mlines.parse_manifest_line(line, secret=env[spec.ENV_JOB_SECRET])
+            for line in (tmp_path / "stdout.log").read_text().splitlines()
+        ]
         boots = {line.boot for line in lines if line}
         assert len(boots) == 1  # exactly one daemon ever published for this node
         merged = mlines.merge_manifest_lines(line for line in lines if line)
@@ -134,14 +161,31 @@ def test_second_process_finds_the_running_daemon(tmp_path: Path, client_key: tup
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "rank.py").write_text(RANK)
-    first = subprocess.Popen([PYTHON, str(tmp_path / "rank.py"), str(marks)], env={**env, "RANK": "0"},
-                             cwd=tmp_path, stdin=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(
+        [PYTHON, str(tmp_path / "rank.py"), str(marks)],
+        env={**env, "RANK": "0"},
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: len(_daemons(token)) == 1 and (Path(env[spec.ENV_MANIFEST_DIR]) / LOCK_NAME).exists()
-                 and (Path(env[spec.ENV_MANIFEST_DIR]) / LOCK_NAME).read_text().strip(), 60, "the first daemon")
-        second = subprocess.run([PYTHON, str(tmp_path / "rank.py"), str(marks)], env={**env, "RANK": "1"},
-                                cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=60,
-                                preexec_fn=lambda: (marks / "release").write_text(""))
+        wait_for(
+            lambda: (
+                len(_daemons(token)) == 1
+                and (Path(env[spec.ENV_MANIFEST_DIR]) / LOCK_NAME).exists()
+                and (Path(env[spec.ENV_MANIFEST_DIR]) / LOCK_NAME).read_text().strip()
+            ),
+            60,
+            "the first daemon",
+        )
+        second = subprocess.run(
+            [PYTHON, str(tmp_path / "rank.py"), str(marks)],
+            env={**env, "RANK": "1"},
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            preexec_fn=lambda: (marks / "release").write_text(""),
+        )
         assert second.returncode == 0
         assert (marks / "rank-1-saw").read_text() == str(_daemons(token)[0])
         assert len(_daemons(token)) == 1
@@ -153,17 +197,20 @@ def test_second_process_finds_the_running_daemon(tmp_path: Path, client_key: tup
         first.wait(10)
 
 
-@pytest.mark.parametrize(("argv", "helper"), [
-    (["python", "-c", "print(1)"], True),
-    (["python", "-m", "pip", "install", "x"], True),
-    (["python", "-m", "remote_debug.container", DAEMON_FLAG], True),
-    (["python", "-m", "debugpy.adapter"], True),
-    (["/usr/bin/pip3", "list"], False),  # argv[0] is the interpreter slot: only later words count
-    (["python", "/usr/bin/pip3", "list"], True),
-    (["python", "train.py"], False),
-    (["python", "-m", "torch.distributed.run", "train.py"], False),  # a launcher lives long: it may start it
-    (["python3", "/opt/ml/input/data/sm_drivers/distributed_drivers/torchrun_driver.py"], False),
-])
+@pytest.mark.parametrize(
+    ("argv", "helper"),
+    [
+        (["python", "-c", "print(1)"], True),
+        (["python", "-m", "pip", "install", "x"], True),
+        (["python", "-m", "remote_debug.container", DAEMON_FLAG], True),
+        (["python", "-m", "debugpy.adapter"], True),
+        (["/usr/bin/pip3", "list"], False),  # argv[0] is the interpreter slot: only later words count
+        (["python", "/usr/bin/pip3", "list"], True),
+        (["python", "train.py"], False),
+        (["python", "-m", "torch.distributed.run", "train.py"], False),  # a launcher lives long: it may start it
+        (["python3", "/opt/ml/input/data/sm_drivers/distributed_drivers/torchrun_driver.py"], False),
+    ],
+)
 def test_helpers_never_start_the_daemon(argv: list[str], helper: bool) -> None:
     assert is_helper(argv) is helper
 

@@ -32,9 +32,10 @@ EARLY_FILES = [
 ]
 OLD = (3, 8, 10)
 SPEC_ENV = spec.DebugSpec(
-    job_name="old-py", job_secret="5e" * 32,
-    client_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APP"
-                          "dGydAYq4clP4mmQ5PSEGTtS4BX").to_env()
+    job_name="old-py",
+    job_secret="5e" * 32,
+    client_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJExB6drpej4VU5APPdGydAYq4clP4mmQ5PSEGTtS4BX",
+).to_env()
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -47,13 +48,18 @@ def test_version_check() -> None:
     assert entry.old_python((3, 10, 0)) is None and entry.old_python((3, 12, 1)) is None
     assert entry.old_python() is None  # this interpreter
     message = entry.old_python((3, 9, 18))
-    assert message == ("[remote-debug] remote_debug needs Python >= 3.10, found 3.9.18; running the training "
-                       "command without debugging")
+    assert message == (
+        "[remote-debug] remote_debug needs Python >= 3.10, found 3.9.18; running the training command without debugging"
+    )
     assert entry.DAEMON_FLAG == bootstrap.DAEMON_FLAG
     # sitecustomize keeps copies (importing their modules is what an old interpreter must not do)
-    site = {t.id: n.value.value for n in ast.parse(EARLY_FILES[3].read_text()).body
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for t in n.targets
-            if isinstance(t, ast.Name)}
+    site = {
+        t.id: n.value.value
+        for n in ast.parse(EARLY_FILES[3].read_text()).body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     assert site["_SPEC_VERSION_ENV"] == spec.ENV_VERSION
     assert site["_OLD_PYTHON_REPORTED"] == entry.OLD_PYTHON_REPORTED
     assert site["_CLAIMED_BY_ENV"] == spec.ENV_CLAIMED_BY
@@ -72,36 +78,50 @@ def test_old_python_runs_the_command_unchanged_in_place(tmp_path: Path) -> None:
         "    os._exit(0)\n"
         f"sys.exit(main(sys.argv[1:], version={OLD!r}, execvp=fake_exec))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe, "--", "train.sh", "--lr", "0.1"], env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "--", "train.sh", "--lr", "0.1"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     assert seen["file"] == "train.sh" and seen["args"] == ["train.sh", "--lr", "0.1"]
     assert seen["modules"] == ["remote_debug", "remote_debug.container", "remote_debug.container.__main__"]
     assert seen["reported"] == "1"  # the command's own Python processes do not say it again
     assert proc.stderr.splitlines() == [
-        "[remote-debug] remote_debug needs Python >= 3.10, found 3.8.10; running the training command "
-        "without debugging"
+        "[remote-debug] remote_debug needs Python >= 3.10, found 3.8.10; running the training command without debugging"
     ]
 
 
 def test_old_python_real_exec_keeps_exit_code_and_output(tmp_path: Path) -> None:
     probe = (
-        "import sys\n"
-        "from remote_debug.container.__main__ import main\n"
-        f"sys.exit(main(sys.argv[1:], version={OLD!r}))\n"
+        f"import sys\nfrom remote_debug.container.__main__ import main\nsys.exit(main(sys.argv[1:], version={OLD!r}))\n"
     )
-    script = "echo training-out; echo training-err >&2; echo \"pid=$$\"; exit 3"
-    proc = subprocess.Popen([sys.executable, "-c", probe, "--", "sh", "-c", script], env=_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = 'echo training-out; echo training-err >&2; echo "pid=$$"; exit 3'
+    proc = subprocess.Popen(
+        [sys.executable, "-c", probe, "--", "sh", "-c", script],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3
     assert out.splitlines() == ["training-out", f"pid={proc.pid}"]  # exec'd: the command is the same process
     assert err.splitlines()[0].endswith("found 3.8.10; running the training command without debugging")
     assert err.splitlines()[1:] == ["training-err"]
     assert not (tmp_path / "manifest").exists()
-    missing = subprocess.run([sys.executable, "-c", probe, "--", "no-such-command-rd"], env=_env(tmp_path),
-                             capture_output=True, text=True, timeout=60, check=False)
+    missing = subprocess.run(
+        [sys.executable, "-c", probe, "--", "no-such-command-rd"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert missing.returncode == 127 and "no-such-command-rd" in missing.stderr.splitlines()[-1]
     assert len(missing.stderr.splitlines()) == 2
 
@@ -123,15 +143,29 @@ def test_old_python_sitecustomize_skips_and_says_so_once(tmp_path: Path) -> None
     )
     env = _env(tmp_path)
     env.pop("PYTHONPATH")
-    first = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True,
-                           timeout=60, check=False, cwd=tmp_path)
+    first = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == ["[]", "1"]  # nothing of ours imported; children are told
     assert first.stderr.splitlines() == [
         "[remote-debug] remote_debug needs Python >= 3.10, found 3.8.10; debugging is off in this process"
     ]
-    again = subprocess.run([sys.executable, "-S", "-c", probe], env={**env, "REMOTE_DEBUG_OLD_PYTHON_REPORTED": "1"},
-                           capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    again = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        env={**env, "REMOTE_DEBUG_OLD_PYTHON_REPORTED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
     assert again.returncode == 0 and again.stderr == ""
 
 
@@ -158,10 +192,15 @@ def test_files_loaded_before_the_check_load_on_python_3_6(path: Path) -> None:
     # what the grammar check cannot see: `from __future__ import annotations` is a SyntaxError before
     # 3.7, and annotations are evaluated at definition time (``X | None``, ``tuple[int]`` fail before
     # 3.10 / 3.9): only strings, plain names and None are safe
-    futures = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "__future__"
-               for a in n.names]
+    futures = [
+        a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "__future__" for a in n.names
+    ]
     assert "annotations" not in futures
-    unsafe = [ast.unparse(a) for a in _annotations(tree)
-              if not (isinstance(a, ast.Name) or (isinstance(a, ast.Constant) and (a.value is None
-                                                                                   or isinstance(a.value, str))))]
+    unsafe = [
+        ast.unparse(a)
+        for a in _annotations(tree)
+        if not (
+            isinstance(a, ast.Name) or (isinstance(a, ast.Constant) and (a.value is None or isinstance(a.value, str)))
+        )
+    ]
     assert unsafe == []

@@ -101,7 +101,8 @@ def test_a_sleeping_process_shows_its_function_and_line_and_is_blocked_in_native
     assert process.threads[0] is main  # the main thread first
     # outermost first, as a traceback
     assert [(f.function, f.line) for f in main.frames] == [
-        ("<module>", len(TARGET.strip().splitlines()) + 1), ("sleepy_function", line_of(targets.script, "SLEEP-LINE"))
+        ("<module>", len(TARGET.strip().splitlines()) + 1),
+        ("sleepy_function", line_of(targets.script, "SLEEP-LINE")),
     ]
     assert main.frames[-1].file == str(targets.script)
     assert not main.active and pyspy.blocked_in_native(main)
@@ -159,8 +160,12 @@ def test_another_users_process_is_one_line_naming_its_owner(targets: Targets) ->
         "try:\n    pyspy.dump(int(sys.argv[2]), pyspy=sys.argv[3])\nexcept pyspy.PyspyError as e:\n    print(e)\n"
     )
     binary = pyspy.find_pyspy()
-    proc = subprocess.run(as_nobody(ATTACKER_PYTHON, "-I", "-S", "-B", "-c", code, str(ROOT), str(pid), binary),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        as_nobody(ATTACKER_PYTHON, "-I", "-S", "-B", "-c", code, str(ROOT), str(pid), binary),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"process {pid} belongs to user root (uid 0), not to you (user nobody (uid {nobody().pw_uid})): "
@@ -203,7 +208,12 @@ def test_ptrace_refused_reads_without_stopping_the_process(targets: Targets) -> 
         "d = pyspy.dump(int(sys.argv[1])); m = d.main_thread\n"
         "print(d.nonblocking, m.frames[-1].function, m.frames[-1].line, pyspy.blocked_in_native(m))\n"
     )
-    proc = subprocess.run([sys.executable, str(wrapper), sys.executable, "-c", code, str(pid)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(wrapper), sys.executable, "-c", code, str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "sleepy_function", str(line_of(targets.script, "SLEEP-LINE")), "True"]

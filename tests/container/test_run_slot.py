@@ -21,8 +21,10 @@ from remote_debug.container.rank.output_prefix import PrefixedStream
     ("command", "expected"),
     [
         (["torchrun", "--master_port", "29500", "t.py"], ["torchrun", "--master_port=4242", "t.py"]),
-        (["torchrun", "--master-port=29500", "t.py", "--master_port", "1"],  # the script's own flag is left alone
-         ["torchrun", "--master-port=4242", "t.py", "--master_port", "1"]),
+        (
+            ["torchrun", "--master-port=29500", "t.py", "--master_port", "1"],  # the script's own flag is left alone
+            ["torchrun", "--master-port=4242", "t.py", "--master_port", "1"],
+        ),
         (["torchrun", "--rdzv_endpoint", "algo-1:29400", "t.py"], ["torchrun", "--rdzv_endpoint=algo-1:4242", "t.py"]),
         (["torchrun", "--rdzv-endpoint=algo-1", "t.py"], ["torchrun", "--rdzv-endpoint=algo-1:4242", "t.py"]),
         (["python", "train.py", "--lr", "1"], ["python", "train.py", "--lr", "1"]),

@@ -95,8 +95,7 @@ def test_install_steps_log_and_stop_at_the_first_failure(capsys: pytest.CaptureF
         ran.append((argv, env.get("DEBIAN_FRONTEND", ""), timeout))
         return (0, "ok") if argv[1] == "update" else (100, "E: Unable to locate package openssh-server")
 
-    reason = install.install_sshd({install.ENV_INSTALL_TIMEOUT: "120"}, which=_which("apt-get"), euid=0,
-                                  runner=runner)
+    reason = install.install_sshd({install.ENV_INSTALL_TIMEOUT: "120"}, which=_which("apt-get"), euid=0, runner=runner)
     assert [argv[1] for argv, _, _ in ran] == ["update", "install"]
     assert ran[0][1] == "noninteractive" and 0 < ran[1][2] <= 120
     assert reason is not None and "apt-get install failed (exit 100): E: Unable to locate package" in reason
@@ -112,8 +111,9 @@ def test_install_is_bounded_in_time() -> None:
         now[0] += 50  # apt-get update ate the budget
         return 0, ""
 
-    reason = install.install_sshd({install.ENV_INSTALL_TIMEOUT: "40"}, which=_which("apt-get"), euid=0,
-                                  runner=runner, clock=lambda: now[0])
+    reason = install.install_sshd(
+        {install.ENV_INSTALL_TIMEOUT: "40"}, which=_which("apt-get"), euid=0, runner=runner, clock=lambda: now[0]
+    )
     assert reason is not None and "timed out after 40 s" in reason
 
 
@@ -146,8 +146,10 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
             job_name="inst", client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM
         ).to_env(),
         "TRAINING_JOB_ARN": "arn:aws:sagemaker:us-west-2:123456789012:training-job/inst",
-        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
-        "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
+        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"),
+        spec.ENV_STATE_DIR: str(tmp_path / "state"),
+        "SM_INPUT_CONFIG_DIR": str(tmp_path),
+        "PATH": os.environ["PATH"],
     }
     services = node_module.NodeServices(spec.DebugSpec.from_env(env), env)  # type: ignore[arg-type]
     try:
@@ -171,8 +173,16 @@ def test_missing_sshd_on_sagemaker_is_installed_in_the_background(
 
 def test_publisher_emits_one_line_per_changed_document(tmp_path: Path) -> None:
     directory = tmp_path / "manifest"
-    node = spec.NodeManifest(job_name="pub", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1",
-                             sshd_port=2222, ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code")
+    node = spec.NodeManifest(
+        job_name="pub",
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=2222,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+    )
     spec.write_node_manifest(directory, node)
     read_fd, write_fd = os.pipe()
     publisher = ManifestPublisher(directory, "algo-1", secret=SECRET, fd=write_fd)
@@ -193,8 +203,16 @@ def test_publisher_repeats_a_changed_document_a_few_times_then_goes_quiet(tmp_pa
     cut in two is lost; a later copy lands elsewhere in the output), then nothing until it changes
     again; a late poll writes one copy, not a burst; stopping writes the copies still due."""
     directory = tmp_path / "manifest"
-    node = spec.NodeManifest(job_name="pub", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1",
-                             sshd_port=2222, ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code")
+    node = spec.NodeManifest(
+        job_name="pub",
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=2222,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+    )
     spec.write_node_manifest(directory, node)
     read_fd, write_fd = os.pipe()
     now = [1000.0]
@@ -300,8 +318,11 @@ def _activation(tmp_path: Path) -> dict[str, str]:
 
 def test_hybrid_registers_and_deregisters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     agent, gone = FakeAgent(), []
-    hybrid = HybridRegistration(_activation(tmp_path), agent=agent,  # type: ignore[arg-type]
-                                deregister=lambda mi, region: gone.append((mi, region)))
+    hybrid = HybridRegistration(
+        _activation(tmp_path),
+        agent=agent,  # type: ignore[arg-type]
+        deregister=lambda mi, region: gone.append((mi, region)),
+    )
     assert hybrid.start() == "mi-0123456789abcdef0"
     hybrid.stop()
     hybrid.stop()  # idempotent
@@ -315,8 +336,7 @@ def test_hybrid_failures_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     with pytest.raises(HybridError, match="amazon-ssm-agent is not installed"):
         HybridRegistration(_activation(tmp_path), agent=FakeAgent(present=False)).start()  # type: ignore[arg-type]
     with pytest.raises(HybridError, match="no SSM activation at"):
-        HybridRegistration({"REMOTE_DEBUG_SSM_ACTIVATION_FILE": str(tmp_path / "none")},
-                           agent=FakeAgent()).start()  # type: ignore[arg-type]
+        HybridRegistration({"REMOTE_DEBUG_SSM_ACTIVATION_FILE": str(tmp_path / "none")}, agent=FakeAgent()).start()  # type: ignore[arg-type]
 
     def refuse(mi: str, region: str) -> None:
         raise awscall.AwsCallError("DeregisterManagedInstance failed: HTTP 400 AccessDenied")
@@ -338,8 +358,16 @@ def test_deregistration_is_a_correctly_signed_call(tmp_path: Path) -> None:
     url = "https://ssm.us-west-2.amazonaws.com/"
     headers = {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": "AmazonSSM.DeregisterManagedInstance"}
     creds = awscall.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
-    ours = awscall.sign(method="POST", url=url, headers=headers, body=body, region="us-west-2", service="ssm",
-                        credentials=creds, amz_date="20260101T120000Z")
+    ours = awscall.sign(
+        method="POST",
+        url=url,
+        headers=headers,
+        body=body,
+        region="us-west-2",
+        service="ssm",
+        credentials=creds,
+        amz_date="20260101T120000Z",
+    )
     request = AWSRequest("POST", url, data=body, headers={**headers, "X-Amz-Date": "20260101T120000Z"})
     request.context["timestamp"] = "20260101T120000Z"
     auth = SigV4Auth(Credentials(creds.access_key, creds.secret_key, creds.token), "ssm", "us-west-2")
@@ -351,8 +379,10 @@ def test_deregistration_is_a_correctly_signed_call(tmp_path: Path) -> None:
 
     with FakeSsm() as fake:
         env = {"AWS_ENDPOINT_URL_SSM": fake.url, "AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "secret"}
-        assert awscall.call_ssm("DeregisterManagedInstance", {"InstanceId": "mi-0123456789abcdef0"}, "us-west-2",
-                                env) == {}
+        assert (
+            awscall.call_ssm("DeregisterManagedInstance", {"InstanceId": "mi-0123456789abcdef0"}, "us-west-2", env)
+            == {}
+        )
         assert fake.calls("DeregisterManagedInstance") == [{"InstanceId": "mi-0123456789abcdef0"}]
         fake.failures["DeregisterManagedInstance"] = (400, "InvalidInstanceId", "no such instance")
         with pytest.raises(awscall.AwsCallError, match=r"HTTP 400.*InvalidInstanceId"):
@@ -387,16 +417,21 @@ def test_container_credentials_endpoint(tmp_path: Path) -> None:
     with pytest.raises(awscall.AwsCallError, match="no AWS credentials in the container"):
         awscall.credentials_from({})
     server = subprocess.Popen(
-        [PYTHON, "-c",
-         "import http.server, json\n"
-         "class H(http.server.BaseHTTPRequestHandler):\n"
-         "    def log_message(self, *a): pass\n"
-         "    def do_GET(self):\n"
-         "        body = json.dumps({'AccessKeyId': 'AK', 'SecretAccessKey': 'SK', 'Token': 'T', 'path': self.path})\n"
-         "        self.send_response(200); self.end_headers(); self.wfile.write(body.encode())\n"
-         "s = http.server.HTTPServer(('127.0.0.1', 0), H); print(s.server_address[1], flush=True)\n"
-         "s.handle_request()\n"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            PYTHON,
+            "-c",
+            "import http.server, json\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def log_message(self, *a): pass\n"
+            "    def do_GET(self):\n"
+            "        body = json.dumps({'AccessKeyId': 'AK', 'SecretAccessKey': 'SK', 'Token': 'T',\n"
+            "                           'path': self.path})\n"
+            "        self.send_response(200); self.end_headers(); self.wfile.write(body.encode())\n"
+            "s = http.server.HTTPServer(('127.0.0.1', 0), H); print(s.server_address[1], flush=True)\n"
+            "s.handle_request()\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert server.stdout is not None
@@ -414,21 +449,32 @@ def test_hybrid_node_publishes_its_managed_instance_and_deregisters(
     from remote_debug.container.node import services as node_module
 
     gone: list[str] = []
-    monkeypatch.setattr(node_module, "HybridRegistration", lambda env: HybridRegistration(
-        {**env, **_activation(tmp_path)}, agent=FakeAgent(),  # type: ignore[arg-type]
-        deregister=lambda mi, region: gone.append(mi)))
+    monkeypatch.setattr(
+        node_module,
+        "HybridRegistration",
+        lambda env: HybridRegistration(
+            {**env, **_activation(tmp_path)},
+            agent=FakeAgent(),  # type: ignore[arg-type]
+            deregister=lambda mi, region: gone.append(mi),
+        ),
+    )
     env = {
         **spec.DebugSpec(
             job_name="hyb", client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.HYBRID
         ).to_env(),
-        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "state"),
-        "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
+        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"),
+        spec.ENV_STATE_DIR: str(tmp_path / "state"),
+        "SM_INPUT_CONFIG_DIR": str(tmp_path),
+        "PATH": os.environ["PATH"],
     }
     services = node_module.NodeServices(spec.DebugSpec.from_env(env), env)  # type: ignore[arg-type]
     try:
         services.start()
-        wait_for(lambda: json.loads((tmp_path / "manifest" / "node.json").read_text())["ssm_target"], 30,
-                 "the managed instance id in the manifest")
+        wait_for(
+            lambda: json.loads((tmp_path / "manifest" / "node.json").read_text())["ssm_target"],
+            30,
+            "the managed instance id in the manifest",
+        )
     finally:
         services.finish(spec.NodeState.COMPLETED, 0)
     assert gone == ["mi-0123456789abcdef0"]

@@ -39,8 +39,8 @@ from tests.helpers.hook_runs import (
 
 # A one-connection server: answers with what it sees of the job.
 SERVE = (
-    "import os, socket, sys; s = socket.create_server((\"127.0.0.1\", int(sys.argv[1]))); print(\"listening\", "
-    "flush=True); c = s.accept()[0]; c.sendall(os.environ[\"SM_CURRENT_HOST\"].encode() + b\" \" + "
+    'import os, socket, sys; s = socket.create_server(("127.0.0.1", int(sys.argv[1]))); print("listening", '
+    'flush=True); c = s.accept()[0]; c.sendall(os.environ["SM_CURRENT_HOST"].encode() + b" " + '
     "os.path.dirname(sys.executable).encode()); c.close()"
 )
 USER = pwd.getpwuid(os.geteuid()).pw_name
@@ -74,16 +74,33 @@ class Node:
         self.known = run.root / "known_hosts"
         self.known.write_text(f"[127.0.0.1]:{self.port} {node['host_public_key']}\n")
         self.options = [
-            "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={self.known}",
-            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=10",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
         ]
 
     def ssh(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["ssh", *self.options, "-p", str(self.port), f"{USER}@127.0.0.1", *args],
-            input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-            capture_output=True, text=True, timeout=120, start_new_session=True,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            start_new_session=True,
         )
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
@@ -93,8 +110,14 @@ class Node:
 
     def tool(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
         """sftp / scp with the same options (they spell the port -P)."""
-        return subprocess.run([tool, *self.options, "-P", str(self.port), *args], capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.run(
+            [tool, *self.options, "-P", str(self.port), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def job_env(root: Path, public_key: str, **extra_env: str) -> dict[str, str]:
@@ -110,8 +133,11 @@ def start_job(run: HookRun) -> HookRun:
     (run.root / "train.py").write_text(WAIT_SCRIPT)
     (run.root / "daemon.py").write_text(DAEMON)
     run.start(PYTHON, str(run.root / "train.py"), str(run.marks))
-    wait_for(lambda: (run.marks / "started").exists() or run.proc.poll() is not None,  # type: ignore[union-attr]
-             60, "the training script to start")
+    wait_for(
+        lambda: (run.marks / "started").exists() or run.proc.poll() is not None,  # type: ignore[union-attr]
+        60,
+        "the training script to start",
+    )
     assert run.proc is not None and run.proc.poll() is None, run.stderr
     wait_for(lambda: (run.node_if_any() or {}).get("sshd_port"), 30, "sshd")
     return run
@@ -166,10 +192,27 @@ def test_a_server_started_over_ssh_is_reached_through_a_local_forward(node: Node
     server runs with the job's environment."""
     remote, local = free_port(), free_port()
     server = subprocess.Popen(
-        ["ssh", *node.options, "-p", str(node.port), "-o", "ExitOnForwardFailure=yes",
-         "-L", f"127.0.0.1:{local}:127.0.0.1:{remote}", f"{USER}@127.0.0.1", "--", "python", "-c", f"'{SERVE}'",
-         str(remote)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            "ssh",
+            *node.options,
+            "-p",
+            str(node.port),
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"127.0.0.1:{local}:127.0.0.1:{remote}",
+            f"{USER}@127.0.0.1",
+            "--",
+            "python",
+            "-c",
+            f"'{SERVE}'",
+            str(remote),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         assert server.stdout is not None and server.stdout.readline() == "listening\n", server.stderr
@@ -187,8 +230,9 @@ def test_a_server_started_over_ssh_is_reached_through_a_local_forward(node: Node
 
 def _cgroup_of(pid: int) -> str:
     try:
-        return next(line[3:].strip() for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                    if line.startswith("0::"))
+        return next(
+            line[3:].strip() for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if line.startswith("0::")
+        )
     except (OSError, StopIteration):
         return ""
 
@@ -216,8 +260,9 @@ def test_processes_started_over_ssh_end_with_the_job(
             script += f"; setsid -f {escape} </dev/null >/dev/null 2>&1"
         node.ok(script)
         names = ["nohup", "daemon", *(["escaped"] if mode == "cgroup" else [])]
-        pids = {n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))
-                for n in names}
+        pids = {
+            n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n)) for n in names
+        }
         run.extra_pids.extend(pids.values())  # killed by the cleanup if the job did not
         assert all(alive(pid) for pid in pids.values()), pids
         in_cgroup = [ssh_session.CGROUP_PREFIX in _cgroup_of(pid) for pid in pids.values()]

@@ -49,21 +49,35 @@ def _toolkit_node(base: Path, current_host: str) -> dict[str, Any]:
     config = base / "input" / "config"
     config.mkdir(parents=True, exist_ok=True)
     (base / "code").mkdir(exist_ok=True)
-    (config / "resourceconfig.json").write_text(json.dumps({
-        "current_host": current_host, "hosts": HOSTS, "current_instance_type": "ml.p4d.24xlarge",
-        "current_group_name": "homogeneousCluster", "network_interface_name": "eth0",
-        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.p4d.24xlarge",
-                             "hosts": HOSTS}],
-    }))
+    (config / "resourceconfig.json").write_text(
+        json.dumps(
+            {
+                "current_host": current_host,
+                "hosts": HOSTS,
+                "current_instance_type": "ml.p4d.24xlarge",
+                "current_group_name": "homogeneousCluster",
+                "network_interface_name": "eth0",
+                "instance_groups": [
+                    {"instance_group_name": "homogeneousCluster", "instance_type": "ml.p4d.24xlarge", "hosts": HOSTS}
+                ],
+            }
+        )
+    )
     (config / "inputdataconfig.json").write_text("{}")
-    (config / "hyperparameters.json").write_text(json.dumps({
-        "sagemaker_program": json.dumps("train.py"), "sagemaker_mpi_enabled": "true",
-        "sagemaker_mpi_num_of_processes_per_host": "2",
-    }))
+    (config / "hyperparameters.json").write_text(
+        json.dumps(
+            {
+                "sagemaker_program": json.dumps("train.py"),
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_num_of_processes_per_host": "2",
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "REMOTE_DEBUG_"))}
     env.update(SAGEMAKER_BASE_DIR=str(base), AWS_DEFAULT_REGION="us-west-2", TRAINING_JOB_NAME="mpi-job")
-    proc = subprocess.run([sys.executable, "-c", TOOLKIT_NODE], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", TOOLKIT_NODE], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result

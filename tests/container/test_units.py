@@ -29,14 +29,20 @@ def _config_dir(tmp_path: Path, data: object) -> dict[str, str]:
 
 def test_node_from_resourceconfig_wins_over_forwarded_env(tmp_path: Path) -> None:
     # mpirun -x forwards the master's SM_* to every rank (tests/container/test_toolkit_mpi.py)
-    env = {**_config_dir(tmp_path, {"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}),
-           "SM_CURRENT_HOST": "algo-1", "SM_HOSTS": '["algo-1", "algo-2"]'}
+    env = {
+        **_config_dir(tmp_path, {"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}),
+        "SM_CURRENT_HOST": "algo-1",
+        "SM_HOSTS": '["algo-1", "algo-2"]',
+    }
     assert node_env.identify(env) == node_env.NodeIdentity("algo-2", ["algo-1", "algo-2"])
 
 
 def test_node_from_sagemaker_env_without_resourceconfig(tmp_path: Path) -> None:
-    env = {"SM_INPUT_CONFIG_DIR": str(tmp_path / "missing"), "SM_CURRENT_HOST": "algo-2",
-           "SM_HOSTS": '["algo-1", "algo-2"]'}
+    env = {
+        "SM_INPUT_CONFIG_DIR": str(tmp_path / "missing"),
+        "SM_CURRENT_HOST": "algo-2",
+        "SM_HOSTS": '["algo-1", "algo-2"]',
+    }
     assert node_env.identify(env) == node_env.NodeIdentity("algo-2", ["algo-1", "algo-2"])
     partial = {**_config_dir(tmp_path, {"hosts": ["algo-1", "algo-2", "algo-3"]}), "SM_CURRENT_HOST": "algo-3"}
     assert node_env.identify(partial) == node_env.NodeIdentity("algo-3", ["algo-1", "algo-2", "algo-3"])
@@ -73,33 +79,39 @@ def test_code_dir_and_manifest_dir(tmp_path: Path) -> None:
 # --- rank identity and launchers -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    ["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"],
-    ["python", "-u", "-m", "torch.distributed.launch", "train.py"],
-    ["/venv/bin/python", "/venv/bin/torchrun", "--nproc_per_node=2", "train.py"],
-    ["python", "-m", "debugpy", "--listen", "5679", "train.py"],
-    ["python", "-mpip", "install", "x"],
-    ["python", "-m", "remote_debug.container", "--", "python", "train.py"],
-    ["python", "-X", "frozen_modules=off", "-m", "pip", "list"],
-    ["python", "-c", "import torch; print(torch.__version__)"],
-    ["/usr/bin/python3", "/usr/local/bin/train"],  # SageMaker training toolkit
-    ["python", "-m", "sagemaker_training.cli.train"],
-    ["python3", "/opt/ml/input/data/sm_drivers/distributed_drivers/basic_script_driver.py"],
-    ["python3", "/opt/ml/input/data/sm_drivers/scripts/environment.py"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"],
+        ["python", "-u", "-m", "torch.distributed.launch", "train.py"],
+        ["/venv/bin/python", "/venv/bin/torchrun", "--nproc_per_node=2", "train.py"],
+        ["python", "-m", "debugpy", "--listen", "5679", "train.py"],
+        ["python", "-mpip", "install", "x"],
+        ["python", "-m", "remote_debug.container", "--", "python", "train.py"],
+        ["python", "-X", "frozen_modules=off", "-m", "pip", "list"],
+        ["python", "-c", "import torch; print(torch.__version__)"],
+        ["/usr/bin/python3", "/usr/local/bin/train"],  # SageMaker training toolkit
+        ["python", "-m", "sagemaker_training.cli.train"],
+        ["python3", "/opt/ml/input/data/sm_drivers/distributed_drivers/basic_script_driver.py"],
+        ["python3", "/opt/ml/input/data/sm_drivers/scripts/environment.py"],
+    ],
+)
 def test_launchers_are_recognised(argv: list[str]) -> None:
     assert launcher_of(argv) is not None
     assert rank_identity({}, argv) is None
 
 
-@pytest.mark.parametrize("argv", [
-    ["python", "train.py", "-m", "pip"],  # arguments of the script are not Python's
-    ["python", "-u", "train.py"],
-    ["python", "-m", "my_project.train"],
-    ["python", "-W", "ignore", "train.py"],
-    ["python", "/opt/ml/code/train"],
-    ["python", "/opt/ml/code/train.py"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "train.py", "-m", "pip"],  # arguments of the script are not Python's
+        ["python", "-u", "train.py"],
+        ["python", "-m", "my_project.train"],
+        ["python", "-W", "ignore", "train.py"],
+        ["python", "/opt/ml/code/train"],
+        ["python", "/opt/ml/code/train.py"],
+    ],
+)
 def test_training_processes_are_not_launchers(argv: list[str]) -> None:
     assert launcher_of(argv) is None
     assert rank_identity({}, argv) == RankIdentity(0, 0, 1)
@@ -134,10 +146,18 @@ def test_child_env_prepends_inject_dir(tmp_path: Path) -> None:
 def test_render_config_is_locked_down(tmp_path: Path) -> None:
     text = render_config(tmp_path, 40022, "someone")
     lines = set(text.splitlines())
-    for expected in ("Port 40022", "ListenAddress 127.0.0.1", "UsePAM no", "PasswordAuthentication no",
-                     "KbdInteractiveAuthentication no", "AuthenticationMethods publickey",
-                     "PermitRootLogin prohibit-password", "AllowUsers someone", "X11Forwarding no",
-                     f'AuthorizedKeysFile "{tmp_path}/authorized_keys"'):
+    for expected in (
+        "Port 40022",
+        "ListenAddress 127.0.0.1",
+        "UsePAM no",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "AuthenticationMethods publickey",
+        "PermitRootLogin prohibit-password",
+        "AllowUsers someone",
+        "X11Forwarding no",
+        f'AuthorizedKeysFile "{tmp_path}/authorized_keys"',
+    ):
         assert expected in lines
     assert "0.0.0.0" not in text
 
@@ -190,8 +210,9 @@ def test_sshd_dies_with_the_hook(tmp_path: Path) -> None:
         f"s = start_sshd(Path({str(tmp_path / 'state')!r}), {public!r}); print(s.pid, flush=True)\n"
         "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    result = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2]
+    )
     pid = int(result.stdout.split()[0])
     try:
         wait_for(lambda: not alive(pid), 10, "sshd to exit after its parent died")
@@ -200,9 +221,7 @@ def test_sshd_dies_with_the_hook(tmp_path: Path) -> None:
             os.kill(pid, 9)
 
 
-def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sshd_retries_when_it_loses_the_race_for_a_free_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import remote_debug.container.node.sshd as sshd_module
 
     public = make_key(tmp_path / "client")
@@ -223,10 +242,18 @@ def test_sshd_retries_when_it_loses_the_race_for_a_free_port(
 # --- tuning knobs in seconds: one parser, a bad value is logged and the default used ----------------
 
 
-@pytest.mark.parametrize(("raw", "seconds", "logged"), [
-    ("", 7200.0, False), ("0", 0.0, False), ("60", 60.0, False),
-    ("soon", 7200.0, True), ("-5", 7200.0, True), ("nan", 7200.0, True), ("inf", 7200.0, True),
-])
+@pytest.mark.parametrize(
+    ("raw", "seconds", "logged"),
+    [
+        ("", 7200.0, False),
+        ("0", 0.0, False),
+        ("60", 60.0, False),
+        ("soon", 7200.0, True),
+        ("-5", 7200.0, True),
+        ("nan", 7200.0, True),
+        ("inf", 7200.0, True),
+    ],
+)
 def test_pg_timeout_knob(raw: str, seconds: float, logged: bool, capsys: pytest.CaptureFixture[str]) -> None:
     from remote_debug.container.rank.control import pg_timeout_seconds
 
@@ -251,7 +278,8 @@ def test_quiet_threads_are_invisible_to_debugpy() -> None:
 
 
 def test_pause_safe_waits_out_a_torch_distributed_import_in_progress(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # An IDE attaching while the script's main thread imports torch.distributed found the module in
     # sys.modules without its functions yet and logged "cannot raise the process-group timeout:
     # AttributeError: partially initialized module" into the rank's output (seen in the rerun e2e).
@@ -269,7 +297,8 @@ def test_pause_safe_waits_out_a_torch_distributed_import_in_progress(
         "sys.modules['slow_c10d_gate'] = (READY, GO)\n"
         "READY.set(); GO.wait(10)\n"
         "def is_initialized():\n    return True\n"
-        "def _set_pg_timeout(timeout, group):\n    global APPLIED\n    APPLIED = timeout\n")
+        "def _set_pg_timeout(timeout, group):\n    global APPLIED\n    APPLIED = timeout\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.delitem(sys.modules, "slow_c10d", raising=False)

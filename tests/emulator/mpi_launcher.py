@@ -36,10 +36,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     session = sagemaker.Session(boto_session=boto3.Session(region_name=args.region))
     estimator = PyTorch(
-        entry_point=ENTRY_POINT, source_dir=str(CODE_DIR), role=args.role, instance_type=args.instance_type,
-        instance_count=args.nodes, framework_version="2.5.1", py_version="py311",
+        entry_point=ENTRY_POINT,
+        source_dir=str(CODE_DIR),
+        role=args.role,
+        instance_type=args.instance_type,
+        instance_count=args.nodes,
+        framework_version="2.5.1",
+        py_version="py311",
         distribution={"mpi": {"enabled": True, "processes_per_host": args.processes_per_host}},
-        base_job_name="rd-v2-mpi", sagemaker_session=session,
+        base_job_name="rd-v2-mpi",
+        sagemaker_session=session,
     )
     estimator = remote_debug.enable(estimator, ide="vscode", ranks="all", wait=600)
     estimator.fit(wait=False)

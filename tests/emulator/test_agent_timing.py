@@ -29,8 +29,13 @@ AGENT_DELAY = 2.0
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    emulator = Emulator(tmp_path_factory.mktemp("agent") / "state", region=REGION, log_delay=0.1,
-                        agent_delay=AGENT_DELAY, session_rate=(1.0, 3))
+    emulator = Emulator(
+        tmp_path_factory.mktemp("agent") / "state",
+        region=REGION,
+        log_delay=0.1,
+        agent_delay=AGENT_DELAY,
+        session_rate=(1.0, 3),
+    )
     emulator.start()
     try:
         yield emulator
@@ -39,20 +44,28 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 
 def client(emulator: Emulator, service: str) -> Any:
-    return boto3.client(service, endpoint_url=emulator.url, region_name=REGION,
-                        aws_access_key_id=emulator.keys.access_key_id,
-                        aws_secret_access_key=emulator.keys.secret_access_key)
+    return boto3.client(
+        service,
+        endpoint_url=emulator.url,
+        region_name=REGION,
+        aws_access_key_id=emulator.keys.access_key_id,
+        aws_secret_access_key=emulator.keys.secret_access_key,
+    )
 
 
 def sleeping_job(sm: Any, name: str, **extra: Any) -> None:
     sm.create_training_job(
-        TrainingJobName=name, RoleArn="arn:aws:iam::123456789012:role/R",
-        AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/byoc:1",
-                                "TrainingInputMode": "File",
-                                "ContainerEntrypoint": [sys.executable, "-c", "import time; time.sleep(120)"]},
+        TrainingJobName=name,
+        RoleArn="arn:aws:iam::123456789012:role/R",
+        AlgorithmSpecification={
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/byoc:1",
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": [sys.executable, "-c", "import time; time.sleep(120)"],
+        },
         OutputDataConfig={"S3OutputPath": "s3://agent-bucket/out"},
         ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
-        StoppingCondition={"MaxRuntimeInSeconds": 600}, **extra,
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+        **extra,
     )
     deadline = time.monotonic() + 60
     while sm.describe_training_job(TrainingJobName=name)["SecondaryStatus"] != "Training":
@@ -78,8 +91,9 @@ def test_sessions_wait_for_the_agent_and_the_product_waits_with_one_line(emulato
         waited = time.monotonic() - started
         ssm_client.terminate_session(SessionId=session["SessionId"])
         assert 0.5 < waited < AGENT_DELAY + 4.5, waited
-        assert said == [f"cannot open a session to {target} yet (its SSM agent is not online yet): trying again "
-                        "for up to 15 s"]
+        assert said == [
+            f"cannot open a session to {target} yet (its SSM agent is not online yet): trying again for up to 15 s"
+        ]
 
         # turned on later (enable JOB, adopt JOB): the agent starts then, and takes its time again
         sm.update_training_job(TrainingJobName="agent-later", RemoteDebugConfig={"EnableRemoteDebug": True})
@@ -92,10 +106,14 @@ def test_sessions_wait_for_the_agent_and_the_product_waits_with_one_line(emulato
 
         # StartSession is throttled: a burst of 3, then 1 a second (seen without botocore's own retries, which
         # otherwise wait it out)
-        once = boto3.client("ssm", endpoint_url=emulator.url, region_name=REGION,
-                            aws_access_key_id=emulator.keys.access_key_id,
-                            aws_secret_access_key=emulator.keys.secret_access_key,
-                            config=Config(retries={"max_attempts": 1}))
+        once = boto3.client(
+            "ssm",
+            endpoint_url=emulator.url,
+            region_name=REGION,
+            aws_access_key_id=emulator.keys.access_key_id,
+            aws_secret_access_key=emulator.keys.secret_access_key,
+            config=Config(retries={"max_attempts": 1}),
+        )
         codes = []
         for _ in range(6):
             try:

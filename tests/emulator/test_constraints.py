@@ -45,17 +45,21 @@ def test_unicode_properties_but_ascii_shorthands() -> None:
     assert tag.fullmatch("a;b") is None
     assert java_pattern("\\w+").fullmatch("é") is None  # Java's \w is [a-zA-Z0-9_]
     assert java_pattern("[\\w-_]+").fullmatch("a-_") is not None  # a "-" after a class escape is literal
-    assert java_pattern("[\\u0020-\\uD7FF\\uE000-\\uFFFD\\uD800\\uDC00-\\uDBFF\\uDFFF\\t]*").fullmatch("a\U0001F600")
+    assert java_pattern("[\\u0020-\\uD7FF\\uE000-\\uFFFD\\uD800\\uDC00-\\uDBFF\\uDFFF\\t]*").fullmatch("a\U0001f600")
 
 
 def test_the_message_names_every_member_as_aws_does() -> None:
-    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model(
-        "CreateTrainingJob").input_shape
-    errors = constraint_errors(shape, {
-        "TrainingJobName": "bad_name",
-        "Environment": {"OK": "multi\nline values are fine", "1BAD": "x", "LONG": "y" * 513},
-        "HyperParameters": {"k": "a\nb"},
-    })
+    shape = (
+        botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
+    )
+    errors = constraint_errors(
+        shape,
+        {
+            "TrainingJobName": "bad_name",
+            "Environment": {"OK": "multi\nline values are fine", "1BAD": "x", "LONG": "y" * 513},
+            "HyperParameters": {"k": "a\nb"},
+        },
+    )
     env = f"{{OK=multi\nline values are fine, 1BAD=x, LONG={'y' * 513}}}"
     assert validation_message(errors) == (  # in the model's member order, as the service reports them
         "4 validation errors detected: "

@@ -29,8 +29,12 @@ def allow(action: Any = "sagemaker:*", resource: Any = "*", **condition: Any) ->
     return out
 
 
-def decide(policies: list[dict[str, Any]], context: dict[str, Any] | None = None, action: str = "sagemaker:AddTags",
-           resource: str = JOB) -> str:
+def decide(
+    policies: list[dict[str, Any]],
+    context: dict[str, Any] | None = None,
+    action: str = "sagemaker:AddTags",
+    resource: str = JOB,
+) -> str:
     return evaluate(policies, action, resource, {**ME, **(context or {})}).decision.value
 
 
@@ -81,10 +85,14 @@ def test_missing_keys_if_exists_null_and_negation() -> None:
     assert decide(policy(allow(Null={key: "false"})), {key: "x"}) == "allowed"
     assert decide(policy(allow(StringNotEquals={key: "AIDAYOU"}))) == "allowed"  # absent: "not equal" holds
     assert decide(policy(allow(StringNotLike={key: "AIDA*"})), {key: "AIDAYOU"}) == "implicitDeny"
-    assert decide(policy(allow(Bool={"sagemaker:EnableRemoteDebug": "false"})),
-                  {"sagemaker:EnableRemoteDebug": "true"}) == "implicitDeny"
-    assert decide(policy(allow(Bool={"sagemaker:EnableRemoteDebug": True})),
-                  {"sagemaker:EnableRemoteDebug": "true"}) == "allowed"
+    assert (
+        decide(policy(allow(Bool={"sagemaker:EnableRemoteDebug": "false"})), {"sagemaker:EnableRemoteDebug": "true"})
+        == "implicitDeny"
+    )
+    assert (
+        decide(policy(allow(Bool={"sagemaker:EnableRemoteDebug": True})), {"sagemaker:EnableRemoteDebug": "true"})
+        == "allowed"
+    )
     # two keys AND, two values OR
     both = allow(StringEquals={"aws:RequestTag/a": ["1", "2"], "aws:RequestTag/b": "3"})
     assert decide(policy(both), {"aws:RequestTag/a": "2", "aws:RequestTag/b": "3"}) == "allowed"
@@ -102,8 +110,10 @@ def test_set_operators_and_arns() -> None:
     role = allow(ArnLike={"aws:PrincipalArn": "arn:aws:iam::*:role/dev*"})
     assert decide(policy(role), {"aws:PrincipalArn": "arn:aws:iam::123456789012:role/dev-team"}) == "allowed"
     assert decide(policy(role), {"aws:PrincipalArn": "arn:aws:iam::123456789012:user/dev"}) == "implicitDeny"
-    assert decide(policy(allow(NumericLessThan={"aws:MultiFactorAuthAge": "3600"})),
-                  {"aws:MultiFactorAuthAge": "10"}) == "allowed"
+    assert (
+        decide(policy(allow(NumericLessThan={"aws:MultiFactorAuthAge": "3600"})), {"aws:MultiFactorAuthAge": "10"})
+        == "allowed"
+    )
 
 
 def test_what_it_cannot_judge_is_an_error_not_a_guess() -> None:
@@ -120,30 +130,37 @@ TEMPLATE = json.loads((Path(__file__).resolve().parents[2] / "templates" / "iam"
 
 def test_the_emulator_refuses_what_the_policy_does_not_allow_in_aws_words(tmp_path: Path) -> None:
     with Emulator(tmp_path / "state", policy=[TEMPLATE]) as emulator:
-        iam = boto3.client("iam", endpoint_url=emulator.url, region_name="us-east-1",
-                           aws_access_key_id=emulator.keys.access_key_id,
-                           aws_secret_access_key=emulator.keys.secret_access_key)
+        iam = boto3.client(
+            "iam",
+            endpoint_url=emulator.url,
+            region_name="us-east-1",
+            aws_access_key_id=emulator.keys.access_key_id,
+            aws_secret_access_key=emulator.keys.secret_access_key,
+        )
         iam.create_user(UserName="alice")
         key = iam.create_access_key(UserName="alice")["AccessKey"]
-        session = boto3.Session(aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"],
-                                region_name="us-east-1")
+        session = boto3.Session(
+            aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"], region_name="us-east-1"
+        )
         sagemaker = session.client("sagemaker", endpoint_url=emulator.url)
         logs = session.client("logs", endpoint_url=emulator.url)
         me = session.client("sts", endpoint_url=emulator.url).get_caller_identity()
         assert me["Arn"] == f"arn:aws:iam::{ACCOUNT_ID}:user/alice"  # who the policy is evaluated for
         with pytest.raises(ClientError) as info:  # a job not tagged with its launcher as owner
             sagemaker.create_training_job(
-                TrainingJobName="j1", RoleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/r",
+                TrainingJobName="j1",
+                RoleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/r",
                 AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
-                OutputDataConfig={"S3OutputPath": "s3://b/o"}, StoppingCondition={"MaxRuntimeInSeconds": 60},
+                OutputDataConfig={"S3OutputPath": "s3://b/o"},
+                StoppingCondition={"MaxRuntimeInSeconds": 60},
                 ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
             )
         job_arn = f"arn:aws:sagemaker:us-east-1:{ACCOUNT_ID}:training-job/j1"
         assert info.value.response["Error"] == {
             "Code": "AccessDeniedException",
             "Message": f"User: arn:aws:iam::{ACCOUNT_ID}:user/alice is not authorized to perform: "
-                       f"sagemaker:CreateTrainingJob on resource: {job_arn} because no identity-based policy "
-                       "allows the sagemaker:CreateTrainingJob action",
+            f"sagemaker:CreateTrainingJob on resource: {job_arn} because no identity-based policy "
+            "allows the sagemaker:CreateTrainingJob action",
         }
         assert sagemaker.list_training_jobs()["TrainingJobSummaries"] == []  # allowed, and served
         with pytest.raises(ClientError, match=r"AccessDeniedException.*sagemaker:StopTrainingJob"):
@@ -157,9 +174,13 @@ def test_the_emulator_refuses_what_the_policy_does_not_allow_in_aws_words(tmp_pa
 
 def test_without_a_policy_nothing_is_checked(tmp_path: Path) -> None:
     with Emulator(tmp_path / "state") as emulator:
-        sagemaker = boto3.client("sagemaker", endpoint_url=emulator.url, region_name="us-east-1",
-                                 aws_access_key_id=emulator.keys.access_key_id,
-                                 aws_secret_access_key=emulator.keys.secret_access_key)
+        sagemaker = boto3.client(
+            "sagemaker",
+            endpoint_url=emulator.url,
+            region_name="us-east-1",
+            aws_access_key_id=emulator.keys.access_key_id,
+            aws_secret_access_key=emulator.keys.secret_access_key,
+        )
         with pytest.raises(ClientError) as info:
             sagemaker.stop_training_job(TrainingJobName="j1")
         assert info.value.response["Error"]["Code"] != "AccessDeniedException"

@@ -71,9 +71,27 @@ class AttachProcess:
         self.stderr_path = emu.tmp / f"attach-{job}.err"
         self._stderr = self.stderr_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "remote_debug", "attach", job, "--headless", "--follow", "--break", breakpoint_,
-             "--json", "--workspace", str(workspace), "--no-ssh-include", "--timeout", "180"],
-            env=emu.env, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            [
+                sys.executable,
+                "-m",
+                "remote_debug",
+                "attach",
+                job,
+                "--headless",
+                "--follow",
+                "--break",
+                breakpoint_,
+                "--json",
+                "--workspace",
+                str(workspace),
+                "--no-ssh-include",
+                "--timeout",
+                "180",
+            ],
+            env=emu.env,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
         )
         self.events: list[Event] = []
         self._lock = threading.Lock()
@@ -101,8 +119,7 @@ class AttachProcess:
         """What this attach did so far, for a failure message: its exit code, events (with their rank), stderr."""
         with self._lock:
             events = [f"{e.get('event')}{'' if e.get('rank') is None else ' ' + str(e['rank'])}" for e in self.events]
-        return (f"attach exit code {self.proc.poll()}; events {events}; stderr "
-                f"{self.stderr_path.read_text()[-2000:]}")
+        return f"attach exit code {self.proc.poll()}; events {events}; stderr {self.stderr_path.read_text()[-2000:]}"
 
     def wait_for(self, check: Callable[[], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
@@ -141,8 +158,9 @@ def node_logs(emu: Emulator, job: str) -> dict[str, str]:
     for stream in streams["logStreams"]:
         name = stream["logStreamName"]
         node = name.split("/", 1)[1].rsplit("-", 1)[0]
-        events = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=name,
-                                     startFromHead=True)["events"]
+        events = logs.get_log_events(
+            logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=name, startFromHead=True
+        )["events"]
         out[node] = out.get(node, "") + "".join(e["message"] + "\n" for e in events)
     return out
 
@@ -170,11 +188,33 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
     job = f"rd-e2e-iterate-{time.strftime('%H%M%S')}-{os.getpid()}"  # this run's own /tmp/remote-debug/<job>
     started = time.monotonic()
     launch = subprocess.run(
-        [sys.executable, str(LAUNCHERS / "boto3_request.py"), "--role", ROLE, "--bucket", BUCKET,
-         "--image", f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
-         "--nodes", str(NODES), "--procs-per-node", str(PER_NODE), "--instance-type", "ml.c5.xlarge", "--job", job,
-         "--wait", "120", "--keep-alive", str(KEEP_ALIVE)],
-        env=emu.env, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            str(LAUNCHERS / "boto3_request.py"),
+            "--role",
+            ROLE,
+            "--bucket",
+            BUCKET,
+            "--image",
+            f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
+            "--nodes",
+            str(NODES),
+            "--procs-per-node",
+            str(PER_NODE),
+            "--instance-type",
+            "ml.c5.xlarge",
+            "--job",
+            job,
+            "--wait",
+            "120",
+            "--keep-alive",
+            str(KEEP_ALIVE),
+        ],
+        env=emu.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
     assert launch.stderr.count("SageMaker bills that time") == 1, launch.stderr  # enable()'s one billing note
@@ -190,8 +230,9 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
     attach = AttachProcess(emu, job, workspace, f"{train}:{line}")
     try:
         # 1. every rank stops with the old value, then runs free (one stop each) to the end of training
-        old = attach.wait_for(lambda: len(s := attach.stops_at_step("0")) == RANKS and s, 150,
-                              "stop of every rank at step 0")
+        old = attach.wait_for(
+            lambda: len(s := attach.stops_at_step("0")) == RANKS and s, 150, "stop of every rank at step 0"
+        )
         assert_every_rank(old, line, "0")
         ports = {e["rank"]: e["local_port"] for e in attach.of("rank-ready")}
         assert sorted(ports) == list(range(RANKS)), attach.of("rank-ready")
@@ -199,9 +240,15 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
 
         # 2. the training command ends on every node; the nodes hold and the job stays InProgress
         held = f"kept alive for {KEEP_ALIVE} s"
-        logs = wait_until(lambda: (got := node_logs(emu, job)) and all(held in got.get(f"algo-{n}", "")
-                                                                        for n in range(1, NODES + 1)) and got,
-                          90, f"'{held}' in every node's log")
+        logs = wait_until(
+            lambda: (
+                (got := node_logs(emu, job))
+                and all(held in got.get(f"algo-{n}", "") for n in range(1, NODES + 1))
+                and got
+            ),
+            90,
+            f"'{held}' in every node's log",
+        )
         assert all("the command ended (exit code 0)" in logs[f"algo-{n}"] for n in range(1, NODES + 1)), logs
         listed = emu.cli("jobs", "--json")
         assert listed.returncode == 0, listed.stderr[-2000:]
@@ -229,8 +276,9 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
             output = (exc.output or b"")[-2000:]
             raise AssertionError(f"run 1 did not end within 240 s; {attach.seen()}; run's output {output!r}") from None
         assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
-        new = attach.wait_for(lambda: len(s := attach.stops_at_step("7")) == RANKS and s, 30,
-                              "stop of every rank at step 7")
+        new = attach.wait_for(
+            lambda: len(s := attach.stops_at_step("7")) == RANKS and s, 30, "stop of every rank at step 7"
+        )
         assert_every_rank(new, line, "7")
         restarted = attach.of("rank-restarted")
         assert sorted(e["rank"] for e in restarted) == list(range(RANKS)), restarted
@@ -254,7 +302,8 @@ def test_keep_alive_sync_run_release_stop_every_rank_with_the_new_value_in_the_s
         assert attach.proc.wait(timeout=30) == 0, attach.stderr_path.read_text()[-2000:]
         final = wait_until(
             lambda: (d := sm.describe_training_job(TrainingJobName=job))["TrainingJobStatus"] != "InProgress" and d,
-            60, "the job's end",
+            60,
+            "the job's end",
         )
         assert final["TrainingJobStatus"] == "Completed", final.get("FailureReason")
         assert [t["Status"] for t in final["SecondaryStatusTransitions"]][-2:] == ["Uploading", "Completed"]

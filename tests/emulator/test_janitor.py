@@ -43,7 +43,11 @@ def test_a_killed_emulator_takes_its_jobs_and_namespaces_with_it(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
     emulator = subprocess.Popen(
         [sys.executable, "-m", "remote_debug", "emulator", "--json", "--state", str(state), "--log-delay", "0.1"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
     )
     namespaces: list[str] = []
     try:
@@ -54,11 +58,13 @@ def test_a_killed_emulator_takes_its_jobs_and_namespaces_with_it(tmp_path: Path)
         sm = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1", **keys)
         boto3.client("s3", endpoint_url=url, region_name="us-east-1", **keys).create_bucket(Bucket="janitor-bucket")
         sm.create_training_job(
-            TrainingJobName="janitor-job", RoleArn="arn:aws:iam::123456789012:role/R",
-            AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/byoc:1",
-                                    "TrainingInputMode": "File",
-                                    "ContainerEntrypoint": [sys.executable, "-c", "import time; time.sleep(600)",
-                                                            MARKER]},
+            TrainingJobName="janitor-job",
+            RoleArn="arn:aws:iam::123456789012:role/R",
+            AlgorithmSpecification={
+                "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/byoc:1",
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": [sys.executable, "-c", "import time; time.sleep(600)", MARKER],
+            },
             OutputDataConfig={"S3OutputPath": "s3://janitor-bucket/out"},
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 2, "VolumeSizeInGB": 1},
             StoppingCondition={"MaxRuntimeInSeconds": 900},

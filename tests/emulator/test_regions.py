@@ -40,17 +40,24 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 
 def client(emulator: Emulator, service: str, region: str) -> Any:
-    return boto3.client(service, endpoint_url=emulator.url, region_name=region,
-                        aws_access_key_id=emulator.keys.access_key_id,
-                        aws_secret_access_key=emulator.keys.secret_access_key)
+    return boto3.client(
+        service,
+        endpoint_url=emulator.url,
+        region_name=region,
+        aws_access_key_id=emulator.keys.access_key_id,
+        aws_secret_access_key=emulator.keys.secret_access_key,
+    )
 
 
 def request(name: str, code: str, **extra: Any) -> dict[str, Any]:
     return {
-        "TrainingJobName": name, "RoleArn": ROLE,
-        "AlgorithmSpecification": {"TrainingImage": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/byoc:1",
-                                   "TrainingInputMode": "File",
-                                   "ContainerEntrypoint": [sys.executable, "-u", "-c", textwrap.dedent(code)]},
+        "TrainingJobName": name,
+        "RoleArn": ROLE,
+        "AlgorithmSpecification": {
+            "TrainingImage": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/byoc:1",
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": [sys.executable, "-u", "-c", textwrap.dedent(code)],
+        },
         "OutputDataConfig": {"S3OutputPath": "s3://region-bucket/out"},
         "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
         "StoppingCondition": {"MaxRuntimeInSeconds": 600},
@@ -78,8 +85,9 @@ def job_lines(logs: Any, job: str) -> list[str]:
 
 
 def test_a_job_its_logs_and_its_arn_live_in_the_region_of_the_request(emulator: Emulator) -> None:
-    client(emulator, "s3", OTHER).create_bucket(Bucket="region-bucket",
-                                                CreateBucketConfiguration={"LocationConstraint": OTHER})
+    client(emulator, "s3", OTHER).create_bucket(
+        Bucket="region-bucket", CreateBucketConfiguration={"LocationConstraint": OTHER}
+    )
     here, there = client(emulator, "sagemaker", OTHER), client(emulator, "sagemaker", DEFAULT)
     code = "import os; print('region', os.environ['AWS_REGION'], os.environ['AWS_DEFAULT_REGION'])"
     arn = here.create_training_job(**request("regional-job", code))["TrainingJobArn"]
@@ -106,14 +114,17 @@ def test_a_job_its_logs_and_its_arn_live_in_the_region_of_the_request(emulator: 
 
     # a name is unique per region, not per account
     there.create_training_job(**request("regional-job", "print('default region')"))
-    assert wait_for(there, "regional-job", lambda d: d["TrainingJobStatus"] != "InProgress")[
-        "TrainingJobStatus"] == "Completed"
+    assert (
+        wait_for(there, "regional-job", lambda d: d["TrainingJobStatus"] != "InProgress")["TrainingJobStatus"]
+        == "Completed"
+    )
 
 
 def test_ssm_targets_are_regional_too(emulator: Emulator) -> None:
     here = client(emulator, "sagemaker", OTHER)
-    here.create_training_job(**request("regional-debug", "import time; time.sleep(60)",
-                                       RemoteDebugConfig={"EnableRemoteDebug": True}))
+    here.create_training_job(
+        **request("regional-debug", "import time; time.sleep(60)", RemoteDebugConfig={"EnableRemoteDebug": True})
+    )
     try:
         wait_for(here, "regional-debug", lambda d: d["SecondaryStatus"] == "Training")
         target = "sagemaker-training-job:regional-debug_algo-1"

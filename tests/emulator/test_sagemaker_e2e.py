@@ -52,8 +52,10 @@ DLC_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-c
 DLC_NO_SUDO_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311-dlc-nosudo"
 IMAGE_MAP = {
     "gpus": {MULTI_NODE_TYPE: 2},
-    "images": {DLC_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": True},
-               DLC_NO_SUDO_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": False}},
+    "images": {
+        DLC_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": True},
+        DLC_NO_SUDO_IMAGE: {"gdb": False, "shell_user": "ssm-user", "sudo": False},
+    },
 }
 
 
@@ -128,8 +130,19 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     )
     log = (tmp / "emulator.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "remote_debug", "emulator", "--json", "--state", str(tmp / "state"),
-         "--images", str(tmp / "images.json"), "--log-delay", "0.2"],
+        [
+            sys.executable,
+            "-m",
+            "remote_debug",
+            "emulator",
+            "--json",
+            "--state",
+            str(tmp / "state"),
+            "--images",
+            str(tmp / "images.json"),
+            "--log-delay",
+            "0.2",
+        ],
         env=base,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -142,8 +155,12 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         started = json.loads(line)
         url = started["endpoint_url"]
         # the keys it made at start, as a user exports them: it refuses any other signature
-        env = {**base, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": started["access_key_id"],
-               "AWS_SECRET_ACCESS_KEY": started["secret_access_key"]}
+        env = {
+            **base,
+            "AWS_ENDPOINT_URL": url,
+            "AWS_ACCESS_KEY_ID": started["access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": started["secret_access_key"],
+        }
         emu = Emulator(url=url, env=env, home=home, tmp=tmp)
         emu.client("s3").create_bucket(Bucket=BUCKET)
         yield emu
@@ -215,9 +232,20 @@ def debug_every_rank(
     shutil.copytree(code, workspace)
     train = workspace / (break_in or script)  # where the breakpoint goes: the script, or a module of the code
     attach = emu.cli(
-        "attach", job, "--headless", "--follow", "--break", f"{train}:{break_line(train)}", "--json",
-        "--workspace", str(workspace), "--no-ssh-include", "--timeout", "180",
-        timeout=400, region=region,
+        "attach",
+        job,
+        "--headless",
+        "--follow",
+        "--break",
+        f"{train}:{break_line(train)}",
+        "--json",
+        "--workspace",
+        str(workspace),
+        "--no-ssh-include",
+        "--timeout",
+        "180",
+        timeout=400,
+        region=region,
     )
     assert attach.returncode == 0, attach.stderr[-3000:]
     events = [json.loads(line) for line in attach.stdout.splitlines()]
@@ -310,8 +338,9 @@ def vscode_remote_ssh(emu: Emulator, job: str, node: str) -> None:
     ssh = shutil.which("ssh")
     assert ssh is not None
     # ssh's own reading of the entry: the node's sshd port (dialled through the proxy), pinned keys
-    resolved = subprocess.run([ssh, "-G", "-F", ssh_config, alias], capture_output=True, text=True, check=True,
-                              timeout=30).stdout
+    resolved = subprocess.run(
+        [ssh, "-G", "-F", ssh_config, alias], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
     options = dict(line.split(" ", 1) for line in resolved.splitlines() if " " in line)
     # the host key is pinned: our own known_hosts (under the test HOME), looked up by a HostKeyAlias
     assert options["stricthostkeychecking"] == "true" and options["hostkeyalias"].endswith(alias), options
@@ -320,9 +349,26 @@ def vscode_remote_ssh(emu: Emulator, job: str, node: str) -> None:
 
     socks_port = _free_port()
     session = subprocess.Popen(
-        [ssh, "-F", ssh_config, "-T", "-D", f"127.0.0.1:{socks_port}", "-o", "ConnectTimeout=15",
-         "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes", alias, "bash"],
-        env=emu.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            ssh,
+            "-F",
+            ssh_config,
+            "-T",
+            "-D",
+            f"127.0.0.1:{socks_port}",
+            "-o",
+            "ConnectTimeout=15",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-o",
+            "BatchMode=yes",
+            alias,
+            "bash",
+        ],
+        env=emu.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert session.stdin is not None and session.stdout is not None and session.stderr is not None
     lines: queue.Queue[str | None] = queue.Queue()
@@ -364,10 +410,29 @@ def test_boto3_byoc_launcher_unchanged_torchrun_two_nodes(emulator: Emulator) ->
     # (/tmp/remote-debug/<job>/<node>) would otherwise hold an earlier run's rank documents
     job = f"rd-e2e-boto3-{time.strftime('%H%M%S')}-{os.getpid()}"
     launch = subprocess.run(
-        [sys.executable, str(LAUNCHERS / "boto3_request.py"), "--role", ROLE, "--bucket", BUCKET,
-         "--image", f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
-         "--nodes", "2", "--procs-per-node", "2", "--instance-type", "ml.c5.xlarge", "--job", job],
-        env=emulator.env, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            str(LAUNCHERS / "boto3_request.py"),
+            "--role",
+            ROLE,
+            "--bucket",
+            BUCKET,
+            "--image",
+            f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
+            "--nodes",
+            "2",
+            "--procs-per-node",
+            "2",
+            "--instance-type",
+            "ml.c5.xlarge",
+            "--job",
+            job,
+        ],
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
     debug_every_rank(emulator, job, ranks=4, nodes=2, vscode_node="algo-2")
@@ -376,9 +441,21 @@ def test_boto3_byoc_launcher_unchanged_torchrun_two_nodes(emulator: Emulator) ->
 def test_sdk_v2_pytorch_estimator_torch_distributed_through_the_toolkit(emulator: Emulator) -> None:
     python = sdk_env.ensure("v2")
     launch = subprocess.run(
-        [str(python), str(LAUNCHERS / "sdk_v2_pytorch.py"), "--role", ROLE, "--nodes", "2",
-         "--instance-type", MULTI_NODE_TYPE],
-        env=emulator.env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            str(python),
+            str(LAUNCHERS / "sdk_v2_pytorch.py"),
+            "--role",
+            ROLE,
+            "--nodes",
+            "2",
+            "--instance-type",
+            MULTI_NODE_TYPE,
+        ],
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
     job = launch.stdout.split("started ", 1)[1].split(":", 1)[0]
@@ -388,9 +465,23 @@ def test_sdk_v2_pytorch_estimator_torch_distributed_through_the_toolkit(emulator
 def test_sdk_v3_model_trainer_torchrun_two_nodes(emulator: Emulator) -> None:
     python = sdk_env.ensure("v3")
     launch = subprocess.run(
-        [str(python), str(LAUNCHERS / "sdk_v3_model_trainer.py"), "--role", ROLE, "--region", REGION,
-         "--nodes", "2", "--instance-type", MULTI_NODE_TYPE],
-        env=emulator.env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            str(python),
+            str(LAUNCHERS / "sdk_v3_model_trainer.py"),
+            "--role",
+            ROLE,
+            "--region",
+            REGION,
+            "--nodes",
+            "2",
+            "--instance-type",
+            MULTI_NODE_TYPE,
+        ],
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
     jobs = emulator.client("sagemaker").list_training_jobs(NameContains="rd-v3-torchrun")["TrainingJobSummaries"]
@@ -404,9 +495,23 @@ def test_sdk_v2_pytorch_estimator_mpi_two_nodes_two_processes(emulator: Emulator
     rank the master's ``SM_CURRENT_HOST``; ranks 2 and 3 must still be reported (and stop) on algo-2."""
     python = sdk_env.ensure("v2")
     launch = subprocess.run(
-        [str(python), str(MPI_LAUNCHER), "--role", ROLE, "--nodes", "2", "--processes-per-host", "2",
-         "--instance-type", "ml.c5.xlarge"],  # a CPU type: the count is processes_per_host's, not a GPU shim's
-        env=emulator.env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            str(python),
+            str(MPI_LAUNCHER),
+            "--role",
+            ROLE,
+            "--nodes",
+            "2",
+            "--processes-per-host",
+            "2",
+            "--instance-type",
+            "ml.c5.xlarge",
+        ],  # a CPU type: the count is processes_per_host's, not a GPU shim's
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert launch.returncode == 0, launch.stderr[-3000:]
     job = launch.stdout.split("started ", 1)[1].split()[0]
@@ -438,8 +543,14 @@ def test_a_strangers_launcher_in_its_own_region(emulator: Emulator) -> None:
     which region it looked in (it used to find the job everywhere, then wait silently for logs that had gone to
     the emulator's default region); asked in the job's region, every rank on both nodes stops."""
     job = f"rd-e2e-eu-{time.strftime('%H%M%S')}-{os.getpid()}"
-    launch = subprocess.run([sys.executable, str(STRANGERS / "eu_west_launcher.py"), job, str(LAUNCHERS / "code")],
-                            env=emulator.env, capture_output=True, text=True, timeout=120, check=False)
+    launch = subprocess.run(
+        [sys.executable, str(STRANGERS / "eu_west_launcher.py"), job, str(LAUNCHERS / "code")],
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert launch.returncode == 0, launch.stderr[-3000:]
     wait_for_training(emulator, job, region="eu-west-1")
     elsewhere = emulator.cli("attach", job, "--headless", "--json", "--timeout", "20")
@@ -458,8 +569,14 @@ def test_a_raw_toolkit_request_with_a_breakpoint_in_a_submodule(emulator: Emulat
     Each rank now reports where its code is."""
     job = f"rd-e2e-raw-{how}-{time.strftime('%H%M%S')}-{os.getpid()}"
     source = STRANGERS / "toolkit_src"
-    launch = subprocess.run([sys.executable, str(STRANGERS / "toolkit_raw_launcher.py"), job, str(source), how, BUCKET],
-                            env=emulator.env, capture_output=True, text=True, timeout=120, check=False)
+    launch = subprocess.run(
+        [sys.executable, str(STRANGERS / "toolkit_raw_launcher.py"), job, str(source), how, BUCKET],
+        env=emulator.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert launch.returncode == 0, launch.stderr[-3000:]
     stops = debug_every_rank(emulator, job, ranks=4, nodes=2, code=source, break_in="helpers/step.py")
     for stop in stops.values():

@@ -47,8 +47,9 @@ class Recorder:
 
 @pytest.fixture
 def front() -> Iterator[tuple[str, Front]]:
-    app = Front(DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS,
-                secret_of=KEYS.get)
+    app = Front(
+        DomainDispatcherApplication(create_backend_app), SERVED_TARGETS, checked=CHECKED_TARGETS, secret_of=KEYS.get
+    )
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -164,8 +165,15 @@ def test_non_json_and_oversized_bodies_are_refused_in_one_line(front: tuple[str,
     assert big.value.code == 413
 
 
-def signed(url: str, body: bytes, headers: dict[str, str], key: str = "AKIDEXAMPLE", secret: str = "secret",
-           when: datetime | None = None, service: str = "sagemaker") -> urllib.request.Request:
+def signed(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    key: str = "AKIDEXAMPLE",
+    secret: str = "secret",
+    when: datetime | None = None,
+    service: str = "sagemaker",
+) -> urllib.request.Request:
     """A raw request signed as botocore signs one (at ``when``, default now)."""
     request = AWSRequest(method="POST", url=url, data=body, headers=headers)
     auth = SigV4Auth(Credentials(key, secret), service, REGION)
@@ -192,7 +200,9 @@ def test_every_request_needs_a_signature_with_a_known_key_and_a_current_date(fro
     headers = {"X-Amz-Target": "SageMaker.StopTrainingJob", "Content-Type": "application/x-amz-json-1.1"}
     body = json.dumps({"TrainingJobName": "job-1"}).encode()
     assert _refusal(urllib.request.Request(url, data=body, headers=headers)) == (
-        403, {"__type": "MissingAuthenticationTokenException", "message": "Missing Authentication Token"})
+        403,
+        {"__type": "MissingAuthenticationTokenException", "message": "Missing Authentication Token"},
+    )
     code, answer = _refusal(signed(url, body, headers, secret="not-the-secret"))
     assert (code, answer["__type"]) == (403, "InvalidSignatureException") and "does not match" in answer["message"]
     code, answer = _refusal(signed(url, body, headers, key="AKIDSOMEONEELSE"))
@@ -204,8 +214,9 @@ def test_every_request_needs_a_signature_with_a_known_key_and_a_current_date(fro
     tampered.data = json.dumps({"TrainingJobName": "job-2"}).encode()  # same length, other job
     assert _refusal(tampered)[1]["__type"] == "InvalidSignatureException"
     assert handler.calls == []  # none of them reached the handler
-    urllib.request.urlopen(signed(url, body, headers, when=datetime.now(timezone.utc) - timedelta(minutes=4)),
-                           timeout=10).read()  # within AWS's five minutes of skew
+    urllib.request.urlopen(
+        signed(url, body, headers, when=datetime.now(timezone.utc) - timedelta(minutes=4)), timeout=10
+    ).read()  # within AWS's five minutes of skew
     assert [c.params for c in handler.calls] == [{"TrainingJobName": "job-1"}]
 
 
@@ -216,11 +227,16 @@ def test_the_containers_own_signer_is_accepted(front: tuple[str, Front]) -> None
     handler.answer = {"SessionId": "s-1"}
     app.route("ssm", "TerminateSession", handler)
     body = json.dumps({"SessionId": "s-1"}).encode()
-    headers = awscall.sign(method="POST", url=url + "/", body=body, region=REGION, service="ssm",
-                           credentials=awscall.Credentials("AKIDEXAMPLE", "secret", None),
-                           headers={"Content-Type": "application/x-amz-json-1.1",
-                                    "X-Amz-Target": "AmazonSSM.TerminateSession"},
-                           amz_date=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    headers = awscall.sign(
+        method="POST",
+        url=url + "/",
+        body=body,
+        region=REGION,
+        service="ssm",
+        credentials=awscall.Credentials("AKIDEXAMPLE", "secret", None),
+        headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": "AmazonSSM.TerminateSession"},
+        amz_date=datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+    )
     headers.pop("Host")
     with urllib.request.urlopen(urllib.request.Request(url + "/", data=body, headers=headers), timeout=10) as answer:
         assert json.loads(answer.read()) == {"SessionId": "s-1"}
@@ -240,12 +256,20 @@ def test_forwarded_services_are_checked_too_and_refused_in_their_own_shape(front
         ("sts", "get_caller_identity", "SignatureDoesNotMatch"),
         ("logs", "describe_log_groups", "InvalidSignatureException"),
     ):
-        wrong = boto3.client(service, endpoint_url=url, region_name=REGION, aws_access_key_id="AKIDEXAMPLE",
-                             aws_secret_access_key="guess", config=Config(retries={"max_attempts": 1}))
+        wrong = boto3.client(
+            service,
+            endpoint_url=url,
+            region_name=REGION,
+            aws_access_key_id="AKIDEXAMPLE",
+            aws_secret_access_key="guess",
+            config=Config(retries={"max_attempts": 1}),
+        )
         with pytest.raises(ClientError) as info:
             getattr(wrong, operation)()
         assert (info.value.response["Error"]["Code"], info.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (
-            code, 403), service
+            code,
+            403,
+        ), service
 
 
 def test_routing_an_operation_the_model_lacks_fails_at_once(front: tuple[str, Front]) -> None:
@@ -265,7 +289,8 @@ OLD_HOOK_PROGRAM = (  # what enable() put in ContainerEntrypoint before: a progr
 
 def _create_with_entry(sm: Any, entry: list[str]) -> None:
     sm.create_training_job(
-        TrainingJobName="job-1", RoleArn="arn:aws:iam::123456789012:role/R",
+        TrainingJobName="job-1",
+        RoleArn="arn:aws:iam::123456789012:role/R",
         AlgorithmSpecification={"TrainingImage": "img:1", "TrainingInputMode": "File", "ContainerEntrypoint": entry},
         OutputDataConfig={"S3OutputPath": "s3://b/o"},
         ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
@@ -304,14 +329,24 @@ def test_lengths_tags_and_every_error_are_reported_together(front: tuple[str, Fr
     app.route("sagemaker", "AddTags", handler)
     sm = client(url, "sagemaker", validate=False)
     with pytest.raises(ClientError) as caught:
-        sm.add_tags(ResourceArn=ARN, Tags=[{"Key": "ok", "Value": "ünïcode letters are fine"},
-                                           {"Key": "k", "Value": "new\nline"}, {"Key": "x" * 129, "Value": "v"}])
+        sm.add_tags(
+            ResourceArn=ARN,
+            Tags=[
+                {"Key": "ok", "Value": "ünïcode letters are fine"},
+                {"Key": "k", "Value": "new\nline"},
+                {"Key": "x" * 129, "Value": "v"},
+            ],
+        )
     message = caught.value.response["Error"]["Message"]
     assert message.startswith("2 validation errors detected: ")
-    assert "Value 'new\nline' at 'tags.2.member.value' failed to satisfy constraint: Member must satisfy " \
-           "regular expression pattern: ([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)" in message
-    assert f"Value '{'x' * 129}' at 'tags.3.member.key' failed to satisfy constraint: Member must have length " \
-           "less than or equal to 128" in message
+    assert (
+        "Value 'new\nline' at 'tags.2.member.value' failed to satisfy constraint: Member must satisfy "
+        "regular expression pattern: ([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)" in message
+    )
+    assert (
+        f"Value '{'x' * 129}' at 'tags.3.member.key' failed to satisfy constraint: Member must have length "
+        "less than or equal to 128" in message
+    )
     assert handler.calls == []
 
 
@@ -322,6 +357,8 @@ def test_operations_left_to_moto_are_checked_too(front: tuple[str, Front]) -> No
     with pytest.raises(ClientError) as caught:
         logs.create_log_group(logGroupName="/aws/sagemaker/Training Jobs")
     assert caught.value.response["Error"]["Code"] == "ValidationException"
-    assert "at 'logGroupName' failed to satisfy constraint: Member must satisfy regular expression pattern" in \
-        caught.value.response["Error"]["Message"]
+    assert (
+        "at 'logGroupName' failed to satisfy constraint: Member must satisfy regular expression pattern"
+        in caught.value.response["Error"]["Message"]
+    )
     assert " " not in "".join(g["logGroupName"] for g in logs.describe_log_groups()["logGroups"])

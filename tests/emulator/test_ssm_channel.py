@@ -35,10 +35,12 @@ from tests.helpers.hook_runs import free_port, kill_all, listen_addresses, make_
 from tests.helpers.sshd import private_sshd
 from tests.helpers.ssm_plugin import EchoServer
 
-PLUGIN = Path(os.environ.get("REMOTE_DEBUG_SSM_PLUGIN")
-              or "/work/shared/tools/session-manager-plugin/session-manager-plugin")
-needs_plugin = pytest.mark.skipif(not os.access(PLUGIN, os.X_OK),
-                                  reason=f"AWS session-manager-plugin not at {PLUGIN} (set REMOTE_DEBUG_SSM_PLUGIN)")
+PLUGIN = Path(
+    os.environ.get("REMOTE_DEBUG_SSM_PLUGIN") or "/work/shared/tools/session-manager-plugin/session-manager-plugin"
+)
+needs_plugin = pytest.mark.skipif(
+    not os.access(PLUGIN, os.X_OK), reason=f"AWS session-manager-plugin not at {PLUGIN} (set REMOTE_DEBUG_SSM_PLUGIN)"
+)
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None or not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH")
 SSH_DOC, PF_DOC = "AWS-StartSSHSession", "AWS-StartPortForwardingSession"
@@ -50,8 +52,15 @@ REGION = "eu-west-3"
 
 def test_client_message_layout_and_round_trip() -> None:
     mid = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
-    message = m.ClientMessage(m.INPUT_STREAM_DATA, -7 + 2**40, m.PayloadType.OUTPUT, b"payload", flags=1,
-                              created_date=1_700_000_000_123, message_id=mid)
+    message = m.ClientMessage(
+        m.INPUT_STREAM_DATA,
+        -7 + 2**40,
+        m.PayloadType.OUTPUT,
+        b"payload",
+        flags=1,
+        created_date=1_700_000_000_123,
+        message_id=mid,
+    )
     raw = m.encode(message)
     assert len(raw) == 120 + 7
     assert raw[:4] == (116).to_bytes(4, "big")
@@ -94,11 +103,19 @@ def test_control_payloads() -> None:
     closed = json.loads(m.channel_closed("s-1", "t", "bye").payload)
     assert (closed["SessionId"], closed["Output"], closed["MessageType"]) == ("s-1", "bye", "channel_closed")
     request = json.loads(m.handshake_request("3.3.1611.0", "Port", {"portNumber": "22"}))
-    assert request["RequestedClientActions"][0]["ActionParameters"] == {"SessionType": "Port",
-                                                                         "Properties": {"portNumber": "22"}}
-    response = m.parse_handshake_response(json.dumps({
-        "ClientVersion": "1.2.650.0", "Errors": None,
-        "ProcessedClientActions": [{"ActionType": "SessionType", "ActionStatus": 2, "Error": "nope"}]}).encode())
+    assert request["RequestedClientActions"][0]["ActionParameters"] == {
+        "SessionType": "Port",
+        "Properties": {"portNumber": "22"},
+    }
+    response = m.parse_handshake_response(
+        json.dumps(
+            {
+                "ClientVersion": "1.2.650.0",
+                "Errors": None,
+                "ProcessedClientActions": [{"ActionType": "SessionType", "ActionStatus": 2, "Error": "nope"}],
+            }
+        ).encode()
+    )
     assert response.client_version == "1.2.650.0" and "nope" in response.errors[0]
     assert m.parse_flag(m.flag_payload(m.PayloadTypeFlag.TERMINATE_SESSION)) == 2
     with pytest.raises(m.ClientMessageError):
@@ -110,7 +127,7 @@ def test_control_payloads() -> None:
 def test_smux_parser_reassembles_frames() -> None:
     stream = m.encode_smux(m.SMUX_SYN, 3) + m.encode_smux(m.SMUX_PSH, 3, b"hello") + m.encode_smux(m.SMUX_FIN, 3)
     parser = m.SmuxParser()
-    frames = [f for i in range(len(stream)) for f in parser.feed(stream[i:i + 1])]
+    frames = [f for i in range(len(stream)) for f in parser.feed(stream[i : i + 1])]
     assert frames == [m.SmuxFrame(0, 3), m.SmuxFrame(2, 3, b"hello"), m.SmuxFrame(1, 3)]
     with pytest.raises(m.ClientMessageError):
         list(m.SmuxParser().feed(bytes([2, 0, 0, 0, 1, 0, 0, 0])))
@@ -252,7 +269,7 @@ class Plugin:
         """stdout after the plugin's own "Starting session" line."""
         banner = f"\nStarting session with SessionId: {self.session_id}\n".encode()
         assert self.out.startswith(banner), bytes(self.out[:200])
-        return bytes(self.out[len(banner):])
+        return bytes(self.out[len(banner) :])
 
     def exited(self, timeout: float) -> int:
         return self.proc.wait(timeout)
@@ -269,24 +286,52 @@ class Runner:
 
     def env(self, session: Session, token_value: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        response = {"SessionId": session.session_id, "TokenValue": token_value or session.token_value,
-                    "StreamUrl": session.stream_url}
-        env.update(AWS_SSM_START_SESSION_RESPONSE=json.dumps(response), AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_EC2_METADATA_DISABLED="true",
-                   AWS_CONFIG_FILE=str(self.tmp / "no-aws-config"),
-                   AWS_SHARED_CREDENTIALS_FILE=str(self.tmp / "no-aws-credentials"), RD_TEST_TOKEN=self.token)
+        response = {
+            "SessionId": session.session_id,
+            "TokenValue": token_value or session.token_value,
+            "StreamUrl": session.stream_url,
+        }
+        env.update(
+            AWS_SSM_START_SESSION_RESPONSE=json.dumps(response),
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=str(self.tmp / "no-aws-config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(self.tmp / "no-aws-credentials"),
+            RD_TEST_TOKEN=self.token,
+        )
         return env
 
-    def argv(self, session: Session, document: str, parameters: dict[str, list[str]],
-             endpoint: str | None = None) -> list[str]:
+    def argv(
+        self, session: Session, document: str, parameters: dict[str, list[str]], endpoint: str | None = None
+    ) -> list[str]:
         request = {"Target": session.target, "DocumentName": document, "Parameters": parameters}
-        return [str(PLUGIN), "AWS_SSM_START_SESSION_RESPONSE", REGION, "StartSession", "", json.dumps(request),
-                endpoint or self.endpoint]
+        return [
+            str(PLUGIN),
+            "AWS_SSM_START_SESSION_RESPONSE",
+            REGION,
+            "StartSession",
+            "",
+            json.dumps(request),
+            endpoint or self.endpoint,
+        ]
 
-    def plugin(self, session: Session, document: str, parameters: dict[str, list[str]], *,
-               token_value: str | None = None, endpoint: str | None = None) -> Plugin:
-        proc = subprocess.Popen(self.argv(session, document, parameters, endpoint), env=self.env(session, token_value),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    def plugin(
+        self,
+        session: Session,
+        document: str,
+        parameters: dict[str, list[str]],
+        *,
+        token_value: str | None = None,
+        endpoint: str | None = None,
+    ) -> Plugin:
+        proc = subprocess.Popen(
+            self.argv(session, document, parameters, endpoint),
+            env=self.env(session, token_value),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         plugin = Plugin(proc, session.session_id)
         plugin.reader = threading.Thread(target=plugin._read, daemon=True)
         plugin.reader.start()
@@ -346,12 +391,14 @@ def echo_round(local_port: int, size: int) -> bool:
 
 
 @needs_plugin
-def test_ssh_session_relays_bytes_both_ways(server: DataChannelServer, echo: EchoServer, runner: Runner,
-                                            fake_ssm: FakeSsm) -> None:
+def test_ssh_session_relays_bytes_both_ways(
+    server: DataChannelServer, echo: EchoServer, runner: Runner, fake_ssm: FakeSsm
+) -> None:
     recorder = RecordingConnector()
     ports = recorder.ports
-    session = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]},
-                                  connect=recorder, owner="alice")
+    session = server.open_session(
+        target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=recorder, owner="alice"
+    )
     plugin = runner.plugin(session, SSH_DOC, {"portNumber": [str(echo.port)]})
     data = os.urandom(2 * 1024 * 1024)  # the plugin reads stdin 1 KiB at a time with a 1 ms pause: ~2.5 s
     feed(plugin, data)
@@ -375,33 +422,54 @@ def test_real_openssh_through_the_plugin(server: DataChannelServer, runner: Runn
         (tmp_path / "known_hosts").write_text(f"node-1 {sshd.host_key_line}\n")
         for command in (["echo", "hello"], ["exit", "3"]):
             result, _ = ssh_via_plugin(server, runner, tmp_path, sshd.port, command)
-            assert (result.returncode, result.stdout) == ((0, "hello\n") if command[0] == "echo" else (3, "")), \
+            assert (result.returncode, result.stdout) == ((0, "hello\n") if command[0] == "echo" else (3, "")), (
                 result.stderr
+            )
         # ssh exits without a word to the service (the plugin just loses its stdin): the sessions end
         # when their data channels have stayed away for the disconnect timeout, closing sshd's end.
         wait_for(lambda: not server.sessions() or None, 10, "the sessions to end after the disconnect timeout")
 
 
-def ssh_via_plugin(server: DataChannelServer, runner: Runner, tmp_path: Path, port: int,
-                   command: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+def ssh_via_plugin(
+    server: DataChannelServer, runner: Runner, tmp_path: Path, port: int, command: list[str]
+) -> tuple[subprocess.CompletedProcess[str], float]:
     assert SSH is not None
     parameters = {"portNumber": [str(port)]}
-    session = server.open_session(target="node-1", document=SSH_DOC, parameters=parameters, connect=connect,
-                                  owner="alice")
+    session = server.open_session(
+        target="node-1", document=SSH_DOC, parameters=parameters, connect=connect, owner="alice"
+    )
     proxy = " ".join(shlex.quote(a) for a in runner.argv(session, SSH_DOC, parameters))
-    argv = [SSH, "-F", "/dev/null", "-i", str(tmp_path / "id"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "HostKeyAlias=node-1",
-            "-o", "StrictHostKeyChecking=yes", "-o", f"ProxyCommand={proxy}", f"{getpass.getuser()}@node-1", *command]
+    argv = [
+        SSH,
+        "-F",
+        "/dev/null",
+        "-i",
+        str(tmp_path / "id"),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
+        "-o",
+        "HostKeyAlias=node-1",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"ProxyCommand={proxy}",
+        f"{getpass.getuser()}@node-1",
+        *command,
+    ]
     started = time.monotonic()
-    result = subprocess.run(argv, env=runner.env(session), capture_output=True, text=True, timeout=60,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        argv, env=runner.env(session), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
     return result, time.monotonic() - started
 
 
 @needs_plugin
 @needs_ssh
-def test_ssh_login_time_through_plugin_and_emulator(server: DataChannelServer, runner: Runner,
-                                                    tmp_path: Path) -> None:
+def test_ssh_login_time_through_plugin_and_emulator(server: DataChannelServer, runner: Runner, tmp_path: Path) -> None:
     """The issue's budget: ssh login through the ProxyCommand + real plugin + emulator <= 1.5 s."""
     key = tmp_path / "id"
     with private_sshd(tmp_path, make_key(key)) as sshd:
@@ -411,8 +479,10 @@ def test_ssh_login_time_through_plugin_and_emulator(server: DataChannelServer, r
             result, elapsed = ssh_via_plugin(server, runner, tmp_path, sshd.port, ["true"])
             assert result.returncode == 0, result.stderr
             times.append(elapsed)
-    print(f"ssh ... true through session-manager-plugin + emulator: median {statistics.median(times):.3f} s "
-          f"of {[round(t, 3) for t in times]}")
+    print(
+        f"ssh ... true through session-manager-plugin + emulator: median {statistics.median(times):.3f} s "
+        f"of {[round(t, 3) for t in times]}"
+    )
     assert statistics.median(times) <= 1.5
 
 
@@ -443,12 +513,14 @@ def test_port_forwarding_with_a_local_port(server: DataChannelServer, echo: Echo
 
 
 @needs_plugin
-def test_wrong_token_gets_no_stream(server: DataChannelServer, echo: EchoServer, runner: Runner,
-                                    fake_ssm: FakeSsm) -> None:
+def test_wrong_token_gets_no_stream(
+    server: DataChannelServer, echo: EchoServer, runner: Runner, fake_ssm: FakeSsm
+) -> None:
     recorder = RecordingConnector()
     ports = recorder.ports
-    session = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]},
-                                  connect=recorder, owner="alice")
+    session = server.open_session(
+        target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=recorder, owner="alice"
+    )
     # With no SSM endpoint to resume through, a refused token leaves the plugin without a stream.
     nowhere = f"http://127.0.0.1:{free_port()}"
     plugin = runner.plugin(session, SSH_DOC, {}, token_value=session.token_value[::-1], endpoint=nowhere)
@@ -466,9 +538,14 @@ def test_wrong_token_gets_no_stream(server: DataChannelServer, echo: EchoServer,
     again = runner.plugin(session, SSH_DOC, {}, endpoint=nowhere)
     time.sleep(2)
     assert again.stream == b""
-    third = runner.plugin(server.open_session(target="mi-1", document=SSH_DOC,
-                                              parameters={"portNumber": [str(echo.port)]}, connect=connect,
-                                              owner="carol"), SSH_DOC, {}, token_value="not-the-token")
+    third = runner.plugin(
+        server.open_session(
+            target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=connect, owner="carol"
+        ),
+        SSH_DOC,
+        {},
+        token_value="not-the-token",
+    )
     feed(third, b"pong")
     third.wait_for(b"pong")
     assert [c[0] for c in fake_ssm.calls] == ["ResumeSession"]
@@ -476,8 +553,9 @@ def test_wrong_token_gets_no_stream(server: DataChannelServer, echo: EchoServer,
 
 @needs_plugin
 def test_terminate_makes_the_plugin_exit(server: DataChannelServer, echo: EchoServer, runner: Runner) -> None:
-    session = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]},
-                                  connect=connect, owner="alice")
+    session = server.open_session(
+        target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=connect, owner="alice"
+    )
     plugin = runner.plugin(session, SSH_DOC, {})
     feed(plugin, b"ping")
     plugin.wait_for(b"ping")
@@ -491,8 +569,9 @@ def test_terminate_makes_the_plugin_exit(server: DataChannelServer, echo: EchoSe
 @needs_plugin
 def test_refused_target_port_ends_the_plugin(server: DataChannelServer, runner: Runner) -> None:
     dead = free_port()
-    session = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(dead)]},
-                                  connect=connect, owner="alice")
+    session = server.open_session(
+        target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(dead)]}, connect=connect, owner="alice"
+    )
     plugin = runner.plugin(session, SSH_DOC, {})
     # Upstream's plugin exits 0 on channel_closed whatever the reason; the reason is on stdout.
     assert plugin.exited(10) == 0
@@ -502,8 +581,9 @@ def test_refused_target_port_ends_the_plugin(server: DataChannelServer, runner: 
     # Port forwarding: the local connection is closed at once and the session stays up for the next one.
     local = free_port()
     parameters = {"portNumber": [str(dead)], "localPortNumber": [str(local)]}
-    forwarding = server.open_session(target="mi-1", document=PF_DOC, parameters=parameters, connect=connect,
-                                     owner="alice")
+    forwarding = server.open_session(
+        target="mi-1", document=PF_DOC, parameters=parameters, connect=connect, owner="alice"
+    )
     pf = runner.plugin(forwarding, PF_DOC, parameters)
     pf.wait_for(b"Waiting for connections")
     for _ in range(2):
@@ -573,14 +653,17 @@ class DroppingProxy:
 
 
 @needs_plugin
-def test_dropped_connection_resumes_with_the_stream_intact(server: DataChannelServer, echo: EchoServer,
-                                                           runner: Runner, fake_ssm: FakeSsm) -> None:
-    session = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]},
-                                  connect=connect, owner="alice")
+def test_dropped_connection_resumes_with_the_stream_intact(
+    server: DataChannelServer, echo: EchoServer, runner: Runner, fake_ssm: FakeSsm
+) -> None:
+    session = server.open_session(
+        target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=connect, owner="alice"
+    )
     proxy = DroppingProxy(server.port)
     try:
-        via_proxy = Session(**{**session.__dict__,
-                               "stream_url": session.stream_url.replace(f":{server.port}/", f":{proxy.port}/")})
+        via_proxy = Session(
+            **{**session.__dict__, "stream_url": session.stream_url.replace(f":{server.port}/", f":{proxy.port}/")}
+        )
         plugin = runner.plugin(via_proxy, SSH_DOC, {})
         first, second = os.urandom(200_000), os.urandom(200_000)
         feed(plugin, first).join(30)
@@ -592,8 +675,11 @@ def test_dropped_connection_resumes_with_the_stream_intact(server: DataChannelSe
         # Only once it is back: upstream's plugin exits if stdin has data while it reconnects.
         wait_for(lambda: channel.ws not in (None, dropped) or None, 30, "the plugin's new connection")
         feed(plugin, second).join(30)
-        wait_for(lambda: len(plugin.stream) >= len(first + second) or None, 60,
-                 f"the second half's echo (SSM calls: {fake_ssm.calls})")
+        wait_for(
+            lambda: len(plugin.stream) >= len(first + second) or None,
+            60,
+            f"the second half's echo (SSM calls: {fake_ssm.calls})",
+        )
         assert plugin.stream == first + second
         assert fake_ssm.calls == [("ResumeSession", {"SessionId": session.session_id})]
         assert echo.accepted == 1  # the same TCP connection to the target all along
@@ -616,8 +702,9 @@ def test_close_leaves_nothing_behind(echo: EchoServer, runner: Runner, tmp_path:
     fake = FakeSsm(server)
     runner.endpoint = fake.url
     try:
-        ssh = server.open_session(target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]},
-                                  connect=connect, owner="alice")
+        ssh = server.open_session(
+            target="mi-1", document=SSH_DOC, parameters={"portNumber": [str(echo.port)]}, connect=connect, owner="alice"
+        )
         local = free_port()
         parameters = {"portNumber": [str(echo.port)], "localPortNumber": [str(local)]}
         pf = server.open_session(target="mi-1", document=PF_DOC, parameters=parameters, connect=connect, owner="bob")
@@ -644,7 +731,8 @@ def test_close_leaves_nothing_behind(echo: EchoServer, runner: Runner, tmp_path:
         fake.close()
     wait_for(lambda: all(not t.is_alive() for t in echo.threads) or None, 10, "the target's connections to close")
     assert set(threading.enumerate()) <= threads_before | set(echo.threads) | {echo._accept} | {
-        p.reader for p in runner.started}
+        p.reader for p in runner.started
+    }
     runner.stop()
     assert {t for t in set(threading.enumerate()) - threads_before if t.is_alive()} <= {echo._accept}
     assert sockets() <= sockets_before | {f"socket:[{os.stat(f'/proc/self/fd/{echo.listener.fileno()}').st_ino}]"}

@@ -56,16 +56,25 @@ class Running:
 
     def client(self, service: str) -> Any:
         keys = self.emulator.keys  # the emulator's own: it refuses any other signature
-        return boto3.client(service, endpoint_url=self.url, region_name=REGION, aws_access_key_id=keys.access_key_id,
-                            aws_secret_access_key=keys.secret_access_key)
+        return boto3.client(
+            service,
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id=keys.access_key_id,
+            aws_secret_access_key=keys.secret_access_key,
+        )
 
-    def create_job(self, name: str, nodes: int = 1, code: str = SLEEPER, *, remote_debug: bool = True,
-                   image: str = IMAGE) -> None:
+    def create_job(
+        self, name: str, nodes: int = 1, code: str = SLEEPER, *, remote_debug: bool = True, image: str = IMAGE
+    ) -> None:
         request: dict[str, Any] = {
             "TrainingJobName": name,
             "RoleArn": ROLE,
-            "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File",
-                                       "ContainerEntrypoint": [sys.executable, "-c", code]},
+            "AlgorithmSpecification": {
+                "TrainingImage": image,
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": [sys.executable, "-c", code],
+            },
             "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/output"},
             "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": nodes, "VolumeSizeInGB": 1},
             "StoppingCondition": {"MaxRuntimeInSeconds": 900},
@@ -152,12 +161,19 @@ class PluginTerminal:
         self.resize(self.cols, self.rows)
         env = dict(os.environ)
         env["AWS_SSM_START_SESSION_RESPONSE"] = json.dumps(
-            {k: self.response[k] for k in ("SessionId", "TokenValue", "StreamUrl")})
-        argv = [str(real_plugin()), "AWS_SSM_START_SESSION_RESPONSE", REGION, "StartSession", "",
-                json.dumps({"Target": self.target}), self.url]
+            {k: self.response[k] for k in ("SessionId", "TokenValue", "StreamUrl")}
+        )
+        argv = [
+            str(real_plugin()),
+            "AWS_SSM_START_SESSION_RESPONSE",
+            REGION,
+            "StartSession",
+            "",
+            json.dumps({"Target": self.target}),
+            self.url,
+        ]
         try:
-            self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
         finally:
             os.close(slave)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -288,8 +304,12 @@ def test_only_running_remote_debug_nodes_are_connectable(emu: Running) -> None:
     emu.start_job("shell-nodebug", remote_debug=False)
     emu.wait_job("shell-done", lambda d: d["TrainingJobStatus"] == "Completed")
     ssm = emu.client("ssm")
-    for refused in (target("shell-done", "algo-1"), target("shell-nodebug", "algo-1"), target("shells", "algo-3"),
-                    target("nope", "algo-1")):
+    for refused in (
+        target("shell-done", "algo-1"),
+        target("shell-nodebug", "algo-1"),
+        target("shells", "algo-3"),
+        target("nope", "algo-1"),
+    ):
         with pytest.raises(botocore.exceptions.ClientError) as error:
             ssm.start_session(Target=refused)
         assert error.value.response["Error"]["Code"] == "TargetNotConnected", refused

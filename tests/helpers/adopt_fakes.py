@@ -86,11 +86,15 @@ class PlainJob:
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "TrainingJobName": self.name, "TrainingJobArn": self.arn, "TrainingJobStatus": "InProgress",
-            "SecondaryStatus": "Training", "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
+            "TrainingJobName": self.name,
+            "TrainingJobArn": self.arn,
+            "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": "Training",
+            "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
             "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": self.nodes, "VolumeSizeInGB": 30},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": dt.datetime(2026, 1, 1),
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+            "CreationTime": dt.datetime(2026, 1, 1),
             "Environment": {},
         }
         if self.enabled:
@@ -106,8 +110,13 @@ class PlainJob:
         return {"Tags": params["Tags"]}
 
 
-PROBE: dict[str, Any] = {"roots": [4242], "ranks": [{"rank": 0, "pid": 4243, "python": [3, 11, 9]}],
-                         "gdb": "/usr/bin/gdb", "code_dir": "/opt/ml/code", "refusal": None}
+PROBE: dict[str, Any] = {
+    "roots": [4242],
+    "ranks": [{"rank": 0, "pid": 4243, "python": [3, 11, 9]}],
+    "gdb": "/usr/bin/gdb",
+    "code_dir": "/opt/ml/code",
+    "refusal": None,
+}
 
 
 class FakeShell:
@@ -191,8 +200,10 @@ class FakeShell:
         if "--adopt-node --probe" in command:
             return 0, json.dumps(self.probe) + "\n"
         if "--adopt-node" in command:
-            ranks = [{"rank": r["rank"], "pid": r["pid"], "node": self.node, "state": "listening"}
-                     for r in self.probe["ranks"]]
+            ranks = [
+                {"rank": r["rank"], "pid": r["pid"], "node": self.node, "state": "listening"}
+                for r in self.probe["ranks"]
+            ]
             return 0, json.dumps({"already": False, "ranks": ranks}) + "\n"
         return 0, ""
 

@@ -33,9 +33,12 @@ def pyenv_python(minor: str) -> Path | None:
 
 
 def plain_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REMOTE_DEBUG_", "SM_", "OMPI_", "PMI_", "PYTEST_"))
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REMOTE_DEBUG_", "SM_", "OMPI_", "PMI_", "PYTEST_"))
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")
+    }
     env.update(extra)
     return env
 
@@ -47,7 +50,12 @@ class Plain:
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.pid = self.proc.pid
@@ -64,8 +72,18 @@ class Plain:
 @contextlib.contextmanager
 def plain_torchrun(project: Path, nproc: int = 2, script: str = "train.py") -> Iterator[Plain]:
     port = free_port()
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--master-addr", "127.0.0.1", "--master-port", str(port), script]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        script,
+    ]
     job = Plain(argv, project, plain_env(), project.parent / "torchrun.log")
     try:
         yield job

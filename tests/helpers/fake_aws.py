@@ -47,8 +47,9 @@ class FakeSsm:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, answer = fake.handle(self.headers.get("X-Amz-Target", ""), body,
-                                             self.headers.get("Authorization", ""))
+                status, answer = fake.handle(
+                    self.headers.get("X-Amz-Target", ""), body, self.headers.get("Authorization", "")
+                )
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-amz-json-1.1")
@@ -118,8 +119,10 @@ def describe_response(
         "ModelArtifacts": {"S3ModelArtifacts": f"s3://bucket/{job}/output/model.tar.gz"},
         "TrainingJobStatus": status,
         "SecondaryStatus": secondary,
-        "AlgorithmSpecification": {"TrainingImage": "123.dkr.ecr.us-west-2.amazonaws.com/img:1",
-                                   "TrainingInputMode": "File"},
+        "AlgorithmSpecification": {
+            "TrainingImage": "123.dkr.ecr.us-west-2.amazonaws.com/img:1",
+            "TrainingInputMode": "File",
+        },
         "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instance_count, "VolumeSizeInGB": 30},
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
         "CreationTime": now,
@@ -137,7 +140,10 @@ class ScriptedSageMaker:
     """Attach to a real botocore SageMaker client; answers come from ``script(call_number, job_name)``."""
 
     def __init__(
-        self, client: Any, script: Callable[[int, str], dict[str, Any]], tags: list[dict[str, str]] | None = None,
+        self,
+        client: Any,
+        script: Callable[[int, str], dict[str, Any]],
+        tags: list[dict[str, str]] | None = None,
         others: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.client = client

@@ -387,8 +387,9 @@ def tunnel_usable(forward: ControlForward, timeout: float) -> float:
     last = "no attempt"
     while time.monotonic() < deadline:
         try:
-            reply = control_request(forward.port, "stacks", timeout=max(0.1, min(2.0, deadline - time.monotonic())),
-                                    secret=forward.secret)
+            reply = control_request(
+                forward.port, "stacks", timeout=max(0.1, min(2.0, deadline - time.monotonic())), secret=forward.secret
+            )
             if reply.get("ok"):
                 return time.monotonic() - start
             last = f"answer {str(reply)[:80]}"

@@ -35,8 +35,15 @@ JOB_SECRET = job_secret.derive_job_secret(b"tests/container")
 
 # Variables of the surrounding environment that would change what the hook or a rank decides.
 _SCRUB_PREFIXES = ("REMOTE_DEBUG_", "SM_", "OMPI_", "PMI_")
-_SCRUB_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH",
-                "PYDEVD_DISABLE_FILE_VALIDATION")
+_SCRUB_NAMES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PYTHONPATH",
+    "PYDEVD_DISABLE_FILE_VALIDATION",
+)
 
 WAIT_SCRIPT = """\
 import os, pathlib, sys, time
@@ -184,7 +191,9 @@ class HookRun:
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             [PYTHON, "-m", "remote_debug.container", "--", *command],
-            env=self.env, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=cwd or self.root,
+            stdin=subprocess.DEVNULL,
             stdout=open(self.root / "stdout.log", "wb"),  # noqa: SIM115 - the child owns it
             stderr=open(self.root / "stderr.log", "wb"),  # noqa: SIM115
             start_new_session=True,
@@ -194,14 +203,28 @@ class HookRun:
     def start_torchrun(self, script: Path, nproc: int = 2) -> HookRun:
         """The hook wrapping ``torchrun`` with ``nproc`` ranks of ``script`` (given the marks dir)."""
         return self.start(
-            PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(self.marks),
+            PYTHON,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            str(script),
+            str(self.marks),
         )
 
     def wait_ranks_ready(self, what: str, ranks: tuple[int, ...] = (0, 1), timeout: float = 90) -> None:
         """Until every rank wrote its ``ready-<rank>`` mark; fails at once if the job ended first."""
-        wait_for(lambda: all((self.marks / f"ready-{r}").exists() for r in ranks) or self.proc.poll() is not None,  # type: ignore[union-attr]
-                 timeout, what)
+        wait_for(
+            lambda: all((self.marks / f"ready-{r}").exists() for r in ranks) or self.proc.poll() is not None,  # type: ignore[union-attr]
+            timeout,
+            what,
+        )
         assert self.proc is not None and self.proc.poll() is None, self.stderr
 
     def wait(self, timeout: float = 60) -> int:
@@ -259,10 +282,7 @@ class HookRun:
 def base_env(root: Path, public_key: str | None, job: str = "test-job", **spec_fields: Any) -> dict[str, str]:
     """A clean environment for the hook: repo importable, a spec (unless ``public_key`` is None),
     per-test manifest and state dirs, no SageMaker config from this machine."""
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(_SCRUB_PREFIXES) and k not in _SCRUB_NAMES
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB_PREFIXES) and k not in _SCRUB_NAMES}
     env["PYTHONPATH"] = str(REPO)
     env["SM_INPUT_CONFIG_DIR"] = str(root / "no-sm-config")
     env[spec.ENV_MANIFEST_DIR] = str(root / "manifest")
@@ -312,8 +332,7 @@ class MiniDap:
 
     def send(self, command: str, **arguments: Any) -> int:
         self.seq += 1
-        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
-                           "arguments": arguments}).encode()
+        body = json.dumps({"seq": self.seq, "type": "request", "command": command, "arguments": arguments}).encode()
         self.sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         return self.seq
 
@@ -321,12 +340,13 @@ class MiniDap:
         while b"\r\n\r\n" not in self.buffer:
             self._fill()
         header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        lengths = [int(line.split(b":", 1)[1]) for line in header.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")]
+        lengths = [
+            int(line.split(b":", 1)[1]) for line in header.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        ]
         assert lengths, f"no Content-Length in {header!r}"
         while len(self.buffer) < lengths[0]:
             self._fill()
-        body, self.buffer = self.buffer[: lengths[0]], self.buffer[lengths[0]:]
+        body, self.buffer = self.buffer[: lengths[0]], self.buffer[lengths[0] :]
         message: dict[str, Any] = json.loads(body)
         return message
 
@@ -354,8 +374,16 @@ class MiniDap:
         return self.wait_for(lambda m: m.get("type") == "event" and m.get("event") == name)
 
     def initialize(self) -> dict[str, Any]:
-        return self.response_to(self.send("initialize", clientID="remote-debug-tests", adapterID="debugpy",
-                                          linesStartAt1=True, columnsStartAt1=True, pathFormat="path"))
+        return self.response_to(
+            self.send(
+                "initialize",
+                clientID="remote-debug-tests",
+                adapterID="debugpy",
+                linesStartAt1=True,
+                columnsStartAt1=True,
+                pathFormat="path",
+            )
+        )
 
     def attach(self) -> dict[str, Any]:
         """initialize -> attach -> initialized -> configurationDone -> attach response."""
@@ -403,8 +431,12 @@ def decode_proc_address(hex_address: str) -> str:
     prints each 32-bit word in host byte order)."""
     import ipaddress
 
-    words = [bytes.fromhex(hex_address[i:i + 8])[::-1] if sys.byteorder == "little" else
-             bytes.fromhex(hex_address[i:i + 8]) for i in range(0, len(hex_address), 8)]
+    words = [
+        bytes.fromhex(hex_address[i : i + 8])[::-1]
+        if sys.byteorder == "little"
+        else bytes.fromhex(hex_address[i : i + 8])
+        for i in range(0, len(hex_address), 8)
+    ]
     return str(ipaddress.ip_address(b"".join(words)))
 
 

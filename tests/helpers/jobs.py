@@ -55,8 +55,11 @@ def launch_job(name: str, project: Path, command: list[str] | None = None, **req
     job = LocalJob(name, project)
     job.info = job.backend.launch(
         LaunchRequest(
-            command=command or ["python", "train.py"], name=name, source_dir=request.pop("source_dir", project),
-            options=DebugOptions(**chosen), **request,
+            command=command or ["python", "train.py"],
+            name=name,
+            source_dir=request.pop("source_dir", project),
+            options=DebugOptions(**chosen),
+            **request,
         )
     )
     return job

@@ -172,10 +172,16 @@ def live_session(
     mp.setenv("AWS_SESSION_TOKEN", AWS_SESSION_TOKEN)
     job = launch_job(name, project, nproc_per_node=2, ide=ide, **launch)
     s = Session(name, root, home, project, job, f"{TOKEN_ENV}={root}\0")
-    plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]},
-                        pause_seconds=600)  # (debugpy) rank 0 stays stopped until the job ends
-    options = AttachOptions(workspace=project, headless=plan, edit_user_ssh_config=True, ide=ide,
-                            pycharm=PyCharmOptions(port=free_port(), build="any"))
+    plan = HeadlessPlan(
+        breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, pause_seconds=600
+    )  # (debugpy) rank 0 stays stopped until the job ends
+    options = AttachOptions(
+        workspace=project,
+        headless=plan,
+        edit_user_ssh_config=True,
+        ide=ide,
+        pycharm=PyCharmOptions(port=free_port(), build="any"),
+    )
 
     def attach() -> None:
         try:
@@ -186,8 +192,11 @@ def live_session(
     thread = threading.Thread(target=attach, name=f"security-attach-{name}", daemon=True)
     try:
         thread.start()
-        wait_for(lambda: s.errors or ready({(e["event"], e.get("rank")) for e in s.events}), 120,
-                 f"the {ide} session to be ready (events: {[e['event'] for e in s.events]})")
+        wait_for(
+            lambda: s.errors or ready({(e["event"], e.get("rank")) for e in s.events}),
+            120,
+            f"the {ide} session to be ready (events: {[e['event'] for e in s.events]})",
+        )
         assert not s.errors, s.errors
         yield s
     finally:
@@ -210,13 +219,13 @@ def scan_listeners(session: Session) -> dict[int, str]:
     by_role: dict[str, list[Listener]] = {}
     for listener in listeners:
         by_role.setdefault(role(listener.pid), []).append(listener)
-    print(f"\n[security] {session.name} listeners: {len(listeners)} sockets in {len(pids)} processes {census}: "
-          + "; ".join(f"{r}: {sorted(f'{x.address}:{x.port}' for x in ls)}" for r, ls in sorted(by_role.items())))
+    print(
+        f"\n[security] {session.name} listeners: {len(listeners)} sockets in {len(pids)} processes {census}: "
+        + "; ".join(f"{r}: {sorted(f'{x.address}:{x.port}' for x in ls)}" for r, ls in sorted(by_role.items()))
+    )
     # torchrun's rendezvous store belongs to the user's launcher (SageMaker runs the same torchrun,
     # which must listen on the node's address for multi-node jobs); every other listener is ours.
     ours = [x for x in listeners if role(x.pid) != "torchrun"]
     exposed = [(role(x.pid), x) for x in ours if not x.loopback]
     assert exposed == []
     return {x.port: role(x.pid) for x in ours}
-
-

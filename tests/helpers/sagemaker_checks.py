@@ -44,8 +44,19 @@ def job_secret_of(state_dir: Path, job: str) -> str:
 
 
 def spec_env(
-    job: str, key: str, *, secret: str, package_root: str, ide: str = "vscode", ranks: str = "all", wait: str = "0",
-    port_base: str = "0", sshd_port: str = "0", transport: str = "ssm", env_hook: bool = True, keep_alive: str = "",
+    job: str,
+    key: str,
+    *,
+    secret: str,
+    package_root: str,
+    ide: str = "vscode",
+    ranks: str = "all",
+    wait: str = "0",
+    port_base: str = "0",
+    sshd_port: str = "0",
+    transport: str = "ssm",
+    env_hook: bool = True,
+    keep_alive: str = "",
 ) -> dict[str, str]:
     """What enable() puts in Environment; ``env_hook``: no entry to wrap, so our sitecustomize comes in
     through PYTHONPATH (a wrapped entry gets it from the hook, and keeps the image's PYTHONPATH);
@@ -66,8 +77,15 @@ def spec_env(
     }
 
 
-def assert_debuggable(request: dict[str, Any], state_dir: Path, *, package_root: str, owner: str,
-                      user_env: dict[str, str] | None = None, **spec: str) -> None:
+def assert_debuggable(
+    request: dict[str, Any],
+    state_dir: Path,
+    *,
+    package_root: str,
+    owner: str,
+    user_env: dict[str, str] | None = None,
+    **spec: str,
+) -> None:
     """The parts remote-debug owns, exactly; plus botocore validation of the whole request."""
     validate("CreateTrainingJob", request)
     job = request["TrainingJobName"]

@@ -89,8 +89,11 @@ def plugin_pids(parent: int) -> list[int]:
     found = []
     for pid in all_pids():
         with contextlib.suppress(OSError):
-            if (parent_of(pid) == parent and os.readlink(f"/proc/{pid}/exe") == binary
-                    and proc_strings(pid, "cmdline")[3:4] == ["StartSession"]):
+            if (
+                parent_of(pid) == parent
+                and os.readlink(f"/proc/{pid}/exe") == binary
+                and proc_strings(pid, "cmdline")[3:4] == ["StartSession"]
+            ):
                 found.append(pid)
     return found
 
@@ -113,10 +116,12 @@ class RecordingChannel(DataChannelServer):
         self.resumed: list[str] = []
         self.terminated: list[str] = []
 
-    def open_session(self, *, target: str, document: str, parameters: dict[str, list[str]], connect: Connector,
-                     owner: str) -> Session:
-        session = super().open_session(target=target, document=document, parameters=parameters, connect=connect,
-                                       owner=owner)
+    def open_session(
+        self, *, target: str, document: str, parameters: dict[str, list[str]], connect: Connector, owner: str
+    ) -> Session:
+        session = super().open_session(
+            target=target, document=document, parameters=parameters, connect=connect, owner=owner
+        )
         self.started.append(session)
         return session
 
@@ -199,10 +204,15 @@ def relay_env(*, endpoint: str, region: str, bin_dir: Path, token: str, scratch:
     AWS or remote-debug setting of the user's, and ``RD_TEST_TOKEN`` to find every process it started."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
     env.update(
-        **keys.env(), AWS_DEFAULT_REGION=region,
-        AWS_ENDPOINT_URL_SSM=endpoint, AWS_EC2_METADATA_DISABLED="true",
-        AWS_CONFIG_FILE=str(scratch / "no-aws-config"), AWS_SHARED_CREDENTIALS_FILE=str(scratch / "no-aws-credentials"),
-        PYTHONPATH=str(REPO), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", RD_TEST_TOKEN=token,
+        **keys.env(),
+        AWS_DEFAULT_REGION=region,
+        AWS_ENDPOINT_URL_SSM=endpoint,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(scratch / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(scratch / "no-aws-credentials"),
+        PYTHONPATH=str(REPO),
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        RD_TEST_TOKEN=token,
     )
     return env
 
@@ -271,8 +281,9 @@ def read_all(fd: int, into: bytearray) -> None:
             into += chunk
 
 
-def drive_in_process(run: Callable[[BinaryIO, BinaryIO], int], drive: Callable[[int, bytearray], None],
-                     join_timeout: float = 40) -> tuple[int, bytes]:
+def drive_in_process(
+    run: Callable[[BinaryIO, BinaryIO], int], drive: Callable[[int, bytearray], None], join_timeout: float = 40
+) -> tuple[int, bytes]:
     """``run(stdin, stdout)`` on pipes in this (the main) thread, where ``ssm.run_session`` installs its signal
     handlers, while ``drive(stdin write fd, output so far)`` runs in a thread; then stdin is closed (the user's
     side hangs up).  Returns ``run``'s exit code and everything written to stdout.  A plugin that outlives
@@ -311,8 +322,9 @@ def drive_in_process(run: Callable[[BinaryIO, BinaryIO], int], drive: Callable[[
     return code, bytes(out)
 
 
-def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
-                         timeout: float = 30) -> tuple[int, bytes]:
+def roundtrip_in_process(
+    run: Callable[[BinaryIO, BinaryIO], int], data: bytes, timeout: float = 30
+) -> tuple[int, bytes]:
     """:func:`drive_in_process` writing ``data`` and waiting until stdout ends with it (the target echoes),
     then closing stdin as ssh does when it is done with its ProxyCommand - not sooner: the real plugin exits at
     EOF on stdin without waiting for what the node still sends."""
@@ -321,12 +333,14 @@ def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
     def feed(stdin: int, out: bytearray) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(stdin, view):]
+            view = view[os.write(stdin, view) :]
         deadline = time.monotonic() + timeout
         while not out.endswith(data) and not finished.is_set():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{len(data)} bytes did not come back through the session within "
-                                     f"{timeout} s (have {len(out)}: {bytes(out[:200])!r})")
+                raise AssertionError(
+                    f"{len(data)} bytes did not come back through the session within "
+                    f"{timeout} s (have {len(out)}: {bytes(out[:200])!r})"
+                )
             time.sleep(0.02)
 
     def run_then_finish(stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -341,4 +355,3 @@ def roundtrip_in_process(run: Callable[[BinaryIO, BinaryIO], int], data: bytes,
 def banner(session_id: str) -> bytes:
     """What the real plugin writes to stdout before the stream (ssh and paramiko skip lines before SSH-2.0-)."""
     return f"\nStarting session with SessionId: {session_id}\n".encode()
-

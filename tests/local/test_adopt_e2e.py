@@ -95,8 +95,9 @@ SINGLE = textwrap.dedent(
 )
 
 
-def cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
-        prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, check: bool = True, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([*prefix, *CLI, *args], capture_output=True, text=True, timeout=120, env=env)
     if check:
         assert proc.returncode == 0, (proc.returncode, proc.stderr)
@@ -247,8 +248,9 @@ def test_a_rank_the_kernel_will_not_let_us_trace_is_refused_with_the_reason(home
         refused = cli("adopt", "--pid", str(job.pid), check=False, prefix=no_ptrace)
         assert refused.returncode == 2, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-        assert "holds capabilities you lack" in refused.stderr and "--cap-add SYS_PTRACE" in refused.stderr, \
+        assert "holds capabilities you lack" in refused.stderr and "--cap-add SYS_PTRACE" in refused.stderr, (
             refused.stderr
+        )
         assert _no_jobs()
         assert job.proc.poll() is None
 
@@ -315,8 +317,12 @@ def test_another_users_process_is_refused_in_one_line_and_nothing_is_written(hom
 
 def test_an_opted_out_process_is_refused_and_an_unknown_pid_too(home: Path, tmp_path: Path) -> None:
     project, marks = marked_project(tmp_path, SINGLE)
-    job = Plain([sys.executable, "-X", "disable_remote_debug", "train.py"], project,
-                {**os.environ, "PYTHONPATH": ""}, tmp_path / "opted.log")
+    job = Plain(
+        [sys.executable, "-X", "disable_remote_debug", "train.py"],
+        project,
+        {**os.environ, "PYTHONPATH": ""},
+        tmp_path / "opted.log",
+    )
     try:
         wait_file(marks / "running", 30, "the process running")
         refused = cli("adopt", "--pid", str(job.pid), check=False)
@@ -343,22 +349,39 @@ def test_two_nodes_in_network_namespaces_are_adopted_and_every_rank_stops(home: 
         port = free_port()
         env = plain_env(**{name: netns.IFNAME for name in netns.IFNAME_ENV})
         for i in range(2):
-            argv = [*netns.exec_prefix(plan.namespace(i)), sys.executable, "-m", "torch.distributed.run",
-                    "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "1",
-                    "--master-addr", plan.address(0), "--master-port", str(port), "train.py"]
+            argv = [
+                *netns.exec_prefix(plan.namespace(i)),
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(i),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                plan.address(0),
+                "--master-port",
+                str(port),
+                "train.py",
+            ]
             nodes.append(Plain(argv, project, env, tmp_path / f"node{i}.log"))
-        wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90,
-                 f"both ranks running: {[n.output() for n in nodes]}")
+        wait_for(
+            lambda: traced(marks, 0) and traced(marks, 1), 90, f"both ranks running: {[n.output() for n in nodes]}"
+        )
         outcome = adopt("--pid", str(nodes[0].pid), "--pid", str(nodes[1].pid), "--name", "two-nodes")
         assert outcome["nodes"] == ["algo-1", "algo-2"]
         assert [(r["rank"], r["node"], r["state"]) for r in outcome["ranks"]] == [
-            (0, "algo-1", "idle"), (1, "algo-2", "idle")
+            (0, "algo-1", "idle"),
+            (1, "algo-2", "idle"),
         ], outcome
         state = json.loads((StatePaths.default().job_dir("two-nodes") / "job.json").read_text())
         assert state["node_netns"] == {"algo-1": plan.namespace(0), "algo-2": plan.namespace(1)}
         result = attach_headless("two-nodes", project, script, break_line(script) + 1)
         assert [(r.rank, r.node, r.stops[0].variables["marker"]) for r in result.reports] == [
-            (0, "algo-1", "7"), (1, "algo-2", "1007")
+            (0, "algo-1", "7"),
+            (1, "algo-2", "1007"),
         ]
     finally:
         for node in nodes:
@@ -371,13 +394,15 @@ def test_adopt_list_offers_a_launcher_that_a_python_wrapper_started(home: Path, 
     wrapper's tree does not hide it (CI found that: the runner's process took the job for its own)."""
     project, marks = marked_project(tmp_path, DDP)
     wrapper = project / "wrapper.py"
-    wrapper.write_text(textwrap.dedent(
-        f"""
+    wrapper.write_text(
+        textwrap.dedent(
+            f"""
         import subprocess, sys
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         "--master-addr", "127.0.0.1", "--master-port", "{free_port()}", "train.py"])
         """
-    ))
+        )
+    )
     job = Plain([sys.executable, "wrapper.py"], project, plain_env(), tmp_path / "wrapper.log")
     try:
         wait_for(lambda: traced(marks, 0) and traced(marks, 1), 90, f"both ranks running: {job.output()}")

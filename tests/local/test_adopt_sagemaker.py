@@ -38,8 +38,9 @@ from tests.emulator.test_sagemaker_e2e import (
 __all__ = ["emulator"]  # the module-scoped fixture, shared
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-cpu-py311"
-MISSING = [m for m in ("torch", "sagemaker_training", "sagemaker_pytorch_container")
-           if importlib.util.find_spec(m) is None]
+MISSING = [
+    m for m in ("torch", "sagemaker_training", "sagemaker_pytorch_container") if importlib.util.find_spec(m) is None
+]
 pytestmark = [
     pytest.mark.skipif(PLUGIN is None, reason="AWS's session-manager-plugin binary is not here (../shared/tools)"),
     pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)}"),
@@ -48,7 +49,7 @@ pytestmark = [
 ]
 
 # An ordinary DDP-style script: nothing debug-related, a loop that runs until the job is stopped.
-TRAIN = '''\
+TRAIN = """\
 import os
 import time
 
@@ -71,7 +72,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def create_plain_job(emu: Emulator, job: str, nodes: int = 2, image: str = IMAGE, **extra: object) -> None:
@@ -142,8 +143,7 @@ def test_adopt_a_plain_sagemaker_job_then_every_rank_stops(emulator: Emulator) -
         assert outcome["job"] == job and outcome["already"] is False
         assert outcome["nodes"] == ["algo-1", "algo-2"]
         assert [r["rank"] for r in outcome["ranks"]] == [0, 1, 2, 3], outcome
-        assert {r["rank"]: r["node"] for r in outcome["ranks"]} == {0: "algo-1", 1: "algo-1", 2: "algo-2",
-                                                                   3: "algo-2"}
+        assert {r["rank"]: r["node"] for r in outcome["ranks"]} == {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
         assert all(r["state"] != "failed" for r in outcome["ranks"]), outcome
         after = sagemaker.describe_training_job(TrainingJobName=job)
         assert after["RemoteDebugConfig"]["EnableRemoteDebug"] is True
@@ -207,8 +207,18 @@ def attach_and_stop(emu: Emulator, job: str) -> dict[int, dict[str, Any]]:
     train = workspace / "train.py"
     train.write_text(TRAIN)
     attach = emu.cli(
-        "attach", job, "--headless", "--break", f"{train}:{BREAK_LINE}", "--json", "--workspace", str(workspace),
-        "--no-ssh-include", "--timeout", "180", timeout=400,
+        "attach",
+        job,
+        "--headless",
+        "--break",
+        f"{train}:{BREAK_LINE}",
+        "--json",
+        "--workspace",
+        str(workspace),
+        "--no-ssh-include",
+        "--timeout",
+        "180",
+        timeout=400,
     )
     assert attach.returncode == 0, attach.stderr[-3000:]
     return {e["rank"]: e for e in map(json.loads, attach.stdout.splitlines()) if e["event"] == "stopped"}
@@ -227,7 +237,8 @@ def end_job(emu: Emulator, job: str) -> None:
 def emu_wait_ended(emu: Emulator, job: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while emu.client("sagemaker").describe_training_job(TrainingJobName=job)["TrainingJobStatus"] in (
-        "InProgress", "Stopping"
+        "InProgress",
+        "Stopping",
     ):
         assert time.monotonic() < deadline, f"{job} did not stop"
         time.sleep(0.5)
@@ -264,7 +275,8 @@ def test_refusals_are_one_line_and_leave_nothing(emulator: Emulator) -> None:
         # one error line (a progress line may come before it: the node's SSM agent had not come online yet)
         (line,) = [text for text in result.stderr.splitlines() if text.startswith("remote-debug: error:")]
         assert line.startswith("remote-debug: error: cannot adopt algo-1: rank 0 (pid ") and line.endswith(
-            "opted out of remote debugging (PYTHON_DISABLE_REMOTE_DEBUG)"), line
+            "opted out of remote debugging (PYTHON_DISABLE_REMOTE_DEBUG)"
+        ), line
         arn = emu.client("sagemaker").describe_training_job(TrainingJobName=opted_out)["TrainingJobArn"]
         tags = {t["Key"] for t in emu.client("sagemaker").list_tags(ResourceArn=arn)["Tags"]}
         assert tags <= {"remote-debug:owner"}  # claimed (to be allowed to turn remote debug on), not made debuggable

@@ -25,8 +25,14 @@ def small_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
 def run_adopt(tmp_path: Path, job: PlainJob, shells: dict[str, FakeShell], **answers: object) -> AdoptOutcome:
     sagemaker = job.client(**answers)  # type: ignore[arg-type]
     run_adopt.sagemaker = sagemaker  # type: ignore[attr-defined]
-    return adopt.adopt_sagemaker(job.name, sagemaker=sagemaker, open_shell=shells.__getitem__,  # type: ignore[arg-type]
-                                 owner=OWNER, paths=StatePaths(tmp_path / "state"), connect_timeout=5)
+    return adopt.adopt_sagemaker(
+        job.name,
+        sagemaker=sagemaker,
+        open_shell=shells.__getitem__,  # type: ignore[arg-type]
+        owner=OWNER,
+        paths=StatePaths(tmp_path / "state"),
+        connect_timeout=5,
+    )
 
 
 def test_a_job_nobody_tagged_gets_the_callers_owner_tag_before_remote_debugging_is_turned_on(tmp_path: Path) -> None:
@@ -40,8 +46,16 @@ def test_a_job_nobody_tagged_gets_the_callers_owner_tag_before_remote_debugging_
         # the claim: what user-policy.json allows on a job without an owner, and what makes it the caller's
         ("AddTags", {"ResourceArn": job.arn, "Tags": [{"Key": "remote-debug:owner", "Value": OWNER}]}),
         ("UpdateTrainingJob", {"TrainingJobName": job.name, "RemoteDebugConfig": {"EnableRemoteDebug": True}}),
-        ("AddTags", {"ResourceArn": job.arn, "Tags": [{"Key": "remote-debug:transport", "Value": "ssm"},
-                                                      {"Key": "remote-debug:adopted", "Value": "true"}]}),
+        (
+            "AddTags",
+            {
+                "ResourceArn": job.arn,
+                "Tags": [
+                    {"Key": "remote-debug:transport", "Value": "ssm"},
+                    {"Key": "remote-debug:adopted", "Value": "true"},
+                ],
+            },
+        ),
     ]
     assert all(s.closed for s in shells.values())
     # a private dir per node with a random name (node_dir), the bundle in it
@@ -65,8 +79,11 @@ def test_a_failure_after_the_upload_removes_the_bundle_from_every_container(tmp_
 
     def add_tags(params: dict[str, object]) -> dict[str, object]:
         tag_calls.append(params)
-        raise denied("AddTags", f"User: arn:aws:iam::123456789012:user/alice is not authorized to perform: "
-                                f"sagemaker:AddTags on resource: {job.arn}")
+        raise denied(
+            "AddTags",
+            f"User: arn:aws:iam::123456789012:user/alice is not authorized to perform: "
+            f"sagemaker:AddTags on resource: {job.arn}",
+        )
 
     with pytest.raises(UserError, match=r"tagging job plain-job: .*not authorized"):
         run_adopt(tmp_path, job, shells, AddTags=add_tags)
@@ -80,8 +97,10 @@ def test_a_failure_after_the_upload_removes_the_bundle_from_every_container(tmp_
 def test_a_failed_probe_on_one_node_cleans_every_node(tmp_path: Path) -> None:
     from tests.helpers.adopt_fakes import PROBE
 
-    shells = {"algo-1": FakeShell("algo-1"),
-              "algo-2": FakeShell("algo-2", probe={**PROBE, "refusal": "rank 0 is not a Python process"})}
+    shells = {
+        "algo-1": FakeShell("algo-1"),
+        "algo-2": FakeShell("algo-2", probe={**PROBE, "refusal": "rank 0 is not a Python process"}),
+    }
     with pytest.raises(UserError, match="cannot adopt algo-2: rank 0 is not a Python process"):
         run_adopt(tmp_path, PlainJob(), shells)
     assert all(s.files == set() for s in shells.values())
@@ -91,8 +110,9 @@ def test_an_earlier_adoptions_files_are_never_removed(tmp_path: Path) -> None:
     """Adopted before (its ranks may run from that bundle): a failure now removes only what this run made."""
     job = PlainJob(tags={"remote-debug:owner": OWNER})
     shells = {n: FakeShell(n) for n in ("algo-1", "algo-2")}
-    earlier = {n: {f"/tmp/remote-debug-adopt-{job.name}.{n}.earlier1/bundle-old/remote_debug/__init__.py"}
-               for n in shells}
+    earlier = {
+        n: {f"/tmp/remote-debug-adopt-{job.name}.{n}.earlier1/bundle-old/remote_debug/__init__.py"} for n in shells
+    }
     for node, shell in shells.items():
         shell.files |= earlier[node]
     with pytest.raises(UserError):
@@ -107,8 +127,10 @@ def test_a_node_that_cannot_be_adopted_but_can_be_read_offers_the_ranks_stacks(t
     from tests.helpers.adopt_fakes import PROBE
 
     reason = "rank 0 (pid 4243) runs as uid 1000, not as you (uid 0): adopt it as the user that runs the job"
-    shells = {"algo-1": FakeShell("algo-1"),
-              "algo-2": FakeShell("algo-2", probe={**PROBE, "gdb": None, "refusal": reason, "stacks": True})}
+    shells = {
+        "algo-1": FakeShell("algo-1"),
+        "algo-2": FakeShell("algo-2", probe={**PROBE, "gdb": None, "refusal": reason, "stacks": True}),
+    }
     with pytest.raises(UserError) as refused:
         run_adopt(tmp_path, PlainJob(), shells)
     assert str(refused.value) == (

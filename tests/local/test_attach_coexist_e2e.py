@@ -55,7 +55,10 @@ class AttachProcess:
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "remote_debug", "attach", JOB, "--no-ssh-include", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
             start_new_session=True,
         )
         self.err: list[str] = []
@@ -102,8 +105,9 @@ def run_attach(*args: str, timeout: float) -> tuple[subprocess.CompletedProcess[
     """``remote-debug attach`` to its end; what it printed, and how long it took."""
     started = time.monotonic()
     argv = [sys.executable, "-m", "remote_debug", "attach", JOB, "--no-ssh-include", *args]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ), start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -130,8 +134,13 @@ def launch_config(project: Path) -> tuple[bytes, dict[int, tuple[int, str]], lis
 
 def stop_through(port: int, project: Path, code_dir: str, line: int) -> Any:
     """What VS Code does on F5 with the rank's configuration: attach, a breakpoint, stopped there."""
-    client = attach_and_configure(LOOPBACK, port, path_mappings=[(str(project), code_dir)],
-                                  breakpoints={str(project / "train.py"): [line]}, timeout=30)
+    client = attach_and_configure(
+        LOOPBACK,
+        port,
+        path_mappings=[(str(project), code_dir)],
+        breakpoints={str(project / "train.py"): [line]},
+        timeout=30,
+    )
     stopped = client.wait_stopped(30)
     assert client.stack_trace(int(stopped["threadId"]), levels=1)[0]["line"] == line
     return client
@@ -151,8 +160,9 @@ def test_attaches_side_by_side_on_one_live_job(home: Path, tmp_path: Path, attac
     assert sorted(ports) == [0, 1] and compounds == [f"remote-debug: {JOB} all ranks"]
 
     # 2. a headless attach next to it stops both ranks, returns (the job runs on), touches no launch.json
-    headless, took = run_attach(*workspace, "--headless", "--break", f"train.py:{line}", "--steps", "1", "--json",
-                                timeout=90)
+    headless, took = run_attach(
+        *workspace, "--headless", "--break", f"train.py:{line}", "--steps", "1", "--json", timeout=90
+    )
     assert headless.returncode == 0, headless.stderr
     events = events_of(headless.stdout)
     stops = [(e["rank"], e["line"]) for e in events if e["event"] == "stopped"]
@@ -183,8 +193,10 @@ def test_attaches_side_by_side_on_one_live_job(home: Path, tmp_path: Path, attac
     assert second.returncode == 2, second.stdout + second.stderr
     assert second.stdout == ""
     [refusal] = second.stderr.splitlines()
-    assert refusal.startswith(f"remote-debug: error: job {JOB} is already attached by remote-debug attach for VS Code "
-                              f"(pid {ide.proc.pid}, since "), refusal
+    assert refusal.startswith(
+        f"remote-debug: error: job {JOB} is already attached by remote-debug attach for VS Code "
+        f"(pid {ide.proc.pid}, since "
+    ), refusal
     assert (project / ".vscode" / "launch.json").read_bytes() == launch_bytes
 
     # 5. Ctrl-C on the VS Code attach while VS Code debugs rank 0 through it: one line, the job runs on
@@ -219,4 +231,3 @@ def test_attaches_side_by_side_on_one_live_job(home: Path, tmp_path: Path, attac
     assert rank0.err[-1].startswith("remote-debug: job ended: Completed"), rank0.err
     assert not [s for s in rank0.err if "down, retrying" in s], rank0.err
     print(f"\nheadless next to VS Code returned in {took:.1f} s; next to a debugged rank in {busy_took:.1f} s")
-

@@ -101,7 +101,6 @@ def test_job_env_and_layout_mirror_sagemaker(home: Path, tmp_path: Path) -> None
         assert (job_dir / "logs" / f"{node}.log").exists()
 
 
-
 def test_a_job_whose_source_is_a_subfolder_of_the_workspace_maps_that_subfolder(home: Path, tmp_path: Path) -> None:
     """``launch --source-dir <ws>/training``: the code dir holds the contents of training/, so the folder
     here that maps to it is training/, not the workspace (else no breakpoint binds: <ws>/training/x.py
@@ -112,8 +111,10 @@ def test_a_job_whose_source_is_a_subfolder_of_the_workspace_maps_that_subfolder(
     script.write_text("import os\nvalue = 41 + 1\nprint('value', value)  # SUBFOLDER-BREAK\n")
     job = launch_job("subfolder", workspace, source_dir=script.parent, wait_seconds=90)
     written: list[str] = []
-    result = job.attach(AttachOptions(workspace=workspace, headless=HeadlessPlan(breakpoints={str(script): [3]})),
-                        keeping_launch_json(ev.ignore, written))
+    result = job.attach(
+        AttachOptions(workspace=workspace, headless=HeadlessPlan(breakpoints={str(script): [3]})),
+        keeping_launch_json(ev.ignore, written),
+    )
 
     assert result.job.status == "Completed", result.job.failure_reason
     [report] = result.reports

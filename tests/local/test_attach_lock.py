@@ -58,7 +58,9 @@ def test_a_killed_holder_does_not_block_the_next_attach(tmp_path: Path) -> None:
     state = tmp_path / "state"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(state), str(tmp_path / "ws")],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
@@ -66,9 +68,7 @@ def test_a_killed_holder_does_not_block_the_next_attach(tmp_path: Path) -> None:
             AttachLock.acquire(StatePaths(state), "train", ide=IDE.VSCODE, workspace=tmp_path)
         holder.send_signal(signal.SIGKILL)  # no clean-up of its own
         holder.wait(10)
-        lock = wait_for(
-            lambda: _try_acquire(StatePaths(state)), 5, "the lock to be free once its holder died"
-        )
+        lock = wait_for(lambda: _try_acquire(StatePaths(state)), 5, "the lock to be free once its holder died")
         lock.release()
     finally:
         if holder.poll() is None:

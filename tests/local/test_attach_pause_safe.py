@@ -10,8 +10,15 @@ from remote_debug.laptop.wire import events as ev
 
 def manifests(ranks: list[spec.RankEndpoint]) -> dict[str, spec.NodeManifest]:
     node = spec.NodeManifest(
-        job_name="job", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=2222,
-        ssh_user="root", host_public_key="ssh-ed25519 AAAA", code_dir="/opt/ml/code", ranks=list(ranks),
+        job_name="job",
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=2222,
+        ssh_user="root",
+        host_public_key="ssh-ed25519 AAAA",
+        code_dir="/opt/ml/code",
+        ranks=list(ranks),
     )
     return {"algo-1": node}
 
@@ -28,8 +35,9 @@ class RecordingControl:
 
 
 def rank(number: int, pid: int, control_port: int) -> spec.RankEndpoint:
-    return spec.RankEndpoint(rank=number, local_rank=number, world_size=3, port=0, pid=pid, state="idle",
-                             control_port=control_port)
+    return spec.RankEndpoint(
+        rank=number, local_rank=number, world_size=3, port=0, pid=pid, state="idle", control_port=control_port
+    )
 
 
 def test_late_and_restarted_ranks_are_made_pause_safe() -> None:

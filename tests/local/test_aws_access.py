@@ -23,8 +23,16 @@ from remote_debug.laptop.core.errors import AwsAccessError
 from remote_debug.laptop.core.paths import StatePaths
 
 CLI = Path(sys.executable).with_name("remote-debug")
-AWS_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+AWS_VARS = (
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
 CONFIG = """\
 [profile dev]
 sso_session = corp
@@ -62,8 +70,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _jobs_json(home: Path, **env: str) -> tuple[list[object], list[dict[str, object]]]:
     clean = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
-    out = subprocess.run([str(CLI), "jobs", "--json"], capture_output=True, text=True, timeout=120,
-                         env={**clean, "HOME": str(home), **env})
+    out = subprocess.run(
+        [str(CLI), "jobs", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "HOME": str(home), **env},
+    )
     assert out.returncode == 0, out.stderr  # local jobs still listed: SageMaker's trouble is not an error
     unlisted = [json.loads(line) for line in out.stderr.splitlines() if line.strip()]
     return json.loads(out.stdout), unlisted
@@ -90,7 +103,10 @@ def test_jobs_json_says_why_sagemaker_was_not_listed_and_the_fix(
     assert listed == []
     assert unlisted["unlisted"] == "sagemaker"
     assert (unlisted["problem"], unlisted["fix"], unlisted["profile"], unlisted["region"]) == (
-        problem, fix, profile, region,
+        problem,
+        fix,
+        profile,
+        region,
     )
     message = str(unlisted["message"])
     assert "\n" not in message and message
@@ -100,34 +116,47 @@ def test_jobs_json_says_why_sagemaker_was_not_listed_and_the_fix(
 
 def test_no_region_is_its_own_problem(home: Path) -> None:
     (home / ".aws" / "config").write_text("[profile plain]\noutput = json\n")
-    _listed, [unlisted] = _jobs_json(home, AWS_PROFILE="plain", AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
-                                     AWS_SECRET_ACCESS_KEY="secret")
+    _listed, [unlisted] = _jobs_json(
+        home, AWS_PROFILE="plain", AWS_ACCESS_KEY_ID="AKIDEXAMPLE", AWS_SECRET_ACCESS_KEY="secret"
+    )
     assert (unlisted["problem"], unlisted["fix"]) == ("no-region", None)
 
 
 def test_the_human_listing_keeps_one_plain_line(home: Path) -> None:
     clean = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
-    out = subprocess.run([str(CLI), "jobs"], capture_output=True, text=True, timeout=120,
-                         env={**clean, "HOME": str(home), "AWS_PROFILE": "dev"})
+    out = subprocess.run(
+        [str(CLI), "jobs"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "HOME": str(home), "AWS_PROFILE": "dev"},
+    )
     [line] = out.stderr.splitlines()
     assert line.startswith("remote-debug: error: sagemaker jobs not listed:") and "aws sso login --profile dev" in line
 
 
-@pytest.mark.parametrize(("profile", "problem", "fix"), [
-    ("dev", "sso-expired", "aws sso login --profile dev"),  # an SSO profile signs in again
-    ("keys", "no-credentials", "aws configure --profile keys"),  # other credentials need new keys
-])
+@pytest.mark.parametrize(
+    ("profile", "problem", "fix"),
+    [
+        ("dev", "sso-expired", "aws sso login --profile dev"),  # an SSO profile signs in again
+        ("keys", "no-credentials", "aws configure --profile keys"),  # other credentials need new keys
+    ],
+)
 def test_an_expired_token_from_the_service(
     home: Path, monkeypatch: pytest.MonkeyPatch, profile: str, problem: str, fix: str
 ) -> None:
     monkeypatch.setenv("AWS_PROFILE", profile)
-    client = boto3.Session(region_name="us-west-2", aws_access_key_id="AKIDEXAMPLE",
-                           aws_secret_access_key="secret").client("sagemaker")
+    client = boto3.Session(
+        region_name="us-west-2", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret"
+    ).client("sagemaker")
     backend = SageMakerBackend(StatePaths(home / ".remote-debug"), clients=lambda _service: client)
     with Stubber(client) as stub:
-        stub.add_client_error("list_training_jobs", service_error_code="ExpiredTokenException",
-                              service_message="The security token included in the request is expired",
-                              http_status_code=400)
+        stub.add_client_error(
+            "list_training_jobs",
+            service_error_code="ExpiredTokenException",
+            service_message="The security token included in the request is expired",
+            http_status_code=400,
+        )
         with pytest.raises(AwsAccessError) as info:
             backend.list_jobs()
     assert (info.value.problem, info.value.fix, info.value.profile) == (problem, fix, profile)

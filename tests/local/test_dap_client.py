@@ -398,10 +398,18 @@ def test_headless_session_keeps_a_stop_whose_replies_come_slowly(lab: Lab, layou
     give_up = threading.Event()
 
     def session() -> None:
-        reports.append(debug_rank(
-            RANK, "algo-1", "127.0.0.1", forward.port, plan,
-            path_mappings=layout.mapping, emit=lambda _event: None, stop=give_up,
-        ))
+        reports.append(
+            debug_rank(
+                RANK,
+                "algo-1",
+                "127.0.0.1",
+                forward.port,
+                plan,
+                path_mappings=layout.mapping,
+                emit=lambda _event: None,
+                stop=give_up,
+            )
+        )
 
     runner = threading.Thread(target=session, daemon=True)
     try:

@@ -61,8 +61,13 @@ class ScriptedAdapter:
                     except OSError:
                         self.closed_before_response = True
                     conn.setblocking(True)
-                response = {"type": "response", "request_seq": request["seq"], "success": True,
-                            "command": request["command"], "body": {}}
+                response = {
+                    "type": "response",
+                    "request_seq": request["seq"],
+                    "success": True,
+                    "command": request["command"],
+                    "body": {},
+                }
                 try:
                     send(response)
                 except OSError:

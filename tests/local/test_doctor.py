@@ -81,10 +81,16 @@ class PolicySimulator:
         for action in request["ActionNames"]:
             per_resource = [(r, *self.evaluate(action, r, values)) for r in resources]
             decisions = [d for _r, d, _m in per_resource]
-            overall = "explicitDeny" if "explicitDeny" in decisions else (
-                "allowed" if all(d == "allowed" for d in decisions) else "implicitDeny")
-            result: dict[str, Any] = {"EvalActionName": action, "EvalResourceName": resources[0],
-                                      "EvalDecision": overall}
+            overall = (
+                "explicitDeny"
+                if "explicitDeny" in decisions
+                else ("allowed" if all(d == "allowed" for d in decisions) else "implicitDeny")
+            )
+            result: dict[str, Any] = {
+                "EvalActionName": action,
+                "EvalResourceName": resources[0],
+                "EvalDecision": overall,
+            }
             if resources == ["*"]:
                 result["MissingContextValues"] = per_resource[0][2]
             else:
@@ -118,8 +124,9 @@ def tier_response(value: str) -> dict[str, Any]:
 
 
 class Clients:
-    def __init__(self, policies: list[dict[str, Any]] | None = None, job_script: Any = None,
-                 tier: str | None = "advanced") -> None:
+    def __init__(
+        self, policies: list[dict[str, Any]] | None = None, job_script: Any = None, tier: str | None = "advanced"
+    ) -> None:
         self.sts = boto3.client("sts", region_name=REGION)
         self.iam = boto3.client("iam", region_name=REGION)
         self.ssm = boto3.client("ssm", region_name=REGION)
@@ -134,8 +141,9 @@ class Clients:
         self.ssm_stub.activate()
 
     def __call__(self, service: str) -> Any:
-        return {"sts": self.sts, "iam": self.iam, "ssm": self.ssm, "logs": self.logs,
-                "sagemaker": self.sagemaker}[service]
+        return {"sts": self.sts, "iam": self.iam, "ssm": self.ssm, "logs": self.logs, "sagemaker": self.sagemaker}[
+            service
+        ]
 
 
 def _by_name(checks: list[Any]) -> dict[str, Any]:
@@ -144,8 +152,11 @@ def _by_name(checks: list[Any]) -> dict[str, Any]:
 
 def test_missing_plugin_and_missing_iam_action_say_how_to_fix(cloud: None) -> None:
     clients = Clients([without(USER_POLICY, "ssm:StartSession", "sagemaker:UpdateTrainingJob")])
-    checks = _by_name(Doctor(clients=clients, which=lambda name: None if name == "session-manager-plugin"
-                             else shutil.which(name)).run())
+    checks = _by_name(
+        Doctor(
+            clients=clients, which=lambda name: None if name == "session-manager-plugin" else shutil.which(name)
+        ).run()
+    )
     plugin = checks["session-manager-plugin"]
     assert plugin.status == "fail" and "not found" in plugin.detail
     assert "Session Manager plugin" in plugin.fix and plugin.fix.startswith("install")
@@ -218,26 +229,46 @@ def test_an_action_iam_cannot_judge_without_a_context_value_is_not_allowed(cloud
 
 
 @needs_plugin
-def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_correct_setup_passes_with_a_reachable_job(
+    cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bin_dir = plugin_bin(tmp_path / "bin")  # AWS's real session-manager-plugin, found on PATH
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=spec.Transport.SSM).to_env()
-    clients = Clients(job_script=lambda _n, job: describe_response(
-        job, "InProgress", "Training", environment=env), tier=None)
-    node = spec.NodeManifest(job_name=JOB, node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=40022,
-                             ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code",
-                             state=spec.NodeState.RUNNING)
+    clients = Clients(
+        job_script=lambda _n, job: describe_response(job, "InProgress", "Training", environment=env), tier=None
+    )
+    node = spec.NodeManifest(
+        job_name=JOB,
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state=spec.NodeState.RUNNING,
+    )
     clients.logs.create_log_group(logGroupName=LOG_GROUP)
     clients.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000")
-    clients.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000", logEvents=[
-        {"timestamp": int(time.time() * 1000),
-         "message": mlines.format_manifest_line("algo-1", node, boot="b", started=int(time.time() * 1000), seq=1,
-                                                secret=SECRET)}])
+    clients.logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName=f"{JOB}/algo-1-1700000000",
+        logEvents=[
+            {
+                "timestamp": int(time.time() * 1000),
+                "message": mlines.format_manifest_line(
+                    "algo-1", node, boot="b", started=int(time.time() * 1000), seq=1, secret=SECRET
+                ),
+            }
+        ],
+    )
     target = f"sagemaker-training-job:{JOB}_algo-1"
     clients.ssm_stub.add_response(
-        "start_session", {"SessionId": "probe-1", "TokenValue": "tok", "StreamUrl": "wss://x"},
-        {"Target": target, "DocumentName": "AWS-StartSSHSession", "Parameters": {"portNumber": ["40022"]}})
+        "start_session",
+        {"SessionId": "probe-1", "TokenValue": "tok", "StreamUrl": "wss://x"},
+        {"Target": target, "DocumentName": "AWS-StartSSHSession", "Parameters": {"portNumber": ["40022"]}},
+    )
     clients.ssm_stub.add_response("terminate_session", {"SessionId": "probe-1"}, {"SessionId": "probe-1"})
     checks = Doctor(clients=clients).run(JOB)
     assert passed(checks), [c.to_json() for c in checks if c.status != "ok"]
@@ -255,8 +286,10 @@ def test_correct_setup_passes_with_a_reachable_job(cloud: None, tmp_path: Path,
 
 
 def test_job_without_debugging_and_unreachable_target(cloud: None) -> None:
-    clients = Clients(job_script=lambda _n, job: describe_response(
-        job, "InProgress", "Training", environment={}, remote_debug=False), tier=None)
+    clients = Clients(
+        job_script=lambda _n, job: describe_response(job, "InProgress", "Training", environment={}, remote_debug=False),
+        tier=None,
+    )
     checks = _by_name(Doctor(clients=clients).run(JOB))
     assert checks["debugging enabled"].status == "fail"
     assert "was not started with remote-debug" in checks["debugging enabled"].detail
@@ -268,10 +301,13 @@ def test_assumed_role_is_simulated_as_its_role(cloud: None) -> None:
     iam = boto3.client("iam", region_name=REGION)
     iam.create_role(RoleName="Dev", Path="/team/", AssumeRolePolicyDocument="{}")
     doctor = Doctor(clients=lambda service: iam)
-    assert doctor.principal_arn("arn:aws:sts::123456789012:assumed-role/Dev/me@example.com") == \
-        "arn:aws:iam::123456789012:role/team/Dev"
-    assert doctor.principal_arn("arn:aws:sts::123456789012:assumed-role/Gone/x") == \
-        "arn:aws:iam::123456789012:role/Gone"
+    assert (
+        doctor.principal_arn("arn:aws:sts::123456789012:assumed-role/Dev/me@example.com")
+        == "arn:aws:iam::123456789012:role/team/Dev"
+    )
+    assert (
+        doctor.principal_arn("arn:aws:sts::123456789012:assumed-role/Gone/x") == "arn:aws:iam::123456789012:role/Gone"
+    )
     assert doctor.principal_arn("arn:aws:iam::123456789012:user/alice") == "arn:aws:iam::123456789012:user/alice"
     assert doctor.principal_arn("arn:aws:iam::123456789012:root") is None
 
@@ -297,13 +333,19 @@ def test_cli_json_and_exit_code(cloud: None, tmp_path: Path, monkeypatch: pytest
 def test_standard_tier_fails_a_hybrid_job_with_the_command_that_fixes_it(cloud: None) -> None:
     hybrid = spec.Transport.HYBRID
     env = spec.DebugSpec(job_name=JOB, client_public_key=KEY, job_secret=SECRET, transport=hybrid).to_env()
-    clients = Clients(job_script=lambda _n, job: describe_response(
-        job, "InProgress", "Downloading", environment=env, remote_debug=False), tier="standard")
+    clients = Clients(
+        job_script=lambda _n, job: describe_response(
+            job, "InProgress", "Downloading", environment=env, remote_debug=False
+        ),
+        tier="standard",
+    )
     checks = _by_name(Doctor(clients=clients).run(JOB))
     tier = checks["hybrid instance tier"]
     assert tier.status == "fail" and f"job {JOB} uses the hybrid transport" in tier.detail
-    assert tier.fix.startswith("aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier "
-                               f"--setting-value advanced --region {REGION}")
+    assert tier.fix.startswith(
+        "aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier "
+        f"--setting-value advanced --region {REGION}"
+    )
     assert not passed(list(checks.values()))
     clients.ssm_stub.assert_no_pending_responses()
 
@@ -368,8 +410,9 @@ def test_aws_configured_for_other_work_is_advice_unless_asked(home: Path, monkey
     assert {c["name"]: c for c in json.loads(asked.stdout)["checks"]}["region"]["status"] == "fail"
 
 
-def test_a_missing_sshd_fails_local_jobs_with_the_fix(home: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_sshd_fails_local_jobs_with_the_fix(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("REMOTE_DEBUG_SSHD", str(tmp_path / "no-sshd"))
     checks = _by_name(Doctor(check_aws=False).run())
     assert checks["sshd"].status == "fail" and "openssh-server" in checks["sshd"].fix
@@ -382,8 +425,11 @@ def test_a_job_is_simulated_with_its_real_tags_and_the_remote_debug_condition_ke
     sagemaker:EnableRemoteDebug, the key AWS documents for turning remote debugging on.  Someone else's job
     may be read, not updated, tagged or stopped (user-policy.json)."""
     clients = Clients(tier=None)
-    ScriptedSageMaker(clients.sagemaker, lambda _n, job: describe_response(job, "InProgress", "Training"),
-                      tags=[{"Key": "remote-debug:owner", "Value": owner}, {"Key": "team", "Value": "vision"}])
+    ScriptedSageMaker(
+        clients.sagemaker,
+        lambda _n, job: describe_response(job, "InProgress", "Training"),
+        tags=[{"Key": "remote-debug:owner", "Value": owner}, {"Key": "team", "Value": "vision"}],
+    )
     iam = _by_name(Doctor(clients=clients).run(JOB))["iam"]
     for call in clients.simulator.calls:
         context = {e["ContextKeyName"]: (e["ContextKeyValues"], e["ContextKeyType"]) for e in call["ContextEntries"]}
@@ -403,10 +449,18 @@ def test_a_job_is_simulated_with_its_real_tags_and_the_remote_debug_condition_ke
 
 def test_a_condition_on_enable_remote_debug_is_simulated(cloud: None) -> None:
     """An admin's Deny on turning remote debugging on shows up in doctor (it has the key's value)."""
-    deny = {"Version": "2012-10-17", "Statement": [{
-        "Sid": "NoRemoteDebug", "Effect": "Deny",
-        "Action": ["sagemaker:CreateTrainingJob", "sagemaker:UpdateTrainingJob"], "Resource": "*",
-        "Condition": {"Bool": {"sagemaker:EnableRemoteDebug": "true"}}}]}
+    deny = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "NoRemoteDebug",
+                "Effect": "Deny",
+                "Action": ["sagemaker:CreateTrainingJob", "sagemaker:UpdateTrainingJob"],
+                "Resource": "*",
+                "Condition": {"Bool": {"sagemaker:EnableRemoteDebug": "true"}},
+            }
+        ],
+    }
     iam = _by_name(Doctor(clients=Clients([USER_POLICY, deny])).run())["iam"]
     rows = {row["action"]: row["decision"] for row in iam.data["actions"]}
     assert rows["sagemaker:CreateTrainingJob"] == rows["sagemaker:UpdateTrainingJob"] == "explicitDeny"
@@ -416,8 +470,10 @@ def test_a_condition_on_enable_remote_debug_is_simulated(cloud: None) -> None:
 def test_an_sshd_that_cannot_start_fails_not_ok(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found is not enough: an sshd missing a library (or refusing the hook's config) fails every local node."""
     broken = tmp_path / "sshd"
-    broken.write_text("#!/bin/sh\necho 'sshd: error while loading shared libraries: libcrypto.so.3: cannot open "
-                      "shared object file' >&2\nexit 127\n")
+    broken.write_text(
+        "#!/bin/sh\necho 'sshd: error while loading shared libraries: libcrypto.so.3: cannot open "
+        "shared object file' >&2\nexit 127\n"
+    )
     broken.chmod(0o755)
     monkeypatch.setenv("REMOTE_DEBUG_SSHD", str(broken))
     checks = _by_name(Doctor(check_aws=False).run())

@@ -186,8 +186,15 @@ def test_the_generator_maps_only_str_enums() -> None:
 
 
 ENUM_EVENTS = [
-    ev.RankReady(rank=0, node="algo-1", local_port=4000, remote_port=5000, state=RankState.IDLE, ide=IDE.PYCHARM,
-                 code_dir="/opt/ml/code"),
+    ev.RankReady(
+        rank=0,
+        node="algo-1",
+        local_port=4000,
+        remote_port=5000,
+        state=RankState.IDLE,
+        ide=IDE.PYCHARM,
+        code_dir="/opt/ml/code",
+    ),
     ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED),
     ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading"),
     ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="OOM"),

@@ -51,15 +51,25 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
         assert held.seconds_left is not None and 40 < held.seconds_left <= 60
         assert info.notes == [f"rank 1 held for post-mortem, {held.seconds_left} s left"]
 
-        proc = subprocess.run([sys.executable, "-m", "remote_debug", "jobs", "--json"], capture_output=True,
-                              text=True, timeout=60, env=dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, "-m", "remote_debug", "jobs", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
         assert proc.returncode == 0, proc.stderr
         [listed] = json.loads(proc.stdout)
         [entry] = listed["held_ranks"]
         assert (entry["rank"], entry["node"], entry["error"]) == (1, "algo-1", "ValueError: bad 42")
         assert 40 < entry["seconds_left"] <= 60
-        human = subprocess.run([sys.executable, "-m", "remote_debug", "jobs"], capture_output=True,
-                               text=True, timeout=60, env=dict(os.environ))
+        human = subprocess.run(
+            [sys.executable, "-m", "remote_debug", "jobs"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
         [note] = [line for line in human.stdout.splitlines() if "post-mortem" in line]
         assert re.fullmatch(r"held-jobs: rank 1 held for post-mortem, \d+ s left", note), human.stdout
 

@@ -29,8 +29,14 @@ def test_ide_vanishing_at_a_breakpoint_lets_the_rank_run_on(home: Path, tmp_path
 def _raw_initialize(port: int) -> tuple[dict[str, object] | None, bool]:
     """A second IDE's first request, on a bare socket: (the response, whether the peer then closed)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        body = json.dumps({"seq": 1, "type": "request", "command": "initialize",
-                           "arguments": {"clientID": "vscode", "adapterID": "debugpy"}}).encode()
+        body = json.dumps(
+            {
+                "seq": 1,
+                "type": "request",
+                "command": "initialize",
+                "arguments": {"clientID": "vscode", "adapterID": "debugpy"},
+            }
+        ).encode()
         sock.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         reader = sock.makefile("rb")
         answer = None

@@ -99,8 +99,9 @@ def test_crashed_rank_is_reported_and_held_while_another_rank_is_stepped(home: P
     project, marks = _project(tmp_path)
     job = launch_job("crash", project, ["python", "train.py", str(marks)], nproc_per_node=2, hold_on_failure=60)
     events = Recorder()
-    attacher = Attacher(job.backend, job.name, AttachOptions(workspace=project, write_launch_json=False),
-                        events, job.paths)
+    attacher = Attacher(
+        job.backend, job.name, AttachOptions(workspace=project, write_launch_json=False), events, job.paths
+    )
     outcome: list[AttachResult] = []
     runner = threading.Thread(target=lambda: outcome.append(attacher.run()), daemon=True)
     runner.start()
@@ -109,8 +110,12 @@ def test_crashed_rank_is_reported_and_held_while_another_rank_is_stepped(home: P
     local = {f.rank: f for f in attacher.forwards.values()}
     mapping = [(str(project), local[1].code_dir)]
 
-    rank1 = attach_and_configure("127.0.0.1", local[1].local_port, path_mappings=mapping,
-                                 breakpoints={str(project / "train.py"): [_line("BREAK")]})
+    rank1 = attach_and_configure(
+        "127.0.0.1",
+        local[1].local_port,
+        path_mappings=mapping,
+        breakpoints={str(project / "train.py"): [_line("BREAK")]},
+    )
     rank0 = None
     try:
         (marks / "go").write_text("")
@@ -178,7 +183,10 @@ def _cli(*args: str) -> list[str]:
 def _attach_cli(job: LocalJob, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         _cli("attach", job.name, "--workspace", str(job.project), "--no-ssh-include", *extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
     )
 
 
@@ -208,8 +216,9 @@ def _ready_then(proc: subprocess.Popen[str], action: Callable[[], None]) -> tupl
     return proc.returncode, "".join(seen) + rest
 
 
-@pytest.mark.parametrize(("how", "code", "status"), [("complete", 0, "Completed"), ("crash", 1, "Failed"),
-                                                     ("stop", 1, "Stopped")])
+@pytest.mark.parametrize(
+    ("how", "code", "status"), [("complete", 0, "Completed"), ("crash", 1, "Failed"), ("stop", 1, "Stopped")]
+)
 def test_cli_attach_ends_with_the_job(home: Path, tmp_path: Path, how: str, code: int, status: str) -> None:
     job, marks = _one_rank_job(tmp_path, f"ends-{how}")
 
@@ -227,7 +236,7 @@ def test_cli_attach_ends_with_the_job(home: Path, tmp_path: Path, how: str, code
         # the crash, with the traceback, before the end
         at = next(i for i, line in enumerate(lines) if "rank 0 on algo-1 failed: ValueError: bad 42" in line)
         assert lines[at + 1].strip() == "Traceback (most recent call last):"
-        assert any('line 10, in compute' in line for line in lines[at:]), stderr
+        assert any("line 10, in compute" in line for line in lines[at:]), stderr
         assert lines[-1].endswith("exit code 1 (node algo-1 exited with code 1: ValueError: bad 42)"), lines[-1]
     else:
         assert "failed:" not in stderr
@@ -237,13 +246,19 @@ def test_cli_headless_attach_to_a_held_rank_sees_the_exception(home: Path, tmp_p
     job, marks = _one_rank_job(tmp_path, "held", hold_on_failure=60)
     (marks / "end").write_text("crash")
     manifest_dir = job.paths.job_dir(job.name) / "nodes" / "algo-1" / "remote-debug" / "manifest"
-    wait_for(lambda: (d := manifest_dir / "rank-0.json").exists() and json.loads(d.read_text())["state"] == "held",
-             30, "the rank to be held")
+    wait_for(
+        lambda: (d := manifest_dir / "rank-0.json").exists() and json.loads(d.read_text())["state"] == "held",
+        30,
+        "the rank to be held",
+    )
     assert job.status() == "InProgress"  # the job lives on while held
     started = time.monotonic()
     proc = subprocess.run(
         _cli("attach", job.name, "--workspace", str(job.project), "--no-ssh-include", "--headless", "--json"),
-        capture_output=True, text=True, timeout=90, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=dict(os.environ),
     )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -304,9 +319,23 @@ def test_stop_of_a_job_that_ignores_sigterm_ends_within_the_grace(home: Path, tm
 def test_cli_refuses_a_bad_hold_on_failure(home: Path, tmp_path: Path) -> None:
     for bad in ("-1", "nan", "1e9", "inf"):
         proc = subprocess.run(
-            _cli("launch", "--local", "--name", "bad-hold", "--source-dir", str(tmp_path), "--hold-on-failure", bad,
-                 "--", "python", "train.py"),
-            capture_output=True, text=True, timeout=60, env=dict(os.environ),
+            _cli(
+                "launch",
+                "--local",
+                "--name",
+                "bad-hold",
+                "--source-dir",
+                str(tmp_path),
+                "--hold-on-failure",
+                bad,
+                "--",
+                "python",
+                "train.py",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
         )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, (bad, proc.stderr)
@@ -335,8 +364,9 @@ def test_job_ending_while_attach_sets_up_ends_attach_like_the_job(home: Path, tm
             return super().manifests(name)
 
     events = Recorder()
-    result = Attacher(EndsDuringSetup(job.paths), job.name, AttachOptions(workspace=job.project), events,
-                      job.paths).run()
+    result = Attacher(
+        EndsDuringSetup(job.paths), job.name, AttachOptions(workspace=job.project), events, job.paths
+    ).run()
     assert result.job.status == "Failed" and result.exit_code == 1
     failed = events.wait(lambda e: e["event"] == "rank-failed")
     assert "ValueError: bad 42" in failed["traceback"]

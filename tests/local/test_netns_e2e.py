@@ -30,7 +30,6 @@ def _our_namespaces(prefix: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix + "-")]
 
 
-
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(3)

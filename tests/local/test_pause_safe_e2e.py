@@ -63,9 +63,7 @@ def test_twenty_second_pause_survives_a_ten_second_pg_timeout(home: Path, tmp_pa
         if isinstance(event, ev.RankDetached):
             done.write_text("")  # let the job end
 
-    plan = HeadlessPlan(
-        breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, pause_seconds=20
-    )
+    plan = HeadlessPlan(breakpoints={str(project / "train.py"): [break_line(project / "train.py")]}, pause_seconds=20)
     options = AttachOptions(workspace=project, headless=plan, ranks=(0,), write_launch_json=False)
     result = job.attach(options, emit)
 

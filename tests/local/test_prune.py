@@ -52,8 +52,14 @@ def ended_local_job(paths: StatePaths, job: str, *, status: str = "Completed", e
     (job_dir / "nodes" / "algo-1" / "code").mkdir(parents=True)
     (job_dir / "nodes" / "algo-1" / "code" / "train.py").write_text("print('hi')\n")
     now = time.time()
-    state = {"status": status, "secondary_status": status, "nodes": ["algo-1"], "created": now - 60,
-             "ended": ended or now - 30, "exit_code": 0}
+    state = {
+        "status": status,
+        "secondary_status": status,
+        "nodes": ["algo-1"],
+        "created": now - 60,
+        "ended": ended or now - 30,
+        "exit_code": 0,
+    }
     (job_dir / "job.json").write_text(json.dumps(state))
     return job_dir
 
@@ -77,8 +83,19 @@ def launch_configs(paths: StatePaths, workspace: Path, job: str, ranks: int = 2)
 def hint(paths: StatePaths, job: str) -> Path:
     path = paths.root / "sagemaker" / f"{job}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"job": job, "region": REGION, "profile": None, "transport": "ssm", "bastion": None,
-                                "nodes": {}, "version": 1}))
+    path.write_text(
+        json.dumps(
+            {
+                "job": job,
+                "region": REGION,
+                "profile": None,
+                "transport": "ssm",
+                "bastion": None,
+                "nodes": {},
+                "version": 1,
+            }
+        )
+    )
     return path
 
 
@@ -131,7 +148,10 @@ def test_prune_removes_what_we_wrote_for_ended_jobs_and_nothing_else(
     }
     planned = next(o for o in dry.outcomes if o.job == "done").leftovers
     assert planned.parts() == [
-        "job dir", "key", "2 Host entries", "2 known_hosts lines",
+        "job dir",
+        "key",
+        "2 Host entries",
+        "2 known_hosts lines",
         f"3 launch.json configs in {vscode_launch.launch_json_path(workspace)}",
     ]
 
@@ -145,7 +165,9 @@ def test_prune_removes_what_we_wrote_for_ended_jobs_and_nothing_else(
     assert {k: v for k, v in snapshot(home, workspace).items() if "running" in k} == running_files
     assert (home / ".ssh" / "config").read_bytes() == user_ssh  # our Include line too: running still needs it
     assert entry_names(workspace) == [
-        "mine", "remote-debug: running rank 0 (algo-1)", "remote-debug: running rank 1 (algo-1)",
+        "mine",
+        "remote-debug: running rank 0 (algo-1)",
+        "remote-debug: running rank 1 (algo-1)",
         "remote-debug: running all ranks",
     ]
     # what is left of ours in launch.json is exactly the running job's: without it, the user's bytes
@@ -177,7 +199,8 @@ def test_older_than_keeps_recent_jobs(home: Path) -> None:
     ended_local_job(paths, "yesterday", ended=now - 86400)
     result = Pruner(paths, now=now).run(older_than_days=3)
     assert {o.job: o.kept for o in result.outcomes} == {
-        "last-week": None, "yesterday": "it ended less than 3 days ago (--older-than)",
+        "last-week": None,
+        "yesterday": "it ended less than 3 days ago (--older-than)",
     }
     assert not paths.job_dir("last-week").exists() and paths.job_dir("yesterday").exists()
 
@@ -207,9 +230,7 @@ def test_a_job_whose_launch_json_cannot_be_edited_is_kept_whole(
     assert vscode_launch.launch_json_path(workspace).read_bytes() == USER_LAUNCH.encode()
 
 
-def test_a_launch_json_the_user_broke_is_reported_and_cleaned_once_it_reads_again(
-    home: Path, workspace: Path
-) -> None:
+def test_a_launch_json_the_user_broke_is_reported_and_cleaned_once_it_reads_again(home: Path, workspace: Path) -> None:
     paths = StatePaths.default()
     ended_local_job(paths, "done")
     keys.ensure_job_key(paths, "done")
@@ -280,7 +301,8 @@ def test_sagemaker_jobs_are_pruned_when_describe_says_they_ended(home: Path, wor
         "sm-running": ("InProgress", "it is still running"),
     }
     assert sorted({params["TrainingJobName"] for name, params in scripted.calls if name == "DescribeTrainingJob"}) == [
-        "sm-done", "sm-running"
+        "sm-done",
+        "sm-running",
     ]
     assert not paths.job_key("sm-done").exists() and not (paths.root / "sagemaker" / "sm-done.json").exists()
     assert ssh_config.job_entries(paths, "sm-done").empty

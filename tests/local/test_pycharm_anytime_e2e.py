@@ -154,8 +154,21 @@ def rank_states(job: LocalJob) -> dict[int, str]:
 def cli_attach(job: LocalJob, project: Path, ide_port: int) -> Iterator[subprocess.Popen[str]]:
     """``remote-debug attach JOB --ide pycharm`` as the user runs it (JSON events on stdout)."""
     cmd = [
-        sys.executable, "-m", "remote_debug", "attach", job.name, "--ide", "pycharm", "--workspace", str(project),
-        "--pycharm-port", str(ide_port), "--pycharm-build", "any", "--no-ssh-include", "--json",
+        sys.executable,
+        "-m",
+        "remote_debug",
+        "attach",
+        job.name,
+        "--ide",
+        "pycharm",
+        "--workspace",
+        str(project),
+        "--pycharm-port",
+        str(ide_port),
+        "--pycharm-build",
+        "any",
+        "--no-ssh-include",
+        "--json",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -182,7 +195,9 @@ def test_attach_30s_into_a_wait0_job_survives_a_server_restart_and_a_reattach(
         # `stacks` reaches PyCharm ranks on both nodes through their control channels, with no tracer
         stacks = subprocess.run(
             [sys.executable, "-m", "remote_debug", "stacks", job.name, "--json"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert stacks.returncode == 0, stacks.stderr
         report = json.loads(stacks.stdout)

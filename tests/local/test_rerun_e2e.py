@@ -49,7 +49,10 @@ SCRIPT = textwrap.dedent(
 
 def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env=dict(os.environ),
     )
 
@@ -67,8 +70,14 @@ class BackgroundAttach:
     def __init__(self, job: LocalJob, line: int, ide: str = "vscode") -> None:
         self.events: list[events.Event] = []
         plan = HeadlessPlan(breakpoints={str(job.project / "train.py"): [line]}, watch=("seen",), attach_timeout=60)
-        options = AttachOptions(workspace=job.project, headless=plan, write_launch_json=False,
-                                edit_user_ssh_config=False, ready_timeout=60, ide=spec.IDE(ide))
+        options = AttachOptions(
+            workspace=job.project,
+            headless=plan,
+            write_launch_json=False,
+            edit_user_ssh_config=False,
+            ready_timeout=60,
+            ide=spec.IDE(ide),
+        )
         self.result: AttachResult | None = None
         self.error: BaseException | None = None
         self.attacher = Attacher(job.backend, job.name, options, self.events.append, job.paths)
@@ -103,8 +112,9 @@ def project(tmp_path: Path) -> Path:
 @pytest.fixture
 def two_node_job(home: Path, project: Path) -> Iterator[LocalJob]:
     del home
-    job = launch_job("iterate", project, ["python", "train.py"], nodes=2, nproc_per_node=2,
-                     keep_alive=300, wait_seconds=60)
+    job = launch_job(
+        "iterate", project, ["python", "train.py"], nodes=2, nproc_per_node=2, keep_alive=300, wait_seconds=60
+    )
     yield job
 
 
@@ -116,8 +126,11 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
         wait_for(lambda: len(attach.stops_with("old")) == 4 or None, 90, "all 4 ranks stopped with the old value")
         ports = {e.rank: e.local_port for e in attach.of(events.RankReady) if isinstance(e, events.RankReady)}
         # the training command ends (each rank continued after its stop): the nodes hold
-        info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
-                        60, "the job kept alive")
+        info = wait_for(
+            lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+            60,
+            "the job kept alive",
+        )
         assert info.status == JobStatus.IN_PROGRESS
         assert 250 < (info.kept_alive_seconds_left or 0) <= 300
         assert "kept alive" in info.secondary_status or any("kept alive" in n for n in info.notes)
@@ -125,8 +138,9 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
         edit_everywhere(job, 'VALUE = "old"', 'VALUE = "new"')
         run = cli("run", job.name, timeout=120)
         assert run.returncode == 0, run.stderr
-        new = wait_for(lambda: (s := attach.stops_with("new")) and len(s) == 4 and s, 60,
-                       "all 4 ranks stopped with the new value")
+        new = wait_for(
+            lambda: (s := attach.stops_with("new")) and len(s) == 4 and s, 60, "all 4 ranks stopped with the new value"
+        )
         assert sorted(new) == [0, 1, 2, 3]
         restarted = [e for e in attach.of(events.RankRestarted) if isinstance(e, events.RankRestarted)]
         assert sorted(e.rank for e in restarted) == [0, 1, 2, 3]
@@ -138,8 +152,11 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
             assert f"[{node}] [rank {rank}] value new{rank}" in run.stdout, run.stdout
         assert "run 1 ended, exit code 0" in run.stderr
 
-        info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
-                        30, "kept alive again after the run")
+        info = wait_for(
+            lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+            30,
+            "kept alive again after the run",
+        )
         assert info.run == 1 and info.status == JobStatus.IN_PROGRESS
 
         released = cli("release", job.name)
@@ -165,9 +182,21 @@ def test_run_exit_code_and_ctrl_c_keeps_the_node(home: Path, project: Path) -> N
     # Ctrl-C: the run stops (its process is gone), the node stays
     marker = project / "run.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "remote_debug", "run", job.name, "--", "sh", "-c",
-         f"echo $$ > {marker}; exec sleep 300"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "remote_debug",
+            "run",
+            job.name,
+            "--",
+            "sh",
+            "-c",
+            f"echo $$ > {marker}; exec sleep 300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         wait_for(lambda: (marker.exists() and marker.read_text().strip()) or None, 60, "the run started")
@@ -181,8 +210,11 @@ def test_run_exit_code_and_ctrl_c_keeps_the_node(home: Path, project: Path) -> N
     assert "stopped (Ctrl-C)" in err
     run_pid = int(marker.read_text())
     wait_for(lambda: not os.path.exists(f"/proc/{run_pid}") or None, 20, "the run's process to end")
-    info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
-                    30, "kept alive after Ctrl-C")
+    info = wait_for(
+        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        30,
+        "kept alive after Ctrl-C",
+    )
     assert info.status == JobStatus.IN_PROGRESS
 
     # stop during the hold: the job ends (Stopped), nothing of the run is left
@@ -199,8 +231,11 @@ def test_run_replaces_a_running_training_command_and_the_job_ends_with_the_run(h
     run = cli("run", job.name, "--", "sh", "-c", "echo replaced; exit 3")
     assert run.returncode == 3, run.stderr
     assert "[algo-1] [remote-debug] stopping the training command" in run.stdout
-    info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
-                    30, "kept alive after the run")
+    info = wait_for(
+        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        30,
+        "kept alive after the run",
+    )
     assert info.status == JobStatus.IN_PROGRESS and info.run == 1
     assert cli("release", job.name).returncode == 0
     # the training command was replaced: the job ends as its last run did
@@ -223,14 +258,14 @@ def test_run_and_release_refuse_a_job_without_keep_alive(home: Path, project: Pa
         cli("stop", job.name)
 
 
-
 @pytest.mark.skipif(importlib.util.find_spec("pydevd_pycharm") is None, reason="pydevd-pycharm is not installed")
 def test_pycharm_ranks_of_a_run_connect_to_the_ide_again(home: Path, project: Path) -> None:
     """The same loop with --ide pycharm: the new ranks connect out to the PyCharm stand-in of the attach
     that was already running, and stop with the new value."""
     del home
-    job = launch_job("iterate-pyc", project, ["python", "train.py"], nproc_per_node=2, keep_alive=300,
-                     wait_seconds=60, ide="pycharm")
+    job = launch_job(
+        "iterate-pyc", project, ["python", "train.py"], nproc_per_node=2, keep_alive=300, wait_seconds=60, ide="pycharm"
+    )
     attach = BackgroundAttach(job, break_line(project / "train.py"), ide="pycharm")
     try:
         wait_for(lambda: len(attach.stops_with("old")) == 2 or None, 90, "both ranks stopped with the old value")
@@ -238,8 +273,13 @@ def test_pycharm_ranks_of_a_run_connect_to_the_ide_again(home: Path, project: Pa
         edit_everywhere(job, 'VALUE = "old"', 'VALUE = "new"')
         run = cli("run", job.name, timeout=120)
         assert run.returncode == 0, run.stderr
-        assert sorted(wait_for(lambda: (s := attach.stops_with("new")) and len(s) == 2 and s, 60,
-                               "both ranks stopped with the new value")) == [0, 1]
+        assert sorted(
+            wait_for(
+                lambda: (s := attach.stops_with("new")) and len(s) == 2 and s,
+                60,
+                "both ranks stopped with the new value",
+            )
+        ) == [0, 1]
         assert cli("release", job.name).returncode == 0
         assert job.wait_status(("Completed", "Failed", "Stopped"), 60) == "Completed"
         attach.thread.join(30)
@@ -253,8 +293,11 @@ def test_the_hold_ends_on_its_own_with_the_training_commands_exit_code(home: Pat
     train = project / "train.py"
     train.write_text(train.read_text().replace('os.environ.get("EXIT_CODE", "0")', '"4"'))  # the command fails
     job = launch_job("iterate-4", project, ["python", "train.py"], keep_alive=4, wait_seconds=0)
-    info = wait_for(lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
-                    60, "kept alive after the failed command")
+    info = wait_for(
+        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        60,
+        "kept alive after the failed command",
+    )
     assert info.status == JobStatus.IN_PROGRESS  # a failed command is held too
     assert job.wait_status(("Completed", "Failed", "Stopped"), 30) == "Failed"
     ended = job.backend.describe(job.name)

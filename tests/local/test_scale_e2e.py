@@ -38,7 +38,6 @@ LIGHT_RANK = textwrap.dedent(
 )
 
 
-
 def _running_idle(job: LocalJob) -> bool:
     ranks = [r for m in job.backend.manifests(job.name).values() if m for r in m.ranks]
     return len(ranks) == RANKS and all(r.state == spec.RankState.IDLE for r in ranks)
@@ -60,8 +59,14 @@ def test_64_ranks_of_a_running_job_stop_with_their_own_values_and_stacks_lists_t
     events = EventLog()
     plan = HeadlessPlan(breakpoints={str(project / "ranks.py"): [line]}, max_stops=1, attach_timeout=120)
     result = job.attach(
-        AttachOptions(workspace=project, headless=plan, ready_timeout=120, write_launch_json=False,
-                      edit_user_ssh_config=False, detach_when_done=True),
+        AttachOptions(
+            workspace=project,
+            headless=plan,
+            ready_timeout=120,
+            write_launch_json=False,
+            edit_user_ssh_config=False,
+            detach_when_done=True,
+        ),
         events.append,
     )
 
@@ -79,7 +84,9 @@ def test_64_ranks_of_a_running_job_stop_with_their_own_values_and_stacks_lists_t
 
     out = subprocess.run(
         [str(Path(sys.executable).parent / "remote-debug"), "stacks", "scale64", "--json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     listed = json.loads(out.stdout)["ranks"]

@@ -59,10 +59,14 @@ ONE_RANK_DDP = textwrap.dedent(
 )
 
 
-
 def ssh(paths: StatePaths, alias: str, command: str) -> str:
-    result = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", alias, command],
-                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", alias, command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -93,19 +97,30 @@ def test_nodes_name_each_other_and_what_ssh_started_ends_with_stop(
     assert state["isolation"] == "netns"
 
     wait_for_log(job, "rank 0 on algo-1: sum 3.0", "rank 1 on algo-2: sum 3.0")
-    subprocess.run([sys.executable, "-m", "remote_debug", "ssh-config", "named"], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "remote_debug", "ssh-config", "named"], check=True, capture_output=True, timeout=120
+    )
     out = ssh(job.paths, "algo-2.named", "hostname; getent hosts algo-1; getent hosts algo-2")
-    assert out.split() == ["algo-2", state["node_addresses"]["algo-1"], "algo-1",
-                           state["node_addresses"]["algo-2"], "algo-2"]
+    assert out.split() == [
+        "algo-2",
+        state["node_addresses"]["algo-1"],
+        "algo-1",
+        state["node_addresses"]["algo-2"],
+        "algo-2",
+    ]
 
     marks = tmp_path / "marks"
     marks.mkdir()
     escape = f"sh -c 'echo $$ > {marks / 'escaped'}; exec env -i /bin/sleep 301'"
-    ssh(job.paths, "algo-2.named", f"nohup sleep 300 >/dev/null 2>&1 & echo $! > {marks / 'nohup'}; "
-                                   f"setsid -f {escape} </dev/null >/dev/null 2>&1")
-    pids = {n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))
-            for n in ("nohup", "escaped")}
+    ssh(
+        job.paths,
+        "algo-2.named",
+        f"nohup sleep 300 >/dev/null 2>&1 & echo $! > {marks / 'nohup'}; setsid -f {escape} </dev/null >/dev/null 2>&1",
+    )
+    pids = {
+        n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))
+        for n in ("nohup", "escaped")
+    }
     assert all(alive(pid) for pid in pids.values())
     try:
         assert job.backend.stop("named", wait_seconds=60).status == "Stopped"

@@ -55,8 +55,9 @@ TARGET = "sagemaker-training-job:my-job_algo-1"
 PROFILE = "dev"
 PROFILE_KEY = "AKIDREMOTEDEBUGDEV01"  # the dev profile's access key: the emulator names sessions after it
 PROFILE_SECRET = "dev-secret"  # the emulator accepts the profile's keys only (LocalSsm's keys)
-needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None or not Path("/usr/sbin/sshd").exists(),
-                               reason="needs OpenSSH (ssh and sshd)")
+needs_ssh = pytest.mark.skipif(
+    shutil.which("ssh") is None or not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH (ssh and sshd)"
+)
 
 
 @pytest.fixture
@@ -75,7 +76,8 @@ def client(local_ssm: LocalSsm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             monkeypatch.delenv(name)
     (tmp_path / "aws-config").write_text(f"[profile {PROFILE}]\nregion = {REGION}\n")
     (tmp_path / "aws-credentials").write_text(
-        f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = {PROFILE_SECRET}\n")
+        f"[{PROFILE}]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = {PROFILE_SECRET}\n"
+    )
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
@@ -116,7 +118,7 @@ class Live:
     def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self.stdin, view):]
+            view = view[os.write(self.stdin, view) :]
 
     def wait_output(self, size: int, timeout: float = 30) -> None:
         wait_for(lambda: len(self.out) >= size or None, timeout, f"{size} bytes from the plugin (have {len(self.out)})")
@@ -147,12 +149,15 @@ def run_driven(client: Any, port: int, drive: Callable[[Live], None], **kwargs: 
 
 
 @needs_plugin
-def test_session_runs_the_real_plugin_as_the_aws_cli_does(local_ssm: LocalSsm, client: Any, on_path: Path,
-                                                          echo: int) -> None:
+def test_session_runs_the_real_plugin_as_the_aws_cli_does(
+    local_ssm: LocalSsm, client: Any, on_path: Path, echo: int
+) -> None:
     payload = b"SSH-2.0-hello\r\n" + os.urandom(256 * 1024)
     seen: dict[str, Any] = {}
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP,
-                                                       signal.SIGHUP, signal.SIGTERM)}
+    handlers = {
+        sig: signal.getsignal(sig)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP, signal.SIGTERM)
+    }
 
     def drive(live: Live) -> None:
         [session] = local_ssm.channel.started
@@ -175,12 +180,22 @@ def test_session_runs_the_real_plugin_as_the_aws_cli_does(local_ssm: LocalSsm, c
     request = {"Target": TARGET, "DocumentName": "AWS-StartSSHSession", "Parameters": {"portNumber": [str(echo)]}}
     assert (session.target, session.document, session.port) == (TARGET, "AWS-StartSSHSession", echo)
     # the AWS CLI's argv: the NAME of the variable, region, operation, profile, request, endpoint
-    assert seen["cmdline"] == [str(on_path), "AWS_SSM_START_SESSION_RESPONSE", REGION, "StartSession", PROFILE,
-                               json.dumps(request), local_ssm.url]
+    assert seen["cmdline"] == [
+        str(on_path),
+        "AWS_SSM_START_SESSION_RESPONSE",
+        REGION,
+        "StartSession",
+        PROFILE,
+        json.dumps(request),
+        local_ssm.url,
+    ]
     # the response, token included, is in the plugin's environment: that process's and no other's
     response = json.loads(seen["environ"]["AWS_SSM_START_SESSION_RESPONSE"])
-    assert response == {"SessionId": session.session_id, "TokenValue": session.token_value,
-                        "StreamUrl": session.stream_url}
+    assert response == {
+        "SessionId": session.session_id,
+        "TokenValue": session.token_value,
+        "StreamUrl": session.stream_url,
+    }
     assert seen["in environ"] == [seen["pid"]]
     assert seen["in argv"] == []  # in no process's command line, where any local user could read it
     assert "AWS_SSM_START_SESSION_RESPONSE" not in os.environ
@@ -189,19 +204,26 @@ def test_session_runs_the_real_plugin_as_the_aws_cli_does(local_ssm: LocalSsm, c
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
 
 
-def test_missing_plugin_starts_no_session(local_ssm: LocalSsm, client: Any, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_plugin_starts_no_session(
+    local_ssm: LocalSsm, client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no plugin anywhere
-    with open(os.devnull, "rb") as stdin, open(os.devnull, "wb") as stdout, \
-            pytest.raises(ssm.PluginError, match="session-manager-plugin not found on PATH: install"):
+    with (
+        open(os.devnull, "rb") as stdin,
+        open(os.devnull, "wb") as stdout,
+        pytest.raises(ssm.PluginError, match="session-manager-plugin not found on PATH: install"),
+    ):
         ssm.run_session(client, TARGET, 2222, stdin, stdout)
     assert local_ssm.channel.started == []  # looked for before StartSession: no session to clean up
 
 
 def test_plugin_that_cannot_run_terminates_the_session(local_ssm: LocalSsm, client: Any, tmp_path: Path) -> None:
     broken = ssm.Plugin(str(tmp_path / "gone" / "session-manager-plugin"), "1.2.650.0")  # found, then removed
-    with open(os.devnull, "rb") as stdin, open(os.devnull, "wb") as stdout, \
-            pytest.raises(ssm.PluginError, match="cannot run"):
+    with (
+        open(os.devnull, "rb") as stdin,
+        open(os.devnull, "wb") as stdout,
+        pytest.raises(ssm.PluginError, match="cannot run"),
+    ):
         ssm.run_session(client, TARGET, 2222, stdin, stdout, plugin=broken)
     [session] = local_ssm.channel.started
     assert local_ssm.channel.terminated == [session.session_id]  # not left for the agent to time out
@@ -229,9 +251,9 @@ def test_a_clean_exit_of_the_plugin_terminates_the_session_too(
 
 
 @needs_plugin
-def test_plugin_that_dies_terminates_the_session(local_ssm: LocalSsm, client: Any, on_path: Path,
-                                                 echo: int) -> None:
+def test_plugin_that_dies_terminates_the_session(local_ssm: LocalSsm, client: Any, on_path: Path, echo: int) -> None:
     """The real plugin killed mid-session (say, by the OOM killer): it cannot end its session, we do."""
+
     def drive(live: Live) -> None:
         [session] = local_ssm.channel.started
         live.send(b"ping")
@@ -267,11 +289,23 @@ class Relay:
 
 @contextlib.contextmanager
 def relay(local_ssm: LocalSsm, port: int, tmp_path: Path) -> Iterator[Relay]:
-    env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                    token=str(tmp_path), scratch=tmp_path, keys=local_ssm.keys)
+    env = relay_env(
+        endpoint=local_ssm.url,
+        region=REGION,
+        bin_dir=plugin_bin(tmp_path / "bin"),
+        token=str(tmp_path),
+        scratch=tmp_path,
+        keys=local_ssm.keys,
+    )
     with open(tmp_path / "relay.stderr", "wb") as stderr:
-        proc = subprocess.Popen(relay_argv(TARGET, port), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, start_new_session=True)
+        proc = subprocess.Popen(
+            relay_argv(TARGET, port),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+        )
     r = Relay(proc)
     assert proc.stdout is not None
     r.reader = threading.Thread(target=read_all, args=(proc.stdout.fileno(), r.out), daemon=True)
@@ -293,8 +327,9 @@ def relay(local_ssm: LocalSsm, port: int, tmp_path: Path) -> Iterator[Relay]:
 
 def _started(local_ssm: LocalSsm, r: Relay) -> tuple[str, int]:
     """The session's id once it relays, and the plugin's pid."""
-    session_id = wait_for(lambda: local_ssm.channel.started[0].session_id if local_ssm.channel.started else None,
-                          20, "StartSession")
+    session_id = wait_for(
+        lambda: local_ssm.channel.started[0].session_id if local_ssm.channel.started else None, 20, "StartSession"
+    )
     r.sent += banner(session_id)
     r.roundtrip(b"SSH-2.0-first\r\n")
     [plugin] = plugin_pids(r.proc.pid)
@@ -302,8 +337,9 @@ def _started(local_ssm: LocalSsm, r: Relay) -> tuple[str, int]:
 
 
 @needs_plugin
-def test_user_signals_are_left_to_the_plugin_and_sighup_ends_the_session(local_ssm: LocalSsm, echo: int,
-                                                                         tmp_path: Path) -> None:
+def test_user_signals_are_left_to_the_plugin_and_sighup_ends_the_session(
+    local_ssm: LocalSsm, echo: int, tmp_path: Path
+) -> None:
     """Ctrl-C / Ctrl-\\ / Ctrl-Z must not kill the relay (the plugin would be orphaned, its session a zombie);
     ssh sends its ProxyCommand SIGHUP on exit: that ends the plugin, and then the session."""
     with relay(local_ssm, echo, tmp_path) as r:
@@ -326,8 +362,9 @@ def test_user_signals_are_left_to_the_plugin_and_sighup_ends_the_session(local_s
 
 
 @needs_plugin
-def test_ctrl_backslash_kills_the_real_plugin_and_the_session_is_terminated(local_ssm: LocalSsm, echo: int,
-                                                                            tmp_path: Path) -> None:
+def test_ctrl_backslash_kills_the_real_plugin_and_the_session_is_terminated(
+    local_ssm: LocalSsm, echo: int, tmp_path: Path
+) -> None:
     """Unlike SIGINT and SIGTSTP, Go's runtime does not keep an inherited "ignore" for SIGQUIT: the terminal's
     Ctrl-\\ kills the real plugin (exit 2, with a goroutine dump). The relay survives it, passes the plugin's
     exit code on, and terminates the session the plugin could not."""
@@ -349,16 +386,40 @@ def openssh_through_the_proxy(local_ssm: LocalSsm, tmp_path: Path) -> Iterator[t
     sessions must have ended and the relays exited by then."""
     key = tmp_path / "id"
     token = f"{TOKEN_ENV}={tmp_path}\0"
-    env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                    token=str(tmp_path), scratch=tmp_path, keys=local_ssm.keys)
+    env = relay_env(
+        endpoint=local_ssm.url,
+        region=REGION,
+        bin_dir=plugin_bin(tmp_path / "bin"),
+        token=str(tmp_path),
+        scratch=tmp_path,
+        keys=local_ssm.keys,
+    )
     proxy = shlex.join(relay_argv(TARGET, "%p"))
     try:
         with private_sshd(tmp_path, make_key(key)) as sshd:
             (tmp_path / "known_hosts").write_text(f"node-1 {sshd.host_key_line}\n")
-            argv = ["ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                    "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "-o", "HostKeyAlias=node-1",
-                    "-o", "StrictHostKeyChecking=yes", "-o", f"ProxyCommand={proxy}", "-p", str(sshd.port),
-                    f"{getpass.getuser()}@node-1"]
+            argv = [
+                "ssh",
+                "-F",
+                "/dev/null",
+                "-i",
+                str(key),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
+                "-o",
+                "HostKeyAlias=node-1",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"ProxyCommand={proxy}",
+                "-p",
+                str(sshd.port),
+                f"{getpass.getuser()}@node-1",
+            ]
             yield argv, env, sshd.port
             # ssh hangs up on its ProxyCommand when it exits: each session ends now, not at the agent's timeout
             wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 10, "the sessions to end")
@@ -373,8 +434,9 @@ def test_real_openssh_through_the_plugin_leaves_no_session_or_process(local_ssm:
     """ssh -> ProxyCommand (run_session) -> the real plugin -> the emulator's data channel -> a real sshd."""
     with openssh_through_the_proxy(local_ssm, tmp_path) as (argv, env, port):
         for command, expected in ((["echo", "in-job"], (0, "in-job\n")), (["exit", "3"], (3, ""))):
-            result = subprocess.run([*argv, *command], env=env, capture_output=True, text=True, timeout=60,
-                                    stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                [*argv, *command], env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+            )
             assert (result.returncode, result.stdout) == expected, result.stderr
         assert [(s.target, s.port) for s in local_ssm.channel.started] == [(TARGET, port)] * 2
 
@@ -389,8 +451,9 @@ def test_a_target_that_refuses_the_ssh_document_is_reached_by_port_forwarding(
     the agent's side) instead; ssh works as before and nothing is left behind."""
     local_ssm.emulator.ssh_document = False
     with openssh_through_the_proxy(local_ssm, tmp_path) as (argv, env, port):
-        result = subprocess.run([*argv, "echo", "forwarded"], env=env, capture_output=True, text=True, timeout=90,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [*argv, "echo", "forwarded"], env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL
+        )
         assert (result.returncode, result.stdout) == (0, "forwarded\n"), result.stderr
         said = [line for line in result.stderr.splitlines() if "AWS-StartSSHSession refused" in line]
         assert len(said) == 1 and said[0].endswith("using AWS-StartPortForwardingSession instead"), result.stderr
@@ -461,15 +524,18 @@ def stubbed() -> Iterator[tuple[Any, Stubber]]:
 def test_standard_tier_refusal_names_the_setting_to_change(stubbed: tuple[Any, Stubber]) -> None:
     ssm_client, stubber = stubbed
     stubber.add_client_error(
-        "start_session", "BadRequest", "Enable advanced-instances tier to use Session Manager with your on-premises "
-        "instances",
+        "start_session",
+        "BadRequest",
+        "Enable advanced-instances tier to use Session Manager with your on-premises instances",
     )
     with pytest.raises(UserError) as info:
         ssm.start_session(ssm_client, "mi-0123456789abcdef0", 2222)
     message = str(info.value)
     assert "\n" not in message
-    assert "aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier " \
-           f"--setting-value advanced --region {REGION}" in message
+    assert (
+        "aws ssm update-service-setting --setting-id /ssm/managed-instance/activation-tier "
+        f"--setting-value advanced --region {REGION}" in message
+    )
 
 
 def test_access_denied_points_at_doctor(stubbed: tuple[Any, Stubber]) -> None:

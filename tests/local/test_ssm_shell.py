@@ -81,7 +81,7 @@ def test_exit_status_and_output_come_back_exactly(shells: Callable[..., ShellSes
     assert code == 2 and "Syntax error" in output
     assert shell.run("exit 3") == (3, "")
     assert shell.run("cat; echo done") == (0, "done\n")
-    assert shell.run("echo \"it's $((6 * 7))\"") == (0, "it's 42\n")
+    assert shell.run('echo "it\'s $((6 * 7))"') == (0, "it's 42\n")
     assert shell.check("echo fine") == "fine\n"
     with pytest.raises(ShellError, match=r"^`ls /nonexistent` failed on .* \(exit status 2\): ls: .*nonexistent"):
         shell.check("ls /nonexistent")
@@ -211,8 +211,10 @@ def test_timings(shells: Callable[..., ShellSession], record_property: Callable[
     began = time.monotonic()
     shell.put_file("/opt/ml/rd-timing.bin", data)
     upload = time.monotonic() - began
-    report = f"session start {start:.2f} s, round trip median {statistics.median(rounds) * 1000:.1f} ms, " \
-             f"1 MiB upload {upload:.2f} s"
+    report = (
+        f"session start {start:.2f} s, round trip median {statistics.median(rounds) * 1000:.1f} ms, "
+        f"1 MiB upload {upload:.2f} s"
+    )
     record_property("timings", report)
     print(report)
     assert start < 15 and statistics.median(rounds) < 1 and upload < 60

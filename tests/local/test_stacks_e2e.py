@@ -124,7 +124,8 @@ def test_a_held_rank_shows_where_it_raised_and_debugpy_threads_only_when_asked(h
         [main] = rank["threads"]
         # where it raised, as the traceback printed it: not the excepthook frames the rank waits in
         assert [(Path(f["file"]).name, f["function"], f["line"]) for f in main["frames"]] == [
-            ("train.py", "<module>", 13), ("train.py", "compute", 10)
+            ("train.py", "<module>", 13),
+            ("train.py", "compute", 10),
         ]
         assert main["exception"] == "ValueError: bad 42"
         assert rank["state"] == "held" and 30 < rank["hold_seconds_left"] <= 60
@@ -143,4 +144,3 @@ def test_a_held_rank_shows_where_it_raised_and_debugpy_threads_only_when_asked(h
     finally:
         (marks / "release").write_text("")
         job.backend.stop(job.name)
-

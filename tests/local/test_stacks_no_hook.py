@@ -78,8 +78,14 @@ def line_of(text: str, mark: str) -> int:
 def cli(
     *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*prefix, *CLI, *args], capture_output=True, text=True, timeout=180,
-                          env=env or dict(os.environ), cwd=Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        [*prefix, *CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env or dict(os.environ),
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def free_port() -> int:
@@ -117,8 +123,15 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def start(procs: list[subprocess.Popen[bytes]], argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_") and k != "PYTHONPATH"}
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=(cwd / "stderr.log").open("wb"), start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=(cwd / "stderr.log").open("wb"),
+        start_new_session=True,
+    )
     procs.append(proc)
     return proc
 
@@ -145,7 +158,9 @@ def test_pid_of_a_python_process_shows_its_function_and_line(
     [rank] = report["ranks"]
     assert rank["rank"] == 0 and rank["pid"] == proc.pid and rank["error"] is None and rank["source"] == "py-spy"
     assert main_thread(rank)["frames"][-1] == {
-        "file": str(script), "line": line_of(SLEEPER, "SLEEP-LINE"), "function": "sleepy_function"
+        "file": str(script),
+        "line": line_of(SLEEPER, "SLEEP-LINE"),
+        "function": "sleepy_function",
     }
 
 
@@ -157,10 +172,25 @@ def test_plain_torchrun_job_rank_in_all_reduce_is_blocked_in_native_code(
     script.write_text(DDP_SCRIPT)
     marks = tmp_path / "marks"
     marks.mkdir()
-    launcher = start(started, [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), str(marks),
-    ], tmp_path)
+    launcher = start(
+        started,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            str(script),
+            str(marks),
+        ],
+        tmp_path,
+    )
     try:
         wait_for([marks / "ready-0", marks / "ready-1"], launcher)
         time.sleep(1.0)  # rank 0 into all_reduce
@@ -176,7 +206,9 @@ def test_plain_torchrun_job_rank_in_all_reduce_is_blocked_in_native_code(
         assert {"file": str(script), "line": line_of(DDP_SCRIPT, "REDUCE-LINE"), "function": "<module>"} in frames0
         assert zero["blocked_in_native"] is True
         assert main_thread(one)["frames"][-1] == {
-            "file": str(script), "line": line_of(DDP_SCRIPT, "HOLD-LINE"), "function": "hold_rank_one"
+            "file": str(script),
+            "line": line_of(DDP_SCRIPT, "HOLD-LINE"),
+            "function": "hold_rank_one",
         }
         for r in (zero, one):
             print(f"rank {r['rank']}: py-spy dump {r['dump_seconds']:.3f} s")
@@ -186,7 +218,8 @@ def test_plain_torchrun_job_rank_in_all_reduce_is_blocked_in_native_code(
         assert human.returncode == 0, human.stderr
         lines = human.stdout.splitlines()
         assert lines[:2] == [
-            f"rank 0 (pid {zero['pid']}, from py-spy)", "  thread MainThread (blocked in native code):"
+            f"rank 0 (pid {zero['pid']}, from py-spy)",
+            "  thread MainThread (blocked in native code):",
         ]
         assert lines[-1].endswith(", in all_reduce") and "rank 1" not in human.stdout
 
@@ -211,7 +244,9 @@ def test_another_users_process_is_one_line_exit_2(home: Path, tmp_path: Path) ->
     """A second user's process, and us without the capabilities that let root read anyone's."""
     victim = subprocess.Popen(
         python_as_nobody("import time\nprint('ready', flush=True)\ntime.sleep(300)"),
-        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd="/",
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
     )
     try:
         assert victim.stdout is not None and victim.stdout.readline() == b"ready\n"
@@ -312,8 +347,9 @@ def test_job_of_this_machine_from_rank_documents_and_hooked_stacks_fall_back_to_
 
 def test_job_without_rank_documents_is_found_under_its_node_process(home: Path, tmp_path: Path) -> None:
     """``python -I`` ignores PYTHONPATH: the hook's sitecustomize never runs, the rank writes no document."""
-    project, marks = marked_project(tmp_path, SLEEPER.replace("pathlib.Path(sys.argv[1])",
-                                                               "(pathlib.Path({marks!r}) / 'ready')"))
+    project, marks = marked_project(
+        tmp_path, SLEEPER.replace("pathlib.Path(sys.argv[1])", "(pathlib.Path({marks!r}) / 'ready')")
+    )
     job = launch_job("no-documents", project, command=["python", "-I", "train.py"])
     wait_for([marks / "ready"], timeout=120)
     time.sleep(0.2)

@@ -46,27 +46,56 @@ def paths_of(root: Path, excludes: tuple[str, ...] = ()) -> list[str]:
 
 
 def test_gitignore_rules_nested_files_negation_and_ours(tmp_path: Path) -> None:
-    root = tree(tmp_path / "ws", {
-        ".gitignore": "*.log\n!keep.log\nbuild/\n/data/\n!build/rescued.txt\n*.tmp\n",
-        ".remote-debugignore": "*.ckpt\n!wanted.tmp\n",
-        "train.py": "", "keep.log": "", "run.log": "", "model.ckpt": "", "wanted.tmp": "", "other.tmp": "",
-        "build/out.o": "", "build/rescued.txt": "",  # nothing below an ignored folder comes back (git)
-        "data/big.bin": "", "pkg/data/small.bin": "",  # /data/ is anchored to its own folder
-        "pkg/.gitignore": "!debug.log\nlocal.cfg\n",  # deeper file wins over the root's
-        "pkg/debug.log": "", "pkg/other.log": "", "pkg/local.cfg": "", "pkg/mod.py": "",
-        "pkg/sub/local.cfg": "",  # a pattern without a slash matches at any depth below its file
-        "secret.txt": "", "pkg/notes.csv": "",
-        ".git/config": "", "pkg/.git": "gitdir: elsewhere",  # always skipped: a repo or a worktree's link
-    })
+    root = tree(
+        tmp_path / "ws",
+        {
+            ".gitignore": "*.log\n!keep.log\nbuild/\n/data/\n!build/rescued.txt\n*.tmp\n",
+            ".remote-debugignore": "*.ckpt\n!wanted.tmp\n",
+            "train.py": "",
+            "keep.log": "",
+            "run.log": "",
+            "model.ckpt": "",
+            "wanted.tmp": "",
+            "other.tmp": "",
+            "build/out.o": "",
+            "build/rescued.txt": "",  # nothing below an ignored folder comes back (git)
+            "data/big.bin": "",
+            "pkg/data/small.bin": "",  # /data/ is anchored to its own folder
+            "pkg/.gitignore": "!debug.log\nlocal.cfg\n",  # deeper file wins over the root's
+            "pkg/debug.log": "",
+            "pkg/other.log": "",
+            "pkg/local.cfg": "",
+            "pkg/mod.py": "",
+            "pkg/sub/local.cfg": "",  # a pattern without a slash matches at any depth below its file
+            "secret.txt": "",
+            "pkg/notes.csv": "",
+            ".git/config": "",
+            "pkg/.git": "gitdir: elsewhere",  # always skipped: a repo or a worktree's link
+        },
+    )
     assert paths_of(root) == [
-        ".gitignore", ".remote-debugignore", "keep.log", "pkg/.gitignore",
-        "pkg/data/small.bin", "pkg/debug.log", "pkg/mod.py", "pkg/notes.csv", "secret.txt", "train.py",
+        ".gitignore",
+        ".remote-debugignore",
+        "keep.log",
+        "pkg/.gitignore",
+        "pkg/data/small.bin",
+        "pkg/debug.log",
+        "pkg/mod.py",
+        "pkg/notes.csv",
+        "secret.txt",
+        "train.py",
         "wanted.tmp",
     ]
     # --exclude: over every file's rules (pkg/.gitignore cannot bring debug.log back)
     assert paths_of(root, ("secret.txt", "*.csv", "debug.log")) == [
-        ".gitignore", ".remote-debugignore", "keep.log", "pkg/.gitignore", "pkg/data/small.bin", "pkg/mod.py",
-        "train.py", "wanted.tmp",
+        ".gitignore",
+        ".remote-debugignore",
+        "keep.log",
+        "pkg/.gitignore",
+        "pkg/data/small.bin",
+        "pkg/mod.py",
+        "train.py",
+        "wanted.tmp",
     ]
 
 
@@ -92,7 +121,12 @@ def test_symlinks_stay_inside_the_workspace(tmp_path: Path) -> None:
     (root / "dangling").symlink_to("nowhere")
     listed = collect(root)
     assert [f.path for f in listed.files] == [
-        "alias.py", "pkg/deep/x.py", "pkg/mod.py", "pkgalias/deep/x.py", "pkgalias/mod.py", "real.py",
+        "alias.py",
+        "pkg/deep/x.py",
+        "pkg/mod.py",
+        "pkgalias/deep/x.py",
+        "pkgalias/mod.py",
+        "real.py",
     ]
     assert next(f for f in listed.files if f.path == "alias.py").size == len("print(1)\n")
     assert sorted(listed.leaving_links) == ["chain", "dotdot", "keys", "secret"]
@@ -127,8 +161,13 @@ class Job:
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +185,19 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
                 mp.delenv(name)
         paths = StatePaths.default()
         try:
-            launched = cli("launch", "--local", "--nodes", "2", "--name", JOB, "--source-dir", str(project),
-                           "--", "python", "sleeper.py")
+            launched = cli(
+                "launch",
+                "--local",
+                "--nodes",
+                "2",
+                "--name",
+                JOB,
+                "--source-dir",
+                str(project),
+                "--",
+                "python",
+                "sleeper.py",
+            )
             assert launched.returncode == 0, launched.stderr
             yield Job(JOB, project, home, paths)
         finally:
@@ -204,12 +254,18 @@ def test_rewrite_in_the_same_second_with_the_same_size_is_sent(job: Job, method:
 @pytest.mark.parametrize("method", METHODS)
 def test_ignored_files_never_reach_a_node(job: Job, method: SyncMethod) -> None:
     folder = f"ign_{method}"
-    tree(job.project, {
-        f"{folder}/.gitignore": "*.log\nout/\n",
-        f"{folder}/.remote-debugignore": "*.ckpt\n",
-        f"{folder}/code.py": "", f"{folder}/run.log": "", f"{folder}/out/x.bin": "", f"{folder}/m.ckpt": "",
-        f"{folder}/secret.env": "",
-    })
+    tree(
+        job.project,
+        {
+            f"{folder}/.gitignore": "*.log\nout/\n",
+            f"{folder}/.remote-debugignore": "*.ckpt\n",
+            f"{folder}/code.py": "",
+            f"{folder}/run.log": "",
+            f"{folder}/out/x.bin": "",
+            f"{folder}/m.ckpt": "",
+            f"{folder}/secret.env": "",
+        },
+    )
     sync(job, method, excludes=["secret.env"])
     for node in NODES:
         sent = sorted(str(p.relative_to(job.code(node) / folder)) for p in (job.code(node) / folder).rglob("*"))

@@ -45,8 +45,9 @@ def relay(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultRelay]:
         hub.close()
 
 
-def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(home: Path, tmp_path: Path,
-                                                                   relay: FaultRelay) -> None:
+def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(
+    home: Path, tmp_path: Path, relay: FaultRelay
+) -> None:
     job = BeatJob("cut-paused", tmp_path)
     port = job.start_attach()
     control = job.control_forward()
@@ -79,8 +80,7 @@ def test_cut_while_paused_resumes_the_rank_and_the_ide_can_reattach(home: Path, 
     print(f"\n[faults] cut-while-paused: cuts={relay.counts.cuts} reconnect={reconnect:.2f}s")
 
 
-def test_cut_while_running_does_not_touch_training_and_recovers(home: Path, tmp_path: Path,
-                                                                relay: FaultRelay) -> None:
+def test_cut_while_running_does_not_touch_training_and_recovers(home: Path, tmp_path: Path, relay: FaultRelay) -> None:
     job = BeatJob("cut-running", tmp_path)
     job.start_attach()
     control = job.control_forward()
@@ -150,9 +150,14 @@ def test_flapping_link_leaks_nothing(home: Path, tmp_path: Path, relay: FaultRel
     def settled() -> Snapshot | None:
         now = Snapshot.take(marker)
         # the live connection's wrapper is a child of ours: a new pid after each flap, one all the same
-        ok = (now.fds <= before.fds and now.threads <= before.threads
-              and len(now.children) == len(before.children)
-              and now.zombies == 0 and now.listening == before.listening and now.proxies == before.proxies)
+        ok = (
+            now.fds <= before.fds
+            and now.threads <= before.threads
+            and len(now.children) == len(before.children)
+            and now.zombies == 0
+            and now.listening == before.listening
+            and now.proxies == before.proxies
+        )
         return now if ok else None
 
     try:

@@ -113,7 +113,8 @@ def test_a_multi_node_job_has_a_compound_per_node_in_node_order(tmp_path: Path) 
     path = vl.update_launch_json(tmp_path, "myjob", ten_nodes, world_size=80)
     compounds = parsed(path)["compounds"]
     assert [c["name"] for c in compounds] == [
-        "remote-debug: myjob all ranks", *(f"remote-debug: myjob node algo-{n}" for n in range(1, 11)),
+        "remote-debug: myjob all ranks",
+        *(f"remote-debug: myjob node algo-{n}" for n in range(1, 11)),
     ]
     assert compounds[10]["configurations"] == [f"remote-debug: myjob rank {r} (algo-10)" for r in range(72, 80)]
     assert len(compounds[0]["configurations"]) == 80
@@ -164,7 +165,10 @@ def test_user_content_survives_byte_for_byte(tmp_path: Path) -> None:
     assert all(c["type"] == "python" for c in data["configurations"][2:])
     assert data["compounds"][0] == before["compounds"][0]
     assert names(data, "compounds") == [
-        "mine", "remote-debug: myjob all ranks", "remote-debug: myjob node algo-1", "remote-debug: myjob node algo-2",
+        "mine",
+        "remote-debug: myjob all ranks",
+        "remote-debug: myjob node algo-1",
+        "remote-debug: myjob node algo-2",
     ]
     assert data["inputs"] == [] and data["version"] == "0.2.0"
 

@@ -23,14 +23,35 @@ ARTIFACTS = sdk_env.REPO / "test-artifacts" / "sagemaker"
 # Scenarios of drivers/capture_sdk.py run in each SDK's venv.
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "v2": (
-        "v2-pytorch-single", "v2-pytorch-torchrun", "v2-pytorch-mpi", "v2-pytorch-fit-twice", "v2-user-pythonpath",
+        "v2-pytorch-single",
+        "v2-pytorch-torchrun",
+        "v2-pytorch-mpi",
+        "v2-pytorch-fit-twice",
+        "v2-user-pythonpath",
         "v2-direct",
-        "v2-generic-estimator-entrypoint", "v2-refusals", "v2-model-trainer", "launcher-v2", "launcher-boto3",
-        "import-launchers", "v2-hybrid", "v2-hybrid-create-fails", "v2-keep-alive", "v2-keep-alive-refusals",
+        "v2-generic-estimator-entrypoint",
+        "v2-refusals",
+        "v2-model-trainer",
+        "launcher-v2",
+        "launcher-boto3",
+        "import-launchers",
+        "v2-hybrid",
+        "v2-hybrid-create-fails",
+        "v2-keep-alive",
+        "v2-keep-alive-refusals",
     ),
     "v3": (
-        "v3-single", "v3-torchrun", "v3-refusals", "v3-direct", "launcher-v3", "launcher-boto3", "import-launchers",
-        "v3-hybrid", "v3-hybrid-create-fails", "v3-keep-alive", "v3-keep-alive-refusals",
+        "v3-single",
+        "v3-torchrun",
+        "v3-refusals",
+        "v3-direct",
+        "launcher-v3",
+        "launcher-boto3",
+        "import-launchers",
+        "v3-hybrid",
+        "v3-hybrid-create-fails",
+        "v3-keep-alive",
+        "v3-keep-alive-refusals",
     ),
 }
 DRIVER_TIMEOUT = 600
@@ -71,7 +92,11 @@ def _run_driver(major: str, root: Path, out: dict[str, SdkRun]) -> None:
     with log.open("w") as fh:
         proc = subprocess.run(
             [str(python), str(DRIVER), "--out", str(result_file), *SCENARIOS[major]],
-            stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=DRIVER_TIMEOUT, check=False,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=DRIVER_TIMEOUT,
+            check=False,
         )
     if proc.returncode != 0 or not result_file.exists():
         raise AssertionError(f"SDK {major} driver failed ({proc.returncode}):\n" + log.read_text()[-4000:])

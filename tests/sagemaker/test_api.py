@@ -36,12 +36,15 @@ def _fake_sdk_class(module: str, *bases: str) -> type:
     return type("Thing", parents or (object,), {"__module__": module})
 
 
-@pytest.mark.parametrize(("module", "bases", "kind"), [
-    ("sagemaker.pytorch.estimator", ("EstimatorBase",), "estimator"),
-    ("sagemaker.train.model_trainer", ("ModelTrainer",), "trainer"),
-    ("sagemaker.modules.train.model_trainer", ("ModelTrainer",), "trainer"),
-    ("mypackage.things", ("EstimatorBase",), None),  # same name, not the SDK's
-])
+@pytest.mark.parametrize(
+    ("module", "bases", "kind"),
+    [
+        ("sagemaker.pytorch.estimator", ("EstimatorBase",), "estimator"),
+        ("sagemaker.train.model_trainer", ("ModelTrainer",), "trainer"),
+        ("sagemaker.modules.train.model_trainer", ("ModelTrainer",), "trainer"),
+        ("mypackage.things", ("EstimatorBase",), None),  # same name, not the SDK's
+    ],
+)
 def test_sdk_objects_are_recognised_by_class(module: str, bases: tuple[str, ...], kind: str | None) -> None:
     assert api.sdk_kind(_fake_sdk_class(module, *bases)()) == kind
 

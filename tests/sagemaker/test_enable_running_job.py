@@ -29,15 +29,26 @@ ARN = f"arn:aws:sagemaker:eu-west-1:123456789012:training-job/{JOB}"
 SPEC_ENV = {"REMOTE_DEBUG_SPEC_VERSION": "1", "REMOTE_DEBUG_JOB": JOB}
 
 
-def describe(secondary: str, status: str = "InProgress", *, enabled: bool = False,
-             environment: dict[str, str] | None = None, isolation: bool = False) -> dict[str, Any]:
+def describe(
+    secondary: str,
+    status: str = "InProgress",
+    *,
+    enabled: bool = False,
+    environment: dict[str, str] | None = None,
+    isolation: bool = False,
+) -> dict[str, Any]:
     response: dict[str, Any] = {
-        "TrainingJobName": JOB, "TrainingJobArn": ARN, "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
-        "TrainingJobStatus": status, "SecondaryStatus": secondary,
+        "TrainingJobName": JOB,
+        "TrainingJobArn": ARN,
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
+        "TrainingJobStatus": status,
+        "SecondaryStatus": secondary,
         "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
         "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
-        "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": dt.datetime(2026, 1, 1),
-        "Environment": SPEC_ENV if environment is None else environment, "EnableNetworkIsolation": isolation,
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "CreationTime": dt.datetime(2026, 1, 1),
+        "Environment": SPEC_ENV if environment is None else environment,
+        "EnableNetworkIsolation": isolation,
     }
     if enabled:
         response["RemoteDebugConfig"] = {"EnableRemoteDebug": True}
@@ -59,7 +70,8 @@ def expect_describe(stubber: Stubber, response: dict[str, Any]) -> None:
 def expect_update(stubber: Stubber) -> None:
     # Note the parameter: UpdateTrainingJob's member is RemoteDebugConfig (shape RemoteDebugConfigForUpdate).
     stubber.add_response(
-        "update_training_job", {"TrainingJobArn": ARN},
+        "update_training_job",
+        {"TrainingJobArn": ARN},
         {"TrainingJobName": JOB, "RemoteDebugConfig": {"EnableRemoteDebug": True}},
     )
 
@@ -71,15 +83,27 @@ def test_updates_in_the_updatable_states(stubbed: tuple[Any, Stubber], secondary
     expect_update(stubber)
     result = update.enable_running_job(client, JOB)
     assert result.to_json() == {
-        "job": JOB, "updated": True, "status": "InProgress", "secondary_status": secondary, "has_spec": True,
+        "job": JOB,
+        "updated": True,
+        "status": "InProgress",
+        "secondary_status": secondary,
+        "has_spec": True,
         "claimed": False,
     }
 
 
-@pytest.mark.parametrize(("secondary", "status"), [
-    ("Starting", "InProgress"), ("Pending", "InProgress"), ("Uploading", "InProgress"), ("Stopping", "Stopping"),
-    ("Completed", "Completed"), ("Failed", "Failed"), ("Stopped", "Stopped"),
-])
+@pytest.mark.parametrize(
+    ("secondary", "status"),
+    [
+        ("Starting", "InProgress"),
+        ("Pending", "InProgress"),
+        ("Uploading", "InProgress"),
+        ("Stopping", "Stopping"),
+        ("Completed", "Completed"),
+        ("Failed", "Failed"),
+        ("Stopped", "Stopped"),
+    ],
+)
 def test_other_states_are_refused_without_an_update(stubbed: tuple[Any, Stubber], secondary: str, status: str) -> None:
     client, stubber = stubbed
     expect_describe(stubber, describe(secondary, status))
@@ -143,8 +167,9 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     return run
 
 
-def test_cli_json_and_the_region_from_aws_region(run_cli: Any, stubbed: tuple[Any, Stubber],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_json_and_the_region_from_aws_region(
+    run_cli: Any, stubbed: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _client, stubber = stubbed
     expect_describe(stubber, describe("Training"))
     expect_update(stubber)
@@ -152,8 +177,14 @@ def test_cli_json_and_the_region_from_aws_region(run_cli: Any, stubbed: tuple[An
     code, out, _err, region = run_cli("enable", JOB, "--json")
     assert (code, region) == (0, "eu-west-1")
     assert json.loads(out) == {
-        "job": JOB, "updated": True, "status": "InProgress", "secondary_status": "Training", "has_spec": True,
-        "claimed": False, "region": "eu-west-1", "region_source": "AWS_REGION",
+        "job": JOB,
+        "updated": True,
+        "status": "InProgress",
+        "secondary_status": "Training",
+        "has_spec": True,
+        "claimed": False,
+        "region": "eu-west-1",
+        "region_source": "AWS_REGION",
     }
 
 
@@ -177,8 +208,11 @@ def expect_claim(stubber: Stubber, tags: list[dict[str, str]], owner: str = "AID
     job, and what it requires before UpdateTrainingJob (tests/sagemaker/test_iam_commands.py evaluates it)."""
     stubber.add_response("list_tags", {"Tags": tags}, {"ResourceArn": ARN})
     if not any(t["Key"] == "remote-debug:owner" for t in tags):
-        stubber.add_response("add_tags", {"Tags": [{"Key": "remote-debug:owner", "Value": owner}]},
-                             {"ResourceArn": ARN, "Tags": [{"Key": "remote-debug:owner", "Value": owner}]})
+        stubber.add_response(
+            "add_tags",
+            {"Tags": [{"Key": "remote-debug:owner", "Value": owner}]},
+            {"ResourceArn": ARN, "Tags": [{"Key": "remote-debug:owner", "Value": owner}]},
+        )
 
 
 def test_a_job_launched_without_remote_debug_is_claimed_before_it_is_updated(stubbed: tuple[Any, Stubber]) -> None:
@@ -199,8 +233,9 @@ def test_a_job_launched_without_remote_debug_is_claimed_before_it_is_updated(stu
     assert asked == []
 
 
-def test_cli_refusal_is_one_line_and_exit_2(run_cli: Any, stubbed: tuple[Any, Stubber],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_refusal_is_one_line_and_exit_2(
+    run_cli: Any, stubbed: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _client, stubber = stubbed
     expect_describe(stubber, describe("Completed", "Completed"))
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
@@ -212,8 +247,10 @@ def test_cli_refusal_is_one_line_and_exit_2(run_cli: Any, stubbed: tuple[Any, St
 def test_cli_unknown_job(run_cli: Any, stubbed: tuple[Any, Stubber], monkeypatch: pytest.MonkeyPatch) -> None:
     _client, stubber = stubbed
     stubber.add_client_error(
-        "describe_training_job", service_error_code="ValidationException",
-        service_message="Requested resource not found.", expected_params={"TrainingJobName": JOB},
+        "describe_training_job",
+        service_error_code="ValidationException",
+        service_message="Requested resource not found.",
+        expected_params={"TrainingJobName": JOB},
     )
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     code, _out, err, _region = run_cli("enable", JOB)
@@ -226,7 +263,11 @@ def test_cli_unknown_job(run_cli: Any, stubbed: tuple[Any, Stubber], monkeypatch
 def test_cli_without_a_region_says_where_it_looked(tmp_path: Any) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "remote_debug", "enable", JOB], capture_output=True, text=True, env=env, timeout=60,
+        [sys.executable, "-m", "remote_debug", "enable", JOB],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
         check=False,
     )
     assert proc.returncode == 2

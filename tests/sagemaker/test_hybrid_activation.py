@@ -52,13 +52,16 @@ REQUEST: dict[str, Any] = {
     "TrainingJobName": JOB,
     "RoleArn": ROLE,
     "AlgorithmSpecification": {
-        "TrainingImage": IMAGE, "TrainingInputMode": "File",
+        "TrainingImage": IMAGE,
+        "TrainingInputMode": "File",
         "ContainerEntrypoint": ["python3", "/opt/ml/input/data/code/train.py"],
     },
-    "InputDataConfig": [{
-        "ChannelName": "code",
-        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/{JOB}/code"}},
-    }],
+    "InputDataConfig": [
+        {
+            "ChannelName": "code",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/{JOB}/code"}},
+        }
+    ],
     "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/output"},
     "ResourceConfig": {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50},
     "StoppingCondition": {"MaxRuntimeInSeconds": 4 * 3600},
@@ -67,16 +70,20 @@ REQUEST: dict[str, Any] = {
 }
 
 
-def expected_create(job: str = JOB, count: int = 2, lifetime: timedelta = timedelta(hours=2),
-                    owner: str = MOTO_USER_ID) -> dict[str, Any]:
+def expected_create(
+    job: str = JOB, count: int = 2, lifetime: timedelta = timedelta(hours=2), owner: str = MOTO_USER_ID
+) -> dict[str, Any]:
     return {
         "Description": f"remote-debug hybrid transport of SageMaker training job {job}",
         "DefaultInstanceName": job,
         "IamRole": MI_ROLE_NAME,
         "RegistrationLimit": count,
         "ExpirationDate": NOW + lifetime,  # the registration window, not the job's runtime
-        "Tags": [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job},
-                 {"Key": "remote-debug:execution-role", "Value": ROLE}],
+        "Tags": [
+            {"Key": "remote-debug:owner", "Value": owner},
+            {"Key": "remote-debug:job", "Value": job},
+            {"Key": "remote-debug:execution-role", "Value": ROLE},
+        ],
     }
 
 
@@ -93,8 +100,9 @@ class StubbedSession:
     def client(self, name: str, **kwargs: Any) -> Any:
         return self.ssm if name == "ssm" else self.real.client(name, **kwargs)
 
-    def expect_create(self, activation_id: str = ACTIVATION_ID, code: str = CODE, tier: str | None = "advanced",
-                      **expected: Any) -> None:
+    def expect_create(
+        self, activation_id: str = ACTIVATION_ID, code: str = CODE, tier: str | None = "advanced", **expected: Any
+    ) -> None:
         """CreateActivation, then (``tier``: enable() accepted the job) the instance tier it reads."""
         self.stub.add_response(
             "create_activation", {"ActivationId": activation_id, "ActivationCode": code}, expected_create(**expected)
@@ -103,9 +111,17 @@ class StubbedSession:
             self.expect_tier(tier)
 
     def expect_tier(self, value: str) -> None:
-        self.stub.add_response("get_service_setting", {"ServiceSetting": {
-            "SettingId": TIER, "SettingValue": value, "Status": "Default",
-        }}, {"SettingId": TIER})
+        self.stub.add_response(
+            "get_service_setting",
+            {
+                "ServiceSetting": {
+                    "SettingId": TIER,
+                    "SettingValue": value,
+                    "Status": "Default",
+                }
+            },
+            {"SettingId": TIER},
+        )
 
     def expect_delete(self, activation_id: str = ACTIVATION_ID) -> None:
         self.stub.add_response("delete_activation", {}, {"ActivationId": activation_id})
@@ -139,7 +155,7 @@ NOTE = "ssm-activation.txt"
 
 
 def s3_object(session: StubbedSession, uri: str) -> Any:
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     body = session.real.client("s3").get_object(Bucket=bucket, Key=f"{prefix}/ssm-activation.json")["Body"].read()
     return json.loads(body)
 
@@ -157,8 +173,13 @@ def no_secret_on_disk(root: Path) -> None:
 
 def enable_hybrid(request: dict[str, Any], session: StubbedSession, state: Path, **kwargs: Any) -> dict[str, Any]:
     out: dict[str, Any] = remote_debug.enable(
-        request, transport="hybrid", hybrid_role=MI_ROLE, package_uri=kwargs.pop("package_uri", PACKAGE_URI),
-        boto_session=session, key_dir=state, **kwargs,
+        request,
+        transport="hybrid",
+        hybrid_role=MI_ROLE,
+        package_uri=kwargs.pop("package_uri", PACKAGE_URI),
+        boto_session=session,
+        key_dir=state,
+        **kwargs,
     )
     return out
 
@@ -188,7 +209,9 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     [channel] = [c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug"]
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == PACKAGE_URI and channel["InputMode"] == "File"
     assert s3_object(session, PACKAGE_URI) == {
-        "ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION,
+        "ActivationId": ACTIVATION_ID,
+        "ActivationCode": CODE,
+        "Region": REGION,
         "S3Uri": f"{PACKAGE_URI}/ssm-activation.json",  # where the node finds it to retire it
     }
     assert s3_keys(session) == [f"{JOB}/remote-debug/ssm-activation.json", f"{JOB}/remote-debug/{NOTE}"]
@@ -315,8 +338,7 @@ def test_a_standard_tier_is_a_warning_with_the_command_that_fixes_it(session: St
     message = str(warning.message)
     assert "standard in us-east-1" in message
     assert "refuses sessions to the job's hybrid (mi-) managed instances" in message
-    assert (f"aws ssm update-service-setting --setting-id {TIER} --setting-value advanced --region {REGION}"
-            in message)
+    assert f"aws ssm update-service-setting --setting-id {TIER} --setting-value advanced --region {REGION}" in message
     assert "\n" not in message
     assert warning.filename == __file__  # shown at the launcher's line, not inside remote_debug
     assert ha.tag_value(out["Tags"], "remote-debug:ssm-activation") == ACTIVATION_ID  # the job is still made
@@ -339,11 +361,14 @@ def test_the_note_is_the_file_the_container_looks_for() -> None:
     assert ha.NOTE_FILE == hybrid.NOTE_FILE and Path(DEFAULT_ACTIVATION_FILE).name == ha.ACTIVATION_FILE
 
 
-@pytest.mark.parametrize(("role", "needle"), [
-    (None, "the request has no RoleArn"),
-    ("SageMakerExecution", "the request has no RoleArn"),
-    ("arn:aws:iam::123456789012:role/" + "p/" * 120 + "R", "over the 256 of an SSM tag value"),
-])
+@pytest.mark.parametrize(
+    ("role", "needle"),
+    [
+        (None, "the request has no RoleArn"),
+        ("SageMakerExecution", "the request has no RoleArn"),
+        ("arn:aws:iam::123456789012:role/" + "p/" * 120 + "R", "over the 256 of an SSM tag value"),
+    ],
+)
 def test_the_execution_role_tag_needs_a_role_arn_that_fits(role: str | None, needle: str) -> None:
     with pytest.raises(UserError, match=needle):
         ha.execution_role_tag({} if role is None else {"RoleArn": role})
@@ -366,7 +391,8 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
     ha.watch_client(sagemaker)
     sent = capturing(sagemaker)
     sagemaker.create_training_job(  # what SDK v2's PyTorch estimator sends (see test_sdk_capture)
-        TrainingJobName=job, RoleArn=ROLE,
+        TrainingJobName=job,
+        RoleArn=ROLE,
         AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
         HyperParameters={"sagemaker_submit_directory": json.dumps(submit), "sagemaker_program": '"train.py"'},
         OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/"},
@@ -378,13 +404,19 @@ def test_sdk_v2_request_gets_a_channel_next_to_its_code(session: StubbedSession,
     validate("CreateTrainingJob", request)
     assert CODE not in json.dumps(request)
     channel_uri = f"s3://{BUCKET}/{job}/source/remote_debug"
-    assert request["InputDataConfig"] == [{
-        "ChannelName": "remote_debug",
-        "DataSource": {"S3DataSource": {
-            "S3DataType": "S3Prefix", "S3Uri": channel_uri, "S3DataDistributionType": "FullyReplicated",
-        }},
-        "InputMode": "File",
-    }]
+    assert request["InputDataConfig"] == [
+        {
+            "ChannelName": "remote_debug",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": channel_uri,
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "File",
+        }
+    ]
     assert s3_object(session, channel_uri)["ActivationCode"] == CODE
     # no entry to wrap (the toolkit runs the script): the environment carries the hook, from the code dir
     assert request["Environment"]["PYTHONPATH"] == inject_dir(CODE_ROOT)
@@ -401,16 +433,26 @@ def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSessio
         **{k: v for k, v in REQUEST.items() if k != "Tags"},
         "TrainingJobName": job,
         "AlgorithmSpecification": {**REQUEST["AlgorithmSpecification"], "ContainerEntrypoint": ["/bin/bash"]},
-        "InputDataConfig": [{
-            "ChannelName": "remote_debug",
-            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": channel_uri,
-                                            "S3DataDistributionType": "FullyReplicated"}},
-            "InputMode": "File",
-        }],
-        "ResourceConfig": {"InstanceGroups": [
-            {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "InstanceGroupName": "a"},
-            {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "InstanceGroupName": "b"},
-        ], "VolumeSizeInGB": 30},
+        "InputDataConfig": [
+            {
+                "ChannelName": "remote_debug",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": channel_uri,
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
+                "InputMode": "File",
+            }
+        ],
+        "ResourceConfig": {
+            "InstanceGroups": [
+                {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "InstanceGroupName": "a"},
+                {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "InstanceGroupName": "b"},
+            ],
+            "VolumeSizeInGB": 30,
+        },
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
     }
     activations = ha.Activations.for_session(MI_ROLE, session)
@@ -427,13 +469,16 @@ def test_sdk_v3_request_uses_the_channel_the_sdk_uploaded(session: StubbedSessio
 # --- refusals and the numbers -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"transport": "hybrid"}, "transport='hybrid' needs hybrid_role"),
-    ({"hybrid_role": MI_ROLE}, "hybrid_role applies to transport='hybrid' only"),
-    ({"transport": "hybrid", "hybrid_role": "arn:aws:iam::123456789012:user/bob"}, "is not an IAM role ARN"),
-    ({"transport": "hybrid", "hybrid_role": "x" * 65}, "is not an IAM role name SSM accepts"),
-    ({"transport": "hybrid", "hybrid_role": MI_ROLE}, "pass package_uri='s3://...'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"transport": "hybrid"}, "transport='hybrid' needs hybrid_role"),
+        ({"hybrid_role": MI_ROLE}, "hybrid_role applies to transport='hybrid' only"),
+        ({"transport": "hybrid", "hybrid_role": "arn:aws:iam::123456789012:user/bob"}, "is not an IAM role ARN"),
+        ({"transport": "hybrid", "hybrid_role": "x" * 65}, "is not an IAM role name SSM accepts"),
+        ({"transport": "hybrid", "hybrid_role": MI_ROLE}, "pass package_uri='s3://...'"),
+    ],
+)
 def test_hybrid_refusals_happen_before_any_aws_call(state: Path, kwargs: dict[str, Any], needle: str) -> None:
     class NoAws:
         events = None
@@ -452,9 +497,16 @@ def test_hybrid_refusals_happen_before_any_aws_call(state: Path, kwargs: dict[st
 
 
 def test_pipe_mode_channel_is_refused() -> None:
-    request = {**REQUEST, "AlgorithmSpecification": {**REQUEST["AlgorithmSpecification"], "TrainingInputMode": "Pipe"},
-               "InputDataConfig": [{"ChannelName": "remote_debug", "DataSource": {"S3DataSource": {
-                   "S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}}}]}
+    request = {
+        **REQUEST,
+        "AlgorithmSpecification": {**REQUEST["AlgorithmSpecification"], "TrainingInputMode": "Pipe"},
+        "InputDataConfig": [
+            {
+                "ChannelName": "remote_debug",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}},
+            }
+        ],
+    }
     with pytest.raises(UserError, match="Pipe mode"):
         ha.channel_uri(request)
 
@@ -508,20 +560,41 @@ def test_a_job_that_waited_in_pending_past_its_activation_gets_a_new_one_before_
         if waited:
             transitions.append({"Status": "Pending", "StartTime": NOW})
         transitions.append({"Status": secondary, "StartTime": NOW})
-        return {**base, "TrainingJobArn": arn, "TrainingJobStatus": "InProgress", "SecondaryStatus": secondary,
-                "SecondaryStatusTransitions": transitions, "CreationTime": NOW,
-                "ModelArtifacts": {"S3ModelArtifacts": ""}}
+        return {
+            **base,
+            "TrainingJobArn": arn,
+            "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": secondary,
+            "SecondaryStatusTransitions": transitions,
+            "CreationTime": NOW,
+            "ModelArtifacts": {"S3ModelArtifacts": ""},
+        }
 
-    clients = {"sagemaker": sm, "logs": session.real.client("logs"), "ssm": session.ssm,
-               "s3": session.real.client("s3")}
+    clients = {
+        "sagemaker": sm,
+        "logs": session.real.client("logs"),
+        "ssm": session.ssm,
+        "s3": session.real.client("s3"),
+    }
     later = NOW + timedelta(hours=3)  # the activation (2 h) has expired meanwhile
     renewed = "0a1b2c3d-9999-2222-3333-444455556666"
-    old_entry = {"ActivationId": ACTIVATION_ID, "IamRole": MI_ROLE_NAME, "RegistrationLimit": 2,
-                 "ExpirationDate": NOW + timedelta(hours=2), "Expired": True}
-    session.stub.add_response("describe_activations", {"ActivationList": [old_entry]},
-                              {"Filters": [{"FilterKey": "ActivationIds", "FilterValues": [ACTIVATION_ID]}]})
-    session.stub.add_response("create_activation", {"ActivationId": renewed, "ActivationCode": "NewCode1234567890abcd"},
-                              {**expected_create(), "ExpirationDate": later + timedelta(hours=2)})
+    old_entry = {
+        "ActivationId": ACTIVATION_ID,
+        "IamRole": MI_ROLE_NAME,
+        "RegistrationLimit": 2,
+        "ExpirationDate": NOW + timedelta(hours=2),
+        "Expired": True,
+    }
+    session.stub.add_response(
+        "describe_activations",
+        {"ActivationList": [old_entry]},
+        {"Filters": [{"FilterKey": "ActivationIds", "FilterValues": [ACTIVATION_ID]}]},
+    )
+    session.stub.add_response(
+        "create_activation",
+        {"ActivationId": renewed, "ActivationCode": "NewCode1234567890abcd"},
+        {**expected_create(), "ExpirationDate": later + timedelta(hours=2)},
+    )
     session.expect_delete()
 
     from remote_debug.laptop.aws.enable import hybrid_renewal

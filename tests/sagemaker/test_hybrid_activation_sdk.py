@@ -52,7 +52,9 @@ def assert_hybrid_job(run: SdkRun, scenario: str, *, package_root: str, instance
     for call in (tier, create):
         validate_ssm(call)
     assert (tier["operation"], tier["request"]) == (
-        "GetServiceSetting", {"SettingId": "/ssm/managed-instance/activation-tier"})
+        "GetServiceSetting",
+        {"SettingId": "/ssm/managed-instance/activation-tier"},
+    )
     # the driver's account is on the standard tier: one warning, with the fix, at the launcher's line
     [warning] = run.scenario(scenario)["warnings"]
     assert "--setting-value advanced --region us-east-1" in warning["message"]
@@ -63,8 +65,11 @@ def assert_hybrid_job(run: SdkRun, scenario: str, *, package_root: str, instance
         "DefaultInstanceName": job,
         "IamRole": "RemoteDebugManagedInstance",
         "RegistrationLimit": instances,
-        "Tags": [{"Key": "remote-debug:owner", "Value": "alice"}, {"Key": "remote-debug:job", "Value": job},
-                 {"Key": "remote-debug:execution-role", "Value": request["RoleArn"]}],
+        "Tags": [
+            {"Key": "remote-debug:owner", "Value": "alice"},
+            {"Key": "remote-debug:job", "Value": job},
+            {"Key": "remote-debug:execution-role", "Value": request["RoleArn"]},
+        ],
     }
     # the registration window (2 h), not the job's runtime; made during this session
     assert abs(params["ExpirationDate"] - (time.time() + 2 * 3600)) < 1800
@@ -72,8 +77,12 @@ def assert_hybrid_job(run: SdkRun, scenario: str, *, package_root: str, instance
     channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == CHANNEL_NAME)
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == info["channel_uri"]
     assert channel.get("InputMode", "File") == "File"
-    assert info["activation_file"] == {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": "us-east-1",
-                                       "S3Uri": f"{info['channel_uri']}/ssm-activation.json"}
+    assert info["activation_file"] == {
+        "ActivationId": ACTIVATION_ID,
+        "ActivationCode": CODE,
+        "Region": "us-east-1",
+        "S3Uri": f"{info['channel_uri']}/ssm-activation.json",
+    }
     assert info["error"] is None and info["pending"] == {}
     return info
 
@@ -106,7 +115,10 @@ def test_failed_sdk_create_training_job_deletes_the_activation(sdk_runs: dict[st
     for call in (tier, create, delete):
         validate_ssm(call)
     assert [c["operation"] for c in (tier, create, delete)] == [
-        "GetServiceSetting", "CreateActivation", "DeleteActivation"]
+        "GetServiceSetting",
+        "CreateActivation",
+        "DeleteActivation",
+    ]
     assert delete["request"] == {"ActivationId": ACTIVATION_ID}
     assert info["activation_file"] == "NoSuchKey"  # the file went with it
     assert info["pending"] == {}

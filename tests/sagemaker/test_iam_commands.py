@@ -35,8 +35,9 @@ from tests.helpers.adopt_fakes import ACCOUNT, REGION, FakeShell, PlainJob, Reco
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "iam"
 USER_POLICY = [json.loads((TEMPLATES / "user-policy.json").read_text())]
 ALICE = Caller("AIDAALICE00000000000", f"arn:aws:iam::{ACCOUNT}:user/alice", ACCOUNT)
-BOB = Caller("AROABOB0000000000000:bob@example.com", f"arn:aws:sts::{ACCOUNT}:assumed-role/dev/bob@example.com",
-             ACCOUNT)
+BOB = Caller(
+    "AROABOB0000000000000:bob@example.com", f"arn:aws:sts::{ACCOUNT}:assumed-role/dev/bob@example.com", ACCOUNT
+)
 Call = tuple[str, str, dict[str, Any]]  # (service, operation, params)
 
 
@@ -50,8 +51,15 @@ class World:
     def decide(self, caller: Caller, calls: Iterable[Call]) -> list[tuple[str, Authorization, Decision]]:
         out = []
         for service, operation, params in calls:
-            needed = authorizations(service, operation, params, region=REGION, caller=caller,
-                                    tags_of=self.job_tags.get, starter_of=self.sessions.get)
+            needed = authorizations(
+                service,
+                operation,
+                params,
+                region=REGION,
+                caller=caller,
+                tags_of=self.job_tags.get,
+                starter_of=self.sessions.get,
+            )
             decisions = [(a, a.check(USER_POLICY).decision) for a in needed]
             out += [(operation, a, d) for a, d in decisions]
             if all(d == Decision.ALLOWED for _a, d in decisions):
@@ -81,11 +89,15 @@ def arn(job: str) -> str:
 
 def launch_calls(owner: str, job: str = "rd-job") -> list[Call]:
     """launch / remote_debug.enable(): the CreateTrainingJob request enable() sends (tags, RemoteDebugConfig)."""
-    base = {"TrainingJobName": job, "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/SageMakerExec",
-            "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
-            "OutputDataConfig": {"S3OutputPath": "s3://b/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "Tags": [{"Key": "team", "Value": "vision"}]}
+    base = {
+        "TrainingJobName": job,
+        "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/SageMakerExec",
+        "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+        "OutputDataConfig": {"S3OutputPath": "s3://b/out"},
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "Tags": [{"Key": "team", "Value": "vision"}],
+    }
     draft = draft_request(base, DebugOptions(), owner=owner)
     return [("sagemaker", "CreateTrainingJob", draft.request)]
 
@@ -97,17 +109,22 @@ def attach_calls(job: str, tmp_path: Path) -> list[Call]:
     sagemaker = plain.client()
     logs = Recorder("logs", {"FilterLogEvents": {"events": []}})
     clients = {"sagemaker": sagemaker, "logs": logs}
-    backend = SageMakerBackend(clients=lambda service: clients[service], region=REGION,
-                               paths=StatePaths(tmp_path / "state"))
+    backend = SageMakerBackend(
+        clients=lambda service: clients[service], region=REGION, paths=StatePaths(tmp_path / "state")
+    )
     backend.describe(job)
     backend.manifests(job)
     session = ssm.session_parameters(ssm.native_target(job, "algo-1"), 40022)
     # where a target refuses AWS-StartSSHSession, the proxy forwards a port instead (laptop/aws/ssm_forward.py)
     forwarding = ssm_forward.forwarding_parameters(ssm.native_target(job, "algo-1"), 40022, 50000)
     recorded = [("sagemaker", op, p) for op, p in sagemaker.calls] + [("logs", op, p) for op, p in logs.calls]
-    return [*recorded, ("ssm", "StartSession", session), ("ssm", "StartSession", forwarding),
-            ("ssm", "ResumeSession", {"SessionId": "session-of-me"}),
-            ("ssm", "TerminateSession", {"SessionId": "session-of-me"})]
+    return [
+        *recorded,
+        ("ssm", "StartSession", session),
+        ("ssm", "StartSession", forwarding),
+        ("ssm", "ResumeSession", {"SessionId": "session-of-me"}),
+        ("ssm", "TerminateSession", {"SessionId": "session-of-me"}),
+    ]
 
 
 def jobs_calls(tmp_path: Path) -> list[Call]:
@@ -129,13 +146,21 @@ def adopt_calls(job: PlainJob, owner: str, tmp_path: Path, monkeypatch: pytest.M
     StartSession without a DocumentName, TerminateSession when it closes)."""
     monkeypatch.setattr(adopt, "bundle_tarball", lambda _paths: ("fp0", b"bundle"))
     client = job.client()
-    adopt.adopt_sagemaker(job.name, sagemaker=client, open_shell=FakeShell, owner=owner,  # type: ignore[arg-type]
-                          paths=StatePaths(tmp_path / "state"), connect_timeout=5)
+    adopt.adopt_sagemaker(
+        job.name,
+        sagemaker=client,
+        open_shell=FakeShell,
+        owner=owner,  # type: ignore[arg-type]
+        paths=StatePaths(tmp_path / "state"),
+        connect_timeout=5,
+    )
     shells = []
     for node in ("algo-1", "algo-2"):
         shell = ShellSession.for_node(Recorder("ssm"), job.name, node)
-        shells += [("ssm", "StartSession", {"Target": shell.target}),
-                   ("ssm", "TerminateSession", {"SessionId": "session-of-me"})]
+        shells += [
+            ("ssm", "StartSession", {"Target": shell.target}),
+            ("ssm", "TerminateSession", {"SessionId": "session-of-me"}),
+        ]
     return [("sagemaker", op, p) for op, p in client.calls] + shells
 
 
@@ -148,15 +173,12 @@ def stop_calls(job: PlainJob, tmp_path: Path) -> list[Call]:
 # --- the tests -----------------------------------------------------------------------------------------
 
 
-def test_a_job_launched_with_remote_debug_is_launched_attached_enabled_and_stopped_by_its_owner(
-    tmp_path: Path
-) -> None:
+def test_a_job_launched_with_remote_debug_is_launched_attached_enabled_and_stopped_by_its_owner(tmp_path: Path) -> None:
     world = World({})
     assert refused(world.decide(ALICE, launch_calls(ALICE.user_id))) == []
     assert world.job_tags[arn("rd-job")]["remote-debug:owner"] == ALICE.user_id
     job = PlainJob("rd-job", tags=world.job_tags[arn("rd-job")])
-    for calls in (attach_calls("rd-job", tmp_path), enable_calls(job), stop_calls(job, tmp_path),
-                  jobs_calls(tmp_path)):
+    for calls in (attach_calls("rd-job", tmp_path), enable_calls(job), stop_calls(job, tmp_path), jobs_calls(tmp_path)):
         assert refused(world.decide(ALICE, [c for c in calls if "session-of-me" not in str(c)])) == []
     world.sessions["session-of-me"] = ALICE.user_id
     assert refused(world.decide(ALICE, attach_calls("rd-job", tmp_path))) == []
@@ -169,8 +191,9 @@ def test_launching_for_someone_else_is_refused() -> None:
     ]
 
 
-def test_adopt_a_job_launched_without_remote_debug_then_stop_it(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_adopt_a_job_launched_without_remote_debug_then_stop_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The job has no owner tag: adopt claims it (AddTags with the caller's id), turns remote debugging on,
     tags its transport, opens shell sessions (SSM-SessionManagerRunShell); then stop works on it."""
     job = PlainJob("plain-job")
@@ -182,8 +205,11 @@ def test_adopt_a_job_launched_without_remote_debug_then_stop_it(tmp_path: Path,
     checked = {(a.action, a.resource) for _op, a, _d in results}
     assert ("ssm:StartSession", f"arn:aws:ssm:{REGION}:{ACCOUNT}:document/SSM-SessionManagerRunShell") in checked
     assert ("sagemaker:UpdateTrainingJob", job.arn) in checked
-    assert world.job_tags[job.arn] == {"remote-debug:owner": ALICE.user_id, "remote-debug:transport": "ssm",
-                                       "remote-debug:adopted": "true"}
+    assert world.job_tags[job.arn] == {
+        "remote-debug:owner": ALICE.user_id,
+        "remote-debug:transport": "ssm",
+        "remote-debug:adopted": "true",
+    }
     assert refused(world.decide(ALICE, stop_calls(job, tmp_path))) == []
 
 
@@ -202,10 +228,24 @@ def test_enable_a_job_launched_without_remote_debug(tmp_path: Path) -> None:
 def test_adopting_with_the_old_order_or_without_the_owner_tag_is_refused() -> None:
     """What adopt sent before: UpdateTrainingJob on a job without an owner tag, then AddTags without one."""
     job = PlainJob("plain-job")
-    old = [("sagemaker", "UpdateTrainingJob", {"TrainingJobName": job.name,
-                                               "RemoteDebugConfig": {"EnableRemoteDebug": True}}),
-           ("sagemaker", "AddTags", {"ResourceArn": job.arn, "Tags": [
-               {"Key": "remote-debug:transport", "Value": "ssm"}, {"Key": "remote-debug:adopted", "Value": "true"}]})]
+    old = [
+        (
+            "sagemaker",
+            "UpdateTrainingJob",
+            {"TrainingJobName": job.name, "RemoteDebugConfig": {"EnableRemoteDebug": True}},
+        ),
+        (
+            "sagemaker",
+            "AddTags",
+            {
+                "ResourceArn": job.arn,
+                "Tags": [
+                    {"Key": "remote-debug:transport", "Value": "ssm"},
+                    {"Key": "remote-debug:adopted", "Value": "true"},
+                ],
+            },
+        ),
+    ]
     assert len(refused(World({job.arn: {}}).decide(ALICE, old))) == 2
 
 
@@ -215,12 +255,20 @@ def test_another_users_job_can_be_read_but_not_claimed_enabled_tagged_or_stopped
     world.sessions["session-of-me"] = ALICE.user_id  # Alice's session: Bob may not end or resume it
     bob_attach = world.decide(BOB, attach_calls(job.name, tmp_path))
     assert {(a.action, d) for _op, a, d in bob_attach if d != Decision.ALLOWED} == {
-        ("ssm:ResumeSession", Decision.IMPLICIT_DENY), ("ssm:TerminateSession", Decision.IMPLICIT_DENY)}
-    steal = [("sagemaker", "AddTags", {"ResourceArn": job.arn, "Tags": [
-        {"Key": "remote-debug:owner", "Value": BOB.user_id}]})]
+        ("ssm:ResumeSession", Decision.IMPLICIT_DENY),
+        ("ssm:TerminateSession", Decision.IMPLICIT_DENY),
+    }
+    steal = [
+        (
+            "sagemaker",
+            "AddTags",
+            {"ResourceArn": job.arn, "Tags": [{"Key": "remote-debug:owner", "Value": BOB.user_id}]},
+        )
+    ]
     job.enabled = False
-    changes = [c for c in [*enable_calls(job), *stop_calls(job, tmp_path)]
-               if c[1] in ("UpdateTrainingJob", "StopTrainingJob")]
+    changes = [
+        c for c in [*enable_calls(job), *stop_calls(job, tmp_path)] if c[1] in ("UpdateTrainingJob", "StopTrainingJob")
+    ]
     assert [c[1] for c in changes] == ["UpdateTrainingJob", "StopTrainingJob"]
     for call in [*steal, *changes]:
         assert refused(world.decide(BOB, [call])), call
@@ -232,13 +280,19 @@ def test_the_template_allows_nothing_no_command_needs(tmp_path: Path, monkeypatc
     job = PlainJob("plain-job")
     world = World({job.arn: {}})
     world.sessions["session-of-me"] = ALICE.user_id
-    calls = [*launch_calls(ALICE.user_id), *adopt_calls(job, ALICE.user_id, tmp_path, monkeypatch),
-             *attach_calls("plain-job", tmp_path), *stop_calls(job, tmp_path), *enable_calls(PlainJob("x")),
-             *jobs_calls(tmp_path)]
+    calls = [
+        *launch_calls(ALICE.user_id),
+        *adopt_calls(job, ALICE.user_id, tmp_path, monkeypatch),
+        *attach_calls("plain-job", tmp_path),
+        *stop_calls(job, tmp_path),
+        *enable_calls(PlainJob("x")),
+        *jobs_calls(tmp_path),
+    ]
     used = {a.action for _op, a, _d in world.decide(ALICE, calls)}
     doctor = {"iam:SimulatePrincipalPolicy", "iam:GetRole", "ssm:GetServiceSetting"}
-    granted = {a for s in USER_POLICY[0]["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
-                                                                 else s["Action"])}
+    granted = {
+        a for s in USER_POLICY[0]["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
     assert granted == used | doctor
     assert {"logs:FilterLogEvents", "sagemaker:AddTags", "sagemaker:UpdateTrainingJob"} <= used
     assert LOG_GROUP in str(calls)
@@ -258,18 +312,31 @@ def cleanup_calls(owner: str) -> list[Call]:
 
     job = "hybrid-job"
     tags = [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job}]
-    sagemaker = Recorder("sagemaker", {
-        "ListTrainingJobs": {"TrainingJobSummaries": []},
-        "DescribeTrainingJob": {**PlainJob(job).client().describe_training_job(TrainingJobName=job),
-                                "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed"},
-        "ListTags": {"Tags": [{"Key": "remote-debug:owner", "Value": owner},
-                              {"Key": "remote-debug:transport", "Value": "hybrid"}]},
-    })
-    ssm_client = Recorder("ssm", {
-        "DescribeActivations": {"ActivationList": [{"ActivationId": "a-1", "Tags": tags, "RegistrationLimit": 1}]},
-        "DescribeInstanceInformation": {"InstanceInformationList": [{"InstanceId": INSTANCE}]},
-        "ListTagsForResource": {"TagList": tags},
-    })
+    sagemaker = Recorder(
+        "sagemaker",
+        {
+            "ListTrainingJobs": {"TrainingJobSummaries": []},
+            "DescribeTrainingJob": {
+                **PlainJob(job).client().describe_training_job(TrainingJobName=job),
+                "TrainingJobStatus": "Completed",
+                "SecondaryStatus": "Completed",
+            },
+            "ListTags": {
+                "Tags": [
+                    {"Key": "remote-debug:owner", "Value": owner},
+                    {"Key": "remote-debug:transport", "Value": "hybrid"},
+                ]
+            },
+        },
+    )
+    ssm_client = Recorder(
+        "ssm",
+        {
+            "DescribeActivations": {"ActivationList": [{"ActivationId": "a-1", "Tags": tags, "RegistrationLimit": 1}]},
+            "DescribeInstanceInformation": {"InstanceInformationList": [{"InstanceId": INSTANCE}]},
+            "ListTagsForResource": {"TagList": tags},
+        },
+    )
     leftovers = Leftovers(sagemaker=sagemaker, ssm=ssm_client, s3=Recorder("s3"), owner=owner)
     for item in leftovers.find(timedelta(days=7)):
         if item.kind != "object":
@@ -279,15 +346,21 @@ def cleanup_calls(owner: str) -> list[Call]:
 
 def test_cleanup_is_allowed_on_own_leftovers_and_refused_on_someone_elses() -> None:
     calls = cleanup_calls(ALICE.user_id)
-    assert {op for _s, op, _p in calls} >= {"DescribeActivations", "DeleteActivation", "DescribeInstanceInformation",
-                                            "ListTagsForResource", "DeregisterManagedInstance"}
+    assert {op for _s, op, _p in calls} >= {
+        "DescribeActivations",
+        "DeleteActivation",
+        "DescribeInstanceInformation",
+        "ListTagsForResource",
+        "DeregisterManagedInstance",
+    }
     instance_tags = {INSTANCE_ARN: {"remote-debug:owner": ALICE.user_id, "remote-debug:job": "hybrid-job"}}
 
     def decide(caller: Caller, calls: list[Call]) -> list[str]:
         out = []
         for service, operation, params in calls:
-            for needed in authorizations(service, operation, params, region=REGION, caller=caller,
-                                         tags_of=instance_tags.get):
+            for needed in authorizations(
+                service, operation, params, region=REGION, caller=caller, tags_of=instance_tags.get
+            ):
                 decision = needed.check(HYBRID_POLICIES).decision
                 if decision != Decision.ALLOWED:
                     out.append(f"{operation}: {needed.action} on {needed.resource} -> {decision.value}")
@@ -295,5 +368,6 @@ def test_cleanup_is_allowed_on_own_leftovers_and_refused_on_someone_elses() -> N
 
     assert decide(ALICE, calls) == []
     bob = [c for c in calls if c[1] == "DeregisterManagedInstance"]
-    assert decide(BOB, bob) == [f"DeregisterManagedInstance: ssm:DeregisterManagedInstance on {INSTANCE_ARN} -> "
-                                "implicitDeny"]
+    assert decide(BOB, bob) == [
+        f"DeregisterManagedInstance: ssm:DeregisterManagedInstance on {INSTANCE_ARN} -> implicitDeny"
+    ]

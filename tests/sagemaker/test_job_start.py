@@ -38,7 +38,11 @@ def _foreign_python() -> str | None:
         if not candidate or not os.path.exists(candidate):
             continue
         probe = subprocess.run(
-            [candidate, "-c", "import remote_debug"], cwd="/", capture_output=True, timeout=30, check=False,
+            [candidate, "-c", "import remote_debug"],
+            cwd="/",
+            capture_output=True,
+            timeout=30,
+            check=False,
             env={"PATH": "/usr/bin:/bin"},
         )
         if probe.returncode != 0:
@@ -72,9 +76,13 @@ def job(tmp_path: Path, python3: str) -> Iterator[dict[str, Any]]:
     (bin_dir / "python3").symlink_to(python3)
     manifest = tmp_path / "manifest"
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
-        "REMOTE_DEBUG_MANIFEST_DIR": str(manifest), "REMOTE_DEBUG_SSHD": str(tmp_path / "no-sshd"),
-        "REMOTE_DEBUG_INSTALL_SSHD": "0", "PYTHONDONTWRITEBYTECODE": "1",
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "REMOTE_DEBUG_MANIFEST_DIR": str(manifest),
+        "REMOTE_DEBUG_SSHD": str(tmp_path / "no-sshd"),
+        "REMOTE_DEBUG_INSTALL_SSHD": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     info: dict[str, Any] = {"dir": tmp_path, "env": env, "manifest": manifest}
     yield info
@@ -104,7 +112,8 @@ def _stop_node_daemon(manifest: Path) -> None:
 
 def _request(tmp: Path, package_root: str, entry: list[str] | None, **options: Any) -> dict[str, Any]:
     request: dict[str, Any] = {
-        "TrainingJobName": "rd-start-1", "RoleArn": ROLE,
+        "TrainingJobName": "rd-start-1",
+        "RoleArn": ROLE,
         "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
         "OutputDataConfig": {"S3OutputPath": "s3://b/out"},
     }
@@ -138,8 +147,15 @@ def test_wrapped_entry_keeps_the_images_pythonpath(job: dict[str, Any], bundle: 
     request = _request(job["dir"], str(bundle), ["/bin/sh", "-c", COMMAND])
     image_env = {"PYTHONPATH": "/image/lib"}
     env = {**job["env"], **image_env, **request["Environment"]}  # docker run -e over the image's ENV
-    proc = subprocess.run(request["AlgorithmSpecification"]["ContainerEntrypoint"], env=env, cwd=job["dir"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        request["AlgorithmSpecification"]["ContainerEntrypoint"],
+        env=env,
+        cwd=job["dir"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 7, proc.stderr
     [pythonpath] = re.findall(r"^pythonpath=(.*)$", proc.stdout, re.M)
     assert pythonpath.split(":") == [inject_dir(str(bundle.resolve())), "/image/lib"]

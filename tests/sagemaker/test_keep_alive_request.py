@@ -106,8 +106,14 @@ def _enable(request: Any, state: Path, **kwargs: Any) -> tuple[Any, list[warning
 @pytest.mark.parametrize(("keep_alive", "value"), [(600, "600"), (90.5, "90.5"), ("1800", "1800"), (3599, "3599")])
 def test_keep_alive_lands_in_the_environment(state: Path, keep_alive: Any, value: str) -> None:
     out, caught = _enable(BASE, state, keep_alive=keep_alive)
-    assert_debuggable(out, state, package_root=CHANNEL_ROOT, owner="alice",
-                      user_env={"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib"}, keep_alive=value)
+    assert_debuggable(
+        out,
+        state,
+        package_root=CHANNEL_ROOT,
+        owner="alice",
+        user_env={"USER_VAR": "kept", "PYTHONPATH": "/opt/ml/code/lib"},
+        keep_alive=value,
+    )
     assert out["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}  # ours to check, never to change
     assert [str(w.message) for w in caught] == [note(value, "3600")]
     assert caught[0].category is RemoteDebugWarning
@@ -145,8 +151,9 @@ def test_keep_alive_through_moto(aws: None, state: Path) -> None:
         warnings.simplefilter("always")
         sagemaker.create_training_job(**remote_debug.enable(request, key_dir=state, keep_alive=1800))
     [sent] = captured
-    assert_debuggable(sent, state, package_root=CHANNEL_ROOT, owner=MOTO_USER_ID,
-                      user_env={"USER_VAR": "kept"}, keep_alive="1800")
+    assert_debuggable(
+        sent, state, package_root=CHANNEL_ROOT, owner=MOTO_USER_ID, user_env={"USER_VAR": "kept"}, keep_alive="1800"
+    )
     described = sagemaker.describe_training_job(TrainingJobName="rd-raw-1")
     assert described["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200
     assert [str(w.message) for w in caught] == [note("1800", "7200")]
@@ -170,20 +177,43 @@ def test_enabling_again_replaces_the_keep_alive(state: Path) -> None:
 
 
 KEEP_ALIVE_REFUSALS: list[tuple[str, dict[str, Any], Any, str]] = [
-    ("equal-to-max-runtime", _request(), 3600,
-     refusal("3600", f"the job's {REQUEST_SETTING} (3600 s)", REQUEST_SETTING, "keep alive at most 3599 s")),
-    ("over-max-runtime", _request(condition={"MaxRuntimeInSeconds": 900}), 1200.5,
-     refusal("1200.5", f"the job's {REQUEST_SETTING} (900 s)", REQUEST_SETTING, "keep alive at most 899 s")),
-    ("over-the-default-day", _request(condition=None), 86400,
-     refusal("86400", f"SageMaker's default {REQUEST_SETTING} (86400 s: none given)", REQUEST_SETTING,
-             "keep alive at most 86399 s")),
-    ("one-second-runtime", _request(condition={"MaxRuntimeInSeconds": 1}), 1,
-     refusal("1", f"the job's {REQUEST_SETTING} (1 s)", REQUEST_SETTING, "drop the keep-alive")),
+    (
+        "equal-to-max-runtime",
+        _request(),
+        3600,
+        refusal("3600", f"the job's {REQUEST_SETTING} (3600 s)", REQUEST_SETTING, "keep alive at most 3599 s"),
+    ),
+    (
+        "over-max-runtime",
+        _request(condition={"MaxRuntimeInSeconds": 900}),
+        1200.5,
+        refusal("1200.5", f"the job's {REQUEST_SETTING} (900 s)", REQUEST_SETTING, "keep alive at most 899 s"),
+    ),
+    (
+        "over-the-default-day",
+        _request(condition=None),
+        86400,
+        refusal(
+            "86400",
+            f"SageMaker's default {REQUEST_SETTING} (86400 s: none given)",
+            REQUEST_SETTING,
+            "keep alive at most 86399 s",
+        ),
+    ),
+    (
+        "one-second-runtime",
+        _request(condition={"MaxRuntimeInSeconds": 1}),
+        1,
+        refusal("1", f"the job's {REQUEST_SETTING} (1 s)", REQUEST_SETTING, "drop the keep-alive"),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("request_dict", "keep_alive", "message"), [r[1:] for r in KEEP_ALIVE_REFUSALS],
-                         ids=[r[0] for r in KEEP_ALIVE_REFUSALS])
+@pytest.mark.parametrize(
+    ("request_dict", "keep_alive", "message"),
+    [r[1:] for r in KEEP_ALIVE_REFUSALS],
+    ids=[r[0] for r in KEEP_ALIVE_REFUSALS],
+)
 def test_a_keep_alive_that_does_not_fit_is_refused(
     state: Path, request_dict: dict[str, Any], keep_alive: Any, message: str
 ) -> None:
@@ -200,22 +230,27 @@ def test_a_keep_alive_that_does_not_fit_is_refused(
 
 NO_ENTRY_REFUSALS: list[tuple[str, dict[str, Any], Any, str]] = [
     ("no-entrypoint", _request(entry=False), 600, unwrapped("600", NO_REQUEST_ENTRY)),
-    ("empty-entrypoint", {**BASE, "AlgorithmSpecification": {**BASE["AlgorithmSpecification"],
-                                                             "ContainerEntrypoint": []}},
-     "90.5", unwrapped("90.5", NO_REQUEST_ENTRY)),
+    (
+        "empty-entrypoint",
+        {**BASE, "AlgorithmSpecification": {**BASE["AlgorithmSpecification"], "ContainerEntrypoint": []}},
+        "90.5",
+        unwrapped("90.5", NO_REQUEST_ENTRY),
+    ),
     # before the maximum runtime: a bigger MaxRuntimeInSeconds would not make it hold
     ("no-entrypoint-over-max-runtime", _request(entry=False), 7200, unwrapped("7200", NO_REQUEST_ENTRY)),
 ]
 
 
-@pytest.mark.parametrize(("request_dict", "keep_alive", "message"), [r[1:] for r in NO_ENTRY_REFUSALS],
-                         ids=[r[0] for r in NO_ENTRY_REFUSALS])
+@pytest.mark.parametrize(
+    ("request_dict", "keep_alive", "message"), [r[1:] for r in NO_ENTRY_REFUSALS], ids=[r[0] for r in NO_ENTRY_REFUSALS]
+)
 def test_a_keep_alive_without_an_entry_to_wrap_is_refused(
     state: Path, request_dict: dict[str, Any], keep_alive: Any, message: str
 ) -> None:
     """Env-hook mode (no ContainerEntrypoint: the image's own entry, e.g. AWS's training toolkit, is the container's
     process): the node daemon cannot outlive it, so a keep-alive would be silently ignored - refused in one line
     naming what works, before any key, warning or AWS call."""
+
     class NoAws:
         def client(self, service: str) -> Any:
             raise AssertionError(f"asked {service} before refusing")
@@ -256,12 +291,15 @@ def test_no_entry_without_keep_alive_is_debuggable_as_before(state: Path) -> Non
     assert caught == []
 
 
-@pytest.mark.parametrize(("keep_alive", "needle"), [
-    (-1, "keep-alive -1.0 s is out of range: use 0 (end with the command) up to a week"),
-    (float("nan"), "keep-alive nan s is out of range"),
-    (spec.MAX_WAIT_SECONDS + 1, "is out of range"),
-    ("soon", "could not convert string to float"),
-])
+@pytest.mark.parametrize(
+    ("keep_alive", "needle"),
+    [
+        (-1, "keep-alive -1.0 s is out of range: use 0 (end with the command) up to a week"),
+        (float("nan"), "keep-alive nan s is out of range"),
+        (spec.MAX_WAIT_SECONDS + 1, "is out of range"),
+        ("soon", "could not convert string to float"),
+    ],
+)
 def test_bad_keep_alive_values(state: Path, keep_alive: Any, needle: str) -> None:
     with pytest.raises(EnableError) as info:
         remote_debug.enable(BASE, owner="alice", key_dir=state, keep_alive=keep_alive)
@@ -280,6 +318,7 @@ def test_a_limit_that_is_not_a_number_is_left_to_botocore(state: Path, limit: An
 
 def test_refused_before_the_owner_is_asked(state: Path) -> None:
     """The maximum runtime is the request's own: no AWS call (STS for the owner) before the refusal."""
+
     class NoAws:
         def client(self, service: str) -> Any:
             raise AssertionError(f"asked {service} before refusing")
@@ -303,8 +342,14 @@ def test_the_billing_line_is_printed_once(tmp_path: Path) -> None:
     script = tmp_path / "launch.py"
     script.write_text(LAUNCHER.format(request=BASE))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "state")], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "900\n"
     assert proc.stderr.count("SageMaker bills that time") == 1, proc.stderr
@@ -329,8 +374,9 @@ def test_sdk_v2_estimator_keep_alive(sdk_runs: dict[str, SdkRun]) -> None:
     assert info["toolkit-new-keys"] == []
     [request] = v2.requests("v2-keep-alive")
     assert request["TrainingJobName"] == info["job_name"] == "rd-byoc-keep-alive"
-    assert_debuggable(request, v2.state_dir, package_root=CODE_ROOT, owner="alice", user_env={"USER_VAR": "kept"},
-                      keep_alive="600")
+    assert_debuggable(
+        request, v2.state_dir, package_root=CODE_ROOT, owner="alice", user_env={"USER_VAR": "kept"}, keep_alive="600"
+    )
     entry = wrap_entrypoint(["python3", "/opt/program/train.py"], CODE_ROOT)
     assert request["AlgorithmSpecification"]["ContainerEntrypoint"] == entry
     assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200  # the estimator's max_run
@@ -360,8 +406,9 @@ def test_sdk_v3_model_trainer_keep_alive(sdk_runs: dict[str, SdkRun]) -> None:
     v3 = sdk_runs["v3"]
     v3.scenario("v3-keep-alive")
     [request] = v3.requests("v3-keep-alive")
-    assert_debuggable(request, v3.state_dir, package_root=CHANNEL_ROOT, owner="alice", user_env={"USER_VAR": "kept"},
-                      keep_alive="600")
+    assert_debuggable(
+        request, v3.state_dir, package_root=CHANNEL_ROOT, owner="alice", user_env={"USER_VAR": "kept"}, keep_alive="600"
+    )
     assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200
     assert _warnings(v3, "v3-keep-alive") == [note("600", "7200")]
 
@@ -409,12 +456,15 @@ def test_launch_keep_alive_reaches_the_jobs_spec(home: Path, monkeypatch: pytest
     assert spec.ENV_KEEP_ALIVE not in spec.spec_env("ka-job", spec.Transport.LOCAL, seen[-1].options)
 
 
-@pytest.mark.parametrize(("value", "needles"), [
-    ("-1", ["'--keep-alive'", "greater than or equal to 0"]),
-    ("inf", ["'--keep-alive'", "604800"]),
-    ("nan", ["'--keep-alive'", "604800"]),
-    ("soon", ["'--keep-alive'", "a valid number"]),
-])
+@pytest.mark.parametrize(
+    ("value", "needles"),
+    [
+        ("-1", ["'--keep-alive'", "greater than or equal to 0"]),
+        ("inf", ["'--keep-alive'", "604800"]),
+        ("nan", ["'--keep-alive'", "604800"]),
+        ("soon", ["'--keep-alive'", "a valid number"]),
+    ],
+)
 def test_launch_refuses_bad_keep_alive(home: Path, value: str, needles: list[str]) -> None:
     before = snapshot(home)
     assert_refused([*LAUNCH, "--keep-alive", value, "--source-dir", str(home), "--", "python", "x.py"], *needles)
@@ -457,16 +507,28 @@ def test_the_node_daemon_says_it_cannot_keep_the_node_alive(tmp_path: Path, keep
     from remote_debug.laptop.core.paths import StatePaths
 
     key_path, public_key = ensure_job_key(StatePaths(tmp_path / "state"), "daemon-job")
-    debug = spec.DebugSpec(job_name="daemon-job", client_public_key=public_key, job_secret=job_secret(key_path),
-                           transport=spec.Transport.SSM, options=spec.DebugOptions(keep_alive=keep_alive))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO),
-           "SM_CURRENT_HOST": "algo-2", **debug.to_env()}
+    debug = spec.DebugSpec(
+        job_name="daemon-job",
+        client_public_key=public_key,
+        job_secret=job_secret(key_path),
+        transport=spec.Transport.SSM,
+        options=spec.DebugOptions(keep_alive=keep_alive),
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "PYTHONPATH": str(REPO),
+        "SM_CURRENT_HOST": "algo-2",
+        **debug.to_env(),
+    }
     ended = subprocess.Popen([sys.executable, "-c", "pass"])  # the process it follows: over already
     ended.wait()
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON)
-    proc = subprocess.run([sys.executable, str(script), str(ended.pid)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(ended.pid)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "keep-alive" in line]
     if keep_alive:

@@ -31,12 +31,17 @@ BASE: dict[str, Any] = {
     "TrainingJobName": "rd-raw-1",
     "RoleArn": ROLE,
     "AlgorithmSpecification": {
-        "TrainingImage": IMAGE, "TrainingInputMode": "File",
-        "ContainerEntrypoint": ["python3", "/opt/ml/input/data/code/train.py"], "ContainerArguments": ["--epochs", "2"],
+        "TrainingImage": IMAGE,
+        "TrainingInputMode": "File",
+        "ContainerEntrypoint": ["python3", "/opt/ml/input/data/code/train.py"],
+        "ContainerArguments": ["--epochs", "2"],
     },
-    "InputDataConfig": [{
-        "ChannelName": "code", "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/code"}},
-    }],
+    "InputDataConfig": [
+        {
+            "ChannelName": "code",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/code"}},
+        }
+    ],
     "OutputDataConfig": {"S3OutputPath": "s3://b/output"},
     "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
     "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
@@ -48,31 +53,53 @@ BASE: dict[str, Any] = {
 def test_raw_request_exactly(state: Path) -> None:
     original = copy.deepcopy(BASE)
     out = remote_debug.enable(
-        BASE, owner="alice", key_dir=state, ide="vscode", ranks="0,1", wait=120, sshd_port=2222, port_base=5678,
+        BASE,
+        owner="alice",
+        key_dir=state,
+        ide="vscode",
+        ranks="0,1",
+        wait=120,
+        sshd_port=2222,
+        port_base=5678,
         package_uri="s3://b/rd/remote-debug",
     )
     assert original == BASE  # the input is not modified
     key = public_key(state, "rd-raw-1")
-    env = spec_env("rd-raw-1", key, secret=job_secret_of(state, "rd-raw-1"), package_root=CHANNEL_ROOT, ranks="0,1",
-                   wait="120", sshd_port="2222",
-                   port_base="5678", env_hook=False)
+    env = spec_env(
+        "rd-raw-1",
+        key,
+        secret=job_secret_of(state, "rd-raw-1"),
+        package_root=CHANNEL_ROOT,
+        ranks="0,1",
+        wait="120",
+        sshd_port="2222",
+        port_base="5678",
+        env_hook=False,
+    )
     assert out == {
         **BASE,
         "AlgorithmSpecification": {
             **BASE["AlgorithmSpecification"],
             "ContainerEntrypoint": [
-                WRAP_SHELL, "-c", WRAP_SCRIPT, hook_program(CHANNEL_ROOT),
-                "python3", "/opt/ml/input/data/code/train.py",
+                WRAP_SHELL,
+                "-c",
+                WRAP_SCRIPT,
+                hook_program(CHANNEL_ROOT),
+                "python3",
+                "/opt/ml/input/data/code/train.py",
             ],
         },
         "InputDataConfig": [
             *BASE["InputDataConfig"],
             {
                 "ChannelName": "remote_debug",
-                "DataSource": {"S3DataSource": {
-                    "S3DataType": "S3Prefix", "S3Uri": "s3://b/rd/remote-debug",
-                    "S3DataDistributionType": "FullyReplicated",
-                }},
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": "s3://b/rd/remote-debug",
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
                 "InputMode": "File",
             },
         ],
@@ -125,9 +152,13 @@ def test_other_transports(state: Path) -> None:
 
 
 def test_mpi_runs_forward_the_spec(state: Path) -> None:
-    request = {**BASE, "HyperParameters": {
-        "sagemaker_mpi_enabled": "true", "sagemaker_mpi_custom_mpi_options": '"--NCCL_DEBUG WARN -x REMOTE_DEBUG_JOB"',
-    }}
+    request = {
+        **BASE,
+        "HyperParameters": {
+            "sagemaker_mpi_enabled": "true",
+            "sagemaker_mpi_custom_mpi_options": '"--NCCL_DEBUG WARN -x REMOTE_DEBUG_JOB"',
+        },
+    }
     out = remote_debug.enable(remote_debug.enable(request, owner="a", key_dir=state), owner="a", key_dir=state)
     options = json.loads(out["HyperParameters"]["sagemaker_mpi_custom_mpi_options"])
     names = [n for n in out["Environment"] if n.startswith("REMOTE_DEBUG_")] + ["PYTHONPATH"]  # the user's
@@ -145,8 +176,11 @@ def test_ranks_as_a_list(state: Path) -> None:
 
 def test_xgboost_framework_image_is_fine_with_a_script(state: Path) -> None:
     xgb = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
-    request = {**BASE, "AlgorithmSpecification": {**BASE["AlgorithmSpecification"], "TrainingImage": xgb},
-               "HyperParameters": {"sagemaker_program": '"train.py"'}}
+    request = {
+        **BASE,
+        "AlgorithmSpecification": {**BASE["AlgorithmSpecification"], "TrainingImage": xgb},
+        "HyperParameters": {"sagemaker_program": '"train.py"'},
+    }
     remote_debug.enable(request, owner="alice", key_dir=state)
     del request["HyperParameters"]
     with pytest.raises(EnableError, match="built-in algorithm"):
@@ -164,25 +198,59 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 
 REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
-    ("network-isolation", _with(EnableNetworkIsolation=True), {},
-     "network isolation (EnableNetworkIsolation), which cuts the container off from every network: no SSM session"),
-    ("python-3.9-image", _with(AlgorithmSpecification={
-        **BASE["AlgorithmSpecification"],
-        "TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.13.1-gpu-py39-cu117-"
-                         "ubuntu20.04-sagemaker"}), {},
-     "image pytorch-training:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker runs Python 3.9, but remote-debug runs "
-     "in the job and needs Python >= 3.10 there: use an image with py310 or newer"),
-    ("python-2.7-image", _with(AlgorithmSpecification={
-        **BASE["AlgorithmSpecification"], "TrainingImage": "520713654638.dkr.ecr.us-east-1.amazonaws.com/"
-                                                           "sagemaker-pytorch:0.4.0-cpu-py27"}), {},
-     "runs Python 2.7"),
-    ("direct-without-vpc", BASE, {"transport": "direct"},
-     "transport='direct' connects to the nodes inside the job's VPC, but the job has no VpcConfig"),
-    ("algorithm-resource", _with(AlgorithmSpecification={"AlgorithmName": "my-marketplace-algo",
-                                                         "TrainingInputMode": "File"}), {}, "algorithm resource"),
-    ("builtin-image", _with(AlgorithmSpecification={
-        "TrainingImage": "382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1", "TrainingInputMode": "File"}), {},
-     "'kmeans' is a SageMaker built-in algorithm"),
+    (
+        "network-isolation",
+        _with(EnableNetworkIsolation=True),
+        {},
+        "network isolation (EnableNetworkIsolation), which cuts the container off from every network: no SSM session",
+    ),
+    (
+        "python-3.9-image",
+        _with(
+            AlgorithmSpecification={
+                **BASE["AlgorithmSpecification"],
+                "TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.13.1-gpu-py39-cu117-"
+                "ubuntu20.04-sagemaker",
+            }
+        ),
+        {},
+        "image pytorch-training:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker runs Python 3.9, but remote-debug runs "
+        "in the job and needs Python >= 3.10 there: use an image with py310 or newer",
+    ),
+    (
+        "python-2.7-image",
+        _with(
+            AlgorithmSpecification={
+                **BASE["AlgorithmSpecification"],
+                "TrainingImage": "520713654638.dkr.ecr.us-east-1.amazonaws.com/sagemaker-pytorch:0.4.0-cpu-py27",
+            }
+        ),
+        {},
+        "runs Python 2.7",
+    ),
+    (
+        "direct-without-vpc",
+        BASE,
+        {"transport": "direct"},
+        "transport='direct' connects to the nodes inside the job's VPC, but the job has no VpcConfig",
+    ),
+    (
+        "algorithm-resource",
+        _with(AlgorithmSpecification={"AlgorithmName": "my-marketplace-algo", "TrainingInputMode": "File"}),
+        {},
+        "algorithm resource",
+    ),
+    (
+        "builtin-image",
+        _with(
+            AlgorithmSpecification={
+                "TrainingImage": "382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1",
+                "TrainingInputMode": "File",
+            }
+        ),
+        {},
+        "'kmeans' is a SageMaker built-in algorithm",
+    ),
     ("bad-job-name", _with(TrainingJobName="bad_name!"), {}, "bad job name"),
     ("no-job-name", _with(TrainingJobName=None), {}, "no TrainingJobName"),
     ("long-env-value", _with(Environment={"BIG": "x" * 600}), {}, "environment variable BIG would be 600"),
@@ -195,9 +263,19 @@ REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     ("negative-rank", BASE, {"ranks": [-1]}, "ranks are 0 or more"),
     ("bad-port", BASE, {"sshd_port": 22}, "port 22 is reserved"),
     ("bad-package-uri", BASE, {"package_uri": "/tmp/bundle"}, "s3:// prefix"),
-    ("channel-taken", _with(InputDataConfig=[{"ChannelName": "remote_debug", "DataSource": {
-        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}}}]),
-     {"package_uri": "s3://b/rd"}, "already has an input channel"),
+    (
+        "channel-taken",
+        _with(
+            InputDataConfig=[
+                {
+                    "ChannelName": "remote_debug",
+                    "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/x"}},
+                }
+            ]
+        ),
+        {"package_uri": "s3://b/rd"},
+        "already has an input channel",
+    ),
     ("not-a-target", ["not", "a", "dict"], {}, "request dict, a SageMaker SDK v2 estimator or a ModelTrainer"),
 ]
 
@@ -248,8 +326,13 @@ def test_the_environment_limit_counts_the_key_before_it_is_made(state: Path) -> 
 
 def test_python_3_10_and_unnamed_pythons_are_fine(state: Path) -> None:
     registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
-    for image in ("pytorch-training:2.0.0-gpu-py310-cu118-ubuntu20.04-sagemaker", "pytorch-training:2.5-gpu-py311",
-                  "pytorch-training:1.0.0-cpu-py3", "my-byoc:happy39", "my-byoc@sha256:" + "a" * 64):
+    for image in (
+        "pytorch-training:2.0.0-gpu-py310-cu118-ubuntu20.04-sagemaker",
+        "pytorch-training:2.5-gpu-py311",
+        "pytorch-training:1.0.0-cpu-py3",
+        "my-byoc:happy39",
+        "my-byoc@sha256:" + "a" * 64,
+    ):
         algorithm = {**BASE["AlgorithmSpecification"], "TrainingImage": f"{registry}/{image}"}
         request = _with(AlgorithmSpecification=algorithm)
         remote_debug.enable(request, owner="alice", key_dir=state)
@@ -292,22 +375,63 @@ def test_the_package_channel_name_is_a_shell_identifier() -> None:
 # validation never looks at patterns, which let a multi-line hook program into ContainerEntrypoint.
 _SHAPES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("wrapped entry", {}, {}),
-    ("wrapped, every option", {}, {"ide": "pycharm", "ranks": [0, 3], "wait": 600, "sshd_port": 2222,
-                                   "port_base": 5678, "hold_on_failure": 900, "keep_alive": 1800,
-                                   "package_uri": "s3://b/rd/remote-debug"}),
-    ("direct transport", {"VpcConfig": {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}},
-     {"transport": "direct"}),
-    ("toolkit (env hook)", {"AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
-                            "HyperParameters": {"sagemaker_program": '"train.py"',
-                                                "sagemaker_submit_directory": '"s3://b/src/sourcedir.tar.gz"'}},
-     {"package_uri": "s3://b/rd/remote-debug"}),
-    ("toolkit MPI", {"AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
-                     "HyperParameters": {"sagemaker_program": '"train.py"', "sagemaker_mpi_enabled": "true",
-                                         "sagemaker_mpi_custom_mpi_options": '"-x NCCL_DEBUG"'}}, {}),
-    ("SDK v3 drivers", {"AlgorithmSpecification": {
-        "TrainingImage": IMAGE, "TrainingInputMode": "File", "ContainerEntrypoint": ["/bin/bash"],
-        "ContainerArguments": ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
-                                     "/opt/ml/input/data/sm_drivers/sm_train.sh"]}}, {"keep_alive": 60}),
+    (
+        "wrapped, every option",
+        {},
+        {
+            "ide": "pycharm",
+            "ranks": [0, 3],
+            "wait": 600,
+            "sshd_port": 2222,
+            "port_base": 5678,
+            "hold_on_failure": 900,
+            "keep_alive": 1800,
+            "package_uri": "s3://b/rd/remote-debug",
+        },
+    ),
+    (
+        "direct transport",
+        {"VpcConfig": {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}},
+        {"transport": "direct"},
+    ),
+    (
+        "toolkit (env hook)",
+        {
+            "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+            "HyperParameters": {
+                "sagemaker_program": '"train.py"',
+                "sagemaker_submit_directory": '"s3://b/src/sourcedir.tar.gz"',
+            },
+        },
+        {"package_uri": "s3://b/rd/remote-debug"},
+    ),
+    (
+        "toolkit MPI",
+        {
+            "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+            "HyperParameters": {
+                "sagemaker_program": '"train.py"',
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_custom_mpi_options": '"-x NCCL_DEBUG"',
+            },
+        },
+        {},
+    ),
+    (
+        "SDK v3 drivers",
+        {
+            "AlgorithmSpecification": {
+                "TrainingImage": IMAGE,
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": ["/bin/bash"],
+                "ContainerArguments": [
+                    "-c",
+                    "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && /opt/ml/input/data/sm_drivers/sm_train.sh",
+                ],
+            }
+        },
+        {"keep_alive": 60},
+    ),
 ]
 
 
@@ -320,8 +444,11 @@ def test_every_request_shape_passes_the_servers_own_checks(
 
     request = {**copy.deepcopy(BASE), **copy.deepcopy(changes)}
     out = remote_debug.enable(request, owner="alice@example.com", key_dir=state, **options)
-    shape = boto3.client("sagemaker", region_name="us-east-1").meta.service_model.operation_model(
-        "CreateTrainingJob").input_shape
+    shape = (
+        boto3.client("sagemaker", region_name="us-east-1")
+        .meta.service_model.operation_model("CreateTrainingJob")
+        .input_shape
+    )
     errors = constraint_errors(shape, out)
     assert not errors, validation_message(errors)
     again = remote_debug.enable(out, owner="alice@example.com", key_dir=state, **options)  # enabling twice, too

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.timeout(1800)  # a cold start creates both SDK venvs (a
 
 V3_ENTRY = ["/bin/bash"]
 V3_ARGUMENTS = ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && /opt/ml/input/data/sm_drivers/sm_train.sh"]
-SHIPPED = ("remote_debug/__init__.py", "remote_debug/contract/spec.py", "remote_debug/container/node/hook.py",
-           "remote_debug/container/inject/sitecustomize.py", "debugpy/__init__.py")
+SHIPPED = (
+    "remote_debug/__init__.py",
+    "remote_debug/contract/spec.py",
+    "remote_debug/container/node/hook.py",
+    "remote_debug/container/inject/sitecustomize.py",
+    "debugpy/__init__.py",
+)
 NOT_SHIPPED = ("remote_debug/laptop/", "remote_debug/cli/", "remote_debug/__main__.py")
 
 
@@ -56,8 +61,9 @@ def test_v2_pytorch_single_node(v2: SdkRun) -> None:
     result = v2.scenario("v2-pytorch-single")
     [request] = v2.requests("v2-pytorch-single")
     assert request["TrainingJobName"] == result["info"]["job_name"]
-    assert_debuggable(request, v2.state_dir, package_root=CODE_ROOT, owner=MOTO_USER_ID,
-                      user_env={"USER_VAR": "kept"}, wait="30")
+    assert_debuggable(
+        request, v2.state_dir, package_root=CODE_ROOT, owner=MOTO_USER_ID, user_env={"USER_VAR": "kept"}, wait="30"
+    )
     # The toolkit path: no entry to wrap; the user's script is the program, shipped unchanged.
     assert "ContainerEntrypoint" not in request["AlgorithmSpecification"]
     assert request["HyperParameters"]["sagemaker_program"] == '"train.py"'
@@ -69,8 +75,15 @@ def test_v2_pytorch_single_node(v2: SdkRun) -> None:
 
 def test_v2_pytorch_torchrun_multi_node(v2: SdkRun) -> None:
     [request] = v2.requests("v2-pytorch-torchrun")
-    assert_debuggable(request, v2.state_dir, package_root=CODE_ROOT, owner=MOTO_USER_ID,
-                      user_env={"USER_VAR": "kept"}, ranks="0,3", port_base="5678")
+    assert_debuggable(
+        request,
+        v2.state_dir,
+        package_root=CODE_ROOT,
+        owner=MOTO_USER_ID,
+        user_env={"USER_VAR": "kept"},
+        ranks="0,3",
+        port_base="5678",
+    )
     assert request["ResourceConfig"]["InstanceCount"] == 2
     assert request["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
 
@@ -93,8 +106,10 @@ def test_v2_keeps_the_estimators_pythonpath_after_ours(v2: SdkRun) -> None:
 def test_v2_direct_transport_in_a_vpc(v2: SdkRun) -> None:
     [request] = v2.requests("v2-direct")
     validate("CreateTrainingJob", request)
-    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"],
-                                    "Subnets": ["subnet-0123456789abcdef0"]}
+    assert request["VpcConfig"] == {
+        "SecurityGroupIds": ["sg-0123456789abcdef0"],
+        "Subnets": ["subnet-0123456789abcdef0"],
+    }
     assert request["Environment"]["REMOTE_DEBUG_TRANSPORT"] == "direct"
     assert "RemoteDebugConfig" not in request
 
@@ -103,8 +118,9 @@ def test_v2_each_fit_gets_its_own_job_spec_and_key(v2: SdkRun) -> None:
     first, second = v2.requests("v2-pytorch-fit-twice")
     assert (first["TrainingJobName"], second["TrainingJobName"]) == ("rd-twice-1", "rd-twice-2")
     for request in (first, second):
-        assert_debuggable(request, v2.state_dir, package_root=CODE_ROOT, owner=MOTO_USER_ID,
-                          user_env={"USER_VAR": "kept"})
+        assert_debuggable(
+            request, v2.state_dir, package_root=CODE_ROOT, owner=MOTO_USER_ID, user_env={"USER_VAR": "kept"}
+        )
     keys = {r["Environment"]["REMOTE_DEBUG_CLIENT_PUBKEY"] for r in (first, second)}
     assert len(keys) == 2
 
@@ -121,13 +137,13 @@ def test_v2_refusals_are_one_line(v2: SdkRun) -> None:
     refusals = v2.scenario("v2-refusals")["info"]
     expected = {
         "network-isolation": "network isolation (enable_network_isolation=True), which cuts the container off "
-                             "from every network: no SSM session",
+        "from every network: no SSM session",
         "builtin-algorithm": "'kmeans' is a SageMaker built-in algorithm",
         "job-name-on-sdk": "fit(job_name=...)",
         "s3-source-dir": "source_dir is on S3",
         "python-3.9": "py_version='py39' runs Python 3.9, but remote-debug runs in the job and needs Python >= 3.10",
         "direct-without-vpc": "transport='direct' connects to the nodes inside the job's VPC, but the job has no "
-                              "VpcConfig",
+        "VpcConfig",
     }
     for case, needle in expected.items():
         message = refusals[case]
@@ -162,8 +178,9 @@ def test_v2_launcher_examples(v2: SdkRun) -> None:
 def _assert_v3(run: SdkRun, scenario: str, owner: str, **spec: str) -> dict[str, Any]:
     result = run.scenario(scenario)
     [request] = run.requests(scenario)
-    assert_debuggable(request, run.state_dir, package_root=CHANNEL_ROOT, owner=owner,
-                      user_env={"USER_VAR": "kept"}, **spec)
+    assert_debuggable(
+        request, run.state_dir, package_root=CHANNEL_ROOT, owner=owner, user_env={"USER_VAR": "kept"}, **spec
+    )
     algorithm = request["AlgorithmSpecification"]
     # The SDK's own entry, run by the hook; its arguments untouched.
     assert algorithm["ContainerEntrypoint"] == wrapped(CHANNEL_ROOT, *V3_ENTRY)
@@ -187,7 +204,7 @@ def test_v3_refusals_are_one_line(v3: SdkRun) -> None:
     refusals = v3.scenario("v3-refusals")["info"]
     expected = {
         "network-isolation": "network isolation (Networking(enable_network_isolation=True)), which cuts the "
-                             "container off from every network: no SSM session",
+        "container off from every network: no SSM session",
         "python-3.9": "image pytorch-training:1.13.1-gpu-py39-cu117-ubuntu20.04-sagemaker runs Python 3.9",
         "direct-without-vpc": "the job has no VpcConfig",
     }
@@ -224,15 +241,24 @@ def test_boto3_launcher_example(sdk_runs: dict[str, SdkRun], major: str) -> None
     result = run.scenario("launcher-boto3")
     single, multi = run.requests("launcher-boto3")
     for request in (single, multi):
-        assert_debuggable(request, run.state_dir, package_root=CHANNEL_ROOT, owner=MOTO_USER_ID,
-                          user_env={"SM_HP_STEPS": "1000"}, wait="600")
+        assert_debuggable(
+            request,
+            run.state_dir,
+            package_root=CHANNEL_ROOT,
+            owner=MOTO_USER_ID,
+            user_env={"SM_HP_STEPS": "1000"},
+            wait="600",
+        )
         job = request["TrainingJobName"]
         assert request["InputDataConfig"][-1] == {
             "ChannelName": CHANNEL_NAME,
-            "DataSource": {"S3DataSource": {
-                "S3DataType": "S3Prefix", "S3Uri": f"s3://rd-bucket/{job}/remote-debug",
-                "S3DataDistributionType": "FullyReplicated",
-            }},
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": f"s3://rd-bucket/{job}/remote-debug",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
             "InputMode": "File",
         }
     assert single["AlgorithmSpecification"]["ContainerEntrypoint"] == wrapped(

@@ -26,11 +26,21 @@ SERVICES = {"sagemaker": "sagemaker", "ssm": "ssm", "logs": "logs", "iam": "iam"
 # (iam:PassRole; the SSM agent's message channels, an API botocore does not model).
 PERMISSION_ONLY = {
     "iam:PassRole",
-    "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
-    "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
 }
-CONDITION_OPERATORS = {"StringEquals", "StringEqualsIfExists", "StringLike", "Null", "Bool", "BoolIfExists", "ArnLike",
-                       "ArnEquals"}
+CONDITION_OPERATORS = {
+    "StringEquals",
+    "StringEqualsIfExists",
+    "StringLike",
+    "Null",
+    "Bool",
+    "BoolIfExists",
+    "ArnLike",
+    "ArnEquals",
+}
 _SESSION = botocore.session.get_session()
 
 
@@ -97,8 +107,10 @@ def test_user_policy_scopes_what_the_issue_asks() -> None:
     assert {"sagemaker:DescribeTrainingJob", "ssm:StartSession"} <= set(_actions(policy))
     # tags: the caller as owner of a new job or of one nobody owns (adopt JOB), and never a new owner for one's own
     claim = by_sid["TagNewAndUnownedJobsWithTheCaller"]
-    assert claim["Condition"] == {"StringEquals": {"aws:RequestTag/remote-debug:owner": "${aws:userid}"},
-                                  "Null": {"aws:ResourceTag/remote-debug:owner": "true"}}
+    assert claim["Condition"] == {
+        "StringEquals": {"aws:RequestTag/remote-debug:owner": "${aws:userid}"},
+        "Null": {"aws:ResourceTag/remote-debug:owner": "true"},
+    }
     assert by_sid["TagOwnJobsWithoutChangingTheOwner"]["Condition"] == {
         "StringEquals": {"aws:ResourceTag/remote-debug:owner": "${aws:userid}"},
         "StringEqualsIfExists": {"aws:RequestTag/remote-debug:owner": "${aws:userid}"},
@@ -113,8 +125,23 @@ def test_user_policy_scopes_what_the_issue_asks() -> None:
 SNIPPET = TEMPLATES / "byoc" / "Dockerfile.snippet"
 # pip options that take a value (the value is not a requirement)
 _PIP_VALUE_OPTIONS = {
-    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url", "-f", "--find-links",
-    "-t", "--target", "--prefix", "--root", "--platform", "--python-version", "--implementation", "--abi",
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--prefix",
+    "--root",
+    "--platform",
+    "--python-version",
+    "--implementation",
+    "--abi",
 }
 
 
@@ -142,7 +169,7 @@ def pip_installs(run: str) -> list[list[str]]:
         words = shlex.split(command)
         for i, word in enumerate(words[:-1]):
             if re.fullmatch(r"(.*/)?pip3?", word) and words[i + 1] == "install":  # also `python -m pip install`
-                installs.append(words[i + 2:])
+                installs.append(words[i + 2 :])
     return installs
 
 
@@ -201,8 +228,13 @@ def test_byoc_snippet_installs_this_project_from_a_wheel_not_pypi() -> None:
     asked = [requirements(args) for per_run in installs for args in per_run]
     # PyPI's "remote-debug" is another project (and would shadow the bundle enable() ships)
     assert all("remote-debug" not in names for names, _ in asked), asked
-    wheels = [(args, paths) for per_run in installs for args in per_run
-              for names, paths in [requirements(args)] if any(WHEEL_PREFIX in p for p in paths)]
+    wheels = [
+        (args, paths)
+        for per_run in installs
+        for args in per_run
+        for names, paths in [requirements(args)]
+        if any(WHEEL_PREFIX in p for p in paths)
+    ]
     assert len(wheels) == 1, asked
     args, [wheel] = wheels[0]
     assert wheel.endswith(".whl") and "--no-deps" in args  # the laptop's dependencies stay out of the image

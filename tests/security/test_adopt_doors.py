@@ -50,8 +50,14 @@ class LocalShell(ShellSession):
     def run_bytes(self, command: str, timeout: float = 60.0) -> tuple[int, bytes]:
         _check_command(command)
         self.commands.append(command)
-        proc = subprocess.run(["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, cwd="/")
+        proc = subprocess.run(
+            ["sh", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            cwd="/",
+        )
         self.after(command)
         return proc.returncode, proc.stdout
 
@@ -63,8 +69,11 @@ class LocalShell(ShellSession):
 
 
 def _package(main: str) -> dict[str, str]:
-    return {"remote_debug/__init__.py": "", "remote_debug/container/__init__.py": "",
-            "remote_debug/container/__main__.py": main}
+    return {
+        "remote_debug/__init__.py": "",
+        "remote_debug/container/__init__.py": "",
+        "remote_debug/container/__main__.py": main,
+    }
 
 
 def _tarball(files: dict[str, str]) -> bytes:
@@ -132,8 +141,9 @@ def scene(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
         "os.symlink(os.path.join(evil, 'algo-1'), '/tmp/remote-debug-adopt-' + job + '.algo-1.zzzzzzzz')\n"
         "os.makedirs('/tmp/remote-debug-adopt-' + job + '.algo-1.yyyyyyyy/bundle-fp0', mode=0o700)\n"
     )
-    subprocess.run(python_as_nobody(plant, str(evil), job, str(decoy),
-                                    *(x for item in planted.items() for x in item)), check=True)
+    subprocess.run(
+        python_as_nobody(plant, str(evil), job, str(decoy), *(x for item in planted.items() for x in item)), check=True
+    )
     try:
         yield {"job": job, "log": log, "decoy": decoy, "evil": evil}
     finally:
@@ -147,7 +157,8 @@ def scene(tmp_path: Path) -> Iterator[dict[str, Path | str]]:
 
 
 def test_a_link_at_the_nodes_dir_re_pointed_after_the_check_never_runs_the_attackers_bundle(
-    scene: dict[str, Path | str], monkeypatch: pytest.MonkeyPatch,
+    scene: dict[str, Path | str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job, log, decoy, evil = str(scene["job"]), Path(scene["log"]), Path(scene["decoy"]), scene["evil"]
 
@@ -163,9 +174,13 @@ def test_a_link_at_the_nodes_dir_re_pointed_after_the_check_never_runs_the_attac
     try:
         try:
             adopt._prepare(access, job, "fp0", _tarball(_package(_bundle_main(log, "ours"))))
-            debug = spec.DebugSpec(job_name=job, client_public_key="ssh-ed25519 AAAA",
-                                   job_secret=secrets.token_hex(32), transport=spec.Transport.SSM,
-                                   options=spec.DebugOptions())
+            debug = spec.DebugSpec(
+                job_name=job,
+                client_public_key="ssh-ed25519 AAAA",
+                job_secret=secrets.token_hex(32),
+                transport=spec.Transport.SSM,
+                options=spec.DebugOptions(),
+            )
             adopt._adopt(access, debug)
         except UserError:
             pass  # refused is fine; what ran is the question
@@ -208,7 +223,6 @@ def test_a_re_adoption_takes_only_a_real_dir_of_ours(scene: dict[str, Path | str
         adopt._run_in(first, "echo ran")
 
 
-
 def test_the_bundle_root_unpacks_on_a_node_is_owned_by_root_not_by_the_laptops_uid(tmp_path: Path) -> None:
     """The laptop user's uid (here nobody's: we chown the built bundle to it) may be another user's on the node;
     root's tar keeps the archive's owners, and that user could then rewrite the code root and the ranks run."""
@@ -224,8 +238,11 @@ def test_the_bundle_root_unpacks_on_a_node_is_owned_by_root_not_by_the_laptops_u
     (tmp_path / "bundle.tar.gz").write_bytes(tarball)
     (tmp_path / "node").mkdir()
     subprocess.run(["tar", "-xzf", str(tmp_path / "bundle.tar.gz"), "-C", str(tmp_path / "node")], check=True)
-    owners = {(tmp_path / "node" / dirpath / name).lstat().st_uid
-              for dirpath, dirnames, filenames in os.walk(tmp_path / "node") for name in [*dirnames, *filenames]}
+    owners = {
+        (tmp_path / "node" / dirpath / name).lstat().st_uid
+        for dirpath, dirnames, filenames in os.walk(tmp_path / "node")
+        for name in [*dirnames, *filenames]
+    }
     assert owners == {0}
 
 
@@ -275,11 +292,14 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_fifo_at_another_users_exe_path_does_not_hang_the_list(fifo_child: int) -> None:
-    code = ("import json; from remote_debug.laptop.adopt.candidates import list_candidates; "
-            "print(json.dumps([c.pid for c in list_candidates({})]))")
+    code = (
+        "import json; from remote_debug.laptop.adopt.candidates import list_candidates; "
+        "print(json.dumps([c.pid for c in list_candidates({})]))"
+    )
     try:
-        listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
-                                cwd=Path(__file__).parents[2])
+        listed = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, cwd=Path(__file__).parents[2]
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("adopt --list hung on another user's FIFO")
     assert listed.returncode == 0, listed.stderr
@@ -307,9 +327,11 @@ def test_the_interpreter_swapped_at_the_targets_exe_path_is_not_run(tmp_path: Pa
             time.sleep(0.05)
         way = checks.remote_exec_way(target.pid, (3, 14))  # what check_rank answers for a 3.14 rank
         assert way.tool == str(exe)
-        planted = "#!/bin/sh\nid -u > \"$(dirname \"$0\")/ran\"\n"
-        swap = ("import os, sys; p = sys.argv[1]; open(p + '.new', 'w').write(sys.argv[2]); "
-                "os.chmod(p + '.new', 0o755); os.rename(p + '.new', p)")
+        planted = '#!/bin/sh\nid -u > "$(dirname "$0")/ran"\n'
+        swap = (
+            "import os, sys; p = sys.argv[1]; open(p + '.new', 'w').write(sys.argv[2]); "
+            "os.chmod(p + '.new', 0o755); os.rename(p + '.new', p)"
+        )
         subprocess.run(python_as_nobody(swap, str(exe), planted), check=True)
         assert exe.read_text() == planted
         script = tmp_path / "agent.py"
@@ -333,19 +355,33 @@ def test_a_fifo_at_a_deleted_executables_path_does_not_hang_adopt_pid(tmp_path: 
     exe = home / "python3"
     shutil.copy(ATTACKER_PYTHON, exe)
     target = subprocess.Popen([str(exe), "-I", "-S", "-c", "import time; time.sleep(60)"])
-    code = ("import json, sys; from remote_debug.container.node.adopt import elf_symbols; print(json.dumps("
-            "elf_symbols.resolve(int(sys.argv[1]), ('Py_AddPendingCall', 'PyRun_SimpleString'), libc_only=('mmap',))))")
+    code = (
+        "import json, sys; from remote_debug.container.node.adopt import elf_symbols; print(json.dumps("
+        "elf_symbols.resolve(int(sys.argv[1]), ('Py_AddPendingCall', 'PyRun_SimpleString'), libc_only=('mmap',))))"
+    )
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and os.readlink(f"/proc/{target.pid}/exe") != str(exe):
             time.sleep(0.05)
-        before = subprocess.run([sys.executable, "-c", code, str(target.pid)], capture_output=True, text=True,
-                                timeout=30, cwd=Path(__file__).parents[2], check=True).stdout
+        before = subprocess.run(
+            [sys.executable, "-c", code, str(target.pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=Path(__file__).parents[2],
+            check=True,
+        ).stdout
         swap = "import os, sys; os.unlink(sys.argv[1]); os.mkfifo(sys.argv[1])"
         subprocess.run(python_as_nobody(swap, str(exe)), check=True)
         try:
-            after = subprocess.run([sys.executable, "-c", code, str(target.pid)], capture_output=True, text=True,
-                                   timeout=20, cwd=Path(__file__).parents[2], check=True).stdout
+            after = subprocess.run(
+                [sys.executable, "-c", code, str(target.pid)],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                cwd=Path(__file__).parents[2],
+                check=True,
+            ).stdout
         except subprocess.TimeoutExpired:
             pytest.fail("reading the rank's symbols hung on a FIFO at its executable's path")
         assert after == before and before.strip() != "null"

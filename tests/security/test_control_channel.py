@@ -137,8 +137,13 @@ def _server_threads() -> int:
 
 
 def _trickle(rank: Rank, count: int, argv_prefix: list[str], python: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([*argv_prefix, python, "-I", "-S", "-c", TRICKLE, str(rank.port), str(count)],
-                            stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    proc = subprocess.Popen(
+        [*argv_prefix, python, "-I", "-S", "-c", TRICKLE, str(rank.port), str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().split()
     assert line[:1] == ["open"], line
@@ -168,8 +173,10 @@ def test_another_users_slowloris_is_shut_out_at_once(rank: Rank) -> None:
     assert worst < 1.0
     assert threads <= 1 + control.MAX_WORKERS
     assert rank.server.refused >= 500  # every connection, and every come-back, closed at accept
-    print(f"\n[security] 500 trickling connections as nobody: stacks answered in <= {worst * 1000:.0f} ms, "
-          f"{rank.server.refused} connections refused, {threads} server threads")
+    print(
+        f"\n[security] 500 trickling connections as nobody: stacks answered in <= {worst * 1000:.0f} ms, "
+        f"{rank.server.refused} connections refused, {threads} server threads"
+    )
 
 
 def test_a_slowloris_of_our_own_uid_holds_no_thread_and_no_answer_back(rank: Rank) -> None:
@@ -179,13 +186,13 @@ def test_a_slowloris_of_our_own_uid_holds_no_thread_and_no_answer_back(rank: Ran
     assert worst < 1.0
     assert threads <= 1 + control.MAX_WORKERS  # before: a thread per connection (500)
     assert rank.server.refused >= 500 - control.MAX_PENDING  # evicted to make room
-    print(f"\n[security] 500 trickling connections (own uid): stacks answered in <= {worst * 1000:.0f} ms, "
-          f"{threads} server threads, {rank.server.refused} evicted")
+    print(
+        f"\n[security] 500 trickling connections (own uid): stacks answered in <= {worst * 1000:.0f} ms, "
+        f"{threads} server threads, {rank.server.refused} evicted"
+    )
 
 
-def test_a_request_that_never_completes_is_dropped_at_the_deadline(
-    rank: Rank, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_request_that_never_completes_is_dropped_at_the_deadline(rank: Rank, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(control, "REQUEST_DEADLINE", 0.5)
     with socket.create_connection(("127.0.0.1", rank.port), timeout=5) as sock:
         sock.sendall(b'{"op": ')

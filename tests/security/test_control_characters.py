@@ -35,9 +35,18 @@ def poisoned(draw: st.DrawFn, valid: str) -> str:
 
 
 def _node_json(node: str) -> dict[str, object]:
-    valid = spec.NodeManifest(job_name="my-job-1", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1",
-                              sshd_port=40022, ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code",
-                              state="running", hook_pid=42).to_json()
+    valid = spec.NodeManifest(
+        job_name="my-job-1",
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=42,
+    ).to_json()
     return {**valid, "node": node}
 
 
@@ -50,11 +59,25 @@ def test_no_validator_takes_a_control_character(job: str, node: str) -> None:
     with pytest.raises(spec.ContractError):
         spec.NodeManifest.from_json(_node_json(node))
     with pytest.raises(spec.ContractError):
-        ssh_config.HostEntry(job="my-job-1", node=node, user="root", port=2222, host_public_key=KEY,
-                             identity_file=Path("/k"), proxy_command="true")
+        ssh_config.HostEntry(
+            job="my-job-1",
+            node=node,
+            user="root",
+            port=2222,
+            host_public_key=KEY,
+            identity_file=Path("/k"),
+            proxy_command="true",
+        )
     with pytest.raises(spec.ContractError):
-        ssh_config.HostEntry(job=job, node="algo-1", user="root", port=2222, host_public_key=KEY,
-                             identity_file=Path("/k"), proxy_command="true")
+        ssh_config.HostEntry(
+            job=job,
+            node="algo-1",
+            user="root",
+            port=2222,
+            host_public_key=KEY,
+            identity_file=Path("/k"),
+            proxy_command="true",
+        )
     with pytest.raises(UserError):
         split_alias(f"{node}.my-job-1")  # the ProxyCommand's %h, as ssh hands it over
 

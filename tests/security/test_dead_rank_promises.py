@@ -130,13 +130,21 @@ class Squatter:
         self.dap_port = dap_port
         self.proc = subprocess.Popen(
             python_as_nobody(SQUATTER, str(dap_port), *map(str, control_ports)),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        wait_for(lambda: sum(line.startswith("bound") for line in self.lines) == 1 + len(control_ports)
-                 or self.proc.poll() is not None, 30, "nobody to bind the freed ports")
+        wait_for(
+            lambda: (
+                sum(line.startswith("bound") for line in self.lines) == 1 + len(control_ports)
+                or self.proc.poll() is not None
+            ),
+            30,
+            "nobody to bind the freed ports",
+        )
         assert self.proc.poll() is None, self.lines
 
     def _read(self) -> None:
@@ -249,16 +257,33 @@ def test_a_reused_pid_is_not_the_rank() -> None:
         try:
             ticks = osutil.process_start_ticks(other.pid)
             assert ticks is not None
-            reused = RankEndpoint(rank=3, local_rank=1, world_size=4, port=0, pid=other.pid, state=RankState.IDLE,
-                                  control_port=40123, start_ticks=ticks - 1)
+            reused = RankEndpoint(
+                rank=3,
+                local_rank=1,
+                world_size=4,
+                port=0,
+                pid=other.pid,
+                state=RankState.IDLE,
+                control_port=40123,
+                start_ticks=ticks - 1,
+            )
             running = replace(reused, rank=4, start_ticks=ticks)
-            node = spec.NodeManifest(job_name="j", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1",
-                                     sshd_port=0, ssh_user="u", host_public_key="", code_dir="/c",
-                                     ranks=[reused, running])
+            node = spec.NodeManifest(
+                job_name="j",
+                node="algo-1",
+                hosts=["algo-1"],
+                sshd_host="127.0.0.1",
+                sshd_port=0,
+                ssh_user="u",
+                host_public_key="",
+                code_dir="/c",
+                ranks=[reused, running],
+            )
             settled = settle_gone_ranks({"algo-1": node})["algo-1"]
             assert settled is not None
             assert [(r.rank, r.state, r.control_port) for r in settled.ranks] == [
-                (3, RankState.FAILED, 0), (4, RankState.IDLE, 40123)
+                (3, RankState.FAILED, 0),
+                (4, RankState.IDLE, 40123),
             ]
         finally:
             other.kill()
@@ -278,8 +303,13 @@ def test_the_node_makes_a_killed_ranks_document_final(scene: Scene) -> None:
 def test_stacks_prints_no_forged_frames_and_the_token_stays_home(scene: Scene) -> None:
     assert scene.squatter is not None
     start = len(scene.squatter.lines)
-    proc = subprocess.run([sys.executable, "-m", "remote_debug", "stacks", JOB], capture_output=True, text=True,
-                          timeout=120, env=scene.env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "remote_debug", "stacks", JOB],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=scene.env,
+    )
     assert FORGED not in proc.stdout + proc.stderr, proc.stdout
     assert "rank 1 has failed" in proc.stdout, proc.stdout
     assert not any(scene.token in line or '"auth"' in line for line in scene.squatter.received(start))
@@ -343,8 +373,11 @@ def test_attach_does_not_point_at_the_squatter(scene: Scene, tmp_path: Path) -> 
     thread = threading.Thread(target=attach, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: any(e["event"] in ("rank-unavailable", "rank-ready") for e in events) or errors, 60,
-                 f"attach to judge rank 1 (events: {[e['event'] for e in events]})")
+        wait_for(
+            lambda: any(e["event"] in ("rank-unavailable", "rank-ready") for e in events) or errors,
+            60,
+            f"attach to judge rank 1 (events: {[e['event'] for e in events]})",
+        )
         time.sleep(1.0)
     finally:
         scene.job.backend.stop(JOB, wait_seconds=20)

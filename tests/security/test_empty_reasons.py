@@ -35,24 +35,35 @@ class _FailingTunnel:
 
 
 def _rank() -> spec.RankEndpoint:
-    return spec.RankEndpoint(rank=1, local_rank=1, world_size=2, port=0, pid=4242, state=spec.RankState.IDLE,
-                             control_port=7001)
+    return spec.RankEndpoint(
+        rank=1, local_rank=1, world_size=2, port=0, pid=4242, state=spec.RankState.IDLE, control_port=7001
+    )
 
 
 def _manifests(r: spec.RankEndpoint) -> dict[str, spec.NodeManifest]:
     node = spec.NodeManifest(
-        job_name="job", node="algo-1", hosts=["algo-1"], sshd_host="127.0.0.1", sshd_port=2222,
-        ssh_user="root", host_public_key="ssh-ed25519 AAAA", code_dir="/opt/ml/code", ranks=[r],
+        job_name="job",
+        node="algo-1",
+        hosts=["algo-1"],
+        sshd_host="127.0.0.1",
+        sshd_port=2222,
+        ssh_user="root",
+        host_public_key="ssh-ed25519 AAAA",
+        code_dir="/opt/ml/code",
+        ranks=[r],
     )
     return {"algo-1": node}
 
 
-@pytest.mark.parametrize(("exc", "words"), [
-    (EOFError(), "connection closed"),
-    (TimeoutError(), "timed out"),
-    (ConnectionResetError(), "connection reset"),
-    (paramiko.SSHException(), "SSHException"),
-])
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (EOFError(), "connection closed"),
+        (TimeoutError(), "timed out"),
+        (ConnectionResetError(), "connection reset"),
+        (paramiko.SSHException(), "SSHException"),
+    ],
+)
 def test_pause_safe_warning_names_a_reason_for_an_empty_message(exc: BaseException, words: str) -> None:
     assert str(exc) == ""  # the attack's precondition: the exception itself says nothing
     control = RankControl(_FailingTunnel(exc), secrets.token_hex(32))  # type: ignore[arg-type]

@@ -101,7 +101,8 @@ def emulator(shared: Path) -> Iterator[Emulator]:
         client(service, "sagemaker").create_training_job(**job_request(VICTIM, "import time; time.sleep(600)"))
         deadline = time.monotonic() + 60
         while client(service, "sagemaker").describe_training_job(TrainingJobName=VICTIM)["SecondaryStatus"] != (
-                "Training"):
+            "Training"
+        ):
             assert time.monotonic() < deadline, "the victim's job never reached Training"
             time.sleep(0.2)
         yield service
@@ -111,16 +112,24 @@ def emulator(shared: Path) -> Iterator[Emulator]:
 
 def client(service: Emulator, name: str) -> Any:
     keys = service.keys
-    return boto3.client(name, endpoint_url=service.url, region_name=REGION, aws_access_key_id=keys.access_key_id,
-                        aws_secret_access_key=keys.secret_access_key)
+    return boto3.client(
+        name,
+        endpoint_url=service.url,
+        region_name=REGION,
+        aws_access_key_id=keys.access_key_id,
+        aws_secret_access_key=keys.secret_access_key,
+    )
 
 
 def job_request(name: str, code: str, entrypoint: list[str] | None = None) -> dict[str, Any]:
     return {
         "TrainingJobName": name,
         "RoleArn": ROLE,
-        "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File",
-                                   "ContainerEntrypoint": entrypoint or [sys.executable, "-c", code]},
+        "AlgorithmSpecification": {
+            "TrainingImage": IMAGE,
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": entrypoint or [sys.executable, "-c", code],
+        },
         "OutputDataConfig": {"S3OutputPath": "s3://doors/out"},
         "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
         "StoppingCondition": {"MaxRuntimeInSeconds": 900},
@@ -142,16 +151,22 @@ def request(url: str, target: str, params: dict[str, Any], key: tuple[str, str] 
 
 
 def as_nobody(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    done = subprocess.run(python_as_nobody(ATTACKER, json.dumps(requests)), capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = subprocess.run(
+        python_as_nobody(ATTACKER, json.dumps(requests)), capture_output=True, text=True, timeout=120, check=True
+    )
     answers: list[dict[str, Any]] = json.loads(done.stdout)
     return answers
 
 
 def as_root(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same requests from our own uid: past the uid gate, so only the signature check stands."""
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", ATTACKER, json.dumps(requests)], capture_output=True,
-                          text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", ATTACKER, json.dumps(requests)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     answers: list[dict[str, Any]] = json.loads(done.stdout)
     return answers
 
@@ -185,17 +200,28 @@ def test_a_request_signed_with_a_guessed_key_is_refused(emulator: Emulator, shar
     assert all(refused(a) for a in from_nobody), from_nobody
     # from our own uid the signature check alone refuses them, in AWS's words
     assert [(a["status"], json.loads(a["body"])["__type"]) for a in from_us] == [
-        (403, "UnrecognizedClientException"), (403, "InvalidSignatureException")], from_us
+        (403, "UnrecognizedClientException"),
+        (403, "InvalidSignatureException"),
+    ], from_us
     assert "pwned-guessed" not in job_names(emulator) and not marker.exists()
     with pytest.raises(ClientError, match="UnrecognizedClientException"):  # boto3 with the old documented keys
-        boto3.client("sagemaker", endpoint_url=emulator.url, region_name=REGION, aws_access_key_id="testing",
-                     aws_secret_access_key="testing").list_training_jobs()
+        boto3.client(
+            "sagemaker",
+            endpoint_url=emulator.url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).list_training_jobs()
 
 
 def test_describe_training_job_does_not_give_nobody_the_job_secret(emulator: Emulator) -> None:
     describe = {"TrainingJobName": VICTIM}
-    answers = as_nobody([request(emulator.url, "SageMaker.DescribeTrainingJob", describe),
-                         request(emulator.url, "SageMaker.DescribeTrainingJob", describe, ("testing", "testing"))])
+    answers = as_nobody(
+        [
+            request(emulator.url, "SageMaker.DescribeTrainingJob", describe),
+            request(emulator.url, "SageMaker.DescribeTrainingJob", describe, ("testing", "testing")),
+        ]
+    )
     assert all(refused(a) for a in answers), answers
     assert SECRET not in json.dumps(answers)
     # the job's owner still sees it
@@ -206,17 +232,20 @@ def test_describe_training_job_does_not_give_nobody_the_job_secret(emulator: Emu
 def test_nobody_cannot_open_resume_or_end_a_session(emulator: Emulator) -> None:
     target = f"sagemaker-training-job:{VICTIM}_algo-1"
     ssm = client(emulator, "ssm")
-    victim = ssm.start_session(Target=target, DocumentName="AWS-StartPortForwardingSession",
-                               Parameters={"portNumber": ["22"]})
+    victim = ssm.start_session(
+        Target=target, DocumentName="AWS-StartPortForwardingSession", Parameters={"portNumber": ["22"]}
+    )
     session_id = victim["SessionId"]
     before = [s for s in emulator.channel.sessions() if s.session_id == session_id]
     try:
-        answers = as_nobody([
-            request(emulator.url, "AmazonSSM.StartSession", {"Target": target}),  # a root shell in the node
-            request(emulator.url, "AmazonSSM.ResumeSession", {"SessionId": session_id}),
-            request(emulator.url, "AmazonSSM.TerminateSession", {"SessionId": session_id}),
-            request(emulator.url, "AmazonSSM.StartSession", {"Target": target}, ("testing", "testing")),
-        ])
+        answers = as_nobody(
+            [
+                request(emulator.url, "AmazonSSM.StartSession", {"Target": target}),  # a root shell in the node
+                request(emulator.url, "AmazonSSM.ResumeSession", {"SessionId": session_id}),
+                request(emulator.url, "AmazonSSM.TerminateSession", {"SessionId": session_id}),
+                request(emulator.url, "AmazonSSM.StartSession", {"Target": target}, ("testing", "testing")),
+            ]
+        )
         assert all(refused(a) for a in answers), answers
         assert not any("TokenValue" in a.get("body", "") for a in answers)
         # the victim's session is as it was: not ended, its token not replaced; no session of nobody's
@@ -224,9 +253,16 @@ def test_nobody_cannot_open_resume_or_end_a_session(emulator: Emulator) -> None:
         assert [s.session_id for s in emulator.channel.sessions()] == [session_id]
         # the data channel (the plugin's WebSocket) does not even let nobody knock with the victim's URL
         path = victim["StreamUrl"].split(str(emulator.channel.port), 1)[1]
-        [knock] = as_nobody([{"raw": f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-                              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                              "Sec-WebSocket-Version: 13\r\n\r\n", "port": emulator.channel.port}])
+        [knock] = as_nobody(
+            [
+                {
+                    "raw": f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    "Sec-WebSocket-Version: 13\r\n\r\n",
+                    "port": emulator.channel.port,
+                }
+            ]
+        )
         assert "101" not in knock.get("status", ""), knock
     finally:
         ssm.terminate_session(SessionId=session_id)
@@ -237,17 +273,24 @@ def test_the_state_dir_and_its_secrets_are_closed_to_nobody(emulator: Emulator) 
     secret_files = [state / CREDENTIALS_FILE, state / "jobs" / VICTIM / "describe.json"]
     assert all(f.is_file() for f in secret_files)
     assert SECRET in secret_files[1].read_text() and emulator.keys.secret_access_key in secret_files[0].read_text()
-    probe = ("import json, os, sys\nfound = []\n"
-             "for top, dirs, files in os.walk(sys.argv[1], onerror=lambda e: found.append('denied ' + str(e))):\n"
-             "    for name in files:\n"
-             "        try:\n            found.append(open(os.path.join(top, name), errors='replace').read())\n"
-             "        except OSError as exc:\n            found.append('denied ' + str(exc))\n"
-             "for path in sys.argv[2:]:\n"
-             "    try:\n        found.append(open(path).read())\n"
-             "    except OSError as exc:\n        found.append('denied ' + str(exc))\n"
-             "print(json.dumps(found))")
-    done = subprocess.run(python_as_nobody(probe, str(state), *map(str, secret_files)), capture_output=True,
-                          text=True, timeout=60, check=True)
+    probe = (
+        "import json, os, sys\nfound = []\n"
+        "for top, dirs, files in os.walk(sys.argv[1], onerror=lambda e: found.append('denied ' + str(e))):\n"
+        "    for name in files:\n"
+        "        try:\n            found.append(open(os.path.join(top, name), errors='replace').read())\n"
+        "        except OSError as exc:\n            found.append('denied ' + str(exc))\n"
+        "for path in sys.argv[2:]:\n"
+        "    try:\n        found.append(open(path).read())\n"
+        "    except OSError as exc:\n        found.append('denied ' + str(exc))\n"
+        "print(json.dumps(found))"
+    )
+    done = subprocess.run(
+        python_as_nobody(probe, str(state), *map(str, secret_files)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     seen = json.loads(done.stdout)
     assert SECRET not in done.stdout and emulator.keys.secret_access_key not in done.stdout
     assert seen and all(entry.startswith("denied ") for entry in seen), seen[:3]
@@ -269,7 +312,12 @@ def test_a_state_dir_of_another_user_or_a_symlink_is_refused(shared: Path) -> No
         finally:
             service.close()
         assert list(theirs.iterdir()) == [] and os.lstat(theirs).st_uid == nobody().pw_uid  # left as it was
-    cli = subprocess.run([sys.executable, "-m", "remote_debug", "emulator", "--state", str(link)],
-                         capture_output=True, text=True, timeout=120, check=False)
+    cli = subprocess.run(
+        [sys.executable, "-m", "remote_debug", "emulator", "--state", str(link)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     lines = cli.stderr.strip().splitlines()
     assert cli.returncode == 2 and len(lines) == 1 and "is a symlink" in lines[0], (cli.returncode, cli.stderr)

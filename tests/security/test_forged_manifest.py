@@ -42,8 +42,16 @@ def ms(when: datetime) -> int:
 
 def node(name: str = "algo-1", **fields: Any) -> spec.NodeManifest:
     base: dict[str, Any] = dict(
-        job_name=JOB, node=name, hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1", sshd_port=40022,
-        ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running", hook_pid=7,
+        job_name=JOB,
+        node=name,
+        hosts=["algo-1", "algo-2"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=7,
         ssm_target=TARGET if name == "algo-1" else "mi-0000000000000000a",
     )
     return spec.NodeManifest(**{**base, **fields})
@@ -58,11 +66,20 @@ def rank(number: int) -> spec.RankEndpoint:
     return spec.RankEndpoint(rank=number, local_rank=number % 2, world_size=4, port=41000 + number, pid=9)
 
 
-def unsigned(name: str, doc: spec.NodeManifest | spec.RankEndpoint, *, boot: str, started: int, seq: int,
-             **extra: Any) -> str:
+def unsigned(
+    name: str, doc: spec.NodeManifest | spec.RankEndpoint, *, boot: str, started: int, seq: int, **extra: Any
+) -> str:
     """A line in the format, by someone without the job's secret (``extra``: a ``mac`` of their choosing)."""
-    body = {"v": 1, "node": name, "kind": "node" if isinstance(doc, spec.NodeManifest) else "rank", "boot": boot,
-            "started": started, "seq": seq, "doc": doc.to_json(), **extra}
+    body = {
+        "v": 1,
+        "node": name,
+        "kind": "node" if isinstance(doc, spec.NodeManifest) else "rank",
+        "boot": boot,
+        "started": started,
+        "seq": seq,
+        "doc": doc.to_json(),
+        **extra,
+    }
     return manifest_lines.MANIFEST_LINE_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -74,33 +91,63 @@ class Job:
         self.paths = StatePaths.default()
         key_path, public_key = keys.ensure_job_key(self.paths, JOB)
         self.secret = keys.job_secret(key_path)
-        env = spec.DebugSpec(job_name=JOB, client_public_key=public_key, job_secret=self.secret,
-                             transport=spec.Transport.HYBRID).to_env()
+        env = spec.DebugSpec(
+            job_name=JOB, client_public_key=public_key, job_secret=self.secret, transport=spec.Transport.HYBRID
+        ).to_env()
         self.created = datetime.now(timezone.utc) - timedelta(minutes=30)
         self.started = ms(self.created) + 180_000  # when algo-1's hook (its genuine boot) started
         sagemaker = boto3.client("sagemaker", region_name=REGION)
-        ScriptedSageMaker(sagemaker, lambda _n, job: describe_response(
-            job, "InProgress", "Training", environment=env, instance_count=2, remote_debug=False,
-            CreationTime=self.created, TrainingStartTime=self.created + timedelta(minutes=2)))
+        ScriptedSageMaker(
+            sagemaker,
+            lambda _n, job: describe_response(
+                job,
+                "InProgress",
+                "Training",
+                environment=env,
+                instance_count=2,
+                remote_debug=False,
+                CreationTime=self.created,
+                TrainingStartTime=self.created + timedelta(minutes=2),
+            ),
+        )
         self.logs = boto3.client("logs", region_name=REGION)
         self.logs.create_log_group(logGroupName=LOG_GROUP)
         self.requests: list[dict[str, Any]] = []
-        self.logs.meta.events.register("before-parameter-build.cloudwatch-logs.FilterLogEvents",
-                                       lambda params, **_: self.requests.append(dict(params)))
+        self.logs.meta.events.register(
+            "before-parameter-build.cloudwatch-logs.FilterLogEvents",
+            lambda params, **_: self.requests.append(dict(params)),
+        )
         # ssm and s3: a hybrid job whose nodes all registered has its activation retired (it has none here)
-        self.clients = {"sagemaker": sagemaker, "logs": self.logs, "ssm": boto3.client("ssm", region_name=REGION),
-                        "s3": boto3.client("s3", region_name=REGION)}
+        self.clients = {
+            "sagemaker": sagemaker,
+            "logs": self.logs,
+            "ssm": boto3.client("ssm", region_name=REGION),
+            "s3": boto3.client("s3", region_name=REGION),
+        }
 
     def backend(self) -> SageMakerBackend:
         """A laptop-side reader, as a fresh attach (or the proxy, without a hint) makes one."""
         return SageMakerBackend(self.paths, clients=self.clients.__getitem__, cache_seconds=0, log_interval=0)
 
-    def line(self, name: str, doc: spec.NodeManifest | spec.RankEndpoint, *, seq: int, boot: str = "g1",
-             started: int | None = None, secret: str | None = None) -> str:
+    def line(
+        self,
+        name: str,
+        doc: spec.NodeManifest | spec.RankEndpoint,
+        *,
+        seq: int,
+        boot: str = "g1",
+        started: int | None = None,
+        secret: str | None = None,
+    ) -> str:
         """A line as the job's hook writes it (MAC'd with the job's secret unless ``secret`` says otherwise)."""
         return manifest_lines.format_manifest_line(
-            name, doc, boot=boot, started=self.started if started is None else started, seq=seq,
-            secret=secret or self.secret)
+            name,
+            doc,
+            boot=boot,
+            started=self.started if started is None else started,
+            seq=seq,
+            secret=secret or self.secret,
+        )
 
     def log(self, stream: str, *messages: str, at_ms: int | None = None) -> None:
         name = f"{JOB}/{stream}"
@@ -109,14 +156,18 @@ class Job:
         except self.logs.exceptions.ResourceAlreadyExistsException:
             pass
         stamp = int(time.time() * 1000) if at_ms is None else at_ms
-        self.logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=name,
-                                 logEvents=[{"timestamp": stamp, "message": m} for m in messages])
+        self.logs.put_log_events(
+            logGroupName=LOG_GROUP, logStreamName=name, logEvents=[{"timestamp": stamp, "message": m} for m in messages]
+        )
 
     def publish_genuine(self) -> None:
         """Both nodes as their hooks publish them, each in its own stream."""
-        self.log("algo-1-1700000000",
-                 self.line("algo-1", node(state="starting", sshd_port=0, host_public_key="", ssm_target=""), seq=1),
-                 self.line("algo-1", node(), seq=2), self.line("algo-1", rank(0), seq=3))
+        self.log(
+            "algo-1-1700000000",
+            self.line("algo-1", node(state="starting", sshd_port=0, host_public_key="", ssm_target=""), seq=1),
+            self.line("algo-1", node(), seq=2),
+            self.line("algo-1", rank(0), seq=3),
+        )
         self.log("algo-2-1700000000", self.line("algo-2", node("algo-2"), seq=1, boot="h1"))
 
     def hint(self) -> dict[str, Any]:
@@ -141,8 +192,11 @@ GENUINE = (KEY, TARGET, 40022, "127.0.0.1")
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "remote_debug.laptop.aws.sagemaker_backend" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "remote_debug.laptop.aws.sagemaker_backend" and r.levelno == logging.WARNING
+    ]
 
 
 def test_a_forged_line_in_another_nodes_stream_changes_nothing(job: Job, caplog: pytest.LogCaptureFixture) -> None:
@@ -150,10 +204,11 @@ def test_a_forged_line_in_another_nodes_stream_changes_nothing(job: Job, caplog:
     unsigned, with a made-up MAC, with a genuine line's MAC on a changed body; a higher seq in the genuine
     boot, and a newer boot.  Logged first (the forger is early) and again after the node published."""
     stream = "algo-2-1700000000"
-    genuine = json.loads(job.line("algo-1", node(), seq=2)[len(manifest_lines.MANIFEST_LINE_PREFIX):])
+    genuine = json.loads(job.line("algo-1", node(), seq=2)[len(manifest_lines.MANIFEST_LINE_PREFIX) :])
     later = job.started + 3_600_000
     forgeries = [
-        '[remote-debug] manifest {"v": 9}', "[remote-debug] manifest {not json",  # junk must not stop attach
+        '[remote-debug] manifest {"v": 9}',
+        "[remote-debug] manifest {not json",  # junk must not stop attach
         unsigned("algo-1", evil(), boot="g1", started=job.started, seq=99),
         unsigned("algo-1", evil(), boot="g1", started=job.started, seq=99, mac="0" * 64),
         unsigned("algo-1", evil(), boot="g1", started=job.started, seq=99, mac=genuine["mac"]),
@@ -181,21 +236,48 @@ def test_a_replayed_line_of_an_older_boot_does_not_take_the_node_back(job: Job) 
     new boot, the copies are logged again, later.  Logged last is not newest: ``started`` (MAC'd) decides."""
     old_key, new_key = KEY, EVIL_KEY.replace("Evil", "Good")
     old_started, new_started = job.started, job.started + 600_000
-    old_lines = [job.line("algo-1", node(host_public_key=old_key, sshd_port=1111, ssm_target=""), seq=1,
-                          boot="old", started=old_started),
-                 job.line("algo-1", rank(0), seq=2, boot="old", started=old_started)]
+    old_lines = [
+        job.line(
+            "algo-1",
+            node(host_public_key=old_key, sshd_port=1111, ssm_target=""),
+            seq=1,
+            boot="old",
+            started=old_started,
+        ),
+        job.line("algo-1", rank(0), seq=2, boot="old", started=old_started),
+    ]
     job.log("algo-1-1700000000", *old_lines)
     job.logs.delete_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{JOB}/algo-1-1700000000")
-    job.log("algo-1-1700000600",
-            job.line("algo-1", node(state="starting", sshd_port=0, host_public_key="", ssm_target=""), seq=1,
-                     boot="new", started=new_started),
-            job.line("algo-1", node(host_public_key=new_key, sshd_port=2222, ssm_target=""), seq=2, boot="new",
-                     started=new_started))
+    job.log(
+        "algo-1-1700000600",
+        job.line(
+            "algo-1",
+            node(state="starting", sshd_port=0, host_public_key="", ssm_target=""),
+            seq=1,
+            boot="new",
+            started=new_started,
+        ),
+        job.line(
+            "algo-1",
+            node(host_public_key=new_key, sshd_port=2222, ssm_target=""),
+            seq=2,
+            boot="new",
+            started=new_started,
+        ),
+    )
     backend = job.backend()
     assert pinned(backend.manifests(JOB)["algo-1"]) == (new_key, "", 2222, "127.0.0.1")
     # the replay: the old boot's lines, and the new boot's own first (port 0) line, byte for byte, stamped later
-    replay = [*old_lines, job.line("algo-1", node(state="starting", sshd_port=0, host_public_key="", ssm_target=""),
-                                   seq=1, boot="new", started=new_started)]
+    replay = [
+        *old_lines,
+        job.line(
+            "algo-1",
+            node(state="starting", sshd_port=0, host_public_key="", ssm_target=""),
+            seq=1,
+            boot="new",
+            started=new_started,
+        ),
+    ]
     job.log("algo-2-1700000000", *replay, at_ms=int(time.time() * 1000) + 1000)
     for reader in (backend, job.backend()):  # this attach, and a fresh one that sees it all at once
         got = reader.manifests(JOB)["algo-1"]
@@ -225,10 +307,12 @@ def test_a_line_signed_with_another_jobs_secret_is_ignored(job: Job) -> None:
     job.publish_genuine()
     backend = job.backend()
     assert pinned(backend.manifests(JOB)["algo-1"]) == GENUINE
-    job.log("algo-1-1700000000",  # in algo-1's own stream, even
-            job.line("algo-1", evil(), seq=99, secret=other),
-            job.line("algo-1", evil(), seq=1, boot="evil", started=job.started + 3_600_000, secret=other),
-            job.line("algo-2", evil("algo-2"), seq=1, boot="evil", started=job.started + 3_600_000, secret=other))
+    job.log(
+        "algo-1-1700000000",  # in algo-1's own stream, even
+        job.line("algo-1", evil(), seq=99, secret=other),
+        job.line("algo-1", evil(), seq=1, boot="evil", started=job.started + 3_600_000, secret=other),
+        job.line("algo-2", evil("algo-2"), seq=1, boot="evil", started=job.started + 3_600_000, secret=other),
+    )
     got = backend.manifests(JOB)
     assert pinned(got["algo-1"]) == GENUINE and got["algo-2"] is not None
     assert got["algo-2"].host_public_key == KEY
@@ -255,9 +339,12 @@ def test_a_genuine_line_of_another_node_in_algo1s_stream_is_accepted(job: Job) -
     """(e) MPI: the workers' output (their hooks' lines included) reaches CloudWatch through algo-1's
     stream.  Proven lines count whatever stream they come in, and each node they name counts as heard, so
     reads move on from the job's start once every node published."""
-    job.log("algo-1-1700000000", job.line("algo-1", node(), seq=1),
-            job.line("algo-2", node("algo-2", sshd_port=40023), seq=1, boot="h1"),
-            job.line("algo-2", rank(3), seq=2, boot="h1"))
+    job.log(
+        "algo-1-1700000000",
+        job.line("algo-1", node(), seq=1),
+        job.line("algo-2", node("algo-2", sshd_port=40023), seq=1, boot="h1"),
+        job.line("algo-2", rank(3), seq=2, boot="h1"),
+    )
     backend = job.backend()
     got = backend.manifests(JOB)
     assert pinned(got["algo-1"]) == GENUINE
@@ -277,8 +364,7 @@ def test_lines_stamped_in_the_future_do_not_make_reads_skip_the_nodes_lines(job:
     assert backend.manifests(JOB)["algo-2"] is not None
     ahead = int(time.time() * 1000) + 90 * 60_000
     job.log("algo-1-1700000000", job.line("algo-1", node(), seq=2), at_ms=ahead)
-    job.log("algo-2-1700000000", unsigned("algo-2", node("algo-2"), boot="h1", started=job.started, seq=9),
-            at_ms=ahead)
+    job.log("algo-2-1700000000", unsigned("algo-2", node("algo-2"), boot="h1", started=job.started, seq=9), at_ms=ahead)
     backend.manifests(JOB)  # reads them
     job.log("algo-2-1700000000", job.line("algo-2", rank(2), seq=2, boot="h1"))
     got = backend.manifests(JOB)["algo-2"]

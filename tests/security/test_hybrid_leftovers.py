@@ -67,10 +67,19 @@ class ActivationSsm(FakeSsm):
         operation = target.rpartition(".")[2]
         if operation == "DescribeActivations":
             count = self.registrations.pop(0) if len(self.registrations) > 1 else self.registrations[0]
-            listed = [] if self.deleted else [{
-                "ActivationId": ACTIVATION_ID, "RegistrationLimit": self.limit, "RegistrationsCount": count,
-                "Expired": False, "Tags": [{"Key": "remote-debug:job", "Value": "job-a"}],
-            }]
+            listed = (
+                []
+                if self.deleted
+                else [
+                    {
+                        "ActivationId": ACTIVATION_ID,
+                        "RegistrationLimit": self.limit,
+                        "RegistrationsCount": count,
+                        "Expired": False,
+                        "Tags": [{"Key": "remote-debug:job", "Value": "job-a"}],
+                    }
+                ]
+            )
             SSM_ANSWERS[operation] = {"ActivationList": listed}
         status, answer = super().handle(target, body, authorization)
         if operation == "DeleteActivation" and status == 200:
@@ -109,8 +118,9 @@ def s3_server() -> Iterator[str]:
     try:
         host, port = server.get_host_and_port()
         url = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=url, region_name=REGION, aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+        s3 = boto3.client(
+            "s3", endpoint_url=url, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+        )
         s3.create_bucket(Bucket=BUCKET)
         yield url
     finally:
@@ -118,8 +128,9 @@ def s3_server() -> Iterator[str]:
 
 
 def _keys(url: str) -> list[str]:
-    s3 = boto3.client("s3", endpoint_url=url, region_name=REGION, aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3", endpoint_url=url, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", []))
 
 
@@ -131,13 +142,17 @@ def _node(tmp_path: Path, s3_url: str, ssm_url: str, node: str, hosts: list[str]
     channel = tmp_path / node / "remote_debug"
     channel.mkdir()
     uri = f"s3://{BUCKET}/job-a/remote-debug/ssm-activation.json"
-    (channel / "ssm-activation.json").write_text(json.dumps(
-        {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION, "S3Uri": uri}
-    ))
+    (channel / "ssm-activation.json").write_text(
+        json.dumps({"ActivationId": ACTIVATION_ID, "ActivationCode": CODE, "Region": REGION, "S3Uri": uri})
+    )
     return {
-        "SM_INPUT_CONFIG_DIR": str(config), hybrid.ENV_ACTIVATION_FILE: str(channel / "ssm-activation.json"),
-        "AWS_ENDPOINT_URL_SSM": ssm_url, "AWS_ENDPOINT_URL_S3": s3_url,
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "token",
+        "SM_INPUT_CONFIG_DIR": str(config),
+        hybrid.ENV_ACTIVATION_FILE: str(channel / "ssm-activation.json"),
+        "AWS_ENDPOINT_URL_SSM": ssm_url,
+        "AWS_ENDPOINT_URL_S3": s3_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "token",
     }
 
 
@@ -147,22 +162,28 @@ def test_the_activation_and_its_code_object_go_once_every_node_registered(
     monkeypatch.setattr(hybrid, "RETIRE_POLL", 0.05, raising=False)
     monkeypatch.setitem(SSM_ANSWERS, "DescribeActivations", {})
     monkeypatch.setitem(SSM_ANSWERS, "DeleteActivation", {})
-    s3 = boto3.client("s3", endpoint_url=s3_server, region_name=REGION, aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3", endpoint_url=s3_server, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     for name, body in (("ssm-activation.json", CODE), ("ssm-activation.txt", "note")):
         s3.put_object(Bucket=BUCKET, Key=f"job-a/remote-debug/{name}", Body=body.encode())
     hosts = ["algo-1", "algo-2"]
     # algo-2 registered first, then algo-1; the count reaches the limit on the third look
     with ActivationSsm(limit=2, registrations=[1, 1, 2]) as ssm:
-        second = HybridRegistration(_node(tmp_path, s3_server, ssm.url, "algo-2", hosts), agent=FakeAgent(),
-                                    deregister=lambda *_: None)  # type: ignore[arg-type]
+        second = HybridRegistration(
+            _node(tmp_path, s3_server, ssm.url, "algo-2", hosts), agent=FakeAgent(), deregister=lambda *_: None
+        )  # type: ignore[arg-type]
         second.start()
-        first = HybridRegistration(_node(tmp_path, s3_server, ssm.url, "algo-1", hosts), agent=FakeAgent(),
-                                   deregister=lambda *_: None)  # type: ignore[arg-type]
+        first = HybridRegistration(
+            _node(tmp_path, s3_server, ssm.url, "algo-1", hosts), agent=FakeAgent(), deregister=lambda *_: None
+        )  # type: ignore[arg-type]
         first.start()
         wait_for(lambda: ssm.calls("DeleteActivation"), 10, "the first node to delete the activation")
-        wait_for(lambda: _keys(s3_server) == ["job-a/remote-debug/ssm-activation.txt"], 10,
-                   "the activation file to be deleted (its note keeps the channel non-empty)")
+        wait_for(
+            lambda: _keys(s3_server) == ["job-a/remote-debug/ssm-activation.txt"],
+            10,
+            "the activation file to be deleted (its note keeps the channel non-empty)",
+        )
         assert ssm.calls("DeleteActivation") == [{"ActivationId": ACTIVATION_ID}]
         # one watcher per job: three looks, all by algo-1 (algo-2 never asks)
         assert len(ssm.calls("DescribeActivations")) == 3
@@ -185,8 +206,9 @@ def test_a_node_that_may_not_retire_says_so_once_and_stops(
     monkeypatch.setattr(hybrid, "RETIRE_POLL", 0.05, raising=False)
     with FakeSsm() as ssm:  # the default execution role: no DescribeActivations (nor DeleteActivation)
         ssm.failures["DescribeActivations"] = (400, "AccessDeniedException", "not authorized")
-        node = HybridRegistration(_node(tmp_path, s3_server, ssm.url, "algo-1", ["algo-1"]), agent=FakeAgent(),
-                                  deregister=lambda *_: None)  # type: ignore[arg-type]
+        node = HybridRegistration(
+            _node(tmp_path, s3_server, ssm.url, "algo-1", ["algo-1"]), agent=FakeAgent(), deregister=lambda *_: None
+        )  # type: ignore[arg-type]
         node.start()
         wait_for(lambda: "could not retire" in capsys.readouterr().err, 10, "the one line")
         assert len(ssm.calls("DescribeActivations")) == 1 and not ssm.calls("DeleteActivation")
@@ -205,18 +227,35 @@ def test_the_nodes_s3_delete_is_signed_as_botocore_signs_it() -> None:
     raw = hybrid.s3_object_url("my-bucket", "a job/rd ü/ssm-activation.json", REGION, {})
     assert raw == "https://my-bucket.s3.us-east-1.amazonaws.com/a job/rd ü/ssm-activation.json"
     empty = hashlib.sha256(b"").hexdigest()
-    ours = awscall.sign(method="DELETE", url=raw, headers={"x-amz-content-sha256": empty}, body=b"", region=REGION,
-                        service="s3", credentials=creds, amz_date="20260101T120000Z")
+    ours = awscall.sign(
+        method="DELETE",
+        url=raw,
+        headers={"x-amz-content-sha256": empty},
+        body=b"",
+        region=REGION,
+        service="s3",
+        credentials=creds,
+        amz_date="20260101T120000Z",
+    )
     encoded = "https://my-bucket.s3.us-east-1.amazonaws.com/a%20job/rd%20%C3%BC/ssm-activation.json"
-    request = AWSRequest("DELETE", encoded, data=b"", headers={
-        "X-Amz-Date": "20260101T120000Z", "X-Amz-Content-SHA256": empty, "X-Amz-Security-Token": "session-token",
-        "Host": "my-bucket.s3.us-east-1.amazonaws.com",
-    })
+    request = AWSRequest(
+        "DELETE",
+        encoded,
+        data=b"",
+        headers={
+            "X-Amz-Date": "20260101T120000Z",
+            "X-Amz-Content-SHA256": empty,
+            "X-Amz-Security-Token": "session-token",
+            "Host": "my-bucket.s3.us-east-1.amazonaws.com",
+        },
+    )
     request.context["timestamp"] = "20260101T120000Z"
     auth = S3SigV4Auth(Credentials(creds.access_key, creds.secret_key, creds.token), "s3", REGION)
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
     assert ours["Authorization"].endswith(f"Signature={expected}")
-    assert hybrid.s3_object_url("dotted.bucket", "k", REGION, {}) == "https://s3.us-east-1.amazonaws.com/dotted.bucket/k"
+    assert (
+        hybrid.s3_object_url("dotted.bucket", "k", REGION, {}) == "https://s3.us-east-1.amazonaws.com/dotted.bucket/k"
+    )
 
 
 # --- the laptop: the job ends first ---------------------------------------------------------------------
@@ -249,8 +288,9 @@ class FakeSsmApi:
             error = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}
             return AWSResponse("https://ssm.local", 400, {}, None), error
         if model.name == "DescribeActivations":
-            wanted = {v for f in params.get("Filters", []) if f["FilterKey"] == "ActivationIds"
-                      for v in f["FilterValues"]}
+            wanted = {
+                v for f in params.get("Filters", []) if f["FilterKey"] == "ActivationIds" for v in f["FilterValues"]
+            }
             answer = {"ActivationList": [a for i, a in self.activations.items() if not wanted or i in wanted]}
         elif model.name == "DeleteActivation":
             if self.activations.pop(params["ActivationId"], None) is None:
@@ -258,13 +298,16 @@ class FakeSsmApi:
                 return AWSResponse("https://ssm.local", 400, {}, None), error
             answer = {}
         elif model.name == "DescribeInstanceInformation":
-            tag_filters = {f["Key"][len("tag:"):]: f["Values"] for f in params.get("Filters", [])
-                           if f["Key"].startswith("tag:")}
-            answer = {"InstanceInformationList": [
-                {"InstanceId": i, "ResourceType": "ManagedInstance", "PingStatus": "ConnectionLost"}
-                for i, tags in self.instances.items()
-                if all(tags.get(k) in values for k, values in tag_filters.items())
-            ]}
+            tag_filters = {
+                f["Key"][len("tag:") :]: f["Values"] for f in params.get("Filters", []) if f["Key"].startswith("tag:")
+            }
+            answer = {
+                "InstanceInformationList": [
+                    {"InstanceId": i, "ResourceType": "ManagedInstance", "PingStatus": "ConnectionLost"}
+                    for i, tags in self.instances.items()
+                    if all(tags.get(k) in values for k, values in tag_filters.items())
+                ]
+            }
         elif model.name == "ListTagsForResource":
             tags = self.instances[params["ResourceId"]]
             answer = {"TagList": [{"Key": k, "Value": v} for k, v in tags.items()]}
@@ -297,14 +340,23 @@ class FakeSageMakerApi:
         status, _tags = self.jobs[job]
         now = datetime.now(timezone.utc)
         return {
-            "TrainingJobName": job, "TrainingJobArn": self.arn(job), "TrainingJobStatus": status,
+            "TrainingJobName": job,
+            "TrainingJobArn": self.arn(job),
+            "TrainingJobStatus": status,
             "SecondaryStatus": "Training" if status == "InProgress" else status,
             "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
-            "RoleArn": ROLE, "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/{job}/model.tar.gz"},
+            "RoleArn": ROLE,
+            "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/{job}/model.tar.gz"},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": now,
-            "InputDataConfig": [{"ChannelName": "remote_debug", "InputMode": "File", "DataSource": {
-                "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": self.channel(job)}}}],
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+            "CreationTime": now,
+            "InputDataConfig": [
+                {
+                    "ChannelName": "remote_debug",
+                    "InputMode": "File",
+                    "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": self.channel(job)}},
+                }
+            ],
         }
 
     def _answer(self, model: Any, **_: Any) -> Any:
@@ -322,32 +374,50 @@ class FakeSageMakerApi:
             answer = {"Tags": [{"Key": k, "Value": v} for k, v in self.jobs[job][1].items()]}
         elif model.name == "ListTrainingJobs":
             now = datetime.now(timezone.utc)
-            answer = {"TrainingJobSummaries": [
-                {"TrainingJobName": j, "TrainingJobArn": self.arn(j), "CreationTime": now, "TrainingJobStatus": s}
-                for j, (s, _tags) in self.jobs.items()
-            ]}
+            answer = {
+                "TrainingJobSummaries": [
+                    {"TrainingJobName": j, "TrainingJobArn": self.arn(j), "CreationTime": now, "TrainingJobStatus": s}
+                    for j, (s, _tags) in self.jobs.items()
+                ]
+            }
         else:
             raise AssertionError(f"unexpected SageMaker call {model.name}")
         validate_parameters(answer, model.output_shape)
         return AWSResponse("https://sagemaker.local", 200, {}, None), answer
 
 
-def _activation(job: str, owner: str, registered: int, *, limit: int = 2, age: timedelta = timedelta(minutes=20),
-                activation_id: str = ACTIVATION_ID) -> dict[str, Any]:
+def _activation(
+    job: str,
+    owner: str,
+    registered: int,
+    *,
+    limit: int = 2,
+    age: timedelta = timedelta(minutes=20),
+    activation_id: str = ACTIVATION_ID,
+) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
     return {
-        "ActivationId": activation_id, "RegistrationLimit": limit, "Expired": False,
-        "CreatedDate": now - age, "ExpirationDate": now - age + timedelta(hours=2),
-        "Tags": [{"Key": "remote-debug:owner", "Value": owner}, {"Key": "remote-debug:job", "Value": job},
-                 {"Key": "remote-debug:execution-role", "Value": ROLE}],
+        "ActivationId": activation_id,
+        "RegistrationLimit": limit,
+        "Expired": False,
+        "CreatedDate": now - age,
+        "ExpirationDate": now - age + timedelta(hours=2),
+        "Tags": [
+            {"Key": "remote-debug:owner", "Value": owner},
+            {"Key": "remote-debug:job", "Value": job},
+            {"Key": "remote-debug:execution-role", "Value": ROLE},
+        ],
         # botocore's model: RegistrationsCount is at least 1, i.e. absent before the first registration
         **({"RegistrationsCount": registered} if registered else {}),
     }
 
 
 def _job_tags(owner: str, activation_id: str) -> dict[str, str]:
-    return {"remote-debug:owner": owner, "remote-debug:transport": "hybrid",
-            "remote-debug:ssm-activation": activation_id}
+    return {
+        "remote-debug:owner": owner,
+        "remote-debug:transport": "hybrid",
+        "remote-debug:ssm-activation": activation_id,
+    }
 
 
 @pytest.fixture
@@ -441,25 +511,36 @@ def test_the_activation_expires_hours_after_enable_not_after_the_jobs_runtime(
             self.stub = Stubber(self.ssm)
             self.stub.add_response("create_activation", {"ActivationId": ACTIVATION_ID, "ActivationCode": CODE})
             self.stub.add_response("get_service_setting", {"ServiceSetting": {"SettingValue": "advanced"}})
-            self.ssm.meta.events.register("provide-client-params.ssm.CreateActivation",
-                                          lambda params, **_: sent.append(dict(params)))
+            self.ssm.meta.events.register(
+                "provide-client-params.ssm.CreateActivation", lambda params, **_: sent.append(dict(params))
+            )
             self.stub.activate()
 
         def client(self, name: str, **kwargs: Any) -> Any:
             return self.ssm if name == "ssm" else cloud.client(name, **kwargs)
 
     request = {
-        "TrainingJobName": "long-job", "RoleArn": ROLE,
-        "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File",
-                                   "ContainerEntrypoint": ["python3", "train.py"]},
+        "TrainingJobName": "long-job",
+        "RoleArn": ROLE,
+        "AlgorithmSpecification": {
+            "TrainingImage": IMAGE,
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": ["python3", "train.py"],
+        },
         "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/out"},
         "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4, "VolumeSizeInGB": 500},
         "StoppingCondition": {"MaxRuntimeInSeconds": 5 * 86400},  # a five-day job
     }
     before = datetime.now(timezone.utc)
-    out = remote_debug.enable(request, transport="hybrid", hybrid_role=MI_ROLE, owner="alice",
-                              package_uri=f"s3://{BUCKET}/long-job/remote-debug", boto_session=Session(),
-                              key_dir=tmp_path)
+    out = remote_debug.enable(
+        request,
+        transport="hybrid",
+        hybrid_role=MI_ROLE,
+        owner="alice",
+        package_uri=f"s3://{BUCKET}/long-job/remote-debug",
+        boto_session=Session(),
+        key_dir=tmp_path,
+    )
     assert ha.tag_value(out["Tags"], "remote-debug:ssm-activation") == ACTIVATION_ID
     [params] = sent
     lifetime = params["ExpirationDate"] - before
@@ -493,8 +574,11 @@ def allowed(policy: dict[str, Any], action: str, resource: str, context: dict[st
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         if action not in actions or not any(fnmatch.fnmatchcase(resource, r) for r in resources):
             continue
-        if all(_condition_holds(op, key, value, context)
-               for op, keys in statement.get("Condition", {}).items() for key, value in keys.items()):
+        if all(
+            _condition_holds(op, key, value, context)
+            for op, keys in statement.get("Condition", {}).items()
+            for key, value in keys.items()
+        ):
             return True
     return False
 
@@ -503,7 +587,8 @@ def test_the_execution_role_deregisters_only_instances_of_jobs_running_as_itself
     policy = json.loads((TEMPLATES / "hybrid-execution-role-policy.json").read_text())
     [statement] = [s for s in policy["Statement"] if "ssm:DeregisterManagedInstance" in json.dumps(s["Action"])]
     assert statement["Condition"]["StringEquals"] == {
-        "ssm:resourceTag/remote-debug:execution-role": "${aws:PrincipalArn}"}
+        "ssm:resourceTag/remote-debug:execution-role": "${aws:PrincipalArn}"
+    }
     # the key is the tag enable() puts on the activation (and SSM on its instances), with the job's RoleArn
     assert ha.TAG_ROLE == "remote-debug:execution-role" and ha.execution_role_tag({"RoleArn": ROLE}) == ROLE
 
@@ -513,11 +598,21 @@ def test_the_execution_role_deregisters_only_instances_of_jobs_running_as_itself
     def tagged(**tags: str) -> dict[str, str]:
         return {**job, **{f"ssm:resourceTag/{k.replace('_', '-').replace('--', ':')}": v for k, v in tags.items()}}
 
-    own = tagged(**{"remote_debug--owner": "AROAEXAMPLE:alice", "remote_debug--job": "job-a",
-                    "remote_debug--execution_role": ROLE})
+    own = tagged(
+        **{
+            "remote_debug--owner": "AROAEXAMPLE:alice",
+            "remote_debug--job": "job-a",
+            "remote_debug--execution_role": ROLE,
+        }
+    )
     assert allowed(policy, "ssm:DeregisterManagedInstance", instance, own)
-    other_team = tagged(**{"remote_debug--owner": "AROAEXAMPLE:bob", "remote_debug--job": "job-b",
-                           "remote_debug--execution_role": OTHER_ROLE})
+    other_team = tagged(
+        **{
+            "remote_debug--owner": "AROAEXAMPLE:bob",
+            "remote_debug--job": "job-b",
+            "remote_debug--execution_role": OTHER_ROLE,
+        }
+    )
     assert not allowed(policy, "ssm:DeregisterManagedInstance", instance, other_team)
     on_premises = tagged(Environment="Production")  # somebody's server registered with SSM
     assert not allowed(policy, "ssm:DeregisterManagedInstance", instance, on_premises)
@@ -548,18 +643,30 @@ def account(cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeS
     ssm, s3, sagemaker = cloud.client("ssm"), cloud.client("s3"), cloud.client("sagemaker")
     api = FakeSsmApi(ssm)
     jobs = {
-        "job-a": ("Failed", _job_tags(me, _ids(1))), "job-b": ("InProgress", _job_tags(me, _ids(2))),
-        "job-c": ("InProgress", _job_tags(me, _ids(3))), "job-g": ("Completed", _job_tags(me, _ids(7))),
+        "job-a": ("Failed", _job_tags(me, _ids(1))),
+        "job-b": ("InProgress", _job_tags(me, _ids(2))),
+        "job-c": ("InProgress", _job_tags(me, _ids(3))),
+        "job-g": ("Completed", _job_tags(me, _ids(7))),
         "job-d": ("Failed", _job_tags(bob, _ids(4))),
     }
     FakeSageMakerApi(sagemaker, jobs, lambda j: f"s3://{BUCKET}/{j}/remote-debug")
-    for n, job, owner, registered, age in ((1, "job-a", me, 1, 20), (2, "job-b", me, 1, 20), (3, "job-c", me, 2, 20),
-                                           (4, "job-d", bob, 1, 20), (5, "job-e", me, 0, 180),
-                                           (6, "job-f", me, 0, 5)):
-        api.activations[_ids(n)] = _activation(job, owner, registered, age=timedelta(minutes=age),
-                                               activation_id=_ids(n))
-    for mi, job, owner in (("mi-0000000000000000a", "job-a", me), ("mi-0000000000000000b", "job-b", me),
-                           ("mi-0000000000000000c", "job-c", me), ("mi-0000000000000000d", "job-d", bob)):
+    for n, job, owner, registered, age in (
+        (1, "job-a", me, 1, 20),
+        (2, "job-b", me, 1, 20),
+        (3, "job-c", me, 2, 20),
+        (4, "job-d", bob, 1, 20),
+        (5, "job-e", me, 0, 180),
+        (6, "job-f", me, 0, 5),
+    ):
+        api.activations[_ids(n)] = _activation(
+            job, owner, registered, age=timedelta(minutes=age), activation_id=_ids(n)
+        )
+    for mi, job, owner in (
+        ("mi-0000000000000000a", "job-a", me),
+        ("mi-0000000000000000b", "job-b", me),
+        ("mi-0000000000000000c", "job-c", me),
+        ("mi-0000000000000000d", "job-d", bob),
+    ):
         api.instances[mi] = {"remote-debug:owner": owner, "remote-debug:job": job}
     for job in ("job-a", "job-b", "job-c", "job-g", "job-d"):
         _put_channel(s3, job)
@@ -600,7 +707,7 @@ def test_cleanup_lists_only_without_yes(account: tuple[FakeSsmApi, Any]) -> None
 
 
 def test_cleanup_yes_deletes_them_and_leaves_other_users_and_running_jobs_alone(
-    account: tuple[FakeSsmApi, Any]
+    account: tuple[FakeSsmApi, Any],
 ) -> None:
     api, s3 = account
     code, out, err = run_cli("cleanup", "--yes", "--json")
@@ -613,13 +720,16 @@ def test_cleanup_yes_deletes_them_and_leaves_other_users_and_running_jobs_alone(
     # left: the running jobs' instances and Bob's; gone: the ended job's
     assert sorted(api.instances) == ["mi-0000000000000000b", "mi-0000000000000000c", "mi-0000000000000000d"]
     assert _objects(s3) == [
-        "job-b/remote-debug/ssm-activation.json", "job-b/remote-debug/ssm-activation.txt",
+        "job-b/remote-debug/ssm-activation.json",
+        "job-b/remote-debug/ssm-activation.txt",
         "job-c/remote-debug/ssm-activation.txt",  # the running job's channel stays non-empty
-        "job-d/remote-debug/ssm-activation.json", "job-d/remote-debug/ssm-activation.txt",
+        "job-d/remote-debug/ssm-activation.json",
+        "job-d/remote-debug/ssm-activation.txt",
     ]
     # Bob's job was never even described: his tags said it is not ours
     assert [c for c in api.called("DescribeInstanceInformation")] == [
-        {"Filters": [{"Key": "tag:remote-debug:owner", "Values": [MOTO_USER_ID]}]}]
+        {"Filters": [{"Key": "tag:remote-debug:owner", "Values": [MOTO_USER_ID]}]}
+    ]
     code, out, _ = run_cli("cleanup")  # nothing left to do
     assert code == 0 and "no leftovers of hybrid jobs of" in out
 
@@ -633,12 +743,15 @@ def test_cleanup_reports_a_refused_deletion_and_exits_1(account: tuple[FakeSsmAp
     assert "deleted: activation" in out
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["cleanup", "--days", "0"], "--days"),
-    (["cleanup", "--days", "many"], "--days"),
-    (["cleanup", "--yes", "--bogus"], "--bogus"),
-    (["cleanup", "extra-arg"], "extra-arg"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["cleanup", "--days", "0"], "--days"),
+        (["cleanup", "--days", "many"], "--days"),
+        (["cleanup", "--yes", "--bogus"], "--bogus"),
+        (["cleanup", "extra-arg"], "extra-arg"),
+    ],
+)
 def test_cleanup_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     code, _out, err = run_cli(*args)
     lines = err.strip().splitlines()
@@ -652,4 +765,3 @@ def test_cleanup_without_a_region_is_one_line_and_exit_2(monkeypatch: pytest.Mon
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     code, _out, err = run_cli("cleanup")
     assert code == 2 and err.count("\n") == 1 and "no AWS region" in err
-

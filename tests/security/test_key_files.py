@@ -18,8 +18,9 @@ def _mode(path: Path) -> int:
 
 def _openssh_public_key(key: Path) -> subprocess.CompletedProcess[str]:
     """What OpenSSH makes of the private key (it refuses keys with loose modes)."""
-    return subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+    )
 
 
 def test_a_reused_key_with_loose_modes_is_made_private_again(tmp_path: Path) -> None:

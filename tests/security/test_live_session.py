@@ -36,8 +36,12 @@ JOB = "sec"
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """VS Code mode: rank 0 stopped at the breakpoint, rank 1 attached and running, launch.json written."""
-    with live_session(tmp_path_factory.mktemp("security"), JOB, "vscode",
-                      lambda seen: {("stopped", 0), ("rank-attached", 1), ("launch-json", None)} <= seen) as s:
+    with live_session(
+        tmp_path_factory.mktemp("security"),
+        JOB,
+        "vscode",
+        lambda seen: {("stopped", 0), ("rank-attached", 1), ("launch-json", None)} <= seen,
+    ) as s:
         yield s
 
 
@@ -70,8 +74,10 @@ def test_no_secret_in_any_command_line_or_unexpected_environment(session: Sessio
     # are the user's environment, inherited by what the user runs).
     environ = scan_for_secrets(session.private_key_material(), "environ")
     assert environ.offenders == []
-    print(f"\n[security] secrets: {len(secrets)} strings, {argv.scanned} command lines and "
-          f"{environ.scanned} environments scanned, offenders: {argv.offenders + environ.offenders}")
+    print(
+        f"\n[security] secrets: {len(secrets)} strings, {argv.scanned} command lines and "
+        f"{environ.scanned} environments scanned, offenders: {argv.offenders + environ.offenders}"
+    )
 
 
 # --- 3 + 5. files we wrote ----------------------------------------------------------------------------
@@ -90,8 +96,13 @@ def test_files_we_wrote_are_private_and_hold_no_secrets(session: Session) -> Non
     assert _mode(hook_dir) == 0o700
     for name in ("ssh_host_ed25519_key", "authorized_keys", "sshd_config"):
         assert _mode(hook_dir / name) == 0o600, name
-    written = [paths.ssh_config, paths.job_ssh_config(JOB), paths.job_known_hosts(JOB), user_ssh_config(),
-               session.project / ".vscode" / "launch.json"]
+    written = [
+        paths.ssh_config,
+        paths.job_ssh_config(JOB),
+        paths.job_known_hosts(JOB),
+        user_ssh_config(),
+        session.project / ".vscode" / "launch.json",
+    ]
     for path in written:
         assert path.exists(), path
         assert _mode(path) & 0o022 == 0, (path, oct(_mode(path)))  # nobody else may rewrite them
@@ -106,12 +117,19 @@ def test_files_we_wrote_are_private_and_hold_no_secrets(session: Session) -> Non
     for path in written[:4]:
         values = re.findall(r"(?im)^\s*StrictHostKeyChecking[\s=]+(\S+)", path.read_text())
         assert set(values) <= {"yes"}, (path, values)
-    effective = subprocess.run(["ssh", "-F", str(user_ssh_config()), "-G", f"algo-1.{JOB}"],
-                               capture_output=True, text=True, timeout=30, check=True).stdout
+    effective = subprocess.run(
+        ["ssh", "-F", str(user_ssh_config()), "-G", f"algo-1.{JOB}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     assert "stricthostkeychecking true" in effective
     assert f"userknownhostsfile {paths.job_known_hosts(JOB)}" in effective
-    print(f"\n[security] files: {len(written)} written files + {3 + 2} key/sshd files checked for modes, "
-          f"{len(written)} for {len(secrets)} secret strings")
+    print(
+        f"\n[security] files: {len(written)} written files + {3 + 2} key/sshd files checked for modes, "
+        f"{len(written)} for {len(secrets)} secret strings"
+    )
 
 
 # --- 3. sshd: public key only ----------------------------------------------------------------------------
@@ -145,24 +163,45 @@ def test_sshd_accepts_public_keys_only(session: Session, tmp_path: Path) -> None
     askpass.chmod(0o700)
     env = {**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"}
     attempt = subprocess.run(
-        ["ssh", "-F", str(session.paths.ssh_config), "-o", "PubkeyAuthentication=no", "-o", "IdentitiesOnly=yes",
-         "-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "NumberOfPasswordPrompts=1",
-         "-l", "root", f"algo-1.{JOB}", "true"],
-        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+        [
+            "ssh",
+            "-F",
+            str(session.paths.ssh_config),
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+            "-o",
+            "NumberOfPasswordPrompts=1",
+            "-l",
+            "root",
+            f"algo-1.{JOB}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
     assert attempt.returncode == 255
     assert "Permission denied (publickey)" in attempt.stderr, attempt.stderr
     assert not asked.exists()
-    print(f"\n[security] sshd -T: {len(expected)} settings checked; password login: rc {attempt.returncode}, "
-          f"{attempt.stderr.strip().splitlines()[-1]!r}")
+    print(
+        f"\n[security] sshd -T: {len(expected)} settings checked; password login: rc {attempt.returncode}, "
+        f"{attempt.stderr.strip().splitlines()[-1]!r}"
+    )
 
 
 # --- 2. host key change (last: it leaves the node with an untrusted key) ----------------------------------
 
 
 def _presented_key(port: int) -> str:
-    proc = subprocess.run(["ssh-keyscan", "-t", "ed25519", "-p", str(port), "127.0.0.1"],
-                          capture_output=True, text=True, timeout=15)
+    proc = subprocess.run(
+        ["ssh-keyscan", "-t", "ed25519", "-p", str(port), "127.0.0.1"], capture_output=True, text=True, timeout=15
+    )
     fields = proc.stdout.split()
     return " ".join(fields[1:3]) if len(fields) >= 3 else ""
 
@@ -174,8 +213,13 @@ def test_a_node_whose_host_key_changed_is_refused_and_not_repinned(session: Sess
     watched = [known_hosts, paths.job_ssh_config(JOB), paths.ssh_config, user_ssh_config()]
     before = {p: p.read_bytes() for p in watched}
     assert _presented_key(m.sshd_port) == m.host_public_key
-    ok = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", f"algo-1.{JOB}", "echo", "in-job"],
-                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    ok = subprocess.run(
+        ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", f"algo-1.{JOB}", "echo", "in-job"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert ok.returncode == 0 and ok.stdout.strip() == "in-job", ok.stderr  # the pinned key works
 
     # The node's sshd restarts with a new host key (same port, same alias): what an impostor, or a
@@ -190,8 +234,13 @@ def test_a_node_whose_host_key_changed_is_refused_and_not_repinned(session: Sess
     wait_for(lambda: _presented_key(m.sshd_port) == new_key, 20, "sshd to present the new host key")
 
     # Real OpenSSH through our generated entry: refused, loudly.
-    ssh = subprocess.run(["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", f"algo-1.{JOB}", "true"],
-                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    ssh = subprocess.run(
+        ["ssh", "-F", str(paths.ssh_config), "-o", "BatchMode=yes", f"algo-1.{JOB}", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert ssh.returncode == 255
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in ssh.stderr and "verification failed" in ssh.stderr
 
@@ -206,13 +255,20 @@ def test_a_node_whose_host_key_changed_is_refused_and_not_repinned(session: Sess
 
     # A second attach run (the manifest still says the old key): refused the same way, nothing written.
     with pytest.raises(UserError, match="does not match the key the job published"):
-        Attacher(session.job.backend, JOB, AttachOptions(workspace=session.project, write_launch_json=False,
-                                                         ready_timeout=20), lambda e: None, paths).run()
+        Attacher(
+            session.job.backend,
+            JOB,
+            AttachOptions(workspace=session.project, write_launch_json=False, ready_timeout=20),
+            lambda e: None,
+            paths,
+        ).run()
 
     # Nothing was re-pinned: our files are byte for byte what they were, and OpenSSH wrote no
     # known_hosts of its own under this HOME.
     assert {p: p.read_bytes() for p in watched} == before
     assert new_key.split()[1] not in known_hosts.read_text()
     assert not (session.home / ".ssh" / "known_hosts").exists()
-    print(f"\n[security] host key change: ssh rc {ssh.returncode}, tunnel + re-attach refused, "
-          f"{len(watched)} files unchanged")
+    print(
+        f"\n[security] host key change: ssh rc {ssh.returncode}, tunnel + re-attach refused, "
+        f"{len(watched)} files unchanged"
+    )

@@ -20,15 +20,30 @@ BINARY_SUFFIXES = (".png", ".jpg", ".gif", ".vsix", ".whl", ".gz", ".zip", ".ico
 
 
 def _shipped_files() -> list[str]:
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
-    return [p for p in listed if not p.startswith(("tests/", "vscode-extension/test/")) and
-            not p.endswith(BINARY_SUFFIXES) and (REPO / p).is_file()]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.splitlines()
+    return [
+        p
+        for p in listed
+        if not p.startswith(("tests/", "vscode-extension/test/"))
+        and not p.endswith(BINARY_SUFFIXES)
+        and (REPO / p).is_file()
+    ]
 
 
 def test_nothing_we_ship_disables_host_key_checking() -> None:
-    for sample in ("ssh -o StrictHostKeyChecking=no", "    StrictHostKeyChecking accept-new",
-                   "['-o', 'UserKnownHostsFile=/dev/null']", "client.set_missing_host_key_policy(AutoAddPolicy())"):
+    for sample in (
+        "ssh -o StrictHostKeyChecking=no",
+        "    StrictHostKeyChecking accept-new",
+        "['-o', 'UserKnownHostsFile=/dev/null']",
+        "client.set_missing_host_key_policy(AutoAddPolicy())",
+    ):
         assert FORBIDDEN.search(sample), sample
     files = _shipped_files()
     assert len(files) > 50 and "remote_debug/laptop/connection/ssh_config.py" in files

@@ -90,8 +90,9 @@ HOLD = textwrap.dedent(
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """Rank 0 stopped at the breakpoint, rank 1 attached and running."""
-    with live_session(tmp_path_factory.mktemp("others"), JOB, "vscode",
-                      lambda seen: {("stopped", 0), ("rank-attached", 1)} <= seen) as s:
+    with live_session(
+        tmp_path_factory.mktemp("others"), JOB, "vscode", lambda seen: {("stopped", 0), ("rank-attached", 1)} <= seen
+    ) as s:
         yield s
 
 
@@ -103,25 +104,40 @@ def _forwards(session: Session) -> dict[int, int]:
 @needs_second_user
 def test_another_user_reaches_no_debugger_and_no_control_channel(session: Session) -> None:
     m = session.manifest()
-    ports = {"rank debug port": [r.port for r in m.ranks], "rank control port": [r.control_port for r in m.ranks],
-             "attach forward": list(_forwards(session).values())}
+    ports = {
+        "rank debug port": [r.port for r in m.ranks],
+        "rank control port": [r.control_port for r in m.ranks],
+        "attach forward": list(_forwards(session).values()),
+    }
     every = [p for group in ports.values() for p in group]
     assert len(every) == 6 and all(every), ports
-    result = subprocess.run(python_as_nobody(PROBE), input=json.dumps({"ports": every, "wait": 3}), capture_output=True,
-                            text=True, timeout=120, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    result = subprocess.run(
+        python_as_nobody(PROBE),
+        input=json.dumps({"ports": every, "wait": 3}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["uid"] == nobody().pw_uid
-    answered = {port: outcome for port, outcome in report["ports"].items()
-                if any(text and not text.startswith("closed") for text in outcome.values())}
+    answered = {
+        port: outcome
+        for port, outcome in report["ports"].items()
+        if any(text and not text.startswith("closed") for text in outcome.values())
+    }
     # Every connection was closed without one byte of answer: no DAP response, no control reply.
     assert answered == {}, answered
     # ...and each refusal was told: the attach's forwards as a warning event, the ranks in their log
     refused = [e for e in session.events if e["event"] == "warning" and e.get("code") == "connection-refused"]
     assert len(refused) >= 2 * len(ports["attach forward"])
     assert all("belongs to uid" in e["message"] for e in refused)
-    print(f"\n[security] as nobody: {len(every)} ports x 2 protocols -> {len(every) * 2} connections, "
-          f"0 answered; {len(refused)} refusals reported by the attach")
+    print(
+        f"\n[security] as nobody: {len(every)} ports x 2 protocols -> {len(every) * 2} connections, "
+        f"0 answered; {len(refused)} refusals reported by the attach"
+    )
 
 
 @needs_second_user
@@ -135,8 +151,13 @@ def test_another_user_holding_a_forward_does_not_lock_the_ide_out(session: Sessi
     with echo_server() as echo:
         try:
             local = tunnel.forward(echo.port, exclusive="the echo of job others")
-            holder = subprocess.Popen(python_as_nobody(HOLD, str(local)), stdout=subprocess.PIPE, text=True,
-                                      env={"PATH": "/usr/bin:/bin"}, cwd="/")
+            holder = subprocess.Popen(
+                python_as_nobody(HOLD, str(local)),
+                stdout=subprocess.PIPE,
+                text=True,
+                env={"PATH": "/usr/bin:/bin"},
+                cwd="/",
+            )
             try:
                 assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
                 wait_for(lambda: refused, 10, "the stranger's connection to be refused")

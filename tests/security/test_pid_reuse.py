@@ -35,8 +35,13 @@ JOB = "reused"
 
 def run_cli(*args: str) -> tuple[int, str, str]:
     """``remote-debug ARGS`` as the user runs it (this process's environment: HOME, REMOTE_DEBUG_HOME)."""
-    proc = subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=180,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -69,8 +74,16 @@ def dead_supervisor_job(paths: StatePaths, dead: osutil.ProcessRecord, stranger_
     job_dir = paths.job_dir(JOB)
     job_dir.mkdir(parents=True)
     # created just now: describe() trusts the pid file for 5 s, so stop() itself decides what to signal
-    state = {"name": JOB, "backend": "local", "status": "InProgress", "secondary_status": "Training",
-             "nodes": [], "nproc_per_node": 1, "created": time.time(), "netns": []}
+    state = {
+        "name": JOB,
+        "backend": "local",
+        "status": "InProgress",
+        "secondary_status": "Training",
+        "nodes": [],
+        "nproc_per_node": 1,
+        "created": time.time(),
+        "netns": [],
+    }
     (job_dir / "job.json").write_text(json.dumps(state))
     (job_dir / SUPERVISOR_START).write_text(f"{dead.start}\n")  # as record_supervisor wrote it
     (job_dir / SUPERVISOR_PID).write_text(f"{stranger_pid}\n")  # the pid, reused by another process
@@ -113,9 +126,16 @@ def test_an_adopted_jobs_supervisor_neither_watches_nor_stops_a_reused_root_pid(
     and a ``stop`` signals nobody.  (``dead_supervisor`` plays the dead root: a process recorded, then gone.)"""
     job_dir = tmp_path / "adopted-job"
     job_dir.mkdir()
-    state = {"name": "adopted-job", "backend": "local", "status": "InProgress", "secondary_status": "Training",
-             "nodes": ["algo-1"], "node_plans": {}, "stop_grace_seconds": 1,
-             "adopted": {"roots": {"algo-1": stranger.pid}, "root_starts": {"algo-1": dead_supervisor.start}}}
+    state = {
+        "name": "adopted-job",
+        "backend": "local",
+        "status": "InProgress",
+        "secondary_status": "Training",
+        "nodes": ["algo-1"],
+        "node_plans": {},
+        "stop_grace_seconds": 1,
+        "adopted": {"roots": {"algo-1": stranger.pid}, "root_starts": {"algo-1": dead_supervisor.start}},
+    }
     (job_dir / "job.json").write_text(json.dumps(state))
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "remote_debug.laptop.machine.adopted_supervisor", str(job_dir)]

@@ -54,8 +54,9 @@ def test_a_rank_is_not_handed_to_another_users_program_on_the_ide_port() -> None
         assert fake.stdout is not None
         port = int(fake.stdout.readline())
         bridge = IdeBridge(port, ide_root="/ws", emit=lambda e: events.append(e.to_json()))
-        serving = threading.Thread(target=bridge.handler_for(0, "algo-1", 40001),
-                                   args=(cast(paramiko.Channel, bridge_side), ("127.0.0.1", 0)))
+        serving = threading.Thread(
+            target=bridge.handler_for(0, "algo-1", 40001), args=(cast(paramiko.Channel, bridge_side), ("127.0.0.1", 0))
+        )
         serving.start()
         rank_side.settimeout(10)
         hello = Hello.decode(rank_side.makefile("rb").readline())

@@ -22,8 +22,9 @@ pytestmark = [
 def test_pycharm_session_listeners_and_command_lines(tmp_path_factory: pytest.TempPathFactory) -> None:
     ready = {("rank-connected", 0), ("rank-connected", 1)}
     # PyCharm ranks connect out during their wait window (they cannot be started later on demand)
-    with live_session(tmp_path_factory.mktemp("security-pycharm"), "sec-pyc", "pycharm", ready.issubset,
-                      wait_seconds=60) as s:
+    with live_session(
+        tmp_path_factory.mktemp("security-pycharm"), "sec-pyc", "pycharm", ready.issubset, wait_seconds=60
+    ) as s:
         ports = scan_listeners(s)
         m = s.manifest()
         assert ports.get(m.sshd_port) == "sshd"
@@ -41,5 +42,7 @@ def test_pycharm_session_listeners_and_command_lines(tmp_path_factory: pytest.Te
         written += [s.paths.ssh_config, s.paths.job_ssh_config(s.name), s.paths.job_known_hosts(s.name)]
         leaks = [p for p in written if "PRIVATE KEY" in p.read_text() or any(x in p.read_text() for x in s.secrets())]
         assert leaks == []
-        print(f"[security] sec-pyc secrets: {argv.scanned} command lines and {len(written)} files scanned, "
-              f"offenders: {argv.offenders + leaks}")
+        print(
+            f"[security] sec-pyc secrets: {argv.scanned} command lines and {len(written)} files scanned, "
+            f"offenders: {argv.offenders + leaks}"
+        )

@@ -133,20 +133,31 @@ class World:
         env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "SSH_AUTH_SOCK", "SSH_AGENT_PID")}
         return {**env, "SSH_AUTH_SOCK": str(self.agent_sock)}
 
-    def ssh(self, *args: str, command: str | None = PROBE, timeout: float = 60,
-            input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def ssh(
+        self, *args: str, command: str | None = PROBE, timeout: float = 60, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         assert SSH is not None
         argv = [SSH, "-F", str(self.user_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", *args, ALIAS]
         argv += [command] if command is not None else []
-        return subprocess.run(argv, capture_output=True, timeout=timeout, env=self.env(), input=input,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=timeout,
+            env=self.env(),
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
 
 
 def _start_agent(directory: Path) -> subprocess.Popen[bytes]:
     """``ssh-agent -D`` (foreground: its pid is the Popen's, stopped by that pid)."""
     sock = directory / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(sock)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: sock.exists() or agent.poll() is not None, 10, "ssh-agent's socket")
         assert agent.poll() is None, "ssh-agent exited"
@@ -190,9 +201,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         assert listed.returncode == 0, listed.stderr  # the agent is live and holds the key
         # the job's own sshd, exactly as the hook starts it (its config: container/sshd.render_config)
         server = job_sshd.start_sshd(root / "sshd-state", client_public)
-        entry = HostEntry(job=JOB, node="algo-1", user=server.user, port=server.port,
-                          host_public_key=server.host_public_key, identity_file=client_key,
-                          proxy_command=f'"{sys.executable}" "{relay}" 127.0.0.1 %p')
+        entry = HostEntry(
+            job=JOB,
+            node="algo-1",
+            user=server.user,
+            port=server.port,
+            host_public_key=server.host_public_key,
+            identity_file=client_key,
+            proxy_command=f'"{sys.executable}" "{relay}" 127.0.0.1 %p',
+        )
         ssh_config.write_job_entries(paths, JOB, [entry])
         ssh_config.ensure_include(paths, user_config)  # the product's path: Include on line 1
         assert user_config.read_text().startswith(ssh_config.include_line(paths) + "\n")
@@ -205,8 +222,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def ssh_g(config: Path, alias: str) -> dict[str, str]:
     assert SSH is not None
-    out = subprocess.run([SSH, "-G", "-F", str(config), alias], capture_output=True, text=True, check=True,
-                         timeout=30, stdin=subprocess.DEVNULL).stdout
+    out = subprocess.run(
+        [SSH, "-G", "-F", str(config), alias],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    ).stdout
     return {k: v for k, _, v in (line.partition(" ") for line in out.splitlines())}
 
 
@@ -245,20 +268,36 @@ def test_a_hostile_user_config_forwards_no_agent_and_runs_no_local_command(world
 def test_sshd_T_shows_the_job_sshd_refuses_agent_x11_streamlocal_tunnels_and_rc(tmp_path: Path) -> None:
     """Attack surface on the job: what sshd would grant to any client that asks (``sshd -T``)."""
     state = job_sshd.prepare_state_dir(tmp_path / "state")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(state / job_sshd.HOST_KEY_NAME)],
-                   check=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(state / job_sshd.HOST_KEY_NAME)],
+        check=True,
+        timeout=30,
+    )
     config = state / "sshd_config"
     config.write_text(job_sshd.render_config(state, free_port(), getpass.getuser()))
     os.makedirs(job_sshd.PRIVSEP_DIR, exist_ok=True)
     out = subprocess.run([SSHD, "-T", "-f", str(config)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     effective = {k: v for k, _, v in (line.partition(" ") for line in out.stdout.splitlines())}
-    assert {k: effective[k] for k in (
-        "allowagentforwarding", "allowstreamlocalforwarding", "x11forwarding", "permittunnel", "permituserrc",
-        "gatewayports", "permituserenvironment",
-    )} == {
-        "allowagentforwarding": "no", "allowstreamlocalforwarding": "no", "x11forwarding": "no",
-        "permittunnel": "no", "permituserrc": "no", "gatewayports": "no", "permituserenvironment": "no",
+    assert {
+        k: effective[k]
+        for k in (
+            "allowagentforwarding",
+            "allowstreamlocalforwarding",
+            "x11forwarding",
+            "permittunnel",
+            "permituserrc",
+            "gatewayports",
+            "permituserenvironment",
+        )
+    } == {
+        "allowagentforwarding": "no",
+        "allowstreamlocalforwarding": "no",
+        "x11forwarding": "no",
+        "permittunnel": "no",
+        "permituserrc": "no",
+        "gatewayports": "no",
+        "permituserenvironment": "no",
     }
     # what the product needs stays on: TCP forwards both ways, sftp for the editors
     assert effective["allowtcpforwarding"] == "yes" and effective["subsystem"].startswith("sftp internal-sftp")
@@ -281,10 +320,32 @@ def test_forced_ssh_A_leaves_no_agent_in_the_job(world: World, tmp_path: Path) -
         known.write_text(f"control {stock.host_key_line}\n")  # pinned like ours
         assert SSH is not None
         control = subprocess.run(
-            [SSH, "-F", "/dev/null", "-A", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known}", "-o", "HostKeyAlias=control",
-             "-p", str(stock.port), f"{getpass.getuser()}@127.0.0.1", PROBE],
-            capture_output=True, timeout=60, env=world.env(), stdin=subprocess.DEVNULL,
+            [
+                SSH,
+                "-F",
+                "/dev/null",
+                "-A",
+                "-i",
+                str(key),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"UserKnownHostsFile={known}",
+                "-o",
+                "HostKeyAlias=control",
+                "-p",
+                str(stock.port),
+                f"{getpass.getuser()}@127.0.0.1",
+                PROBE,
+            ],
+            capture_output=True,
+            timeout=60,
+            env=world.env(),
+            stdin=subprocess.DEVNULL,
         )
     assert control.returncode == 0, control.stderr
     seen = probe(control)
@@ -323,10 +384,21 @@ def _roundtrip(s: socket.socket, data: bytes) -> bytes:
 
 def _background(world: World, *args: str) -> subprocess.Popen[bytes]:
     assert SSH is not None
-    argv = [SSH, "-F", str(world.user_config), "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N",
-            *args, ALIAS]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=world.env())
+    argv = [
+        SSH,
+        "-F",
+        str(world.user_config),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-N",
+        *args,
+        ALIAS,
+    ]
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=world.env()
+    )
 
 
 def _listening(proc: subprocess.Popen[bytes], port: int) -> list[str]:
@@ -365,8 +437,13 @@ def test_stdio_and_reverse_forwards_and_file_copies_work(world: World) -> None:
         script = world.root / "reverse_probe.py"
         script.write_text(REVERSE_PROBE)
         rport = free_port()
-        r = world.ssh("-o", "ExitOnForwardFailure=yes", "-R", f"0.0.0.0:{rport}:127.0.0.1:{echo.port}",
-                      command=f'"{sys.executable}" "{script}" {rport}')
+        r = world.ssh(
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-R",
+            f"0.0.0.0:{rport}:127.0.0.1:{echo.port}",
+            command=f'"{sys.executable}" "{script}" {rport}',
+        )
         assert r.returncode == 0, r.stderr
         lines = r.stdout.decode().splitlines()
         assert lines[0] == "through -R"
@@ -383,8 +460,16 @@ def test_stdio_and_reverse_forwards_and_file_copies_work(world: World) -> None:
     for argv in (
         ["sftp", "-F", str(world.user_config), "-o", "BatchMode=yes", "-b", str(batch), ALIAS],
         ["scp", "-F", str(world.user_config), "-o", "BatchMode=yes", str(src), f"{ALIAS}:{world.root / 'via-scp.bin'}"],
-        ["scp", "-O", "-F", str(world.user_config), "-o", "BatchMode=yes", str(src),
-         f"{ALIAS}:{world.root / 'via-scp-O.bin'}"],
+        [
+            "scp",
+            "-O",
+            "-F",
+            str(world.user_config),
+            "-o",
+            "BatchMode=yes",
+            str(src),
+            f"{ALIAS}:{world.root / 'via-scp-O.bin'}",
+        ],
     ):
         done = subprocess.run(argv, capture_output=True, timeout=60, env=world.env(), stdin=subprocess.DEVNULL)
         assert done.returncode == 0, (argv[:2], done.stderr)
@@ -417,8 +502,14 @@ def _relay_direct(tmp_path: Path, bastion: str) -> tuple[int, list[str]]:
         f"exec '{SSH}' -F '{user_config}' -o BatchMode=yes -o ConnectTimeout=3 \"$@\"\n"
     )
     fake.chmod(0o755)
-    hint = JobHint(job="direct-job", region="us-east-1", profile=None, transport=spec.Transport.DIRECT,
-                   bastion=bastion, nodes={"algo-1": {"sshd_host": "10.0.3.7", "sshd_port": 2222}})
+    hint = JobHint(
+        job="direct-job",
+        region="us-east-1",
+        profile=None,
+        transport=spec.Transport.DIRECT,
+        bastion=bastion,
+        nodes={"algo-1": {"sshd_host": "10.0.3.7", "sshd_port": 2222}},
+    )
     backend = SageMakerBackend(StatePaths(tmp_path / "state"), clients=lambda service: None)
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{fake.parent}{os.pathsep}{old_path}"
@@ -430,8 +521,16 @@ def _relay_direct(tmp_path: Path, bastion: str) -> tuple[int, list[str]]:
     return code, argv_file.read_text().splitlines() if argv_file.exists() else []
 
 
-@pytest.mark.parametrize("payload", ["-oProxyCommand=touch {marker}", "$(touch {marker})", "x;touch {marker}",
-                                     "`touch {marker}`@bastion", "-oLocalCommand=touch {marker}"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "-oProxyCommand=touch {marker}",
+        "$(touch {marker})",
+        "x;touch {marker}",
+        "`touch {marker}`@bastion",
+        "-oLocalCommand=touch {marker}",
+    ],
+)
 def test_a_hostile_bastion_is_refused_at_input_and_nothing_runs(tmp_path: Path, payload: str) -> None:
     """Attack: the job tag ``remote-debug:bastion`` (or REMOTE_DEBUG_BASTION) holds an ssh option or a
     shell payload.  Refused before any ssh runs (one-line UserError -> exit 2)."""
@@ -444,8 +543,9 @@ def test_a_hostile_bastion_is_refused_at_input_and_nothing_runs(tmp_path: Path, 
     assert not marker.exists()
 
 
-def test_even_past_the_input_check_the_double_dash_keeps_a_bastion_inert(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_even_past_the_input_check_the_double_dash_keeps_a_bastion_inert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Defence in depth: with the input check switched off, the real ssh gets the hostile value after
     ``--``, as a host name (which it then rejects), never as an option: the payload does not run."""
     monkeypatch.setattr(sagemaker, "_BASTION_RE", re.compile(r".*", re.DOTALL))

@@ -85,12 +85,18 @@ def job_node(home: Path, tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]
     server = job_sshd.start_sshd(tmp_path / "sshd-state", public)
     supervisor = subprocess.Popen(["sleep", "300"])
     try:
-        make_fake_job(paths, JOB, supervisor.pid, sshd_port=server.port, host_key=server.host_public_key,
-                      user=server.user)
+        make_fake_job(
+            paths, JOB, supervisor.pid, sshd_port=server.port, host_key=server.host_public_key, user=server.user
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_")}
         env["HOME"] = str(home)
-        out = subprocess.run([sys.executable, "-m", "remote_debug", "ssh-config", JOB, "--json"],
-                             capture_output=True, text=True, env=env, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "remote_debug", "ssh-config", JOB, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         yield server.port, env
     finally:
@@ -103,17 +109,21 @@ def test_our_ssh_logs_in_while_another_user_holds_100_idle_connections(
     home: Path, job_node: tuple[int, dict[str, str]]
 ) -> None:
     port, env = job_node
-    flood = subprocess.Popen(python_as_nobody(FLOOD, str(port), str(IDLE)), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    flood = subprocess.Popen(
+        python_as_nobody(FLOOD, str(port), str(IDLE)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert flood.stdout is not None
         held = int(flood.stdout.readline() or 0)
         assert held == IDLE, f"the attacker could hold only {held} connections"
         started = time.monotonic()
         proc = subprocess.run(
-            [SSH or "ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", f"algo-1.{JOB}",
-             "echo reached"],
-            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=LOGIN_BOUND_S + 15,
+            [SSH or "ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", f"algo-1.{JOB}", "echo reached"],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=LOGIN_BOUND_S + 15,
         )
         took = time.monotonic() - started
         assert proc.returncode == 0 and proc.stdout.strip() == "reached", proc.stderr[-500:]
@@ -131,8 +141,7 @@ def test_the_job_sshd_bounds_unauthenticated_connections(tmp_path: Path) -> None
     (state / job_sshd.HOST_KEY_NAME).touch()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(state / "k")], check=True)
     shutil.copy(state / "k", state / job_sshd.HOST_KEY_NAME)
-    shown = subprocess.run([job_sshd.find_sshd(), "-T", "-f", str(config)], capture_output=True, text=True,
-                           timeout=30)
+    shown = subprocess.run([job_sshd.find_sshd(), "-T", "-f", str(config)], capture_output=True, text=True, timeout=30)
     assert shown.returncode == 0, shown.stderr
     settings = dict(line.split(" ", 1) for line in shown.stdout.splitlines() if " " in line)
     assert settings["logingracetime"] == "20" and settings["maxstartups"] == "20:30:200"
@@ -166,10 +175,13 @@ def local_node(home: Path, tmp_path: Path) -> Iterator[tuple[NodeServices, dict[
     paths = StatePaths.default()
     _, public = ensure_job_key(paths, JOB)
     node_env = {
-        **spec.DebugSpec(job_name=JOB, client_public_key=public, job_secret=SECRET,
-                         transport=spec.Transport.LOCAL).to_env(),
-        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"), spec.ENV_STATE_DIR: str(tmp_path / "sshd-state"),
-        "SM_INPUT_CONFIG_DIR": str(tmp_path), "PATH": os.environ["PATH"],
+        **spec.DebugSpec(
+            job_name=JOB, client_public_key=public, job_secret=SECRET, transport=spec.Transport.LOCAL
+        ).to_env(),
+        spec.ENV_MANIFEST_DIR: str(tmp_path / "manifest"),
+        spec.ENV_STATE_DIR: str(tmp_path / "sshd-state"),
+        "SM_INPUT_CONFIG_DIR": str(tmp_path),
+        "PATH": os.environ["PATH"],
     }
     debug_spec = spec.DebugSpec.from_env(node_env)
     assert debug_spec is not None
@@ -178,12 +190,23 @@ def local_node(home: Path, tmp_path: Path) -> Iterator[tuple[NodeServices, dict[
     try:
         services.start()
         assert services.sshd is not None, (tmp_path / "manifest" / "node.json").read_text()
-        make_fake_job(paths, JOB, supervisor.pid, sshd_port=services.sshd.port,
-                      host_key=services.sshd.host_public_key, user=services.sshd.user)
+        make_fake_job(
+            paths,
+            JOB,
+            supervisor.pid,
+            sshd_port=services.sshd.port,
+            host_key=services.sshd.host_public_key,
+            user=services.sshd.user,
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMOTE_DEBUG_")}
         env["HOME"] = str(home)
-        out = subprocess.run([sys.executable, "-m", "remote_debug", "ssh-config", JOB, "--json"],
-                             capture_output=True, text=True, env=env, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "remote_debug", "ssh-config", JOB, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         yield services, env
     finally:
@@ -196,7 +219,11 @@ def _our_ssh(home: Path, env: dict[str, str], timeout: float) -> tuple[subproces
     started = time.monotonic()
     proc = subprocess.run(
         [SSH or "ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", f"algo-1.{JOB}", "echo reached"],
-        capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
     )
     return proc, time.monotonic() - started
 
@@ -229,12 +256,17 @@ def test_another_users_connection_to_a_local_jobs_sshd_is_closed_without_a_greet
 
 
 def test_100_idle_connections_of_another_user_do_not_delay_our_ssh_to_a_local_job(
-    home: Path, local_node: tuple[NodeServices, dict[str, str]],
+    home: Path,
+    local_node: tuple[NodeServices, dict[str, str]],
 ) -> None:
     services, env = local_node
     assert services.sshd is not None
-    flood = subprocess.Popen(python_as_nobody(HOLD, str(services.sshd.port), str(IDLE)), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    flood = subprocess.Popen(
+        python_as_nobody(HOLD, str(services.sshd.port), str(IDLE)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert flood.stdout is not None
         greeted = int(flood.stdout.readline() or -1)
@@ -293,7 +325,7 @@ def test_the_gate_and_its_sshds_die_with_the_hook(tmp_path: Path) -> None:
         import os, signal, sys
         from pathlib import Path
         from remote_debug.container.node.sshd import _children_of, start_sshd
-        s = start_sshd(Path({str(tmp_path / 'state')!r}), {key.with_suffix('.pub').read_text().strip()!r},
+        s = start_sshd(Path({str(tmp_path / "state")!r}), {key.with_suffix(".pub").read_text().strip()!r},
                        uid_gate=True)
         print(s.pid, s.port, flush=True)
         sys.stdin.readline()  # the test has connected
@@ -301,8 +333,13 @@ def test_the_gate_and_its_sshds_die_with_the_hook(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    hook = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[2])
+    hook = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert hook.stdin is not None and hook.stdout is not None
     gate_pid, port = (int(word) for word in hook.stdout.readline().split())
     sshds: list[int] = []

@@ -75,7 +75,10 @@ class Attach:
     def __init__(self, workspace: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "remote_debug", "attach", JOB, "--no-ssh-include", "--workspace", str(workspace)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
             start_new_session=True,
         )
         self.err: list[str] = []
@@ -147,8 +150,9 @@ def play_attacker(old_ports: list[int], workspaces: list[Path]) -> list[str]:
         # the attack is real: nothing of ours holds these ports any more, another user can take them
         assert lines[:-1] == [f"bound {port}" for port in old_ports], lines
         stream = attacker.stdout
-        reader = threading.Thread(target=lambda: lines.extend(line.strip() for line in iter(stream.readline, "")),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: lines.extend(line.strip() for line in iter(stream.readline, "")), daemon=True
+        )
         reader.start()
         for workspace in workspaces:  # the user's next F5, on any configuration there
             for port in configured_ports(workspace):

@@ -39,9 +39,16 @@ JOB = "owned"
 
 def run_cli(*args: str) -> tuple[int, str, str]:
     """``remote-debug ARGS`` as the user runs it (this process's environment: HOME, REMOTE_DEBUG_HOME)."""
-    proc = subprocess.run([sys.executable, "-m", "remote_debug", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "remote_debug", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=180,
+    )
     return proc.returncode, proc.stdout, proc.stderr
+
+
 PLANTED = "Host *\n    ProxyCommand sh -c 'touch /tmp/pwned'\n"
 
 
@@ -77,9 +84,15 @@ def assert_cli_refuses(needle: str) -> None:
 
 
 def entry(paths: StatePaths) -> HostEntry:
-    return HostEntry(job=JOB, node="algo-1", user="root", port=2222,
-                     host_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey", identity_file=paths.job_key(JOB),
-                     proxy_command="remote-debug proxy %h %p")
+    return HostEntry(
+        job=JOB,
+        node="algo-1",
+        user="root",
+        port=2222,
+        host_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey",
+        identity_file=paths.job_key(JOB),
+        proxy_command="remote-debug proxy %h %p",
+    )
 
 
 def test_a_state_dir_owned_by_another_user_is_refused_not_chmodded(

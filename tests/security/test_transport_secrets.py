@@ -72,12 +72,19 @@ SSM_TARGET = "sagemaker-training-job:sec-job_algo-1"
 
 def _aws_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMOTE_DEBUG_"))}
-    env.update({
-        "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
-        "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL_SSM": endpoint, "PYTHONPATH": str(REPO),
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", TOKEN_ENV: str(tmp_path),
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-    })
+    env.update(
+        {
+            "AWS_ACCESS_KEY_ID": AWS_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL_SSM": endpoint,
+            "PYTHONPATH": str(REPO),
+            "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+            TOKEN_ENV: str(tmp_path),
+            "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        }
+    )
     return env
 
 
@@ -103,10 +110,21 @@ def live_ssm_session(tmp_path: Path) -> Iterator[LiveSsm]:
     keys = Keys(AWS_ACCESS_KEY, AWS_SECRET)  # recognisable keys, which the emulator accepts
     with LocalSsm(tmp_path / "emulator", REGION, keys=keys) as local_ssm, echo_server() as node:
         local_ssm.targets.add(SSM_TARGET)
-        env = relay_env(endpoint=local_ssm.url, region=REGION, bin_dir=plugin_bin(tmp_path / "bin"),
-                        token=str(tmp_path), scratch=tmp_path, keys=keys)
-        relay = subprocess.Popen(relay_argv(SSM_TARGET, node.port), env=env, stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, start_new_session=True)
+        env = relay_env(
+            endpoint=local_ssm.url,
+            region=REGION,
+            bin_dir=plugin_bin(tmp_path / "bin"),
+            token=str(tmp_path),
+            scratch=tmp_path,
+            keys=keys,
+        )
+        relay = subprocess.Popen(
+            relay_argv(SSM_TARGET, node.port),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         assert relay.stdin is not None and relay.stdout is not None
         out = bytearray()
         reader = threading.Thread(target=read_all, args=(relay.stdout.fileno(), out), daemon=True)
@@ -114,10 +132,14 @@ def live_ssm_session(tmp_path: Path) -> Iterator[LiveSsm]:
         try:
             relay.stdin.write(b"ping\n")
             relay.stdin.flush()
-            session = wait_for(lambda: local_ssm.channel.started[0] if local_ssm.channel.started else None, 30,
-                               "StartSession")
-            wait_for(lambda: bytes(out) == banner(session.session_id) + b"ping\n" or None, 30,
-                     "ping back through the session")  # the session is live while we scan
+            session = wait_for(
+                lambda: local_ssm.channel.started[0] if local_ssm.channel.started else None, 30, "StartSession"
+            )
+            wait_for(
+                lambda: bytes(out) == banner(session.session_id) + b"ping\n" or None,
+                30,
+                "ping back through the session",
+            )  # the session is live while we scan
             [plugin] = plugin_pids(relay.pid)
             yield LiveSsm(local_ssm, relay, plugin, session, out)
         finally:
@@ -149,8 +171,10 @@ def test_ssm_session_token_reaches_only_the_plugin_environment(tmp_path: Path) -
         live.relay.stdin.close()  # ssh is done: the plugin exits, the relay ends the session
         assert live.relay.wait(30) == 0
         assert live.local_ssm.channel.terminated == [live.session.session_id]
-    print(f"\n[security] ssm: {argv.scanned} command lines, {environ.scanned} environments scanned; token in "
-          f"the environment of {environ.offenders}, in no command line")
+    print(
+        f"\n[security] ssm: {argv.scanned} command lines, {environ.scanned} environments scanned; token in "
+        f"the environment of {environ.offenders}, in no command line"
+    )
 
 
 # The attacker: another local user, scanning every command line and environment it can read for the secrets
@@ -188,7 +212,12 @@ ATTACKER = textwrap.dedent(
 def _as_nobody(task: dict[str, Any]) -> dict[str, Any]:
     result = subprocess.run(
         python_as_nobody(ATTACKER),
-        input=json.dumps(task), capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+        input=json.dumps(task),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
     )
     assert result.returncode == 0, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
@@ -206,12 +235,15 @@ def test_another_user_reads_neither_the_token_nor_the_keys(tmp_path: Path) -> No
         assert live.relay.poll() is None and plugin_pids(live.relay.pid) == [live.plugin]  # alive all along
     assert report["found"] == []
     # it sees both processes and their command lines; their environments are refused
-    assert report["tried"] == {str(pid): {"cmdline": "read", "environ": "EACCES"}
-                               for pid in (live.plugin, live.relay.pid)}
+    assert report["tried"] == {
+        str(pid): {"cmdline": "read", "environ": "EACCES"} for pid in (live.plugin, live.relay.pid)
+    }
     assert report["read"]["cmdline"] > report["read"]["environ"]  # every command line, only its own environments
-    print(f"\n[security] ssm as {pwd.getpwuid(report['uid']).pw_name}: {report['read']['cmdline']} command lines "
-          f"and {report['read']['environ']} environments readable, no secret in any; the plugin's and the relay's "
-          "environment refused (EACCES)")
+    print(
+        f"\n[security] ssm as {pwd.getpwuid(report['uid']).pw_name}: {report['read']['cmdline']} command lines "
+        f"and {report['read']['environ']} environments readable, no secret in any; the plugin's and the relay's "
+        "environment refused (EACCES)"
+    )
 
 
 # --- hybrid -------------------------------------------------------------------------------------------
@@ -259,8 +291,9 @@ def test_hybrid_activation_code_stays_out_of_everything_but_the_register_call(tm
         with hook_run(tmp_path / "node", env) as run:
             run.start(PYTHON, str(tmp_path / "wait.py"), str(run.marks))
             flag = marks / "registering"
-            registering = int(wait_for(lambda: flag.read_text() if flag.exists() else None, 30,
-                                       "amazon-ssm-agent -register"))
+            registering = int(
+                wait_for(lambda: flag.read_text() if flag.exists() else None, 30, "amazon-ssm-agent -register")
+            )
             wait_for(lambda: (run.marks / "started").exists(), 30, "the training command")
             during = scan_for_secrets([ACTIVATION_CODE, AWS_SECRET], "cmdline")
             # The one documented exception: amazon-ssm-agent takes the code on its command line only.
@@ -280,8 +313,10 @@ def test_hybrid_activation_code_stays_out_of_everything_but_the_register_call(tm
             assert fake.calls("DeregisterManagedInstance") == [{"InstanceId": "mi-0123456789abcdef0"}]
             published = run.stdout + run.stderr + "".join(p.read_text() for p in run.manifest_dir.iterdir())
             assert "mi-0123456789abcdef0" in published and ACTIVATION_CODE not in published
-    print(f"\n[security] hybrid: {during.scanned} + {after.scanned} command lines and {in_env.scanned} environments "
-          f"scanned; code only in the -register call (pid {registering}), never in logs or manifest")
+    print(
+        f"\n[security] hybrid: {during.scanned} + {after.scanned} command lines and {in_env.scanned} environments "
+        f"scanned; code only in the -register call (pid {registering}), never in logs or manifest"
+    )
 
 
 @pytest.mark.parametrize("behaviour", ["hangs", "fails"])
@@ -291,7 +326,8 @@ def test_a_failing_agent_does_not_put_the_activation_code_in_the_error(
     """The error is logged on the node and published in the manifest (CloudWatch Logs for SageMaker):
     whatever the agent does, the code must not be in it."""
     source = (
-        "import time; time.sleep(30)\n" if behaviour == "hangs"
+        "import time; time.sleep(30)\n"
+        if behaviour == "hangs"
         else "import sys; print('invalid activation: ' + ' '.join(sys.argv[1:]), file=sys.stderr); sys.exit(1)\n"
     )
     agent = _install_agent(tmp_path / "bin", source)

@@ -53,8 +53,13 @@ def _snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
 
 def _leaks(secret: bytes, *roots: Path) -> list[str]:
     """Regular files under ``roots`` (links not followed) holding ``secret``."""
-    return [name for root in roots if root.exists() for name, (kind, data) in _snapshot(root).items()
-            if kind == "file" and secret in data]
+    return [
+        name
+        for root in roots
+        if root.exists()
+        for name, (kind, data) in _snapshot(root).items()
+        if kind == "file" and secret in data
+    ]
 
 
 def _check_untouched(before: dict[str, tuple[str, bytes]], *roots: Path) -> None:
@@ -73,8 +78,10 @@ def _before(*roots: Path) -> dict[str, tuple[str, bytes]]:
 
 
 def _targets(workspace: Path) -> list[vscode_launch.RankTarget]:
-    return [vscode_launch.RankTarget(JOB, rank, "algo-1", "127.0.0.1", 40000 + rank, str(workspace), "/opt/ml/code")
-            for rank in range(2)]
+    return [
+        vscode_launch.RankTarget(JOB, rank, "algo-1", "127.0.0.1", 40000 + rank, str(workspace), "/opt/ml/code")
+        for rank in range(2)
+    ]
 
 
 def _one_line_refusal(exc: BaseException, path: Path) -> str:
@@ -159,8 +166,7 @@ SECRET_XML = (
 
 
 @pytest.mark.parametrize("linked", [".idea", ".idea/runConfigurations", f".idea/runConfigurations/{JOB}.xml"])
-def test_pycharm_run_config_is_never_written_through_a_link(layout: tuple[Path, Path, StatePaths],
-                                                           linked: str) -> None:
+def test_pycharm_run_config_is_never_written_through_a_link(layout: tuple[Path, Path, StatePaths], linked: str) -> None:
     """Attack: a link at ``.idea``, ``.idea/runConfigurations`` or the run configuration itself, to a
     place outside the workspace that already holds a file of that name (with a secret in it)."""
     workspace, outside, _ = layout
@@ -252,7 +258,10 @@ def _node_files(name: str) -> Path:
 
 @pytest.mark.parametrize("method", SYNC_METHODS)
 def test_sync_sends_no_secret_when_files_are_swapped_for_links_after_the_listing(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: SyncMethod,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: SyncMethod,
 ) -> None:
     name = f"swap-after-list-{method}"
     workspace, outside, secret = _sync_setup(tmp_path, name)
@@ -276,7 +285,10 @@ def test_sync_sends_no_secret_when_files_are_swapped_for_links_after_the_listing
 
 @pytest.mark.parametrize("method", SYNC_METHODS)
 def test_sync_sends_no_secret_when_a_file_is_swapped_between_the_check_and_the_read(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: SyncMethod,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: SyncMethod,
 ) -> None:
     """The swap lands right after the sender resolved the file's path (its check), before it opens it."""
     name = f"swap-after-check-{method}"
@@ -303,8 +315,9 @@ def test_sync_sends_no_secret_when_a_file_is_swapped_between_the_check_and_the_r
     assert _leaks(secret, nodes) == []
 
 
-def test_open_inside_opens_only_a_regular_file_reached_without_a_link_out(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_inside_opens_only_a_regular_file_reached_without_a_link_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The primitive both methods read through, without a job: in-workspace links are followed (the list
     sends them as what they point to); a link out, a FIFO, and a folder swapped after the check are not."""
     workspace, outside = tmp_path / "work", tmp_path / "out"

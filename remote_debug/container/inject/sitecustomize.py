@@ -37,7 +37,8 @@ def _old_python() -> bool:
         found = ".".join(str(part) for part in sys.version_info[:3])
         with contextlib.suppress(Exception):
             sys.stderr.write(
-                "[remote-debug] remote_debug needs Python >= 3.10, found " + found
+                "[remote-debug] remote_debug needs Python >= 3.10, found "
+                + found
                 + "; debugging is off in this process\n"
             )
             sys.stderr.flush()

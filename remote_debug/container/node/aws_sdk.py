@@ -57,8 +57,8 @@ def call(service: str, operation: str, params: Mapping[str, Any], region: str) -
         error = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
         code = str(error.get("Code", ""))
-        raise SdkCallError(f"{operation} failed: HTTP {status} {code} {error.get('Message', '')}".strip(),
-                           code) from None
+        raise SdkCallError(
+            f"{operation} failed: HTTP {status} {code} {error.get('Message', '')}".strip(), code
+        ) from None
     except BotoCoreError as exc:  # no credentials anywhere in the chain, an unreachable endpoint, ...
         raise SdkCallError(f"{operation} failed: {exc}") from None
-

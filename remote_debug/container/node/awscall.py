@@ -66,8 +66,15 @@ def _hmac(key: bytes, text: str) -> bytes:
 
 
 def sign(
-    *, method: str, url: str, headers: Mapping[str, str], body: bytes, region: str, service: str,
-    credentials: Credentials, amz_date: str,
+    *,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    region: str,
+    service: str,
+    credentials: Credentials,
+    amz_date: str,
 ) -> dict[str, str]:
     """``headers`` plus X-Amz-Date, the session token and Authorization (SigV4, all headers signed)."""
     parts = urllib.parse.urlsplit(url)
@@ -118,7 +125,12 @@ def call_ssm(operation: str, params: Mapping[str, Any], region: str, env: Mappin
     url = ssm_endpoint(region, env)
     body = json.dumps(params).encode()
     headers = sign(
-        method="POST", url=url, body=body, region=region, service="ssm", credentials=credentials_from(env),
+        method="POST",
+        url=url,
+        body=body,
+        region=region,
+        service="ssm",
+        credentials=credentials_from(env),
         headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": f"AmazonSSM.{operation}"},
         amz_date=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
     )

@@ -145,7 +145,9 @@ def _start(env: Mapping[str, str], argv: list[str]) -> int | None:
     child_env[ENV_CLAIMED_BY] = "node-daemon"
     proc = subprocess.Popen(
         [sys.executable, "-m", "remote_debug.container", DAEMON_FLAG, "--parent-pid", str(watch)],
-        env=child_env, stdin=subprocess.DEVNULL, close_fds=True,
+        env=child_env,
+        stdin=subprocess.DEVNULL,
+        close_fds=True,
         start_new_session=True,  # the job's process-group signals (Ctrl-C, killpg) are for training
     )
     os.environ[ENV_HOOK_PID] = str(proc.pid)  # what this process starts from now on inherits it
@@ -223,8 +225,10 @@ def run_daemon(parent_pid: int) -> int:
         return 0
     if spec.keep_alive > 0:
         # enable() refuses this (no entry to wrap); a hand-made environment must not fail silently either
-        log(f"keep-alive needs the entry wrapped by the hook; this node ends with its command "
-            f"({ENV_KEEP_ALIVE}={spec.keep_alive:g} ignored)")
+        log(
+            f"keep-alive needs the entry wrapped by the hook; this node ends with its command "
+            f"({ENV_KEEP_ALIVE}={spec.keep_alive:g} ignored)"
+        )
     stop = threading.Event()
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:

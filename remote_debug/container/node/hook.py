@@ -185,8 +185,10 @@ class Hook:
         victims = processes_with_token(self.token)
         if not victims and child.returncode is None:
             victims = [child.pid]  # a command that dropped our environment
-        log(f"the command did not stop within {self.grace:g} s of signal {self.stop_signal}: "
-            f"killing {len(victims)} process(es)")
+        log(
+            f"the command did not stop within {self.grace:g} s of signal {self.stop_signal}: "
+            f"killing {len(victims)} process(es)"
+        )
         _signal_all(victims, signal.SIGKILL)
 
     def _sweep(self) -> None:
@@ -267,9 +269,13 @@ class Hook:
             return
         try:
             RunEntry(
-                command=self.command, env=dict(self._env if self._env is not None else os.environ),
-                cwd=os.getcwd(), hook_pid=os.getpid(), keep_alive=self.keep_alive.seconds,
-                manifest_dir=str(node.manifest_dir), command_pid=self.child.pid if self.child is not None else 0,
+                command=self.command,
+                env=dict(self._env if self._env is not None else os.environ),
+                cwd=os.getcwd(),
+                hook_pid=os.getpid(),
+                keep_alive=self.keep_alive.seconds,
+                manifest_dir=str(node.manifest_dir),
+                command_pid=self.child.pid if self.child is not None else 0,
             ).write(node_dir)
         except OSError as exc:
             log(f"cannot record the entry for `remote-debug run`: {describe(exc)}")

@@ -84,8 +84,12 @@ class Activation:
         path = Path(env.get(ENV_ACTIVATION_FILE) or DEFAULT_ACTIVATION_FILE)
         try:
             data = json.loads(path.read_text())
-            activation = cls(str(data["ActivationId"]), str(data["ActivationCode"]), str(data["Region"]),
-                             str(data.get("S3Uri") or ""))
+            activation = cls(
+                str(data["ActivationId"]),
+                str(data["ActivationCode"]),
+                str(data["Region"]),
+                str(data.get("S3Uri") or ""),
+            )
         except FileNotFoundError:
             if (path.parent / NOTE_FILE).is_file():  # the channel came, its activation had been retired
                 raise HybridError(
@@ -124,7 +128,10 @@ class AgentCli:
 
         try:
             proc = subprocess.run(
-                [self.binary, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                [self.binary, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
                 timeout=REGISTER_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
@@ -141,14 +148,26 @@ class AgentCli:
         # The code goes on the command line because amazon-ssm-agent takes it nowhere else (no file or
         # stdin input); only processes in this container can read it there, for the seconds it runs.
         self._output = self._run(
-            ["-register", "-code", activation.code, "-id", activation.activation_id,
-             "-region", activation.region, "-clear", "-y"],
+            [
+                "-register",
+                "-code",
+                activation.code,
+                "-id",
+                activation.activation_id,
+                "-region",
+                activation.region,
+                "-clear",
+                "-y",
+            ],
             secret=activation.code,
         )
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [self.binary],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
 
@@ -206,7 +225,7 @@ def delete_s3_object(uri: str, region: str, env: Mapping[str, str] | None = None
     from remote_debug.container.node.awscall import AwsCallError, credentials_from, sign
 
     env = os.environ if env is None else env
-    bucket, _, key = uri[len("s3://"):].partition("/") if uri.startswith("s3://") else ("", "", "")
+    bucket, _, key = uri[len("s3://") :].partition("/") if uri.startswith("s3://") else ("", "", "")
     if not bucket or not key or any(c in uri for c in "?#"):  # (? and # would split the URL to sign)
         raise ValueError(f"not an s3://bucket/key URI this node can sign: {uri[:200]!r}")
     if aws_sdk.available(env):  # every credential source the SDK knows
@@ -219,7 +238,12 @@ def delete_s3_object(uri: str, region: str, env: Mapping[str, str] | None = None
     parts = urllib.parse.urlsplit(raw)
     url = urllib.parse.urlunsplit(parts._replace(path=urllib.parse.quote(parts.path, safe="/~")))
     headers = sign(
-        method="DELETE", url=raw, body=b"", region=region, service="s3", credentials=credentials_from(env),
+        method="DELETE",
+        url=raw,
+        body=b"",
+        region=region,
+        service="s3",
+        credentials=credentials_from(env),
         headers={"x-amz-content-sha256": hashlib.sha256(b"").hexdigest()},
         amz_date=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
     )
@@ -252,8 +276,14 @@ class Retirement:
     """
 
     def __init__(
-        self, activation: Activation, env: Mapping[str, str] | None = None, *, ssm: SsmCall | None = None,
-        delete_object: DeleteObject | None = None, poll: float | None = None, stop: threading.Event | None = None,
+        self,
+        activation: Activation,
+        env: Mapping[str, str] | None = None,
+        *,
+        ssm: SsmCall | None = None,
+        delete_object: DeleteObject | None = None,
+        poll: float | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.activation = activation
         self.env = os.environ if env is None else env
@@ -275,7 +305,8 @@ class Retirement:
             while not self.stop.is_set():
                 listed = self.ssm(
                     "DescribeActivations",
-                    {"Filters": [{"FilterKey": "ActivationIds", "FilterValues": [activation_id]}]}, region,
+                    {"Filters": [{"FilterKey": "ActivationIds", "FilterValues": [activation_id]}]},
+                    region,
                 )
                 found = next(iter((listed or {}).get("ActivationList") or []), None)
                 if found is None:  # the laptop retired it (or SSM forgot an expired one)

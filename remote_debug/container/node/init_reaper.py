@@ -56,5 +56,4 @@ def _serve_as_init(hook: int) -> None:
             os._exit(1)  # not possible while the hook lives: it is our child
         if reaped == hook:
             sys.stdout.flush()
-            os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status)
-                     else 128 + os.WTERMSIG(status))
+            os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))

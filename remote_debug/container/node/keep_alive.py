@@ -55,8 +55,10 @@ class KeepAlive:
         ended (None when no run ran)."""
         until = time.time() + self.seconds
         self.publish(kept_alive_until=until)
-        log(f"node {self.node}: the command ended (exit code {exit_code}); kept alive for {self.seconds:g} s "
-            "(remote-debug release / stop end it sooner)")
+        log(
+            f"node {self.node}: the command ended (exit code {exit_code}); kept alive for {self.seconds:g} s "
+            "(remote-debug release / stop end it sooner)"
+        )
         running: RunRecord | None = None
         last_code: int | None = None
         published_run = 0
@@ -73,8 +75,10 @@ class KeepAlive:
                 last_code = record.exit_code if record is not None else None
                 number = record.run if record is not None else published_run
                 until = time.time() + self.seconds
-                log(f"node {self.node}: run {number} ended (exit code {last_code}); "
-                    f"{kept_alive_phrase(round(self.seconds))}")
+                log(
+                    f"node {self.node}: run {number} ended (exit code {last_code}); "
+                    f"{kept_alive_phrase(round(self.seconds))}"
+                )
                 running, published_run = None, number
                 self.publish(kept_alive_until=until, run=number)
             if running is None and time.time() >= until:

@@ -110,8 +110,9 @@ def dump(pid: int, *, timeout: float = DUMP_TIMEOUT, pyspy: str | None = None) -
             # py-spy was killed (timeout) while it had the process stopped: let it run again
             _continue(pid)
         raise
-    return ProcessDump(pid=pid, threads=parse_dump(pid, out), seconds=time.monotonic() - started,
-                       nonblocking=nonblocking)
+    return ProcessDump(
+        pid=pid, threads=parse_dump(pid, out), seconds=time.monotonic() - started, nonblocking=nonblocking
+    )
 
 
 class _PtraceRefused(Exception):
@@ -123,11 +124,11 @@ def _run(binary: str, pid: int, timeout: float, *, nonblocking: bool) -> str:
     # no Rust backtrace in py-spy's error: its first line is what we report
     env = {**os.environ, "RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise PyspyError(f"py-spy did not read process {pid} within {timeout:g} s (is it stuck in the kernel?)") \
-            from None
+        raise PyspyError(
+            f"py-spy did not read process {pid} within {timeout:g} s (is it stuck in the kernel?)"
+        ) from None
     except OSError as exc:
         raise PyspyError(f"{MISSING} (cannot run {binary}: {exc.strerror})") from None
     if proc.returncode == 0:
@@ -173,11 +174,15 @@ def refusal(pid: int) -> str:
     """The kernel refused to let us read ``pid``: whose it is, and what to do."""
     uid = _uid(pid)
     if uid is not None and uid != os.geteuid():
-        return (f"process {pid} belongs to {_user(uid)}, not to you ({_user(os.geteuid())}): "
-                "run remote-debug as that user (or as root)")
-    return (f"not allowed to read process {pid} (the kernel refuses ptrace: kernel.yama.ptrace_scope, a container "
-            "without CAP_SYS_PTRACE, or a process with more privileges than you): run as root, or allow ptrace "
-            "(docker run --cap-add SYS_PTRACE)")
+        return (
+            f"process {pid} belongs to {_user(uid)}, not to you ({_user(os.geteuid())}): "
+            "run remote-debug as that user (or as root)"
+        )
+    return (
+        f"not allowed to read process {pid} (the kernel refuses ptrace: kernel.yama.ptrace_scope, a container "
+        "without CAP_SYS_PTRACE, or a process with more privileges than you): run as root, or allow ptrace "
+        "(docker run --cap-add SYS_PTRACE)"
+    )
 
 
 def parse_dump(pid: int, text: str) -> tuple[ThreadDump, ...]:
@@ -210,8 +215,13 @@ def _thread(pid: int, raw: dict[str, Any]) -> ThreadDump:
     if not isinstance(name, str) or not name:
         name = "MainThread" if main else str(os_id if os_id is not None else raw.get("thread_id", "?"))
     return ThreadDump(
-        name=name, os_id=os_id, active=raw.get("active") is True, owns_gil=raw.get("owns_gil") is True,
-        frames=frames, main=main, internal=_internal(frames),
+        name=name,
+        os_id=os_id,
+        active=raw.get("active") is True,
+        owns_gil=raw.get("owns_gil") is True,
+        frames=frames,
+        main=main,
+        internal=_internal(frames),
     )
 
 
@@ -256,15 +266,16 @@ def format_threads(threads: Iterable[ThreadDump], *, all_threads: bool = False, 
             what += " (blocked in native code)"
         lines.append(f"{indent}thread {t.name}{what}:")
         for f in t.frames:
-            lines.append(f"{indent}  File \"{f.file}\", line {f.line}, in {f.function}")
+            lines.append(f'{indent}  File "{f.file}", line {f.line}, in {f.function}')
     return lines
 
 
 def format_dump(process: ProcessDump, *, all_threads: bool = False) -> str:
     """``pid N (from py-spy)`` and its threads, in ``remote-debug stacks``'s style."""
     how = ", without stopping it" if process.nonblocking else ""
-    return "\n".join([f"pid {process.pid} (from py-spy{how})", *format_threads(process.threads,
-                                                                              all_threads=all_threads)])
+    return "\n".join(
+        [f"pid {process.pid} (from py-spy{how})", *format_threads(process.threads, all_threads=all_threads)]
+    )
 
 
 def _state(pid: int) -> str:
@@ -273,7 +284,7 @@ def _state(pid: int) -> str:
             stat = fh.read()
     except OSError:
         return ""
-    rest = stat[stat.rfind(")") + 2:].split()  # comm may hold spaces and parentheses
+    rest = stat[stat.rfind(")") + 2 :].split()  # comm may hold spaces and parentheses
     return rest[0] if rest else ""
 
 

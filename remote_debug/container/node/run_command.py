@@ -171,8 +171,13 @@ class Rerun:
         cwd = self.entry.cwd if os.path.isdir(self.entry.cwd) else None
         try:
             self.child = subprocess.Popen(
-                command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                command,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except OSError as exc:
             RunRecord(number, os.getpid(), 127).write(self.node_dir)
@@ -267,8 +272,6 @@ def _start(args: argparse.Namespace) -> int:
         return rerun.start(command, port, args.wait)
     finally:
         rerun.slot.release()
-
-
 
 
 def _release() -> int:

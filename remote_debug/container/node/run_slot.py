@@ -149,9 +149,9 @@ def with_master_port(command: Sequence[str], port: int) -> list[str]:
         if name not in MASTER_PORT_OPTIONS + RDZV_OPTIONS:
             continue
         if eq:
-            return [*args[:i], f"{name}={_port_in(name, value, port)}", *args[i + 1:]]
+            return [*args[:i], f"{name}={_port_in(name, value, port)}", *args[i + 1 :]]
         if i + 1 < len(args):
-            return [*args[:i], f"{name}={_port_in(name, args[i + 1], port)}", *args[i + 2:]]
+            return [*args[:i], f"{name}={_port_in(name, args[i + 1], port)}", *args[i + 2 :]]
         return args
     return args
 

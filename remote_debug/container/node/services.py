@@ -115,9 +115,16 @@ class NodeServices:
         if lines_enabled(self.spec, self.env):
             self.publisher = ManifestPublisher(self.manifest_dir, identity.node, secret=self.spec.job_secret)
         self.manifest = NodeManifest(
-            job_name=self.spec.job_name, node=identity.node, hosts=identity.hosts, sshd_host=listen,
-            sshd_port=0, ssh_user=user, host_public_key="", code_dir=node_env.code_dir(self.env),
-            state=NodeState.STARTING, hook_pid=os.getpid(),
+            job_name=self.spec.job_name,
+            node=identity.node,
+            hosts=identity.hosts,
+            sshd_host=listen,
+            sshd_port=0,
+            ssh_user=user,
+            host_public_key="",
+            code_dir=node_env.code_dir(self.env),
+            state=NodeState.STARTING,
+            hook_pid=os.getpid(),
         )
         self.publish()
         if self.spec.transport == Transport.HYBRID:  # amazon-ssm-agent -register talks to AWS: not on training's time
@@ -166,8 +173,12 @@ class NodeServices:
                 sftp = find_sftp_server()
                 sessions = self.sessions = self._session_scope(prepare_state_dir(state_dir), sftp)
                 self.sshd = start_sshd(
-                    state_dir, key, port, listen_address=listen,
-                    force_command=sessions.force_command if sessions else None, sftp_server=sftp,
+                    state_dir,
+                    key,
+                    port,
+                    listen_address=listen,
+                    force_command=sessions.force_command if sessions else None,
+                    sftp_server=sftp,
                     uid_gate=self._uid_gate(),
                 )
             except (SshdError, OSError) as exc:

@@ -58,10 +58,27 @@ SWEEP_GRACE = 2.0  # SIGTERM, then SIGKILL after this long (an interactive bash 
 KILL_TIMEOUT = 5.0
 INJECT_SUFFIX = os.path.join("remote_debug", "container", "inject")  # our sitecustomize: not for sessions
 # The job's bookkeeping of its own shell, and what sshd sets for each session (the session's wins).
-NOT_FROM_JOB = frozenset({
-    "PWD", "OLDPWD", "SHLVL", "_", "HOME", "USER", "LOGNAME", "SHELL", "MAIL", "TERM", "DISPLAY", "XAUTHORITY",
-    "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "SSH_ORIGINAL_COMMAND",
-})
+NOT_FROM_JOB = frozenset(
+    {
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "MAIL",
+        "TERM",
+        "DISPLAY",
+        "XAUTHORITY",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "SSH_AUTH_SOCK",
+        "SSH_ORIGINAL_COMMAND",
+    }
+)
 STARTTIME = 19  # index of the start time among /proc/<pid>/stat's fields after the command name
 SESSION_ID = 3
 
@@ -213,7 +230,7 @@ def cgroup_base() -> Path | None:
         root = root.rstrip("/")  # "" when the mount shows the whole hierarchy (or our cgroup namespace)
         if root and own != root and not own.startswith(root + "/"):
             continue  # we are not below what this mount shows
-        base = Path(mount_point) / own[len(root):].lstrip("/")
+        base = Path(mount_point) / own[len(root) :].lstrip("/")
         if (base / "cgroup.procs").is_file() and os.access(base, os.W_OK):
             return base
     return None
@@ -274,7 +291,7 @@ def _remove_stale(base: Path) -> None:
         for child in base.iterdir():
             if not child.name.startswith(CGROUP_PREFIX):
                 continue
-            owner_ns, _, owner = child.name[len(CGROUP_PREFIX):].split("-")[0].partition(".")
+            owner_ns, _, owner = child.name[len(CGROUP_PREFIX) :].split("-")[0].partition(".")
             if owner_ns == namespace and owner.isdigit() and not _alive(int(owner)) and child.is_dir():
                 _kill_cgroup(child)
                 _remove_cgroup(child)
@@ -304,9 +321,7 @@ class SessionScope:
         return f"exec {shlex.quote(self.python)} -I -S {shlex.quote(script)} {shlex.quote(str(self.session_file))}"
 
     @classmethod
-    def create(
-        cls, state_dir: Path, env: Mapping[str, str], code_dir: str, python: str | None = None
-    ) -> SessionScope:
+    def create(cls, state_dir: Path, env: Mapping[str, str], code_dir: str, python: str | None = None) -> SessionScope:
         """Write the session file into ``state_dir`` (ours, 0700) and make the cgroup; raises OSError."""
         from remote_debug.oskit.osutil import atomic_write_bytes
 
@@ -324,8 +339,13 @@ class SessionScope:
                 cgroup = wanted
         scope = cls(state_dir, mark, cgroup, python)
         document = {
-            "version": 1, "env": job_environment(env, python), "cwd": code_dir, "mark": mark,
-            "cgroup": str(cgroup or ""), "leaders": str(scope.leaders_file), "node_sid": os.getsid(0),
+            "version": 1,
+            "env": job_environment(env, python),
+            "cwd": code_dir,
+            "mark": mark,
+            "cgroup": str(cgroup or ""),
+            "leaders": str(scope.leaders_file),
+            "node_sid": os.getsid(0),
         }
         try:
             scope.leaders_file.unlink(missing_ok=True)  # an earlier run's sessions are not this job's

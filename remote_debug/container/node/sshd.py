@@ -47,8 +47,11 @@ GATE_MAX_SESSIONS = 64
 GATE_READY_TIMEOUT = 15.0  # a Python start, not sshd's: slower on a loaded machine
 # Where distributions put OpenSSH's sftp-server (Debian/Ubuntu, RHEL/Amazon Linux, Arch/Alpine, others).
 SFTP_SERVERS = (
-    "/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/lib/ssh/sftp-server",
-    "/usr/libexec/sftp-server", "/usr/lib/sftp-server",
+    "/usr/lib/openssh/sftp-server",
+    "/usr/libexec/openssh/sftp-server",
+    "/usr/lib/ssh/sftp-server",
+    "/usr/libexec/sftp-server",
+    "/usr/lib/sftp-server",
 )
 
 
@@ -122,8 +125,13 @@ def _quote(path: Path) -> str:
 
 
 def render_config(
-    state: Path, port: int, user: str, listen_address: str = LOOPBACK, *,
-    force_command: str | None = None, sftp_server: str | None = None,
+    state: Path,
+    port: int,
+    user: str,
+    listen_address: str = LOOPBACK,
+    *,
+    force_command: str | None = None,
+    sftp_server: str | None = None,
 ) -> str:
     """The config; with ``force_command`` (and the ``sftp_server`` it needs) every session runs through
     it - ``ssh_session``, which makes a session look like the job and end with it."""
@@ -390,9 +398,9 @@ def start_sshd(
         chosen = port if fixed else (free_port() if listen_address == LOOPBACK else free_port(listen_address))
         with contextlib.suppress(FileNotFoundError):
             pid_file.unlink()  # a stale one from an earlier run must not pass for ours
-        config.write_text(render_config(
-            state, chosen, user, listen_address, force_command=force_command, sftp_server=sftp_server
-        ))
+        config.write_text(
+            render_config(state, chosen, user, listen_address, force_command=force_command, sftp_server=sftp_server)
+        )
         os.chmod(config, 0o600)
         _run([binary, "-t", "-f", str(config)], "sshd rejected its config")
         own_log = log_file is None
@@ -407,12 +415,29 @@ def start_sshd(
                 if fixed or exc.errno != errno.EADDRINUSE:
                     break
                 continue
-            argv = [sys.executable, "-m", GATE_MODULE, str(listener.fileno()), str(GATE_MAX_SESSIONS),
-                    str(os.geteuid()), str(pid_file), "--", binary, "-i", "-e", "-f", str(config)]
+            argv = [
+                sys.executable,
+                "-m",
+                GATE_MODULE,
+                str(listener.fileno()),
+                str(GATE_MAX_SESSIONS),
+                str(os.geteuid()),
+                str(pid_file),
+                "--",
+                binary,
+                "-i",
+                "-e",
+                "-f",
+                str(config),
+            ]
         sink: IO[bytes] = open(log_path, "ab") if log_file is None else log_file  # noqa: SIM115
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, close_fds=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                close_fds=True,
                 pass_fds=(listener.fileno(),) if listener is not None else (),
                 env=_gate_env() if uid_gate else None,
                 preexec_fn=_child_setup,  # the hook has no threads of its own at this point

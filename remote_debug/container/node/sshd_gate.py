@@ -97,7 +97,10 @@ class Gate:
         conn.setblocking(True)  # accepted sockets inherit the listener's timeout: sshd wants a plain one
         try:
             proc = subprocess.Popen(
-                self.sshd_argv, stdin=conn.fileno(), stdout=conn.fileno(), close_fds=True,
+                self.sshd_argv,
+                stdin=conn.fileno(),
+                stdout=conn.fileno(),
+                close_fds=True,
                 preexec_fn=_session_setup,  # the gate has no threads
             )
         except OSError as exc:

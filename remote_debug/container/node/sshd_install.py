@@ -72,8 +72,16 @@ def plan_install(which: Which = shutil.which, euid: int | None = None) -> Instal
             [
                 [apt, "update", "-qq"],
                 # the lock timeout: an image's own apt run (unattended upgrades) may hold the lock
-                [apt, "install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=60",
-                 "openssh-server"],
+                [
+                    apt,
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    "-o",
+                    "DPkg::Lock::Timeout=60",
+                    "openssh-server",
+                ],
             ],
             {"DEBIAN_FRONTEND": "noninteractive"},
         )
@@ -88,7 +96,11 @@ def run_command(argv: list[str], env: dict[str, str], timeout: float) -> tuple[i
     """Run one installation step; its whole process group is killed when it overruns."""
     try:
         proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # apt-get forks dpkg & co.: a timeout must reach them too
         )
     except OSError as exc:

@@ -54,9 +54,17 @@ RETRACE_GRACE_SECONDS = 5.0  # a "listen" with no client seen within this (a ses
 # RANK/LOCAL_RANK (or OMPI_*) and get listeners; the launcher itself must not claim rank 0,
 # or its children would inherit the claim and never listen.
 LAUNCHER_MODULES = (
-    "torch.distributed.run", "torch.distributed.launch", "debugpy", "pip", "ensurepip", "venv",
-    "remote_debug", "accelerate.commands.launch", "accelerate.commands.accelerate_cli",
-    "deepspeed.launcher.runner", "deepspeed.launcher.launch",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "debugpy",
+    "pip",
+    "ensurepip",
+    "venv",
+    "remote_debug",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+    "deepspeed.launcher.runner",
+    "deepspeed.launcher.launch",
     "sagemaker_training",  # the SageMaker training toolkit runs the user's script as a subprocess
 )
 LAUNCHER_SCRIPTS = ("torchrun", "debugpy", "pip", "pip3", "accelerate", "deepspeed", "remote-debug")
@@ -211,8 +219,10 @@ def _wait_for_client(reporter: RankReporter, seconds: float, rank: int, listener
         return
     listener.idle_state[0] = RankState.RUNNING
     if listener.run_on_asked:
-        log(f"rank {rank}: attach selected other ranks; leaving the wait window after "
-            f"{time.monotonic() - started:.1f} s, running on")
+        log(
+            f"rank {rank}: attach selected other ranks; leaving the wait window after "
+            f"{time.monotonic() - started:.1f} s, running on"
+        )
     else:
         log(f"no debugger attached to rank {rank} within {seconds:g} s; running on")
     reporter.update(state=RankState.RUNNING)
@@ -250,8 +260,13 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
 
     directory = node_env.manifest_dir(spec.job_name, node_env.identify(env).node, env)
     endpoint = RankEndpoint(
-        rank=identity.rank, local_rank=identity.local_rank, world_size=identity.world_size,
-        port=0, pid=os.getpid(), state=RankState.SKIPPED, ide=spec.ide,
+        rank=identity.rank,
+        local_rank=identity.local_rank,
+        world_size=identity.world_size,
+        port=0,
+        pid=os.getpid(),
+        state=RankState.SKIPPED,
+        ide=spec.ide,
         code_dir=node_env.rank_code_dir(argv, env),  # where the laptop's path mappings must point, for this rank
     )
     if not spec.selects(identity.rank):
@@ -318,8 +333,7 @@ def _adapter_choice(env: Mapping[str, str]) -> str:
     (a rank never fails for a setting of the debugger)."""
     value = env.get(ENV_DEBUGPY_ADAPTER, "").strip() or DEBUGPY_ADAPTERS[0]
     if value not in DEBUGPY_ADAPTERS:
-        log(f"{ENV_DEBUGPY_ADAPTER}={value!r} is not one of {', '.join(DEBUGPY_ADAPTERS)}; "
-            f"using {DEBUGPY_ADAPTERS[0]}")
+        log(f"{ENV_DEBUGPY_ADAPTER}={value!r} is not one of {', '.join(DEBUGPY_ADAPTERS)}; using {DEBUGPY_ADAPTERS[0]}")
         return DEBUGPY_ADAPTERS[0]
     return value
 

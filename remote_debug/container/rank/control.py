@@ -119,12 +119,14 @@ def thread_stacks(*, all_threads: bool = False) -> list[dict[str, Any]]:
             _type, exc, tb = held.excinfo
             stack = traceback.extract_tb(tb)  # where it raised, as Python printed it
             exception = describe(exc)
-        result.append({
-            "name": thread.name if thread is not None else f"thread-{ident}",
-            "frames": [{"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in stack],
-            "exception": exception,
-            "internal": internal,
-        })
+        result.append(
+            {
+                "name": thread.name if thread is not None else f"thread-{ident}",
+                "frames": [{"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in stack],
+                "exception": exception,
+                "internal": internal,
+            }
+        )
     return result
 
 
@@ -319,8 +321,10 @@ class ControlServer:
     def _count_refusal(self, what: str) -> None:
         self.refused += 1
         if self.refused <= LOGGED_REFUSALS:
-            log(f"control channel refused {what}"
-                + (" (further refusals are counted, not logged)" if self.refused == LOGGED_REFUSALS else ""))
+            log(
+                f"control channel refused {what}"
+                + (" (further refusals are counted, not logged)" if self.refused == LOGGED_REFUSALS else "")
+            )
 
     # --- requests ------------------------------------------------------------------------------------
 

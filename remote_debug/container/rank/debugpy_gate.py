@@ -136,8 +136,7 @@ def keep_accepting() -> None:
             try:
                 handler(sock)
             except Exception as exc:
-                log(f"debugpy adapter pid {os.getpid()}: a {name} connection failed at once ({exc!r}); "
-                    "still accepting")
+                log(f"debugpy adapter pid {os.getpid()}: a {name} connection failed at once ({exc!r}); still accepting")
                 try:
                     sock.close()
                 except OSError:

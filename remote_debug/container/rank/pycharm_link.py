@@ -177,9 +177,7 @@ def connect(port: int, deadline: float) -> Connection:
     return Connection(sock, hello)
 
 
-def connect_within(
-    port: int, deadline: float, stop: threading.Event | None = None
-) -> tuple[Connection | None, str]:
+def connect_within(port: int, deadline: float, stop: threading.Event | None = None) -> tuple[Connection | None, str]:
     """Try until ``deadline`` (at least once) or until ``stop`` is set; returns the connection or the
     last reason for none."""
     while True:

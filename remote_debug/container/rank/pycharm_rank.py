@@ -164,9 +164,7 @@ def settrace(conn: Connection, port: int, deadline: float) -> tuple[bool, str]:
     try:
         with _handed_over(pydevd, conn, debuggers):
             # 127.0.0.1 rather than "localhost": the tunnel listens on IPv4 loopback only.
-            pydevd_pycharm.settrace(
-                LOOPBACK, port=port, suspend=False, **output_kwargs(pydevd_pycharm.settrace, True)
-            )
+            pydevd_pycharm.settrace(LOOPBACK, port=port, suspend=False, **output_kwargs(pydevd_pycharm.settrace, True))
     except Exception:
         with contextlib.suppress(Exception):  # undo whatever tracing pydevd installed before failing
             pydevd_pycharm.stoptrace()

@@ -55,7 +55,10 @@ class TraceSwitch:
         # what a thread's next call event must do: (trace?, threads yet to check off, pydevd's
         # dispatcher, sys.settrace); replaced whole, so a thread acts and checks off in one version
         self._state: tuple[bool, dict[int, None], Callable[..., Any] | None, Callable[[Any], None]] = (
-            True, {}, None, sys.settrace
+            True,
+            {},
+            None,
+            sys.settrace,
         )
         self._retry_until = 0.0
 
@@ -65,6 +68,7 @@ class TraceSwitch:
         import pydevd  # debugpy's vendored pydevd, on sys.path once debugpy.listen() ran
         import pydevd_tracing
         from _pydev_bundle import pydev_monkey
+
         if uses_sys_monitoring():
             raise RuntimeError("pydevd traces with sys.monitoring here: there is no per-thread tracer to switch")
         py_db = pydevd.get_global_debugger()
@@ -123,7 +127,8 @@ class TraceSwitch:
         """Every thread running Python but pydevd's and ours.  (Not from threading.enumerate(): it lists
         a thread still starting with ident None, and pydevd then files a stand-in thread under None.)"""
         skip = {
-            t.ident for t in threading.enumerate()
+            t.ident
+            for t in threading.enumerate()
             if getattr(t, "pydev_do_not_trace", False) or getattr(t, "is_pydev_daemon_thread", False)
         }
         return [ident for ident in sys._current_frames() if ident not in skip]

@@ -113,8 +113,13 @@ def _ancestors(pid: int) -> list[int]:
 
 
 def _candidate(
-    pid: int, argv: tuple[str, ...], env: dict[str, str], kind: str, version: tuple[int, int] | None,
-    adopted: dict[int, str], children: dict[int, list[int]],
+    pid: int,
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    kind: str,
+    version: tuple[int, int] | None,
+    adopted: dict[int, str],
+    children: dict[int, list[int]],
 ) -> Candidate:
     job = adopted.get(pid) or env.get(spec.ENV_JOB)
     reason: str | None = None
@@ -128,7 +133,13 @@ def _candidate(
     if job is not None:
         reason = f"already debuggable as job {job}"
     return Candidate(
-        pid=pid, command=" ".join(argv)[:300], cwd=cwd(pid) or "", kind=kind, ranks=ranks,
+        pid=pid,
+        command=" ".join(argv)[:300],
+        cwd=cwd(pid) or "",
+        kind=kind,
+        ranks=ranks,
         python=f"{version[0]}.{version[1]}" if version else None,
-        adoptable=reason is None, reason=reason, job=job,
+        adoptable=reason is None,
+        reason=reason,
+        job=job,
     )

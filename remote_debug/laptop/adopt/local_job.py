@@ -117,7 +117,10 @@ def plan_nodes(
 
 
 def adopt_local(
-    pids: Sequence[int], name: str | None = None, *, paths: StatePaths | None = None,
+    pids: Sequence[int],
+    name: str | None = None,
+    *,
+    paths: StatePaths | None = None,
     confirm_seconds: float = 10.0,
     plans: dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]] | None = None,
 ) -> AdoptOutcome:
@@ -140,8 +143,11 @@ def adopt_local(
     hosts = list(plans)
     key_path, public_key = ensure_job_key(paths, name)
     debug = spec.DebugSpec(
-        job_name=name, client_public_key=public_key, job_secret=job_secret(key_path),
-        transport=spec.Transport.LOCAL, options=spec.DebugOptions(),
+        job_name=name,
+        client_public_key=public_key,
+        job_secret=job_secret(key_path),
+        transport=spec.Transport.LOCAL,
+        options=spec.DebugOptions(),
     )
     job_dir = _create_job_dir(paths, name, debug, plans)
     try:
@@ -177,7 +183,9 @@ def _already(paths: StatePaths, job: str) -> AdoptOutcome:
 
 
 def _create_job_dir(
-    paths: StatePaths, name: str, debug: spec.DebugSpec,
+    paths: StatePaths,
+    name: str,
+    debug: spec.DebugSpec,
     plans: dict[str, tuple[int, list[RankProcess], dict[int, checks.Way]]],
 ) -> Path:
     job_dir = paths.job_dir(name)
@@ -243,7 +251,10 @@ def _start_supervisor(job_dir: Path) -> None:
     with open(job_dir / "supervisor.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "remote_debug.laptop.machine.adopted_supervisor", str(job_dir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     record_supervisor(job_dir, proc.pid)  # pid and start time, read before the reaper can run
     threading.Thread(target=proc.wait, daemon=True).start()  # reaped when adopt runs inside a long-lived process

@@ -107,8 +107,14 @@ def _root_owned(member: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def adopt_sagemaker(
-    job: str, *, sagemaker: Any, open_shell: ShellFactory, owner: str, paths: StatePaths | None = None,
-    connect_timeout: float = CONNECT_TIMEOUT, say: Callable[[str], None] = lambda _line: None,
+    job: str,
+    *,
+    sagemaker: Any,
+    open_shell: ShellFactory,
+    owner: str,
+    paths: StatePaths | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> AdoptOutcome:
     """Adopt every rank of every node of the running SageMaker job ``job`` (a name).  ``open_shell(node)``
     returns a started ShellSession to that node; ``owner`` is the caller's ``aws:userid``, the owner tag an
@@ -120,11 +126,15 @@ def adopt_sagemaker(
     if not (description.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
         secondary = str(description.get("SecondaryStatus", ""))
         if secondary not in UPDATABLE_STATES:
-            raise UserError(f"job {job} is {secondary}: SageMaker turns on remote debugging only while a job is "
-                            f"{' or '.join(UPDATABLE_STATES)}; try again then")
+            raise UserError(
+                f"job {job} is {secondary}: SageMaker turns on remote debugging only while a job is "
+                f"{' or '.join(UPDATABLE_STATES)}; try again then"
+            )
         say(f"turning on SageMaker remote debugging for {job}")
-        _call(lambda: sagemaker.update_training_job(TrainingJobName=job, RemoteDebugConfig={"EnableRemoteDebug": True}),
-              f"enabling remote debugging on {job}")
+        _call(
+            lambda: sagemaker.update_training_job(TrainingJobName=job, RemoteDebugConfig={"EnableRemoteDebug": True}),
+            f"enabling remote debugging on {job}",
+        )
     description = _wait_training(sagemaker, job, connect_timeout)
     nodes = nodes_of(description.get("ResourceConfig") or {})
     fingerprint, tarball = bundle_tarball(paths)
@@ -141,12 +151,23 @@ def adopt_sagemaker(
             for access in accesses.values():  # every node checked before any is touched
                 _refuse_node(access, job)
             key_path, public_key = ensure_job_key(paths, job)
-            debug = spec.DebugSpec(job_name=job, client_public_key=public_key, job_secret=job_secret(key_path),
-                                   transport=spec.Transport.SSM, options=spec.DebugOptions())
-            _call(lambda: sagemaker.add_tags(ResourceArn=description["TrainingJobArn"], Tags=[
-                {"Key": aws.TAG_TRANSPORT, "Value": spec.Transport.SSM.value},
-                {"Key": TAG_ADOPTED, "Value": "true"},
-            ]), f"tagging job {job}")
+            debug = spec.DebugSpec(
+                job_name=job,
+                client_public_key=public_key,
+                job_secret=job_secret(key_path),
+                transport=spec.Transport.SSM,
+                options=spec.DebugOptions(),
+            )
+            _call(
+                lambda: sagemaker.add_tags(
+                    ResourceArn=description["TrainingJobArn"],
+                    Tags=[
+                        {"Key": aws.TAG_TRANSPORT, "Value": spec.Transport.SSM.value},
+                        {"Key": TAG_ADOPTED, "Value": "true"},
+                    ],
+                ),
+                f"tagging job {job}",
+            )
         except BaseException:
             for access in accesses.values():  # nothing started yet: leave nothing behind in the containers
                 _remove_ours(access)
@@ -183,8 +204,9 @@ def _claim(sagemaker: Any, job: str, arn: str, owner: str, say: Callable[[str], 
 
 
 def _describe(sagemaker: Any, job: str) -> dict[str, Any]:
-    answer: dict[str, Any] = _call(lambda: sagemaker.describe_training_job(TrainingJobName=job),
-                                   f"describing SageMaker job {job}")
+    answer: dict[str, Any] = _call(
+        lambda: sagemaker.describe_training_job(TrainingJobName=job), f"describing SageMaker job {job}"
+    )
     return answer
 
 
@@ -193,8 +215,10 @@ def _refuse_early(job: str, description: dict[str, Any]) -> None:
     if status != "InProgress":
         raise UserError(f"job {job} is {status}: only a running job can be adopted")
     if description.get("EnableNetworkIsolation"):
-        raise UserError(f"job {job} runs with network isolation, which SageMaker's remote debugging (SSM) cannot "
-                        "reach: relaunch it without EnableNetworkIsolation to debug it")
+        raise UserError(
+            f"job {job} runs with network isolation, which SageMaker's remote debugging (SSM) cannot "
+            "reach: relaunch it without EnableNetworkIsolation to debug it"
+        )
     if spec.ENV_VERSION in (description.get("Environment") or {}):
         raise UserError(f"job {job} was started with remote-debug already: remote-debug attach {job}")
 
@@ -209,8 +233,10 @@ def _wait_training(sagemaker: Any, job: str, timeout: float) -> dict[str, Any]:
         if enabled and description.get("SecondaryStatus") == "Training":
             return description
         if time.monotonic() > deadline:
-            raise UserError(f"job {job} did not reach Training with remote debugging on within {timeout:g} s "
-                            f"(it is {description.get('SecondaryStatus')})")
+            raise UserError(
+                f"job {job} did not reach Training with remote debugging on within {timeout:g} s "
+                f"(it is {description.get('SecondaryStatus')})"
+            )
         time.sleep(POLL_SECONDS)
 
 
@@ -233,8 +259,10 @@ def _connect(node: str, open_shell: ShellFactory, deadline: float) -> NodeAccess
             return NodeAccess(node, shell, "")
         if shell.run("sudo -n true")[0] == 0:
             return NodeAccess(node, shell, "sudo -n ")
-        raise UserError(f"the SSM shell on {node} is not root and may not sudo: adopting needs root in the "
-                        "container (to trace the ranks and run sshd)")
+        raise UserError(
+            f"the SSM shell on {node} is not root and may not sudo: adopting needs root in the "
+            "container (to trace the ranks and run sshd)"
+        )
     except BaseException:
         shell.close()
         raise
@@ -245,7 +273,8 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
     shell = access.shell
     find = "; ".join(
         f"if command -v {p} >/dev/null 2>&1 && {p} -c 'import sys; sys.exit(sys.version_info < (3, 10))' "
-        f"2>/dev/null; then command -v {p}; exit 0; fi" for p in PYTHON_CANDIDATES
+        f"2>/dev/null; then command -v {p}; exit 0; fi"
+        for p in PYTHON_CANDIDATES
     )
     code, found = shell.run(find)
     if code != 0 or not found.strip():
@@ -256,8 +285,9 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
     code, made = shell.run(access.sh(node_dir.make_command(access.python, job, access.node)))
     state, _, directory = made.strip().rpartition("\n")[2].partition(" ")
     if code != 0 or state not in ("new", "old") or not directory.startswith(node_dir.PARENT + "/"):
-        raise UserError(f"cannot make a private dir in {node_dir.PARENT} on {access.node}: "
-                        f"{made.strip()[-300:] or 'no answer'}")
+        raise UserError(
+            f"cannot make a private dir in {node_dir.PARENT} on {access.node}: {made.strip()[-300:] or 'no answer'}"
+        )
     access.dir = directory
     access.bundle = f"{access.dir}/bundle-{fingerprint}"
     access.made = directory if state == "new" else ""
@@ -266,9 +296,13 @@ def _prepare(access: NodeAccess, job: str, fingerprint: str, tarball: bytes) -> 
         access.made = access.made or access.bundle
         uploaded = _put(access, "bundle.tar.gz", tarball)
         # unpacked from the file just checked, in the dir just checked: never what an earlier step left there
-        _check_in(access, f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf bundle.tar.gz -C {bundle}.tmp "
-                  f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f bundle.tar.gz",
-                  uploaded, timeout=120)
+        _check_in(
+            access,
+            f"rm -rf {bundle}.tmp && mkdir {bundle}.tmp && tar -xzf bundle.tar.gz -C {bundle}.tmp "
+            f"&& chmod -R go-w {bundle}.tmp && mv {bundle}.tmp {bundle} && rm -f bundle.tar.gz",
+            uploaded,
+            timeout=120,
+        )
     output = _check_in(access, f"{_with_bundle(access)} --adopt-node --probe", timeout=60)
     access.probe = _last_json(output, access.node)
 
@@ -280,8 +314,9 @@ def _put(access: NodeAccess, name: str, data: bytes) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest()}
 
 
-def _run_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = None,
-            timeout: float = 60.0) -> tuple[int, str]:
+def _run_in(
+    access: NodeAccess, command: str, sha256: dict[str, str] | None = None, timeout: float = 60.0
+) -> tuple[int, str]:
     """``command`` as root inside the node's private dir, once node_dir's guard has checked the dir (and the
     files named in ``sha256``) in this same step; the guard's refusal is a UserError (its one line)."""
     code, output = access.shell.run(access.sh(node_dir.in_dir(access.python, access.dir, command, sha256)), timeout)
@@ -291,8 +326,7 @@ def _run_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = No
     return code, output
 
 
-def _check_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = None,
-              timeout: float = 60.0) -> str:
+def _check_in(access: NodeAccess, command: str, sha256: dict[str, str] | None = None, timeout: float = 60.0) -> str:
     """:func:`_run_in` that raises ShellError (with the output's last line) unless the exit status is 0."""
     code, output = _run_in(access, command, sha256, timeout)
     if code != 0:
@@ -343,9 +377,11 @@ def _refuse_node(access: NodeAccess, job: str) -> None:
         # `stacks --no-hook` reads jobs of this machine only (for now): the way to the ranks' stacks is the node's
         # own shell, which SageMaker's native remote debug (on now) opens to the AWS CLI
         target = ssm.native_target(job, access.node)
-        raise UserError(f"cannot adopt {access.node}: {refusal}; every rank's stacks can still be read with py-spy "
-                        f"on the node (py-spy dump --pid PID), in a shell there: aws ssm start-session --target "
-                        f"{target}")
+        raise UserError(
+            f"cannot adopt {access.node}: {refusal}; every rank's stacks can still be read with py-spy "
+            f"on the node (py-spy dump --pid PID), in a shell there: aws ssm start-session --target "
+            f"{target}"
+        )
     raise UserError(f"cannot adopt {access.node}: {refusal}")
 
 
@@ -369,15 +405,23 @@ def _adopt(access: NodeAccess, debug: spec.DebugSpec) -> tuple[bool, list[Adopte
     # may be a file, which must not be truncated.  setsid and every stream redirected: the daemon leaves the
     # shell's terminal, or the SSM session would never end.  NodeLock keeps a second daemon from starting.
     # daemon.env is sourced only after the guard checked its digest in this same step.
-    _check_in(access, (
-        f"( set -a && . ./daemon.env && rm -f ./daemon.env && exec env PYTHONPATH={shlex.quote(access.bundle)} "
-        f"setsid {shlex.quote(access.python)} -m remote_debug.container --node-daemon --parent-pid {root} ) "
-        f"</dev/null >>/proc/{root}/fd/1 2>>/proc/{root}/fd/2 &"
-    ), env_sum)
+    _check_in(
+        access,
+        (
+            f"( set -a && . ./daemon.env && rm -f ./daemon.env && exec env PYTHONPATH={shlex.quote(access.bundle)} "
+            f"setsid {shlex.quote(access.python)} -m remote_debug.container --node-daemon --parent-pid {root} ) "
+            f"</dev/null >>/proc/{root}/fd/1 2>>/proc/{root}/fd/2 &"
+        ),
+        env_sum,
+    )
     request = {"node": access.node, "roots": roots, "env": env}
     request_sum = _put(access, "request.json", (json.dumps(request) + "\n").encode())
-    code, output = _run_in(access, f"{_with_bundle(access)} --adopt-node request.json; rc=$?; rm -f request.json; "
-                           "exit $rc", request_sum, timeout=ADOPT_TIMEOUT)
+    code, output = _run_in(
+        access,
+        f"{_with_bundle(access)} --adopt-node request.json; rc=$?; rm -f request.json; exit $rc",
+        request_sum,
+        timeout=ADOPT_TIMEOUT,
+    )
     answer = _last_json(output, access.node)
     if code != 0 or "error" in answer:
         raise UserError(f"cannot adopt {access.node}: {answer.get('error') or output.strip()[-300:]}")

@@ -182,8 +182,9 @@ class Attacher:
                 vscode_launch.give_back_holder(self.job, lock.previous, self.paths)
             vscode_launch.give_back_dead_attaches(self.paths)
         except (UserError, OSError) as exc:  # not this attach's business to fail over
-            self.emit(events.WarningEvent(
-                message=f"cannot remove a killed attach's launch.json entries: {reason(exc)}"))
+            self.emit(
+                events.WarningEvent(message=f"cannot remove a killed attach's launch.json entries: {reason(exc)}")
+            )
 
     def _watch(self) -> JobInfo:
         """Discover ranks until every selected one is exposed, then keep watching; the job's end, or
@@ -266,8 +267,17 @@ class Attacher:
     def _expose(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint) -> RankForward:
         local_port = self.ide.expose(self.connection.tunnel(node), node, r)
         fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
-        self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
-                                   state=r.state, ide=self.ide.ide, code_dir=m.code_dir_of(r)))
+        self.emit(
+            events.RankReady(
+                rank=r.rank,
+                node=node,
+                local_port=local_port,
+                remote_port=r.port,
+                state=r.state,
+                ide=self.ide.ide,
+                code_dir=m.code_dir_of(r),
+            )
+        )
         return fwd
 
     def _follow_restarts(self) -> None:
@@ -290,8 +300,17 @@ class Attacher:
                 local_port = self.ide.re_expose(self.connection.tunnel(node), node, r, old)
                 moved = moved or local_port != old.local_port
                 fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
-                self.emit(events.RankReady(rank=r.rank, node=node, local_port=local_port, remote_port=r.port,
-                                           state=r.state, ide=self.ide.ide, code_dir=m.code_dir_of(r)))
+                self.emit(
+                    events.RankReady(
+                        rank=r.rank,
+                        node=node,
+                        local_port=local_port,
+                        remote_port=r.port,
+                        state=r.state,
+                        ide=self.ide.ide,
+                        code_dir=m.code_dir_of(r),
+                    )
+                )
                 new.append(fwd)
         if not new:
             return
@@ -352,8 +371,16 @@ class Attacher:
                 if r.state == spec.RankState.FAILED and r.error is None:
                     continue  # not an uncaught exception (e.g. a listener that failed to start)
                 self._faults_reported.add((r.rank, r.pid))
-                self.emit(events.RankFailed(rank=r.rank, node=node, pid=r.pid, error=r.error,
-                                            traceback=r.traceback, held=r.state == spec.RankState.HELD))
+                self.emit(
+                    events.RankFailed(
+                        rank=r.rank,
+                        node=node,
+                        pid=r.pid,
+                        error=r.error,
+                        traceback=r.traceback,
+                        held=r.state == spec.RankState.HELD,
+                    )
+                )
                 forward = self.forwards.get(r.rank)
                 if r.state == spec.RankState.HELD and not final and forward is not None:
                     self.ide.rank_held(forward)

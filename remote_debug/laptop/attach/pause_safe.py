@@ -44,7 +44,9 @@ class PauseSafe:
             (node, r)
             for node, m in manifests.items()
             for r in m.ranks
-            if (r.rank, r.pid) not in self._done and r.control_port and r.state not in _OVER
+            if (r.rank, r.pid) not in self._done
+            and r.control_port
+            and r.state not in _OVER
             and (retry or (r.rank, r.pid) not in self._asked)
         ]
         if not todo:

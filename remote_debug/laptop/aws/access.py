@@ -18,7 +18,13 @@ from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.core.errors import AwsAccessError, UserError
 
 PROBLEMS = (
-    "no-credentials", "sso-expired", "profile-not-found", "no-region", "access-denied", "unreachable", "error",
+    "no-credentials",
+    "sso-expired",
+    "profile-not-found",
+    "no-region",
+    "access-denied",
+    "unreachable",
+    "error",
 )
 # aws.error_kind's words that are not a problem's own (the others are; "expired" depends on the profile)
 _PROBLEM_OF_KIND = {

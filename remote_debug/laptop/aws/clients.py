@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
 REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")
 NO_REGION = (
-    "no AWS region: pass --region REGION, or set AWS_REGION or AWS_DEFAULT_REGION "
-    "(or 'region' in your AWS profile)"
+    "no AWS region: pass --region REGION, or set AWS_REGION or AWS_DEFAULT_REGION (or 'region' in your AWS profile)"
 )
 # --- the tags enable() writes on a training job and the SageMaker backend reads ---------------------
 TAG_PREFIX = "remote-debug:"
@@ -129,7 +128,9 @@ def session(profile_name: str | None = None, region: str | None = None) -> boto3
         raise AwsAccessError(
             f"AWS profile {profile_name!r} not found in ~/.aws/config or ~/.aws/credentials: "
             "check --profile / AWS_PROFILE (aws configure list-profiles)",
-            problem="profile-not-found", fix="aws configure list-profiles", profile=profile_name,
+            problem="profile-not-found",
+            fix="aws configure list-profiles",
+            profile=profile_name,
         )
     if not region:
         region, _source = resolve_region(profile_name)

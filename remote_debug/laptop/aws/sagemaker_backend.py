@@ -52,8 +52,13 @@ from remote_debug.oskit import osutil
 ENV_BASTION = "REMOTE_DEBUG_BASTION"
 # Secondary statuses during which the platform, not the job, is busy (instances, image, data).
 PROVISIONING = (
-    "Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
-    "DownloadingTrainingImage", "Restarting",
+    "Starting",
+    "Pending",
+    "LaunchingMLInstances",
+    "PreparingTrainingStack",
+    "Downloading",
+    "DownloadingTrainingImage",
+    "Restarting",
 )
 RECENT = timedelta(days=1)
 LIST_LIMIT = 25
@@ -329,7 +334,9 @@ class SageMakerBackend(Backend):
                 log.warning(
                     "cannot trust any manifest line of job %s: this machine has no key for it (%s) and its "
                     "environment no %s; attach from the machine that launched it",
-                    job, self.paths.job_key(job), spec.ENV_JOB_SECRET,
+                    job,
+                    self.paths.job_key(job),
+                    spec.ENV_JOB_SECRET,
                 )
             else:
                 log.warning("%s", reader.refusal_summary())
@@ -370,11 +377,17 @@ class SageMakerBackend(Backend):
             return
         self._renewed.add(job)
         try:
-            renew_if_stale(resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
-                           s3=self.client("s3"), sagemaker=self.client("sagemaker"))
+            renew_if_stale(
+                resp,
+                self._job_tags(job, resp.get("TrainingJobArn")),
+                ssm=self.client("ssm"),
+                s3=self.client("s3"),
+                sagemaker=self.client("sagemaker"),
+            )
         except Exception as exc:
-            log.warning("could not renew the expired SSM activation of job %s (its nodes cannot register): %s",
-                        job, exc)
+            log.warning(
+                "could not renew the expired SSM activation of job %s (its nodes cannot register): %s", job, exc
+            )
         self._tags.pop(job, None)  # the activation tag may have changed
 
     def _retire_activation(
@@ -391,8 +404,9 @@ class SageMakerBackend(Backend):
 
         self._retired.add(job)
         try:  # housekeeping: it must never cost the user the manifests (or the attach) it rides on
-            retire_job(job, resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"),
-                       s3=self.client("s3"))
+            retire_job(
+                job, resp, self._job_tags(job, resp.get("TrainingJobArn")), ssm=self.client("ssm"), s3=self.client("s3")
+            )
         except Exception as exc:
             log.warning("could not retire the SSM activation of job %s (remote-debug cleanup will): %s", job, exc)
 

@@ -173,8 +173,12 @@ def _say(line: str) -> None:
 
 
 def start_when_ready(
-    start: Callable[[], dict[str, Any]], target: str, *, wait: float | None = None,
-    say: Callable[[str], None] = _say, sleep: Callable[[float], None] = time.sleep,
+    start: Callable[[], dict[str, Any]],
+    target: str,
+    *,
+    wait: float | None = None,
+    say: Callable[[str], None] = _say,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """``start()`` (a StartSession call), tried again while SSM answers that the target is not connected yet or
     that it is throttled, with a growing pause, for up to ``wait`` seconds (:data:`AGENT_WAIT_SECONDS`); the last
@@ -239,8 +243,15 @@ def plugin_launch(
     env[RESPONSE_ENV] = json.dumps(
         {"SessionId": response["SessionId"], "TokenValue": response["TokenValue"], "StreamUrl": response["StreamUrl"]}
     )
-    argv = [plugin_path, RESPONSE_ENV, client.meta.region_name, "StartSession", profile, json.dumps(params),
-            client.meta.endpoint_url]
+    argv = [
+        plugin_path,
+        RESPONSE_ENV,
+        client.meta.region_name,
+        "StartSession",
+        profile,
+        json.dumps(params),
+        client.meta.endpoint_url,
+    ]
     return argv, env
 
 
@@ -263,7 +274,10 @@ def run_session(
         _say(" ".join(say.split()))  # once per connection, one line
         with ignore_user_signals():
             return ssm_forward.run_forwarding(
-                target, port, stdin, stdout,
+                target,
+                port,
+                stdin,
+                stdout,
                 start=lambda params: start_session(client, target, port, params),
                 launch=lambda params, started: plugin_launch(plugin.path, client, params, started, profile),
                 terminate=lambda session_id: terminate(client, session_id),

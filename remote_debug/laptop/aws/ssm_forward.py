@@ -39,8 +39,11 @@ READY_MARK = b"Waiting for connections"
 
 
 def forwarding_parameters(target: str, port: int, local_port: int) -> dict[str, Any]:
-    return {"Target": target, "DocumentName": DOCUMENT,
-            "Parameters": {"portNumber": [str(port)], "localPortNumber": [str(local_port)]}}
+    return {
+        "Target": target,
+        "DocumentName": DOCUMENT,
+        "Parameters": {"portNumber": [str(port)], "localPortNumber": [str(local_port)]},
+    }
 
 
 def free_loopback_port() -> int:
@@ -91,7 +94,7 @@ def relay(sock: socket.socket, stdin: BinaryIO, stdout: BinaryIO) -> None:
                 break
             view = memoryview(data)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
 
 
 class _Hangup(Exception):
@@ -122,9 +125,16 @@ def ended_by_signals() -> Iterator[None]:
 Launch = Callable[[dict[str, Any], dict[str, Any]], tuple[list[str], dict[str, str]]]
 
 
-def run_forwarding(target: str, port: int, stdin: BinaryIO, stdout: BinaryIO, *,
-                   start: Callable[[dict[str, Any]], dict[str, Any]], launch: Launch,
-                   terminate: Callable[[str], None]) -> int:
+def run_forwarding(
+    target: str,
+    port: int,
+    stdin: BinaryIO,
+    stdout: BinaryIO,
+    *,
+    start: Callable[[dict[str, Any]], dict[str, Any]],
+    launch: Launch,
+    terminate: Callable[[str], None],
+) -> int:
     """The port-forwarding session relayed to stdin/stdout; ``start(params)`` is StartSession (with the caller's
     waiting and error wording), ``launch(params, response)`` the plugin's argv and environment
     (``ssm.plugin_launch``), ``terminate(session_id)`` TerminateSession.  The plugin's exit code."""
@@ -135,8 +145,14 @@ def run_forwarding(target: str, port: int, stdin: BinaryIO, stdout: BinaryIO, *,
     argv, env = launch(params, response)
     plugin_path = argv[0]
     try:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     except OSError as exc:
         terminate(session_id)
         raise UserError(f"cannot run {plugin_path}: {exc.strerror or exc}") from None
@@ -160,5 +176,10 @@ def refused_document(exc: BaseException, document: str) -> bool:
     if not aws.is_error(exc):
         return False
     code = aws.error_code(exc) or ""
-    return code in ("InvalidDocument", "InvalidDocumentOperation", "ValidationException", "AccessDeniedException",
-                    "BadRequest") and document in str(exc)
+    return code in (
+        "InvalidDocument",
+        "InvalidDocumentOperation",
+        "ValidationException",
+        "AccessDeniedException",
+        "BadRequest",
+    ) and document in str(exc)

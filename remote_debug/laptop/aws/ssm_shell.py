@@ -69,7 +69,7 @@ RESYNC_ATTEMPTS = 2
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SETUP = (
     "stty -echo -opost; set +m; PS1=''; PS2=''; unset PROMPT_COMMAND HISTFILE; export TERM=dumb PAGER=cat; "
-    "[ -n \"${BASH_VERSION-}\" ] && set +o emacs +o vi"
+    '[ -n "${BASH_VERSION-}" ] && set +o emacs +o vi'
 )
 
 
@@ -99,8 +99,15 @@ def _short(command: str) -> str:
 class ShellSession:
     """An SSM shell session to ``target``, driven line by line; a context manager that always cleans up."""
 
-    def __init__(self, client: Any, target: str, *, profile: str = "", plugin: ssm.Plugin | None = None,
-                 start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: Any,
+        target: str,
+        *,
+        profile: str = "",
+        plugin: ssm.Plugin | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
         self.client, self.target, self.profile = client, target, profile
         self._plugin, self.start_timeout = plugin, start_timeout
         self.session_id: str | None = None
@@ -136,8 +143,9 @@ class ShellSession:
         self.session_id = str(response["SessionId"])
         try:
             self._spawn(plugin, response)
-            self._sync(_SETUP, self.start_timeout, f"no shell prompt from {self.target} within "
-                       f"{self.start_timeout:g} s")
+            self._sync(
+                _SETUP, self.start_timeout, f"no shell prompt from {self.target} within {self.start_timeout:g} s"
+            )
         except BaseException:
             self.close()
             raise
@@ -164,8 +172,7 @@ class ShellSession:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
             # A session of its own: our Ctrl-C does not reach it (close() ends it), and it has no
             # controlling terminal from which SIGINT/SIGTSTP could come.
-            self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
         except OSError as exc:
             raise ssm.PluginError(f"cannot run {plugin.path} ({exc.strerror or exc}): {ssm.INSTALL_HINT}") from None
         finally:
@@ -238,8 +245,8 @@ class ShellSession:
                 raise self._timed_out(command, timeout) from None
             with self._cond:
                 output = bytes(self._out[begin:stop])
-                status = bytes(self._out[stop + len(end_mark) + 1:newline])
-                del self._out[:newline + 1]
+                status = bytes(self._out[stop + len(end_mark) + 1 : newline])
+                del self._out[: newline + 1]
         if not status.isdigit():
             raise ShellError(f"unexpected answer from the shell on {self.target}: {status[:80]!r}")
         return int(status), output
@@ -252,8 +259,15 @@ class ShellSession:
             raise ShellError(f"`{_short(command)}` failed on {self.target} (exit status {code}): {last[:200]}")
         return output
 
-    def put_file(self, remote_path: str, data: bytes, mode: int = 0o644, *, timeout: float = 300.0,
-                 wrap: Callable[[str], str] = lambda command: command) -> None:
+    def put_file(
+        self,
+        remote_path: str,
+        data: bytes,
+        mode: int = 0o644,
+        *,
+        timeout: float = 300.0,
+        wrap: Callable[[str], str] = lambda command: command,
+    ) -> None:
         """Write ``data`` to ``remote_path`` on the node, atomically, with ``mode``; checked by SHA-256.  ``wrap``:
         how each command runs (e.g. through ``sudo -n sh -c``, where the shell's user may not write there itself;
         the data comes on the wrapped command's stdin)."""
@@ -263,12 +277,15 @@ class ShellSession:
         self.check(wrap(f"umask 077 && : > {tmp}"), timeout)
         try:
             for offset in range(0, len(data), UPLOAD_BATCH):
-                chunk = base64.encodebytes(data[offset:offset + UPLOAD_BATCH]).decode("ascii")
+                chunk = base64.encodebytes(data[offset : offset + UPLOAD_BATCH]).decode("ascii")
                 eof = f"RD_EOF_{secrets.token_hex(4)}"  # base64 has no '_': cannot end the document early
-                self.check(f"{wrap(f'base64 -d >> {tmp}')} <<'{eof}'\n{chunk}{eof}\n",
-                           max(1.0, deadline - time.monotonic()))
-            out = self.check(wrap(f"chmod {mode:o} {tmp} && mv -f {tmp} {path} && sha256sum {path}"),
-                             max(1.0, deadline - time.monotonic()))
+                self.check(
+                    f"{wrap(f'base64 -d >> {tmp}')} <<'{eof}'\n{chunk}{eof}\n", max(1.0, deadline - time.monotonic())
+                )
+            out = self.check(
+                wrap(f"chmod {mode:o} {tmp} && mv -f {tmp} {path} && sha256sum {path}"),
+                max(1.0, deadline - time.monotonic()),
+            )
         except BaseException:
             with contextlib.suppress(ShellError):
                 if self._usable_now():
@@ -276,8 +293,10 @@ class ShellSession:
             raise
         digest = hashlib.sha256(data).hexdigest()
         if out.split()[:1] != [digest]:
-            raise ShellError(f"{remote_path} on {self.target} does not have the uploaded content "
-                             f"(sha256 {out.split()[:1] or ['?']} != {digest})")
+            raise ShellError(
+                f"{remote_path} on {self.target} does not have the uploaded content "
+                f"(sha256 {out.split()[:1] or ['?']} != {digest})"
+            )
 
     def read_file(self, remote_path: str, timeout: float = 60.0) -> bytes:
         """The bytes of ``remote_path`` on the node (through base64, so binary files are safe)."""
@@ -305,7 +324,7 @@ class ShellSession:
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._master, view):]
+                view = view[os.write(self._master, view) :]
         except OSError as exc:
             raise ShellError(f"the shell session to {self.target} is gone ({exc.strerror or exc})") from None
 
@@ -333,7 +352,7 @@ class ShellSession:
         except TimeoutError:
             raise ShellError(message + self._plugin_said()) from None
         with self._cond:
-            del self._out[:found + len(mark) + 1]
+            del self._out[: found + len(mark) + 1]
 
     def _timed_out(self, command: str, timeout: float) -> CommandTimeout:
         what = f"`{_short(command)}` on {self.target} did not finish within {timeout:g} s"
@@ -342,8 +361,9 @@ class ShellSession:
                 self._write(b"\x03")  # Ctrl-C: the node's terminal sends SIGINT, the line is abandoned
                 time.sleep(0.2)  # apart from the next line: SIGINT flushes the terminal's pending input
                 self._sync(":", RESYNC_TIMEOUT, "")
-                return CommandTimeout(f"{what}: interrupted it (Ctrl-C); the session is still usable",
-                                      session_usable=True)
+                return CommandTimeout(
+                    f"{what}: interrupted it (Ctrl-C); the session is still usable", session_usable=True
+                )
             except ShellError:
                 if not self._usable_now():
                     break
@@ -355,8 +375,12 @@ def _check_command(command: str) -> None:
     if not command.strip():
         raise ValueError("an empty command")
     if _CONTROL.search(command):
-        raise ValueError("a command with control characters cannot be typed into a terminal: upload it with "
-                         "put_file and run the file")
+        raise ValueError(
+            "a command with control characters cannot be typed into a terminal: upload it with "
+            "put_file and run the file"
+        )
     if any(len(line.encode()) > MAX_LINE for line in shlex.quote(command).split("\n")):
-        raise ValueError(f"a command line over {MAX_LINE} bytes cannot be typed into a terminal: upload it with "
-                         "put_file and run the file")
+        raise ValueError(
+            f"a command line over {MAX_LINE} bytes cannot be typed into a terminal: upload it with "
+            "put_file and run the file"
+        )

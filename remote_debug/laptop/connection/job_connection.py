@@ -138,8 +138,14 @@ class JobConnection:
             # progress while the platform starts the job (Starting -> Downloading -> Training); a job
             # that is simply running when we come is no news
             if (info.status, info.secondary_status) != shown and (shown or info.provisioning):
-                self.emit(events.JobStatusEvent(job=self.job, status=info.status,
-                                           secondary_status=info.secondary_status, message=info.status_message))
+                self.emit(
+                    events.JobStatusEvent(
+                        job=self.job,
+                        status=info.status,
+                        secondary_status=info.secondary_status,
+                        message=info.status_message,
+                    )
+                )
             shown = (info.status, info.secondary_status)
             if info.provisioning:  # SageMaker still starting instances: its time, not the nodes'
                 deadline = time.monotonic() + timeout
@@ -159,8 +165,14 @@ class JobConnection:
                 announced = True
             now = time.monotonic()
             if now >= next_note:  # a wait that drags on says what it waits for, and keeps saying it
-                self.emit(events.Waiting(what="nodes", nodes=missing, seconds=round(now - started, 1),
-                                         detail=self.backend.waiting_for(self.job)))
+                self.emit(
+                    events.Waiting(
+                        what="nodes",
+                        nodes=missing,
+                        seconds=round(now - started, 1),
+                        detail=self.backend.waiting_for(self.job),
+                    )
+                )
                 next_note = now + WAIT_NOTE_EVERY
             if time.monotonic() > deadline:
                 raise UserError(
@@ -276,4 +288,3 @@ class JobConnection:
     def close(self) -> None:
         for tunnel in self.tunnels.values():
             tunnel.close()
-

@@ -92,8 +92,10 @@ def local_port_guard(rank: spec.RankEndpoint, port: int, what: str) -> str | Non
         return f"nothing of rank {rank.rank} listens on its {what} port 127.0.0.1:{port}"
     strangers = sorted(owners - {uid})
     if strangers:
-        return (f"127.0.0.1:{port}, rank {rank.rank}'s {what} port, is held by uid "
-                f"{', '.join(map(str, strangers))}, not the job's uid {uid}: another local user took it")
+        return (
+            f"127.0.0.1:{port}, rank {rank.rank}'s {what} port, is held by uid "
+            f"{', '.join(map(str, strangers))}, not the job's uid {uid}: another local user took it"
+        )
     return None
 
 

@@ -111,10 +111,14 @@ class IdeBridge:
         try:
             ide = socket.create_connection((self.ide_host, self.ide_port), timeout=self.connect_timeout)
         except OSError as exc:
-            self._refuse(chan, origin, (
-                f"nothing listens on the laptop's {self.ide_host}:{self.ide_port} "
-                f"({type(exc).__name__}): start PyCharm's Python Debug Server on that port"
-            ))
+            self._refuse(
+                chan,
+                origin,
+                (
+                    f"nothing listens on the laptop's {self.ide_host}:{self.ide_port} "
+                    f"({type(exc).__name__}): start PyCharm's Python Debug Server on that port"
+                ),
+            )
             return
         stranger = self._stranger(ide)
         if stranger:

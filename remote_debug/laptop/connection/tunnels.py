@@ -211,9 +211,7 @@ class NodeTunnel:
             self.reconnects += 1
         self._ever_connected = True
         if self._watchdog is None:
-            self._watchdog = threading.Thread(
-                target=self._watch, daemon=True, name=f"keepalive-{self.endpoint.alias}"
-            )
+            self._watchdog = threading.Thread(target=self._watch, daemon=True, name=f"keepalive-{self.endpoint.alias}")
             self._watchdog.start()
         # A new transport has no reverse forwards: sshd dropped them with the old session.
         self._reverse_pending = set(self._reverse)
@@ -275,8 +273,11 @@ class NodeTunnel:
             if transport is None or not transport.is_active() or self._answers(transport, KEEPALIVE_TIMEOUT):
                 continue
             if transport is self._transport and not self._closed.is_set():
-                log.warning("%s: no answer from sshd for %.0f s: dropping the connection", self.endpoint.alias,
-                            KEEPALIVE_TIMEOUT)
+                log.warning(
+                    "%s: no answer from sshd for %.0f s: dropping the connection",
+                    self.endpoint.alias,
+                    KEEPALIVE_TIMEOUT,
+                )
                 self.dead_links += 1
                 # Closing kills the relay; alive turns False and the next use or ensure_connected
                 # reconnects.  Not under self._lock: a reconnect attempt may hold it for long.
@@ -410,9 +411,7 @@ class NodeTunnel:
             self._reverse[port] = handler
             return port
 
-    def _dispatch_reverse(
-        self, chan: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]
-    ) -> None:
+    def _dispatch_reverse(self, chan: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]) -> None:
         # Runs in paramiko's transport thread: hand off at once, a handler may block for long.
         handler = self._reverse.get(server[1])
         if handler is None:
@@ -484,8 +483,7 @@ class NodeTunnel:
         if verdict.allowed:
             return True
         self.refused_foreign += 1
-        message = (f"refused a connection to the forward of {self.endpoint.alias} port {remote_port}: "
-                   f"{verdict.reason}")
+        message = f"refused a connection to the forward of {self.endpoint.alias} port {remote_port}: {verdict.reason}"
         log.warning("%s", message)
         if self.on_foreign is not None:
             with contextlib.suppress(Exception):  # a callback's bug must not kill the forward

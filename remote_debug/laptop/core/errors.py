@@ -4,8 +4,13 @@ from __future__ import annotations
 
 # What an exception whose message is empty means, in words: paramiko raises a bare EOFError() when the
 # SSH connection ends, sockets and our proxy a bare TimeoutError(); "cannot reach X: " told nothing.
-_NO_MESSAGE = {TimeoutError: "timed out", EOFError: "connection closed", ConnectionResetError: "connection reset",
-               BrokenPipeError: "connection closed", ConnectionAbortedError: "connection aborted"}
+_NO_MESSAGE = {
+    TimeoutError: "timed out",
+    EOFError: "connection closed",
+    ConnectionResetError: "connection reset",
+    BrokenPipeError: "connection closed",
+    ConnectionAbortedError: "connection aborted",
+}
 
 
 def reason(exc: BaseException) -> str:
@@ -37,7 +42,12 @@ class AwsAccessError(UserError):
     (or None), so that a listing can show it next to what it did list (``jobs --json``, the extension)."""
 
     def __init__(
-        self, message: str, *, problem: str, fix: str | None = None, profile: str | None = None,
+        self,
+        message: str,
+        *,
+        problem: str,
+        fix: str | None = None,
+        profile: str | None = None,
         region: str | None = None,
     ) -> None:
         super().__init__(message)

@@ -149,8 +149,11 @@ class Doctor:
         # Asked for: --aws, injected clients, a job ARN's region, --profile/--region.  Otherwise AWS is
         # still looked at when it is configured at all, but only as advice: a laptop whose ~/.aws
         # serves other work must not fail `doctor` for local jobs.
-        self.aws_asked = bool(check_aws) or clients is not None or region is not None or bool(
-            aws.settings().profile or aws.settings().region
+        self.aws_asked = (
+            bool(check_aws)
+            or clients is not None
+            or region is not None
+            or bool(aws.settings().profile or aws.settings().region)
         )
         self.check_aws = check_aws if check_aws is not None else (self.aws_asked or aws.configured())
         # a job ARN's region: used unless --region (or injected clients) say otherwise
@@ -192,8 +195,14 @@ class Doctor:
         except Exception as exc:
             if not aws.is_error(exc):
                 raise
-            self.add(Check("credentials", FAIL, aws.describe_error(exc, "sts GetCallerIdentity"),
-                           "configure AWS access: aws configure / aws sso login, or pass --profile"))
+            self.add(
+                Check(
+                    "credentials",
+                    FAIL,
+                    aws.describe_error(exc, "sts GetCallerIdentity"),
+                    "configure AWS access: aws configure / aws sso login, or pass --profile",
+                )
+            )
             return None
         arn = str(identity["Arn"])
         self.add(Check("credentials", OK, arn, data={"account": identity.get("Account"), "arn": arn}))
@@ -203,11 +212,18 @@ class Doctor:
         try:
             plugin = ssm.find_plugin(self.which)
         except UserError as exc:
-            self.add(Check("session-manager-plugin", FAIL, str(exc).removesuffix(f": {ssm.INSTALL_HINT}"),
-                           ssm.INSTALL_HINT))
+            self.add(
+                Check("session-manager-plugin", FAIL, str(exc).removesuffix(f": {ssm.INSTALL_HINT}"), ssm.INSTALL_HINT)
+            )
             return
-        self.add(Check("session-manager-plugin", OK, f"{plugin.version} at {plugin.path}",
-                       data={"version": plugin.version, "path": plugin.path}))
+        self.add(
+            Check(
+                "session-manager-plugin",
+                OK,
+                f"{plugin.version} at {plugin.path}",
+                data={"version": plugin.version, "path": plugin.path},
+            )
+        )
 
     def check_openssh(self) -> None:
         client = self.which("ssh")
@@ -234,20 +250,33 @@ class Doctor:
         path = find_sshd()  # the one the hook will start
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             where = f"{ENV_SSHD}={configured}" if configured else "sshd (on PATH, or /usr/sbin/sshd)"
-            self.add(Check("sshd", FAIL, f"{where} not found",
-                           "install the OpenSSH server (apt install openssh-server): local jobs run their own sshd"))
+            self.add(
+                Check(
+                    "sshd",
+                    FAIL,
+                    f"{where} not found",
+                    "install the OpenSSH server (apt install openssh-server): local jobs run their own sshd",
+                )
+            )
             return
         # Found is not enough: a binary missing a library, or one that refuses the config the hook writes, fails
         # every local job's node.  So start it as the hook does (a throwaway key, a free loopback port) and stop it.
         with tempfile.TemporaryDirectory(prefix="remote-debug-doctor-") as scratch:
             try:
                 # (gated as a local job's node gates it, where the system can tell a socket's owner)
-                trial = start_sshd(Path(scratch) / "sshd", DOCTOR_CLIENT_KEY, ready_timeout=15.0,
-                                   uid_gate=peer_uid.supported())
+                trial = start_sshd(
+                    Path(scratch) / "sshd", DOCTOR_CLIENT_KEY, ready_timeout=15.0, uid_gate=peer_uid.supported()
+                )
             except (SshdError, OSError) as exc:
-                self.add(Check("sshd", FAIL, f"{path} does not start: {' '.join(str(exc).split())[:300]}",
-                               "fix or reinstall the OpenSSH server (apt install --reinstall openssh-server): "
-                               "local jobs run their own sshd"))
+                self.add(
+                    Check(
+                        "sshd",
+                        FAIL,
+                        f"{path} does not start: {' '.join(str(exc).split())[:300]}",
+                        "fix or reinstall the OpenSSH server (apt install --reinstall openssh-server): "
+                        "local jobs run their own sshd",
+                    )
+                )
                 return
             trial.stop()
         self.add(Check("sshd", OK, path, data={"path": path}))
@@ -262,8 +291,14 @@ class Doctor:
     def check_torchrun(self) -> None:
         """torch, whose torchrun starts the ranks of a local job with more than one (advisory)."""
         if importlib.util.find_spec("torch") is None:
-            self.add(Check("torchrun", WARN, "torch is not installed: local jobs can have one rank per node only",
-                           "pip install torch (for launch --local --nproc-per-node N, or --nodes N)"))
+            self.add(
+                Check(
+                    "torchrun",
+                    WARN,
+                    "torch is not installed: local jobs can have one rank per node only",
+                    "pip install torch (for launch --local --nproc-per-node N, or --nodes N)",
+                )
+            )
             return
         self.add(Check("torchrun", OK, f"torch {_version('torch')}"))
 
@@ -272,8 +307,13 @@ class Doctor:
         if netns.available():
             self.add(Check("network namespaces", OK, "each node of a multi-node local job gets its own"))
         else:
-            self.add(Check("network namespaces", SKIP,
-                           "multi-node local jobs share this machine's loopback (namespaces need root and iproute2)"))
+            self.add(
+                Check(
+                    "network namespaces",
+                    SKIP,
+                    "multi-node local jobs share this machine's loopback (namespaces need root and iproute2)",
+                )
+            )
 
     def principal_arn(self, caller_arn: str) -> str | None:
         """The IAM user/role behind the caller (an assumed-role session maps to its role)."""
@@ -286,8 +326,9 @@ class Doctor:
         except Exception:
             return f"arn:{partition}:iam::{account}:role/{role}"
 
-    def simulation_context(self, caller: Identity, principal: str, job: str,
-                           job_tags: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    def simulation_context(
+        self, caller: Identity, principal: str, job: str, job_tags: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """The context values the real requests carry and our policies condition on.  ``job_tags``: the
         job's real tags; None (no job given) simulates a job tagged as enable() tags the caller's jobs."""
         values: dict[str, str] = {
@@ -303,17 +344,20 @@ class Doctor:
         user = IAM_USER_RE.fullmatch(principal)
         if user:  # only IAM users have an aws:username
             values["aws:username"] = user.group(1)
-        entries = [{"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"}
-                   for k, v in values.items() if v]
+        entries = [
+            {"ContextKeyName": k, "ContextKeyValues": [v], "ContextKeyType": "string"} for k, v in values.items() if v
+        ]
         # every remote-debug launch and enable turns it on: what an admin's condition on it would see
-        entries.append({"ContextKeyName": ENABLE_REMOTE_DEBUG_KEY, "ContextKeyValues": ["true"],
-                        "ContextKeyType": "boolean"})
+        entries.append(
+            {"ContextKeyName": ENABLE_REMOTE_DEBUG_KEY, "ContextKeyValues": ["true"], "ContextKeyType": "boolean"}
+        )
         return entries
 
     def job_tags(self, caller: Identity, job: str) -> dict[str, str] | None:
         """The job's real tags (None when ListTags fails: the simulation assumes the caller's own job)."""
-        arn = TRAINING_JOB_ARN.format(partition=caller.partition, region=self.found_region, account=caller.account,
-                                      job=job)
+        arn = TRAINING_JOB_ARN.format(
+            partition=caller.partition, region=self.found_region, account=caller.account, job=job
+        )
         try:
             listed = self.client("sagemaker").list_tags(ResourceArn=arn)
         except Exception as exc:
@@ -327,31 +371,49 @@ class Doctor:
         if principal is None:
             self.add(Check("iam", OK, "the account root user may do everything"))
             return
-        names = {"partition": caller.partition, "region": self.found_region, "account": caller.account,
-                 "job": job or EXAMPLE_JOB}
+        names = {
+            "partition": caller.partition,
+            "region": self.found_region,
+            "account": caller.account,
+            "job": job or EXAMPLE_JOB,
+        }
         rows = [(p, p.resource.format(**names)) for p in PERMISSIONS]
-        context = self.simulation_context(caller, principal, job or EXAMPLE_JOB,
-                                          self.job_tags(caller, job) if job else None)
+        context = self.simulation_context(
+            caller, principal, job or EXAMPLE_JOB, self.job_tags(caller, job) if job else None
+        )
         outcomes: dict[tuple[str, str], tuple[str, list[str]]] = {}
         try:
             # One call per resource: a call's ResourceArns apply to every action in it.
             for resource in dict.fromkeys(r for _p, r in rows):
                 actions = sorted({p.action for p, r in rows if r == resource})
                 result = self.client("iam").simulate_principal_policy(
-                    PolicySourceArn=principal, ActionNames=actions, ResourceArns=[resource], ContextEntries=context,
+                    PolicySourceArn=principal,
+                    ActionNames=actions,
+                    ResourceArns=[resource],
+                    ContextEntries=context,
                 )
                 outcomes.update(_outcomes(result.get("EvaluationResults", []), resource))
         except Exception as exc:  # advisory: whatever stops the simulation, the other checks still run
             detail = aws.describe_error(exc, "iam SimulatePrincipalPolicy") if aws.is_error(exc) else str(exc)
-            self.add(Check("iam", WARN, detail,
-                           "allow iam:SimulatePrincipalPolicy on yourself to let doctor check permissions"))
+            self.add(
+                Check(
+                    "iam", WARN, detail, "allow iam:SimulatePrincipalPolicy on yourself to let doctor check permissions"
+                )
+            )
             return
         table: list[dict[str, Any]] = []
         for permission, resource in rows:
             decision, missing = outcomes.get((permission.action, resource), ("unknown", []))
-            table.append({"action": permission.action, "resource": resource, "decision": decision,
-                          "missing_context": missing, "needed_for": permission.needed_for,
-                          "required": permission.required})
+            table.append(
+                {
+                    "action": permission.action,
+                    "resource": resource,
+                    "decision": decision,
+                    "missing_context": missing,
+                    "needed_for": permission.needed_for,
+                    "required": permission.required,
+                }
+            )
         data = {"principal": principal, "actions": table}
         denied = _names(r for r in table if r["required"] and r["decision"] not in (ALLOWED, UNDETERMINED))
         unknown = [r for r in table if r["decision"] == UNDETERMINED]
@@ -360,15 +422,20 @@ class Doctor:
             self.add(Check("iam", FAIL, f"{principal} lacks {', '.join(denied)}", POLICY_HINT, data))
         elif unknown:
             keys = sorted({k for r in unknown for k in r["missing_context"]})
-            self.add(Check(
-                "iam", WARN,
-                f"IAM cannot tell whether {principal} may {', '.join(_names(unknown))} without the context "
-                f"value(s) {', '.join(keys)}, which your policies' conditions use and doctor cannot know",
-                "check that those conditions hold where you connect from", data,
-            ))
+            self.add(
+                Check(
+                    "iam",
+                    WARN,
+                    f"IAM cannot tell whether {principal} may {', '.join(_names(unknown))} without the context "
+                    f"value(s) {', '.join(keys)}, which your policies' conditions use and doctor cannot know",
+                    "check that those conditions hold where you connect from",
+                    data,
+                )
+            )
         elif optional:
-            self.add(Check("iam", WARN, f"{principal} lacks {', '.join(optional)} (launch/enable/stop)", POLICY_HINT,
-                           data))
+            self.add(
+                Check("iam", WARN, f"{principal} lacks {', '.join(optional)} (launch/enable/stop)", POLICY_HINT, data)
+            )
         else:
             self.add(Check("iam", OK, f"{principal}: every needed action is allowed", data=data))
 
@@ -382,18 +449,29 @@ class Doctor:
         except Exception as exc:  # advisory, like the IAM check: the other checks still run
             what = f"ssm GetServiceSetting {ssm.ACTIVATION_TIER_SETTING}"
             detail = aws.describe_error(exc, what) if aws.is_error(exc) else f"{what}: {type(exc).__name__}: {exc}"
-            self.add(Check("hybrid instance tier", WARN, f"{detail}; cannot tell whether hybrid sessions work",
-                           f"allow ssm:GetServiceSetting (templates/iam); the tier is set with: {fix}"))
+            self.add(
+                Check(
+                    "hybrid instance tier",
+                    WARN,
+                    f"{detail}; cannot tell whether hybrid sessions work",
+                    f"allow ssm:GetServiceSetting (templates/iam); the tier is set with: {fix}",
+                )
+            )
             return
         if tier == ssm.ADVANCED_TIER:
             self.add(Check("hybrid instance tier", OK, f"advanced in {region}", data={"tier": tier}))
             return
         what = f"job {hybrid_job} uses the hybrid transport, but" if hybrid_job else "transport='hybrid' only:"
-        self.add(Check(
-            "hybrid instance tier", FAIL if hybrid_job else WARN,
-            f"{what} the managed-instance tier is {tier or 'unset'} in {region}, and Session Manager refuses sessions "
-            "to hybrid (mi-) managed instances below the advanced tier", fix, {"tier": tier},
-        ))
+        self.add(
+            Check(
+                "hybrid instance tier",
+                FAIL if hybrid_job else WARN,
+                f"{what} the managed-instance tier is {tier or 'unset'} in {region}, and Session Manager refuses "
+                "sessions to hybrid (mi-) managed instances below the advanced tier",
+                fix,
+                {"tier": tier},
+            )
+        )
 
     # --- one job --------------------------------------------------------------------------------
 
@@ -405,16 +483,34 @@ class Doctor:
             return
         transport = info.sagemaker.transport if info.sagemaker else Transport.SSM
         state = f"{info.status} / {info.secondary_status}"
-        self.add(Check("job state", OK if info.running else WARN, state,
-                       "" if info.running else "only a running job can be debugged",
-                       {"status": info.status, "secondary_status": info.secondary_status}))
+        self.add(
+            Check(
+                "job state",
+                OK if info.running else WARN,
+                state,
+                "" if info.running else "only a running job can be debugged",
+                {"status": info.status, "secondary_status": info.secondary_status},
+            )
+        )
         if not info.debuggable:
-            self.add(Check("debugging enabled", FAIL, str(info.why_not_debuggable),
-                           "use remote_debug.enable(...) at launch, or remote-debug enable JOB"))
+            self.add(
+                Check(
+                    "debugging enabled",
+                    FAIL,
+                    str(info.why_not_debuggable),
+                    "use remote_debug.enable(...) at launch, or remote-debug enable JOB",
+                )
+            )
             return
         enabled = info.sagemaker.remote_debug_enabled if info.sagemaker else None
-        self.add(Check("debugging enabled", OK, f"transport {transport}",
-                       data={"transport": transport, "remote_debug_config": enabled}))
+        self.add(
+            Check(
+                "debugging enabled",
+                OK,
+                f"transport {transport}",
+                data={"transport": transport, "remote_debug_config": enabled},
+            )
+        )
         if transport == Transport.HYBRID:
             self.check_activation_tier(hybrid_job=job)
         if not info.running or info.secondary_status != "Training":
@@ -423,10 +519,15 @@ class Doctor:
         manifests = self.backend.manifests(job)
         published = sorted(n for n, m in manifests.items() if m is not None and m.sshd_port)
         missing = sorted(n for n in manifests if n not in published)
-        self.add(Check("manifests", OK if not missing else FAIL,
-                       f"published by {', '.join(published) or 'no node'}" + (f"; missing {', '.join(missing)}"
-                                                                               if missing else ""),
-                       "" if not missing else "see the node's CloudWatch log for [remote-debug] lines"))
+        self.add(
+            Check(
+                "manifests",
+                OK if not missing else FAIL,
+                f"published by {', '.join(published) or 'no node'}"
+                + (f"; missing {', '.join(missing)}" if missing else ""),
+                "" if not missing else "see the node's CloudWatch log for [remote-debug] lines",
+            )
+        )
         if transport == Transport.DIRECT:
             self.add(Check("ssm target", SKIP, "direct transport: no SSM"))
             return
@@ -435,8 +536,14 @@ class Doctor:
         hybrid_target = manifest.ssm_target if manifest else ""
         target = ssm.native_target(job, first) if transport == Transport.SSM else hybrid_target
         if not target:
-            self.add(Check("ssm target", FAIL, f"{first} published no managed instance id",
-                           "see the node's log for 'SSM hybrid registration failed'"))
+            self.add(
+                Check(
+                    "ssm target",
+                    FAIL,
+                    f"{first} published no managed instance id",
+                    "see the node's log for 'SSM hybrid registration failed'",
+                )
+            )
             return
         port = manifest.sshd_port if manifest and manifest.sshd_port else 22
         client = self.client("ssm")

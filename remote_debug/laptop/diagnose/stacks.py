@@ -68,8 +68,14 @@ def collect_stacks(
 
 def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "rank": r.rank, "node": node, "pid": r.pid, "state": str(r.state),
-        "hold_seconds_left": r.hold_seconds_left(time.time()), "source": CONTROL, "threads": [], "error": None,
+        "rank": r.rank,
+        "node": node,
+        "pid": r.pid,
+        "state": str(r.state),
+        "hold_seconds_left": r.hold_seconds_left(time.time()),
+        "source": CONTROL,
+        "threads": [],
+        "error": None,
     }
     if r.state in _OVER:  # first: a rank that died without a last word has no control channel either
         out["error"] = f"rank {r.rank} has {r.state}"
@@ -134,9 +140,7 @@ class RankTarget:
     error: str | None = None
 
 
-def collect_pid_stacks(
-    pid: int, ranks: spec.RankSelection = None, *, all_threads: bool = False
-) -> dict[str, Any]:
+def collect_pid_stacks(pid: int, ranks: spec.RankSelection = None, *, all_threads: bool = False) -> dict[str, Any]:
     """``stacks --no-hook --pid PID``: the ranks of the process tree at ``pid`` (a launcher or one rank),
     each read with py-spy: ``{"pid", "job": None, "source": "py-spy", "ranks": [...]}``."""
     pyspy.find_pyspy()  # missing: one line before anything else
@@ -158,7 +162,11 @@ def collect_pid_stacks(
 
 
 def collect_job_stacks_no_hook(
-    job: str, ranks: spec.RankSelection = None, timeout: float = 30.0, *, all_threads: bool = False,
+    job: str,
+    ranks: spec.RankSelection = None,
+    timeout: float = 30.0,
+    *,
+    all_threads: bool = False,
     paths: StatePaths | None = None,
 ) -> dict[str, Any]:
     """``stacks --no-hook JOB`` for a job of this machine: ``{"job", "source": "py-spy", "ranks": [...]}``."""
@@ -183,8 +191,10 @@ def collect_job_stacks_no_hook(
         if seen != last:
             settled_since, last = time.monotonic(), seen
         now = time.monotonic()
-        if {t.rank for t in targets} >= set(expected) or now > deadline or (
-            targets and now - settled_since >= SETTLE_SECONDS
+        if (
+            {t.rank for t in targets} >= set(expected)
+            or now > deadline
+            or (targets and now - settled_since >= SETTLE_SECONDS)
         ):
             break
         time.sleep(0.3)
@@ -246,8 +256,14 @@ def _read_all(targets: Sequence[RankTarget], *, all_threads: bool) -> list[dict[
 
 def _read_rank(target: RankTarget, *, all_threads: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "rank": target.rank, "node": target.node, "pid": target.pid, "state": target.state,
-        "hold_seconds_left": None, "source": PYSPY, "threads": [], "error": target.error,
+        "rank": target.rank,
+        "node": target.node,
+        "pid": target.pid,
+        "state": target.state,
+        "hold_seconds_left": None,
+        "source": PYSPY,
+        "threads": [],
+        "error": target.error,
     }
     if out["error"] is None and target.state is not None:
         out["error"] = _not_that_rank(target.pid, target.rank)  # a rank document's pid may be stale
@@ -267,15 +283,22 @@ def _pyspy_fields(process: pyspy.ProcessDump, *, all_threads: bool) -> dict[str,
         {
             "name": t.name,
             "frames": [{"file": f.file, "line": f.line, "function": f.function} for f in t.frames],
-            "exception": None, "internal": t.internal, "main": t.main, "os_id": t.os_id,
-            "active": t.active, "owns_gil": t.owns_gil,
+            "exception": None,
+            "internal": t.internal,
+            "main": t.main,
+            "os_id": t.os_id,
+            "active": t.active,
+            "owns_gil": t.owns_gil,
         }
         for t in process.threads
         if all_threads or not t.internal
     ]
     return {
-        "source": PYSPY, "threads": threads, "blocked_in_native": pyspy.blocked_in_native(process.main_thread),
-        "nonblocking": process.nonblocking, "dump_seconds": round(process.seconds, 4),
+        "source": PYSPY,
+        "threads": threads,
+        "blocked_in_native": pyspy.blocked_in_native(process.main_thread),
+        "nonblocking": process.nonblocking,
+        "dump_seconds": round(process.seconds, 4),
     }
 
 
@@ -303,7 +326,7 @@ def format_stacks(report: dict[str, Any]) -> str:
                 what += " (blocked in native code)"
             lines.append(f"  thread {t['name']}{what}:")
             for f in t["frames"]:
-                lines.append(f"    File \"{f['file']}\", line {f['line']}, in {f['function']}")
+                lines.append(f'    File "{f["file"]}", line {f["line"]}, in {f["function"]}')
             if t.get("exception"):
                 lines.append(f"  {t['exception']}")
         lines.append("")

@@ -84,8 +84,10 @@ def refusal(job: str, holder: Holder | None) -> str:
         what = "its launch configurations"
     else:
         ide = "PyCharm" if holder.ide == spec.IDE.PYCHARM else "VS Code"
-        who = (f"remote-debug attach for {ide} (pid {holder.pid}, since {_when(holder.since)}, "
-               f"workspace {holder.workspace})")
+        who = (
+            f"remote-debug attach for {ide} (pid {holder.pid}, since {_when(holder.since)}, "
+            f"workspace {holder.workspace})"
+        )
         what = "its run configuration" if holder.ide == spec.IDE.PYCHARM else "its launch.json entries"
     return (
         f"job {job} is already attached by {who}: debug through {what}, or stop it (Ctrl-C) and attach "
@@ -120,8 +122,12 @@ class AttachLock:
                 os.close(fd)
                 raise AttachRefusedError(refusal(job, holder)) from None
             except OSError as exc:
-                log.warning("cannot lock %s (%s): a second IDE attach to job %s will not be refused", path,
-                            exc.strerror or exc, job)
+                log.warning(
+                    "cannot lock %s (%s): a second IDE attach to job %s will not be refused",
+                    path,
+                    exc.strerror or exc,
+                    job,
+                )
                 os.close(fd)
                 return cls(path, None)
             try:

@@ -150,9 +150,7 @@ def _why(exc: Exception) -> str:
     return text
 
 
-def _record(
-    report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: ev.Emit, rank: int, node: str
-) -> None:
+def _record(report: RankReport, hit: StopInfo, plan: HeadlessPlan, emit: ev.Emit, rank: int, node: str) -> None:
     record = StopRecord.from_stop(hit, plan.watch)
     report.stops.append(record)
     emit(record.event(rank, node))

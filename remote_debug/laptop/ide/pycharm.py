@@ -152,7 +152,8 @@ class PyCharmIde(IdeSide):
                     entry.reset()
             self._ide_was_listening = listening
             due = [
-                (rank, entry) for rank, entry in self._asked.items()
+                (rank, entry)
+                for rank, entry in self._asked.items()
                 if listening and now >= entry.next_at and not self.bridge.connected(rank)
             ]
         for rank, entry in due:

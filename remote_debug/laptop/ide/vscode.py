@@ -61,8 +61,12 @@ class VsCodeIde(IdeSide):
         try:
             vscode_launch.remove_job_configs(self.workspace, self.job)
         except (UserError, OSError) as exc:
-            self.emit(events.WarningEvent(message=f"cannot remove job {self.job}'s entries from launch.json: "
-                                          f"{reason(exc)}; the next attach or 'remote-debug prune' removes them"))
+            self.emit(
+                events.WarningEvent(
+                    message=f"cannot remove job {self.job}'s entries from launch.json: "
+                    f"{reason(exc)}; the next attach or 'remote-debug prune' removes them"
+                )
+            )
             return False
         return True
 

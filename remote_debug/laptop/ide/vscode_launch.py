@@ -87,7 +87,7 @@ def config_name(job: str, rank: int, node: str) -> str:
 
 
 def compound_name(job: str, ranks: Sequence[int] | None = None, world_size: int | None = None) -> str:
-    """"... all ranks" when it holds every rank of the job (or the world size is unknown), else
+    """ "... all ranks" when it holds every rank of the job (or the world size is unknown), else
     named for the ranks it holds ("... rank 0", "... ranks 0,2")."""
     if ranks is None or world_size is None or set(ranks) == set(range(world_size)):
         return events.format_compound_name(job)
@@ -527,11 +527,13 @@ def _configurations(
     nodes = sorted({t.node for t in ordered}, key=natural_key)  # algo-2 before algo-10
     if len(nodes) > 1:
         for node in nodes:
-            compounds.append({
-                "name": events.format_node_compound_name(job, node),
-                "configurations": [c["name"] for c, t in zip(configs, ordered, strict=True) if t.node == node],
-                "stopAll": False,
-            })
+            compounds.append(
+                {
+                    "name": events.format_node_compound_name(job, node),
+                    "configurations": [c["name"] for c, t in zip(configs, ordered, strict=True) if t.node == node],
+                    "stopAll": False,
+                }
+            )
     return configs, compounds
 
 

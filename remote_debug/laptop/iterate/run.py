@@ -97,7 +97,10 @@ class RunDriver:
             except OSError:  # that node's ssh already ended: its exit code tells
                 pass
         started = events.RunStarted(
-            job=self.connection.job, run=run, nodes=[n.node for n in self.nodes], command=list(command),
+            job=self.connection.job,
+            run=run,
+            nodes=[n.node for n in self.nodes],
+            command=list(command),
             master_port=port,
         )
         self.emit(started)
@@ -108,7 +111,9 @@ class RunDriver:
     def _spawn(self, node: NodeRun, remote: str) -> None:
         node.proc = subprocess.Popen(
             ssh_argv(self.connection, node.alias, remote),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         thread = threading.Thread(target=self._read_stderr, args=(node,), daemon=True, name=f"run-err-{node.node}")
         thread.start()
@@ -146,7 +151,7 @@ class RunDriver:
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 match = RANK_PREFIX.match(line)
                 rank = int(match.group(1)) if match else None
-                self.output(events.RunOutput(node=node.node, line=line[match.end():] if match else line, rank=rank))
+                self.output(events.RunOutput(node=node.node, line=line[match.end() :] if match else line, rank=rank))
 
         thread = threading.Thread(target=read, daemon=True, name=f"run-out-{node.node}")
         thread.start()
@@ -176,7 +181,11 @@ class RunDriver:
         if self.interrupted:
             failing = 130
         return events.RunEnded(
-            job=self.connection.job, run=self.run, exit_code=failing, exit_codes=codes, interrupted=self.interrupted,
+            job=self.connection.job,
+            run=self.run,
+            exit_code=failing,
+            exit_codes=codes,
+            interrupted=self.interrupted,
         )
 
     def refusal(self) -> str | None:
@@ -220,13 +229,18 @@ def release(connection: JobConnection, timeout: float) -> list[str]:
     for entry in entries:
         done = subprocess.run(
             ssh_argv(connection, entry.alias, node_command("release")),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         # "released" comes before the node's hook is told, and the node may end the session (ssh's 255)
         # before that word reaches us: then the node's own document says whether it is ending
         refused = done.returncode == REFUSED and "[remote-debug]" in done.stderr
-        if done.returncode != 0 and spec.RELEASE_ACK not in done.stdout.split() and (
-            refused or not _ending(connection, entry.node)
+        if (
+            done.returncode != 0
+            and spec.RELEASE_ACK not in done.stdout.split()
+            and (refused or not _ending(connection, entry.node))
         ):
             said = done.stderr.strip().splitlines()[-1:] or [f"ssh exited with code {done.returncode}"]
             raise UserError(f"{entry.node}: {said[0].removeprefix('[remote-debug] ')}")

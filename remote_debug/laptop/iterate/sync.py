@@ -124,8 +124,9 @@ class Syncer:
 
     Open it with :meth:`open`, close it (or use ``with``) to end the connections."""
 
-    def __init__(self, connection: JobConnection, source: Path, targets: list[SyncTarget],
-                 excludes: Sequence[str] = ()) -> None:
+    def __init__(
+        self, connection: JobConnection, source: Path, targets: list[SyncTarget], excludes: Sequence[str] = ()
+    ) -> None:
         self.connection, self.source, self.targets = connection, source, targets
         self.excludes = list(excludes)
         self._sftp: dict[str, list[paramiko.SFTPClient]] = {}  # node -> its sessions
@@ -142,8 +143,14 @@ class Syncer:
 
     @classmethod
     def open(
-        cls, job: str | JobRef, *, source: Path | None = None, nodes: Sequence[str] = (),
-        excludes: Sequence[str] = (), method: SyncMethod = SyncMethod.AUTO, timeout: float = 60.0,
+        cls,
+        job: str | JobRef,
+        *,
+        source: Path | None = None,
+        nodes: Sequence[str] = (),
+        excludes: Sequence[str] = (),
+        method: SyncMethod = SyncMethod.AUTO,
+        timeout: float = 60.0,
         paths: StatePaths | None = None,
     ) -> Syncer:
         """Check the job runs and the source is a folder, wait for the nodes' sshd, write their ssh
@@ -191,14 +198,27 @@ class Syncer:
         if self._mux_dir is None:  # made before any thread asks (see _choose)
             self._mux_dir = tempfile.mkdtemp(prefix="rd-sync-")  # short: a socket path has ~100 bytes
         return [
-            self._ssh, "-F", str(self.connection.paths.job_ssh_config(self.connection.job)),
-            "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={self._mux_dir}/%C",
-            "-o", f"ControlPersist={MUX_PERSIST_SECONDS}",
+            self._ssh,
+            "-F",
+            str(self.connection.paths.job_ssh_config(self.connection.job)),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self._mux_dir}/%C",
+            "-o",
+            f"ControlPersist={MUX_PERSIST_SECONDS}",
         ]
 
     def _node_has_rsync(self, alias: str) -> bool:
-        proc = subprocess.run([*self._ssh_words(), alias, "command -v rsync"], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*self._ssh_words(), alias, "command -v rsync"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if proc.returncode == SSH_FAILED:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise UserError(f"ssh to {alias} failed: {last}; check the job with 'remote-debug doctor JOB'")
@@ -210,8 +230,10 @@ class Syncer:
         here = shutil.which("rsync") is not None and shutil.which("ssh") is not None
         if not here:
             if wanted == SyncMethod.RSYNC:
-                raise UserError("rsync (or OpenSSH's ssh) is not installed here: install it (apt install rsync "
-                                "openssh-client) or use --method sftp")
+                raise UserError(
+                    "rsync (or OpenSSH's ssh) is not installed here: install it (apt install rsync "
+                    "openssh-client) or use --method sftp"
+                )
             return [SyncTarget(n, a, d, SyncMethod.SFTP) for n, a, d in nodes]
         self._ssh_words()  # the ControlMaster folder: one, before the threads
         with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
@@ -237,16 +259,22 @@ class Syncer:
         started = time.monotonic()
         self._cancel.clear()
         forced = {
-            f.path for f in files.files
-            if (was := self._sent.get(f.path)) is not None and was[0] == f.size and was[1] != f.mtime_ns
+            f.path
+            for f in files.files
+            if (was := self._sent.get(f.path)) is not None
+            and was[0] == f.size
+            and was[1] != f.mtime_ns
             and was[1] // 1_000_000_000 == f.mtime
         }
         pool = ThreadPoolExecutor(max_workers=len(self.targets) or 1, thread_name_prefix="sync")
         try:
             with contextlib.ExitStack() as stack:
                 # rsync reads its own files by path, following links: it gets a staged copy of the list instead
-                stage = (stack.enter_context(staged(files, self.connection.paths.root / "sync-stage"))
-                         if any(t.method == SyncMethod.RSYNC for t in self.targets) else None)
+                stage = (
+                    stack.enter_context(staged(files, self.connection.paths.root / "sync-stage"))
+                    if any(t.method == SyncMethod.RSYNC for t in self.targets)
+                    else None
+                )
                 results = self._gather([pool.submit(self._sync_node, t, files, forced, stage) for t in self.targets])
         except BaseException:
             self._remove_orphans()
@@ -255,8 +283,12 @@ class Syncer:
             pool.shutdown(wait=False)
         self._sent = {f.path: (f.size, f.mtime_ns) for f in files.files}
         return events.Synced(
-            job=self.connection.job, source=str(files.root), files=sum(r.files for r in results),
-            bytes=sum(r.bytes for r in results), seconds=round(time.monotonic() - started, 3), nodes=results,
+            job=self.connection.job,
+            source=str(files.root),
+            files=sum(r.files for r in results),
+            bytes=sum(r.bytes for r in results),
+            seconds=round(time.monotonic() - started, 3),
+            nodes=results,
         )
 
     def _gather(self, futures: list[Future[T]]) -> list[T]:
@@ -274,8 +306,9 @@ class Syncer:
                         raise cause from None
             raise
 
-    def _sync_node(self, target: SyncTarget, files: FileList, forced: set[str],
-                   stage: tuple[Path, list[LocalFile]] | None) -> events.NodeSynced:
+    def _sync_node(
+        self, target: SyncTarget, files: FileList, forced: set[str], stage: tuple[Path, list[LocalFile]] | None
+    ) -> events.NodeSynced:
         started = time.monotonic()
         if target.method == SyncMethod.RSYNC:
             assert stage is not None
@@ -286,22 +319,37 @@ class Syncer:
                 count, size = count + more[0], size + more[1]
         else:
             count, size = self._sftp_node(target, files, forced)
-        return events.NodeSynced(node=target.node, method=str(target.method), files=count, bytes=size,
-                                 seconds=round(time.monotonic() - started, 3))
+        return events.NodeSynced(
+            node=target.node,
+            method=str(target.method),
+            files=count,
+            bytes=size,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     # --- rsync ----------------------------------------------------------------------------------
 
-    def _rsync_node(self, target: SyncTarget, root: Path, files: list[LocalFile],
-                    extra: Sequence[str] = ()) -> tuple[int, int]:
+    def _rsync_node(
+        self, target: SyncTarget, root: Path, files: list[LocalFile], extra: Sequence[str] = ()
+    ) -> tuple[int, int]:
         if not files:
             return 0, 0
         rsh = " ".join(shlex.quote(word) for word in self._ssh_words())  # rsync splits -e with quotes
         argv = [
-            self._rsync, "-e", rsh, "--files-from=-", "--from0",
+            self._rsync,
+            "-e",
+            rsh,
+            "--files-from=-",
+            "--from0",
             # the staged tree (sync_stage.py) holds no links: in-workspace ones were resolved into it, and
             # without -l / --copy-links rsync skips one rather than follow it
-            "--times", "--perms", "--omit-dir-times", "--out-format=%i %l %n", *extra,
-            f"{root}/", f"{target.alias}:{target.code_dir.rstrip('/')}/",
+            "--times",
+            "--perms",
+            "--omit-dir-times",
+            "--out-format=%i %l %n",
+            *extra,
+            f"{root}/",
+            f"{target.alias}:{target.code_dir.rstrip('/')}/",
         ]
         listing = b"".join(os.fsencode(f.path) + b"\0" for f in files)
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -311,8 +359,10 @@ class Syncer:
             osutil.end_process(proc)  # rsync removes its temporary file on the node when its sender goes
             raise
         stderr = err.decode(errors="replace").strip().splitlines()
-        vanished_only = all("No such file or directory" in line or line.startswith("rsync error:")
-                            or "vanished" in line for line in stderr)
+        vanished_only = all(
+            "No such file or directory" in line or line.startswith("rsync error:") or "vanished" in line
+            for line in stderr
+        )
         if proc.returncode != 0 and not (proc.returncode in _RSYNC_VANISHED and vanished_only):
             last = stderr[-1] if stderr else "no output"
             raise UserError(f"rsync to {target.alias} failed (exit {proc.returncode}): {last}")
@@ -358,8 +408,13 @@ class Syncer:
             for f in by_folder[folder]:
                 name = posixpath.basename(f.path)
                 attrs = have.get(name)
-                if (attrs is not None and stat.S_ISREG(attrs.st_mode or 0) and attrs.st_size == f.size
-                        and attrs.st_mtime == f.mtime and f.path not in forced):
+                if (
+                    attrs is not None
+                    and stat.S_ISREG(attrs.st_mode or 0)
+                    and attrs.st_size == f.size
+                    and attrs.st_mtime == f.mtime
+                    and f.path not in forced
+                ):
                     continue
                 todo.append((f, posixpath.join(remote_dir, name)))
         if not todo:
@@ -451,8 +506,9 @@ class Syncer:
 
     # --- --watch ------------------------------------------------------------------------------------
 
-    def watch(self, last: FileList, report: Callable[[events.Synced, FileList], None],
-              warn: Callable[[str], None]) -> None:
+    def watch(
+        self, last: FileList, report: Callable[[events.Synced, FileList], None], warn: Callable[[str], None]
+    ) -> None:
         """Sync again whenever the file list changes, until Ctrl-C (KeyboardInterrupt) or the job ends
         (JobNotRunningError).  A failed sync is reported through ``warn`` and tried again."""
         changed = threading.Event()
@@ -516,8 +572,12 @@ class Syncer:
             for target in self.targets:
                 if target.method == SyncMethod.RSYNC:
                     with contextlib.suppress(OSError, subprocess.SubprocessError):
-                        subprocess.run([*base, "-O", "exit", target.alias], stdin=subprocess.DEVNULL,
-                                       capture_output=True, timeout=10)
+                        subprocess.run(
+                            [*base, "-O", "exit", target.alias],
+                            stdin=subprocess.DEVNULL,
+                            capture_output=True,
+                            timeout=10,
+                        )
             shutil.rmtree(self._mux_dir, ignore_errors=True)
             self._mux_dir = None
         self.connection.close()

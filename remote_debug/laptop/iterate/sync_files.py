@@ -115,7 +115,7 @@ def ignored(rel: str, is_dir: bool, layers: Sequence[_Layer], excludes: _Layer |
     """Whether ``rel`` (relative to the source dir) is ignored by ``layers`` (shallowest first) and
     ``excludes``: the first layer that has a say, from the strongest, decides."""
     for layer in ([excludes] if excludes else []) + list(reversed(layers)):
-        sub = rel[len(layer.base):] + ("/" if is_dir else "")
+        sub = rel[len(layer.base) :] + ("/" if is_dir else "")
         include = layer.spec.check_file(sub).include
         if include is not None:
             return bool(include)
@@ -201,9 +201,7 @@ def collect(source: Path, excludes: Sequence[str] = ()) -> FileList:
                 out.dir_modes[rel] = stat.S_IMODE(st.st_mode)
                 walk(entry.path, rel + "/", layers, ancestors | {real_dir})
             elif stat.S_ISREG(st.st_mode):
-                out.files.append(
-                    LocalFile(rel, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
-                )
+                out.files.append(LocalFile(rel, st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), st.st_mtime_ns))
 
     walk(str(root), "", [], frozenset({real_root}))
     out.files.sort(key=lambda f: f.path)

@@ -86,7 +86,7 @@ def _copy(fd: int, dst: Path) -> None:
         while chunk := os.read(fd, CHUNK):
             view = memoryview(chunk)
             while view:
-                view = view[os.write(out, view):]
+                view = view[os.write(out, view) :]
         os.fchmod(out, stat.S_IMODE(opened.st_mode))
         os.utime(out, ns=(opened.st_atime_ns, opened.st_mtime_ns))
     finally:

@@ -74,13 +74,24 @@ class AdoptedSupervisor:
             enter = _netns_prefix(namespaces[node]) if node in namespaces else []
             with open(layout.log_file, "ab", buffering=0) as log:
                 self.daemons[node] = subprocess.Popen(
-                    [*enter, sys.executable, "-m", "remote_debug.container", "--node-daemon",
-                     "--parent-pid", str(self.roots[node].pid)],
-                    env={**inherited, **plan["env"]}, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
+                    [
+                        *enter,
+                        sys.executable,
+                        "-m",
+                        "remote_debug.container",
+                        "--node-daemon",
+                        "--parent-pid",
+                        str(self.roots[node].pid),
+                    ],
+                    env={**inherited, **plan["env"]},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
-        self._save(node_pids={n: r.pid for n, r in self.roots.items()},
-                   daemon_pids={n: p.pid for n, p in self.daemons.items()})
+        self._save(
+            node_pids={n: r.pid for n, r in self.roots.items()}, daemon_pids={n: p.pid for n, p in self.daemons.items()}
+        )
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)

@@ -175,8 +175,11 @@ class MachineBackend(Backend):
         self.validate(req)
         key_path, public_key = ensure_job_key(self.paths, req.name)
         debug = spec.DebugSpec(
-            job_name=req.name, client_public_key=public_key, job_secret=job_secret(key_path),
-            transport=spec.Transport.LOCAL, options=req.options,
+            job_name=req.name,
+            client_public_key=public_key,
+            job_secret=job_secret(key_path),
+            transport=spec.Transport.LOCAL,
+            options=req.options,
         )
         job_dir = self.paths.job_dir(req.name)
         private_dir(self.paths.root)
@@ -301,9 +304,13 @@ class MachineBackend(Backend):
             if status not in TERMINAL:
                 status, secondary = JobStatus.FAILED, "Failed"
                 failure = "the job's supervisor process vanished (killed or machine restarted)"
-        manifests = {} if status in TERMINAL else settle_gone_ranks(read_manifests(
-            {n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])}
-        ))
+        manifests = (
+            {}
+            if status in TERMINAL
+            else settle_gone_ranks(
+                read_manifests({n: NodeLayout(job_dir, n).manifest_dir for n in state.get("nodes", [])})
+            )
+        )
         kept_alive_left, run = keep_alive_state(manifests)
         return JobInfo(
             name=job,

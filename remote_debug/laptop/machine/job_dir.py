@@ -243,7 +243,15 @@ def single_rank_env(master_addr: str, master_port: int) -> dict[str, str]:
     """What torchrun gives the only rank of a 1-node, 1-process job (its elastic-agent bookkeeping aside:
     there is no agent, so rank 0 hosts the store, as ``init_process_group`` does without one)."""
     return {
-        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-        "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1", "ROLE_NAME": "default",
-        "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_RANK": "0",
+        "ROLE_WORLD_SIZE": "1",
+        "ROLE_NAME": "default",
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
     }

@@ -56,7 +56,7 @@ def format_compound_name(job: str, ranks: list[int] | None = None) -> str:
 
 
 def format_rank_list(ranks: list[int]) -> str:
-    """"rank 3", "ranks 0,2", "ranks 0-3,6" (runs of three or more as a range)."""
+    """ "rank 3", "ranks 0,2", "ranks 0-3,6" (runs of three or more as a range)."""
     ordered = sorted(set(ranks))
     parts: list[str] = []
     i = 0

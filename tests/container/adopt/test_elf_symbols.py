@@ -27,7 +27,9 @@ INTERPRETERS = {
 def gdb_address(pid: int, name: str) -> int:
     out = subprocess.run(
         ["gdb", "-nx", "-batch", "--readnever", "-p", str(pid), "-ex", f"print (long) &{name}"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
     match = re.search(r"^\$1 = (-?\d+)$", out, re.MULTILINE)
     assert match, out
@@ -40,8 +42,9 @@ def test_addresses_match_gdbs(label: str) -> None:
     python = INTERPRETERS[label]
     if python is None:
         pytest.skip(f"no {label} here")
-    proc = subprocess.Popen([str(python), "-c", "print('up', flush=True); import time; time.sleep(120)"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(python), "-c", "print('up', flush=True); import time; time.sleep(120)"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"  # loaded: libc and libpython mapped
         found = elf_symbols.resolve(proc.pid, NAMES, libc_only=("mmap",))

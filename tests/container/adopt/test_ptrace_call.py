@@ -68,8 +68,9 @@ def queued(out: Path) -> str:
 def target(tmp_path: Path, python: Path | str, mode: str) -> Iterator[subprocess.Popen[bytes]]:
     script = tmp_path / "target.py"
     script.write_text(TARGET)
-    proc = subprocess.Popen([str(python), "-I", str(script), str(tmp_path), mode], stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(python), "-I", str(script), str(tmp_path), mode], stdin=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         wait_for(lambda: (tmp_path / "ready").exists() or proc.poll() is not None, 30, "the target to start")
         assert proc.poll() is None
@@ -134,8 +135,12 @@ def test_a_signal_arriving_while_the_target_is_held_reaches_its_handler_afterwar
         session = inject.queue_with_ptrace(proc.pid, queued(out))
         assert session.reinjected == [signal.SIGUSR1]
         wait_for(lambda: out.exists(), 10, "the queued code to run")
-        assert wait_for(lambda: (tmp_path / "usr1").exists() and (tmp_path / "usr1").read_text(), 10,
-                        "the SIGUSR1 handler") == "1"
+        assert (
+            wait_for(
+                lambda: (tmp_path / "usr1").exists() and (tmp_path / "usr1").read_text(), 10, "the SIGUSR1 handler"
+            )
+            == "1"
+        )
         untraced_and_running(proc.pid)
 
 

@@ -36,12 +36,27 @@ request = {
     "AlgorithmSpecification": {
         "TrainingImage": f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311",
         "TrainingInputMode": "File",
-        "ContainerEntrypoint": ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                                "--rdzv-endpoint", "algo-1:29500", "--rdzv-id", job,
-                                "/opt/ml/input/data/src/train.py"],
+        "ContainerEntrypoint": [
+            "torchrun",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "algo-1:29500",
+            "--rdzv-id",
+            job,
+            "/opt/ml/input/data/src/train.py",
+        ],
     },
-    "InputDataConfig": [{"ChannelName": "src", "DataSource": {
-        "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/{job}/src"}}}],
+    "InputDataConfig": [
+        {
+            "ChannelName": "src",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://{BUCKET}/{job}/src"}},
+        }
+    ],
     "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/{job}/out"},
     "ResourceConfig": {"InstanceType": "ml.c5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
     "StoppingCondition": {"MaxRuntimeInSeconds": 3600},

@@ -36,8 +36,13 @@ hyperparameters = {  # JSON-encoded values, as the SDK sends them and the toolki
     "sagemaker_region": json.dumps(region),
 }
 if how == "mpi":
-    hyperparameters.update({"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2",
-                            "sagemaker_mpi_custom_mpi_options": json.dumps("")})
+    hyperparameters.update(
+        {
+            "sagemaker_mpi_enabled": "true",
+            "sagemaker_mpi_num_of_processes_per_host": "2",
+            "sagemaker_mpi_custom_mpi_options": json.dumps(""),
+        }
+    )
     instance_type = "ml.c5.xlarge"
 else:
     hyperparameters["sagemaker_torch_distributed_enabled"] = "true"
@@ -47,7 +52,7 @@ request = {
     "RoleArn": "arn:aws:iam::123456789012:role/TeamTraining",
     "AlgorithmSpecification": {
         "TrainingImage": f"763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.5.1-cpu-py311-ubuntu22.04-"
-                         "sagemaker",
+        "sagemaker",
         "TrainingInputMode": "File",
     },
     "HyperParameters": hyperparameters,

@@ -52,8 +52,9 @@ def cloud(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 class Cloud:
     """Clients for one test: SageMaker (scripted describe, moto for the rest), Logs (moto), SSM (moto)."""
 
-    def __init__(self, script: Callable[[int, str], dict[str, Any]] | None = None,
-                 tags: list[dict[str, str]] | None = None) -> None:
+    def __init__(
+        self, script: Callable[[int, str], dict[str, Any]] | None = None, tags: list[dict[str, str]] | None = None
+    ) -> None:
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
         self.scripted = ScriptedSageMaker(self.sagemaker, script, tags) if script else None
         self.logs = boto3.client("logs", region_name=REGION)
@@ -67,8 +68,7 @@ class Cloud:
         self.clients = {"sagemaker": self.sagemaker, "logs": self.logs, "ssm": self.ssm, "s3": self.s3}
 
     def backend(self) -> SageMakerBackend:
-        return SageMakerBackend(StatePaths.default(), clients=self.clients.__getitem__, cache_seconds=0,
-                                log_interval=0)
+        return SageMakerBackend(StatePaths.default(), clients=self.clients.__getitem__, cache_seconds=0, log_interval=0)
 
     def log(self, job: str, node: str, *messages: str, stream: str = "1700000000", at_ms: int | None = None) -> None:
         name = f"{job}/{node}-{stream}"
@@ -82,15 +82,24 @@ class Cloud:
             pass
         now = int(time.time() * 1000) if at_ms is None else at_ms
         self.logs.put_log_events(
-            logGroupName=LOG_GROUP, logStreamName=name,
+            logGroupName=LOG_GROUP,
+            logStreamName=name,
             logEvents=[{"timestamp": now, "message": m} for m in messages],
         )
 
 
 def _node(node: str = "algo-1", **fields: Any) -> spec.NodeManifest:
     base: dict[str, Any] = dict(
-        job_name=JOB, node=node, hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1", sshd_port=40022,
-        ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running", hook_pid=7,
+        job_name=JOB,
+        node=node,
+        hosts=["algo-1", "algo-2"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=7,
     )
     return spec.NodeManifest(**{**base, **fields})
 
@@ -112,8 +121,10 @@ def _training(env: dict[str, str] | None = None, **kw: Any) -> Callable[[int, st
 
 
 def test_describe_maps_status_nodes_and_debuggability(cloud: None) -> None:
-    c = Cloud(_training(instance_count=2, message="Training image download completed."),
-              tags=[{"Key": "remote-debug:owner", "Value": "me"}])
+    c = Cloud(
+        _training(instance_count=2, message="Training image download completed."),
+        tags=[{"Key": "remote-debug:owner", "Value": "me"}],
+    )
     info = c.backend().describe(JOB)
     assert (info.status, info.secondary_status, info.backend) == ("InProgress", "Training", "sagemaker")
     assert info.nodes == ["algo-1", "algo-2"] and info.nproc_per_node == 0  # unknown until a rank reports
@@ -125,23 +136,34 @@ def test_describe_maps_status_nodes_and_debuggability(cloud: None) -> None:
 
 
 def test_nodes_from_instance_groups() -> None:
-    groups = {"InstanceGroups": [{"InstanceCount": 2, "InstanceGroupName": "a", "InstanceType": "ml.p4d.24xlarge"},
-                                 {"InstanceCount": 1, "InstanceGroupName": "b", "InstanceType": "ml.c5.xlarge"}]}
+    groups = {
+        "InstanceGroups": [
+            {"InstanceCount": 2, "InstanceGroupName": "a", "InstanceType": "ml.p4d.24xlarge"},
+            {"InstanceCount": 1, "InstanceGroupName": "b", "InstanceType": "ml.c5.xlarge"},
+        ]
+    }
     assert nodes_of(groups) == ["algo-1", "algo-2", "algo-3"]
     assert nodes_of({"InstanceCount": 1}) == ["algo-1"]
 
 
-@pytest.mark.parametrize(("env", "extra", "tags", "why"), [
-    ({"FOO": "1"}, {}, [], "was not started with remote-debug"),
-    (SPEC_ENV, {"remote_debug": False}, [], "remote-debug enable sm-job"),
-    (SPEC_ENV, {"EnableNetworkIsolation": True}, [], "network isolation"),
-    ({**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}, {"remote_debug": False}, [], None),  # its own SSM agent
-    ({}, {}, [{"Key": "remote-debug:transport", "Value": "direct"}], None),  # our tag, transport by tag
-])
-def test_debuggable_or_why_not(cloud: None, env: dict[str, str], extra: dict[str, Any],
-                               tags: list[dict[str, str]], why: str | None) -> None:
-    info = Cloud(lambda _n, job: describe_response(job, "InProgress", "Training", environment=env, **extra),
-                 tags=tags).backend().describe(JOB)
+@pytest.mark.parametrize(
+    ("env", "extra", "tags", "why"),
+    [
+        ({"FOO": "1"}, {}, [], "was not started with remote-debug"),
+        (SPEC_ENV, {"remote_debug": False}, [], "remote-debug enable sm-job"),
+        (SPEC_ENV, {"EnableNetworkIsolation": True}, [], "network isolation"),
+        ({**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}, {"remote_debug": False}, [], None),  # its own SSM agent
+        ({}, {}, [{"Key": "remote-debug:transport", "Value": "direct"}], None),  # our tag, transport by tag
+    ],
+)
+def test_debuggable_or_why_not(
+    cloud: None, env: dict[str, str], extra: dict[str, Any], tags: list[dict[str, str]], why: str | None
+) -> None:
+    info = (
+        Cloud(lambda _n, job: describe_response(job, "InProgress", "Training", environment=env, **extra), tags=tags)
+        .backend()
+        .describe(JOB)
+    )
     assert info.debuggable is (why is None)
     if why:
         assert why in str(info.why_not_debuggable) and "\n" not in str(info.why_not_debuggable)
@@ -158,8 +180,10 @@ def test_list_jobs_only_debuggable(cloud: None) -> None:
     c = Cloud()
     for name in ("dbg-1", "plain-1", "off-1"):
         c.sagemaker.create_training_job(
-            TrainingJobName=name, AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
-            RoleArn="arn:aws:iam::123456789012:role/r", OutputDataConfig={"S3OutputPath": "s3://b/o"},
+            TrainingJobName=name,
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/r",
+            OutputDataConfig={"S3OutputPath": "s3://b/o"},
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
             StoppingCondition={"MaxRuntimeInSeconds": 60},
         )
@@ -168,8 +192,9 @@ def test_list_jobs_only_debuggable(cloud: None) -> None:
         "plain-1": dict(environment={}),
         "off-1": dict(environment=SPEC_ENV, remote_debug=False),
     }
-    c.scripted = ScriptedSageMaker(c.sagemaker, lambda _n, job: describe_response(
-        job, "InProgress", "Training", **answers[job]))
+    c.scripted = ScriptedSageMaker(
+        c.sagemaker, lambda _n, job: describe_response(job, "InProgress", "Training", **answers[job])
+    )
     jobs = c.backend().list_jobs()
     assert [j.name for j in jobs] == ["dbg-1"]
     listed = [params for name, params in c.scripted.calls if name == "ListTrainingJobs"]
@@ -183,8 +208,15 @@ def test_manifests_come_from_the_nodes_log_lines(cloud: None) -> None:
     c = Cloud(_training(instance_count=2))
     backend = c.backend()
     assert backend.manifests(JOB) == {"algo-1": None, "algo-2": None}  # no log group yet: nothing published
-    c.log(JOB, "algo-1", "epoch 1 loss 0.3", _line("algo-1", _node(state="starting", sshd_port=0), 1),
-          _line("algo-1", _node(), 2), _line("algo-1", _rank(0), 3), "more training output")
+    c.log(
+        JOB,
+        "algo-1",
+        "epoch 1 loss 0.3",
+        _line("algo-1", _node(state="starting", sshd_port=0), 1),
+        _line("algo-1", _node(), 2),
+        _line("algo-1", _rank(0), 3),
+        "more training output",
+    )
     c.log(JOB, "algo-2", _line("algo-2", _node("algo-2"), 1))
     c.log("sm-job-2", "algo-1", _line("algo-1", _node(job_name="sm-job-2", sshd_port=1), 1))  # another job
     got = backend.manifests(JOB)
@@ -224,8 +256,11 @@ def test_unreadable_manifest_line_is_one_line_error(cloud: None, caplog: pytest.
     assert backend.manifests(JOB) == {"algo-1": None}
     assert "carries no MAC (and says version 9, this remote-debug speaks 1" in caplog.text
     payload = json.dumps({"v": 9}, separators=(",", ":"), sort_keys=True).encode()
-    c.log(JOB, "algo-1", manifest_lines.MANIFEST_LINE_PREFIX + json.dumps(
-        {"v": 9, "mac": job_secret.manifest_mac(SECRET, payload)}))
+    c.log(
+        JOB,
+        "algo-1",
+        manifest_lines.MANIFEST_LINE_PREFIX + json.dumps({"v": 9, "mac": job_secret.manifest_mac(SECRET, payload)}),
+    )
     with pytest.raises(spec.ContractError, match="version 9 is not supported"):
         backend.manifests(JOB)
 
@@ -238,8 +273,10 @@ def test_without_the_jobs_key_or_secret_no_line_is_trusted(cloud: None, caplog: 
 
 
 def test_hint_for_the_proxy_is_private_and_complete(cloud: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}),
-              tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion:2200"}])
+    c = Cloud(
+        _training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}),
+        tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion:2200"}],
+    )
     monkeypatch.setenv("AWS_PROFILE", "dev")  # recorded for the proxy (the clients above exist already)
     c.log(JOB, "algo-1", _line("algo-1", _node(ssm_target="mi-0123456789abcdef0"), 1))
     backend = c.backend()
@@ -249,8 +286,11 @@ def test_hint_for_the_proxy_is_private_and_complete(cloud: None, monkeypatch: py
     hint = json.loads(path.read_text())
     assert hint["region"] == REGION and hint["profile"] == "dev" and hint["transport"] == "hybrid"
     assert hint["bastion"] == "ec2-user@bastion:2200"
-    assert hint["nodes"]["algo-1"] == {"sshd_host": "127.0.0.1", "sshd_port": 40022,
-                                       "ssm_target": "mi-0123456789abcdef0"}
+    assert hint["nodes"]["algo-1"] == {
+        "sshd_host": "127.0.0.1",
+        "sshd_port": 40022,
+        "ssm_target": "mi-0123456789abcdef0",
+    }
     assert SageMakerBackend(StatePaths.default()).has_job(JOB)  # the proxy finds the job without AWS
 
 
@@ -259,9 +299,11 @@ def test_hint_for_the_proxy_is_private_and_complete(cloud: None, monkeypatch: py
 
 def _sequence(*steps: tuple[int, str, str], **kw: Any) -> Callable[[int, str], dict[str, Any]]:
     """``(until_call, status, secondary)`` steps; the last one holds."""
+
     def script(n: int, job: str) -> dict[str, Any]:
         step = next((s for s in steps if n < s[0]), steps[-1])
         return describe_response(job, step[1], step[2], environment=SPEC_ENV, **kw)
+
     return script
 
 
@@ -276,8 +318,14 @@ def _attach(backend: SageMakerBackend, tmp_path: Path, timeout: float = 60) -> l
 
 
 def test_attach_follows_starting_downloading_then_reports_failure(cloud: None, tmp_path: Path) -> None:
-    c = Cloud(_sequence((4, "InProgress", "Starting"), (8, "InProgress", "Downloading"),
-                        (99, "Failed", "Failed"), failure="AlgorithmError: ImportError: no module named foo"))
+    c = Cloud(
+        _sequence(
+            (4, "InProgress", "Starting"),
+            (8, "InProgress", "Downloading"),
+            (99, "Failed", "Failed"),
+            failure="AlgorithmError: ImportError: no module named foo",
+        )
+    )
     started = time.monotonic()
     events = _attach(c.backend(), tmp_path, timeout=0.5)  # provisioning takes longer than the timeout: fine
     # the job failed while attach waited for it: attach ends like the job, saying why (not a usage error)
@@ -289,8 +337,9 @@ def test_attach_follows_starting_downloading_then_reports_failure(cloud: None, t
 
 
 def test_attach_emits_progress_and_times_out_only_once_training(cloud: None, tmp_path: Path) -> None:
-    c = Cloud(_sequence((3, "InProgress", "Starting"), (6, "InProgress", "Downloading"),
-                        (99, "InProgress", "Training")))
+    c = Cloud(
+        _sequence((3, "InProgress", "Starting"), (6, "InProgress", "Downloading"), (99, "InProgress", "Training"))
+    )
     events = EventLog()
     options = AttachOptions(workspace=tmp_path, edit_user_ssh_config=False, ready_timeout=1.0)
     with pytest.raises(UserError, match=r"nodes algo-1 of job sm-job did not publish an sshd within 1 s"):
@@ -350,8 +399,16 @@ def test_ssh_and_stacks_say_what_they_wait_for_too(monkeypatch: pytest.MonkeyPat
 def test_attach_waits_while_sshd_is_installed_and_reports_when_it_cannot_be(cloud: None, tmp_path: Path) -> None:
     c = Cloud(_training())
     c.log(JOB, "algo-1", _line("algo-1", _node(sshd_port=0, state="running"), 1))  # installing, no error yet
-    later = threading.Timer(1.5, lambda: c.log(JOB, "algo-1", _line("algo-1", _node(
-        sshd_port=0, errors=["sshd failed: no apt-get, dnf, microdnf or yum in the image"]), 2)))
+    later = threading.Timer(
+        1.5,
+        lambda: c.log(
+            JOB,
+            "algo-1",
+            _line(
+                "algo-1", _node(sshd_port=0, errors=["sshd failed: no apt-get, dnf, microdnf or yum in the image"]), 2
+            ),
+        ),
+    )
     later.start()
     started = time.monotonic()
     try:
@@ -366,8 +423,9 @@ def test_attach_to_completed_job_and_to_job_without_debugging(cloud: None, tmp_p
     c = Cloud(_sequence((99, "Completed", "Completed")))  # ended before attach came
     with pytest.raises(JobNotRunningError, match="is Completed: nothing to attach to"):
         _attach(c.backend(), tmp_path)
-    off = Cloud(lambda _n, job: describe_response(job, "InProgress", "Training", environment=SPEC_ENV,
-                                                  remote_debug=False))
+    off = Cloud(
+        lambda _n, job: describe_response(job, "InProgress", "Training", environment=SPEC_ENV, remote_debug=False)
+    )
     with pytest.raises(UserError, match=r"RemoteDebugConfig\.EnableRemoteDebug is off"):
         _attach(off.backend(), tmp_path)
 
@@ -435,8 +493,9 @@ def _relay(backend: SageMakerBackend, node: str, port: int, tmp_path: Path) -> t
 
 @needs_plugin
 @pytest.mark.parametrize("transport", ["ssm", "hybrid"])
-def test_relay_starts_the_transports_session(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             echo_port: int, transport: str) -> None:
+def test_relay_starts_the_transports_session(
+    cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, echo_port: int, transport: str
+) -> None:
     """The ProxyCommand's relay with nothing but the hint the nodes' manifests left: StartSession for the
     transport's target (built for ssm, the node's managed instance for hybrid), then the real plugin relays
     through the emulator's data channel to the node's port; the session is terminated when the relay ends."""
@@ -459,21 +518,30 @@ def test_relay_starts_the_transports_session(cloud: None, tmp_path: Path, monkey
         assert local_ssm.channel.terminated == [session.session_id] and local_ssm.channel.open_ids() == []
 
 
-def test_relay_direct_is_ssh_w_through_the_bastion(cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   echo_port: int) -> None:
+def test_relay_direct_is_ssh_w_through_the_bastion(
+    cloud: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, echo_port: int
+) -> None:
     """What ProxyJump would run: ``ssh -W <node address>:<port> <bastion>`` (a stand-in ssh here)."""
     fake_ssh = tmp_path / "bin" / "ssh"
     fake_ssh.parent.mkdir()
-    fake_ssh.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/ssh-argv\nexec cat\n")
+    fake_ssh.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/ssh-argv\nexec cat\n')
     fake_ssh.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "direct"}),
-              tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion.example:2200"}])
+    c = Cloud(
+        _training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "direct"}),
+        tags=[{"Key": "remote-debug:bastion", "Value": "ec2-user@bastion.example:2200"}],
+    )
     c.log(JOB, "algo-1", _line("algo-1", _node(sshd_host="10.0.3.7", sshd_port=2222), 1))
     c.backend().manifests(JOB)
     assert _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path) == (0, b"SSH-2.0-x\r\n")
-    assert (tmp_path / "ssh-argv").read_text().split() == ["-W", "10.0.3.7:2222", "-p", "2200", "--",
-                                                           "ec2-user@bastion.example"]
+    assert (tmp_path / "ssh-argv").read_text().split() == [
+        "-W",
+        "10.0.3.7:2222",
+        "-p",
+        "2200",
+        "--",
+        "ec2-user@bastion.example",
+    ]
     assert bastion_argv("bastion") == ["--", "bastion"]
 
 
@@ -485,9 +553,7 @@ def test_direct_without_bastion_says_how_to_set_one(cloud: None, tmp_path: Path)
         _relay(SageMakerBackend(StatePaths.default()), "algo-1", 2222, tmp_path)
 
 
-def test_retiring_a_hybrid_activation_never_costs_the_manifests(
-    cloud: None, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_retiring_a_hybrid_activation_never_costs_the_manifests(cloud: None, caplog: pytest.LogCaptureFixture) -> None:
     """Every node registered: the backend retires the job's activation - and when it cannot (no SSM
     client, no permission), the manifests still come back, with one warning."""
     c = Cloud(_training(env={**SPEC_ENV, spec.ENV_TRANSPORT: "hybrid"}))

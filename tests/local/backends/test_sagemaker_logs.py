@@ -57,13 +57,21 @@ def put(client: Any, stream: str, messages: list[str], *, at_ms: int | None = No
     stamp = int(time.time() * 1000) if at_ms is None else at_ms
     events = [{"timestamp": stamp, "message": m} for m in messages if m]
     for start in range(0, len(events), 5000):
-        client.put_log_events(logGroupName=LOG_GROUP, logStreamName=name, logEvents=events[start:start + 5000])
+        client.put_log_events(logGroupName=LOG_GROUP, logStreamName=name, logEvents=events[start : start + 5000])
 
 
 def node(name: str = "algo-1", **fields: Any) -> spec.NodeManifest:
     base: dict[str, Any] = dict(
-        job_name=JOB, node=name, hosts=["algo-1", "algo-2"], sshd_host="127.0.0.1", sshd_port=40022,
-        ssh_user="root", host_public_key=KEY, code_dir="/opt/ml/code", state="running", hook_pid=7,
+        job_name=JOB,
+        node=name,
+        hosts=["algo-1", "algo-2"],
+        sshd_host="127.0.0.1",
+        sshd_port=40022,
+        ssh_user="root",
+        host_public_key=KEY,
+        code_dir="/opt/ml/code",
+        state="running",
+        hook_pid=7,
     )
     return spec.NodeManifest(**{**base, **fields})
 
@@ -142,14 +150,15 @@ def run_under_toolkit(tmp_path: Path, capsys: pytest.CaptureFixture[str], cut_in
 
 
 def test_manifest_line_cut_at_the_toolkits_64k_read_still_reaches_the_laptop(
-        logs: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     printed = run_under_toolkit(tmp_path, capsys, cut_into_line=100)
     ours = [text for text in printed if manifest_lines.MANIFEST_LINE_PREFIX in text]
     # the toolkit did cut the first copy: its head is one event, its tail (no prefix) the next
     head = ours[0]
     tail = printed[printed.index(head) + 1]
     assert len(head) == 100 and manifest_lines.MANIFEST_LINE_PREFIX not in tail
-    json.loads((head + tail)[len(manifest_lines.MANIFEST_LINE_PREFIX):])  # the cut was the only damage
+    json.loads((head + tail)[len(manifest_lines.MANIFEST_LINE_PREFIX) :])  # the cut was the only damage
     put(logs, "algo-1-1700000000", printed)
     reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET)
     got = reader.manifests()
@@ -164,13 +173,19 @@ PAGE_REQUEST = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{JOB}/", "fi
 
 def stubbed_logs() -> tuple[Any, Stubber]:
     client = botocore.session.get_session().create_client(
-        "logs", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
+        "logs", region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     return client, Stubber(client)
 
 
 def event(stream: str, message: str, at_ms: int, event_id: str) -> dict[str, Any]:
-    return {"logStreamName": f"{JOB}/{stream}", "timestamp": at_ms, "message": message, "eventId": event_id,
-            "ingestionTime": at_ms}
+    return {
+        "logStreamName": f"{JOB}/{stream}",
+        "timestamp": at_ms,
+        "message": message,
+        "eventId": event_id,
+        "ingestionTime": at_ms,
+    }
 
 
 def test_a_scan_that_stops_early_goes_on_from_its_token() -> None:
@@ -179,13 +194,19 @@ def test_a_scan_that_stops_early_goes_on_from_its_token() -> None:
     (which would read the same empty pages again, and never reach the manifest)."""
     client, stubber = stubbed_logs()
     for page in range(MAX_PAGES):
-        stubber.add_response("filter_log_events", {"events": [], "nextToken": f"token-{page + 1}"},
-                             {**PAGE_REQUEST, **({"nextToken": f"token-{page}"} if page else {})})
-    stubber.add_client_error("filter_log_events", "ThrottlingException", "Rate exceeded",
-                             expected_params={**PAGE_REQUEST, "nextToken": f"token-{MAX_PAGES}"})
+        stubber.add_response(
+            "filter_log_events",
+            {"events": [], "nextToken": f"token-{page + 1}"},
+            {**PAGE_REQUEST, **({"nextToken": f"token-{page}"} if page else {})},
+        )
+    stubber.add_client_error(
+        "filter_log_events",
+        "ThrottlingException",
+        "Rate exceeded",
+        expected_params={**PAGE_REQUEST, "nextToken": f"token-{MAX_PAGES}"},
+    )
     found = event("algo-1-1", line("algo-1", node(), 1), 1_700_000_005_000, "e1")
-    stubber.add_response("filter_log_events", {"events": [found]},
-                         {**PAGE_REQUEST, "nextToken": f"token-{MAX_PAGES}"})
+    stubber.add_response("filter_log_events", {"events": [found]}, {**PAGE_REQUEST, "nextToken": f"token-{MAX_PAGES}"})
     reader = ManifestLog(lambda: client, JOB, min_interval=0, secret=SECRET)
     with stubber:
         assert reader.manifests() == {}  # MAX_PAGES empty pages: the poll stops there
@@ -199,8 +220,9 @@ def test_reads_resume_from_each_streams_own_high_water_mark(logs: Any) -> None:
     not decide where algo-2's stream is read from, or algo-2's next lines would be skipped for good."""
     now = int(time.time() * 1000)
     requests: list[dict[str, Any]] = []
-    logs.meta.events.register("before-parameter-build.cloudwatch-logs.FilterLogEvents",
-                              lambda params, **_: requests.append(dict(params)))
+    logs.meta.events.register(
+        "before-parameter-build.cloudwatch-logs.FilterLogEvents", lambda params, **_: requests.append(dict(params))
+    )
     put(logs, "algo-1-1", [line("algo-1", node(), 1)], at_ms=now + 600_000)
     put(logs, "algo-2-1", [line("algo-2", node("algo-2"), 1)], at_ms=now)
     reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET, nodes=["algo-1", "algo-2"])
@@ -216,12 +238,14 @@ def test_reads_resume_from_each_streams_own_high_water_mark(logs: Any) -> None:
 def test_reads_start_at_the_job_start_while_a_node_is_not_heard_from(logs: Any) -> None:
     now = int(time.time() * 1000)
     requests: list[dict[str, Any]] = []
-    logs.meta.events.register("before-parameter-build.cloudwatch-logs.FilterLogEvents",
-                              lambda params, **_: requests.append(dict(params)))
+    logs.meta.events.register(
+        "before-parameter-build.cloudwatch-logs.FilterLogEvents", lambda params, **_: requests.append(dict(params))
+    )
     put(logs, "algo-1-1", [line("algo-1", rank(7), 5)], at_ms=now - 3_600_000)  # before the job started
     put(logs, "algo-1-1", [line("algo-1", node(), 1)], at_ms=now)
-    reader = ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET, since=now / 1000 - 600,
-                         nodes=["algo-1", "algo-2"])
+    reader = ManifestLog(
+        lambda: logs, JOB, min_interval=0, secret=SECRET, since=now / 1000 - 600, nodes=["algo-1", "algo-2"]
+    )
     assert reader.manifests()["algo-1"].ranks == []  # nothing from before the start was read
     assert requests[0]["startTime"] == now - 600_000 - CLOCK_SKEW_MS  # the job's start, not the log's
     assert reader.start_ms() == now - 600_000 - CLOCK_SKEW_MS  # algo-2 may have logged anywhere since
@@ -236,6 +260,9 @@ def test_other_jobs_streams_are_not_read(logs: Any) -> None:
     now = int(time.time() * 1000)
     put(logs, "algo-1-1", [line("algo-1", node(), 1)], at_ms=now)
     logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName="sm-job-2/algo-1-1")
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName="sm-job-2/algo-1-1", logEvents=[
-        {"timestamp": now, "message": line("algo-1", node(job_name="sm-job-2", sshd_port=1), 5)}])
+    logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName="sm-job-2/algo-1-1",
+        logEvents=[{"timestamp": now, "message": line("algo-1", node(job_name="sm-job-2", sshd_port=1), 5)}],
+    )
     assert ManifestLog(lambda: logs, JOB, min_interval=0, secret=SECRET).manifests()["algo-1"].sshd_port == 40022

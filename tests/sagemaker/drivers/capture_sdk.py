@@ -123,18 +123,18 @@ def _load_launcher(name: str) -> Any:
 
 
 def _s3_tar_members(uri: str) -> list[str]:
-    bucket, _, key = uri[len("s3://"):].partition("/")
+    bucket, _, key = uri[len("s3://") :].partition("/")
     body = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         return sorted(tar.getnames())
 
 
 def _s3_keys(uri: str) -> list[str]:
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     s3 = boto3.client("s3", region_name=REGION)
     keys: list[str] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys += [o["Key"][len(prefix):].lstrip("/") for o in page.get("Contents", [])]
+        keys += [o["Key"][len(prefix) :].lstrip("/") for o in page.get("Contents", [])]
     return sorted(keys)
 
 
@@ -151,7 +151,7 @@ def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
     request = CAPTURED[-1]["request"]
     channel = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "remote_debug")
     uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     try:
         body = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=f"{prefix}/ssm-activation.json")
         activation_file = json.loads(body["Body"].read())
@@ -159,8 +159,13 @@ def _hybrid(train: Callable[[], Any], *, fail: bool = False) -> dict[str, Any]:
         activation_file = f"{type(exc).__name__}"
     from remote_debug.laptop.aws.enable import hybrid_activation
 
-    return {"ssm_calls": list(SSM_CALLS), "activation_file": activation_file, "channel_uri": uri,
-            "error": error, "pending": hybrid_activation.pending()}
+    return {
+        "ssm_calls": list(SSM_CALLS),
+        "activation_file": activation_file,
+        "channel_uri": uri,
+        "error": error,
+        "pending": hybrid_activation.pending(),
+    }
 
 
 # --- SDK v2 ------------------------------------------------------------------------------------------
@@ -176,9 +181,16 @@ def _v2_pytorch(tmp: Path, **kwargs: Any) -> Any:
     from sagemaker.pytorch import PyTorch
 
     defaults: dict[str, Any] = {
-        "entry_point": "train.py", "source_dir": str(_source_dir(tmp)), "role": ROLE, "framework_version": "2.5.1",
-        "py_version": "py311", "instance_type": "ml.g5.xlarge", "instance_count": 1,
-        "environment": {"USER_VAR": "kept"}, "sagemaker_session": _v2_session(), "base_job_name": "rd-test",
+        "entry_point": "train.py",
+        "source_dir": str(_source_dir(tmp)),
+        "role": ROLE,
+        "framework_version": "2.5.1",
+        "py_version": "py311",
+        "instance_type": "ml.g5.xlarge",
+        "instance_count": 1,
+        "environment": {"USER_VAR": "kept"},
+        "sagemaker_session": _v2_session(),
+        "base_job_name": "rd-test",
     }
     return PyTorch(**{**defaults, **kwargs})
 
@@ -210,7 +222,8 @@ def v2_pytorch_torchrun(tmp: Path) -> dict[str, Any]:
 @scenario
 def v2_pytorch_mpi(tmp: Path) -> dict[str, Any]:
     estimator = _v2_pytorch(
-        tmp, instance_count=2,
+        tmp,
+        instance_count=2,
         distribution={"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "--NCCL_DEBUG WARN"}},
     )
     return _v2_fit(estimator, owner="team-a")
@@ -247,9 +260,13 @@ def v2_generic_estimator_entrypoint(tmp: Path) -> dict[str, Any]:
     import remote_debug
 
     estimator = Estimator(
-        image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest", role=ROLE,
-        instance_type="ml.m5.xlarge", instance_count=1, sagemaker_session=_v2_session(),
-        container_entry_point=["python3", "/opt/program/train.py"], container_arguments=["--epochs", "3"],
+        image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest",
+        role=ROLE,
+        instance_type="ml.m5.xlarge",
+        instance_count=1,
+        sagemaker_session=_v2_session(),
+        container_entry_point=["python3", "/opt/program/train.py"],
+        container_arguments=["--epochs", "3"],
     )
     remote_debug.enable(estimator, owner="alice")
     estimator.fit(wait=False, logs=False, job_name="rd-byoc")
@@ -285,16 +302,21 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
     cases = {
         "network-isolation": lambda: _v2_pytorch(tmp, enable_network_isolation=True),
         "builtin-algorithm": lambda: Estimator(
-            image_uri="382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1", role=ROLE,
-            instance_type="ml.m5.xlarge", instance_count=1, sagemaker_session=_v2_session(),
+            image_uri="382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1",
+            role=ROLE,
+            instance_type="ml.m5.xlarge",
+            instance_count=1,
+            sagemaker_session=_v2_session(),
         ),
         "job-name-on-sdk": lambda: _v2_pytorch(tmp),
         "s3-source-dir": lambda: _v2_pytorch(tmp, source_dir="s3://bucket/sourcedir.tar.gz"),
         "python-3.9": lambda: _v2_pytorch(tmp, framework_version="1.13.1", py_version="py39"),
         "direct-without-vpc": lambda: _v2_pytorch(tmp),
     }
-    extra: dict[str, dict[str, Any]] = {"job-name-on-sdk": {"job_name": "x"},
-                                        "direct-without-vpc": {"transport": "direct"}}
+    extra: dict[str, dict[str, Any]] = {
+        "job-name-on-sdk": {"job_name": "x"},
+        "direct-without-vpc": {"transport": "direct"},
+    }
     out: dict[str, Any] = {}
     for name, make in cases.items():
         out[name] = _refusal(remote_debug.enable, make(), owner="alice", **extra.get(name, {}))
@@ -312,9 +334,13 @@ def _v2_byoc(**kwargs: Any) -> Any:
     from sagemaker.estimator import Estimator
 
     defaults: dict[str, Any] = {
-        "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest", "role": ROLE,
-        "instance_type": "ml.m5.xlarge", "instance_count": 2, "sagemaker_session": _v2_session(),
-        "container_entry_point": ["python3", "/opt/program/train.py"], "environment": {"USER_VAR": "kept"},
+        "image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-byoc:latest",
+        "role": ROLE,
+        "instance_type": "ml.m5.xlarge",
+        "instance_count": 2,
+        "sagemaker_session": _v2_session(),
+        "container_entry_point": ["python3", "/opt/program/train.py"],
+        "environment": {"USER_VAR": "kept"},
     }
     return Estimator(**{**defaults, **kwargs})
 
@@ -356,8 +382,10 @@ def v2_keep_alive_refusals(tmp: Path) -> dict[str, Any]:
         out[name] = _refusal(remote_debug.enable, estimator, owner="alice", keep_alive=keep_alive)
         out[f"{name}-untouched"] = _untouched(estimator)
     keys_before = _key_dirs()
-    for name, change in (("lowered-after-enable", {"max_run": 300}),
-                         ("entry-dropped-after-enable", {"container_entry_point": None})):
+    for name, change in (
+        ("lowered-after-enable", {"max_run": 300}),
+        ("entry-dropped-after-enable", {"container_entry_point": None}),
+    ):
         estimator = remote_debug.enable(_v2_byoc(max_run=7200), owner="alice", keep_alive=600)
         for attribute, value in change.items():
             setattr(estimator, attribute, value)
@@ -376,7 +404,9 @@ def v2_model_trainer(tmp: Path) -> dict[str, Any]:
     import remote_debug
 
     trainer = ModelTrainer(
-        training_image=IMAGE, role=ROLE, base_job_name="rd-modules",
+        training_image=IMAGE,
+        role=ROLE,
+        base_job_name="rd-modules",
         source_code=SourceCode(source_dir=str(_source_dir(tmp)), entry_script="train.py"),
         compute=Compute(instance_type="ml.g5.xlarge", instance_count=1),
         sagemaker_session=Session(boto_session=boto3.Session(region_name=REGION)),
@@ -413,10 +443,13 @@ def _v3_trainer(tmp: Path, **kwargs: Any) -> Any:
     from sagemaker.train.configs import Compute, SourceCode
 
     defaults: dict[str, Any] = {
-        "training_image": IMAGE, "role": ROLE, "base_job_name": "rd-test",
+        "training_image": IMAGE,
+        "role": ROLE,
+        "base_job_name": "rd-test",
         "source_code": SourceCode(source_dir=str(_source_dir(tmp)), entry_script="train.py"),
         "compute": Compute(instance_type="ml.g5.xlarge", instance_count=1),
-        "environment": {"USER_VAR": "kept"}, "sagemaker_session": _v3_session(),
+        "environment": {"USER_VAR": "kept"},
+        "sagemaker_session": _v3_session(),
     }
     return ModelTrainer(**{**defaults, **kwargs})
 
@@ -442,8 +475,9 @@ def v3_torchrun(tmp: Path) -> dict[str, Any]:
     from sagemaker.train.distributed import Torchrun
 
     trainer = _v3_trainer(
-        tmp, distributed=Torchrun(process_count_per_node=2), compute=Compute(instance_type="ml.g5.12xlarge",
-                                                                             instance_count=2),
+        tmp,
+        distributed=Torchrun(process_count_per_node=2),
+        compute=Compute(instance_type="ml.g5.12xlarge", instance_count=2),
     )
     return _v3_train(trainer, ranks=[0, 2], owner="team-a")
 
@@ -572,8 +606,11 @@ def run(name: str) -> dict[str, Any]:
             result["traceback"] = traceback.format_exc()
         result["requests"] = list(CAPTURED)
     # remote-debug's own warnings, and where Python shows them (the line that called remote_debug)
-    result["warnings"] = [{"message": str(w.message), "filename": w.filename} for w in caught
-                          if w.category.__name__ == "RemoteDebugWarning"]
+    result["warnings"] = [
+        {"message": str(w.message), "filename": w.filename}
+        for w in caught
+        if w.category.__name__ == "RemoteDebugWarning"
+    ]
     result["seconds"] = round(time.monotonic() - started, 2)
     return result
 

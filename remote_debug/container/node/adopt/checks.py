@@ -111,7 +111,8 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None =
     if uid != os.geteuid():
         raise AdoptRefused(
             f"{label} runs as uid {uid}, not as you (uid {os.geteuid()}): adopt it as the user that runs "
-            "the job (its debugger admits that user only)", stacks_pid=_readable(rank.pid)
+            "the job (its debugger admits that user only)",
+            stacks_pid=_readable(rank.pid),
         )
     if ENV_VERSION in rank.env:
         raise AdoptRefused(f"{label} was started with remote-debug already: attach to its job instead")
@@ -141,13 +142,12 @@ def check_rank(rank: RankProcess, *, gdb: str | None = None, sees: Path | None =
     unsupported = ptrace_call.supported()
     if unsupported is None:
         return Way("ptrace", version, "")
-    raise AdoptRefused(f"{label} runs Python {version[0]}.{version[1]} and {unsupported}",
-                       stacks_pid=_readable(rank.pid))
+    raise AdoptRefused(
+        f"{label} runs Python {version[0]}.{version[1]} and {unsupported}", stacks_pid=_readable(rank.pid)
+    )
 
 
-def check_all(
-    ranks: Sequence[RankProcess], *, gdb: str | None = None, sees: Path | None = None
-) -> dict[int, Way]:
+def check_all(ranks: Sequence[RankProcess], *, gdb: str | None = None, sees: Path | None = None) -> dict[int, Way]:
     """pid -> way for every rank, or AdoptRefused for the first that cannot be adopted."""
     if not ranks:
         raise AdoptRefused("no ranks found (no Python process with torchrun/MPI rank variables under that pid)")

@@ -110,10 +110,23 @@ def queue_with_gdb(pid: int, code: str, gdb: str, *, timeout: float = GDB_TIMEOU
         script = fh.name
     # --readnever: no DWARF (pyenv's interpreters carry seconds of it); the ELF symbols the fallback names need
     # are still read, and with addresses none at all are
-    argv = [gdb, "-nx", "-batch", "--readnever", *(a for line in _GDB_INIT for a in ("-iex", line)),
-            "-p", str(pid), "-x", script]
+    argv = [
+        gdb,
+        "-nx",
+        "-batch",
+        "--readnever",
+        *(a for line in _GDB_INIT for a in ("-iex", line)),
+        "-p",
+        str(pid),
+        "-x",
+        script,
+    ]
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # a Ctrl-C at the adopter's terminal must not reach gdb mid-call
     )
     try:
@@ -179,10 +192,20 @@ def queue_with_remote_exec(pid: int, script: Path, way: Way, *, timeout: float =
             raise InjectError(f"pid {pid} runs another executable than the one checked (a new process?): retry")
         try:
             proc = subprocess.run(
-                [way.tool, "-I", "-c", "import sys; sys.remote_exec(int(sys.argv[1]), sys.argv[2])", str(pid),
-                 str(script)],
-                executable=f"/proc/self/fd/{fd}", pass_fds=(fd,),
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                [
+                    way.tool,
+                    "-I",
+                    "-c",
+                    "import sys; sys.remote_exec(int(sys.argv[1]), sys.argv[2])",
+                    str(pid),
+                    str(script),
+                ],
+                executable=f"/proc/self/fd/{fd}",
+                pass_fds=(fd,),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired:
             raise InjectError(f"sys.remote_exec into pid {pid} did not return within {timeout:g} s") from None

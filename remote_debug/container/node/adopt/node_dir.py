@@ -105,5 +105,7 @@ def in_dir(python: str, directory: str, command: str, sha256: Mapping[str, str] 
     """``command`` (sh) run inside ``directory`` once the guard has checked it (and ``sha256``: name -> hex
     digest of files in it that this step trusts)."""
     sums = "".join(f" --sha256 {shlex.quote(f'{name}={digest}')}" for name, digest in (sha256 or {}).items())
-    return (f"{shlex.quote(python)} -I -c {shlex.quote(SOURCE)} in {shlex.quote(directory)}{sums} "
-            f"sh -c {shlex.quote(command)}")
+    return (
+        f"{shlex.quote(python)} -I -c {shlex.quote(SOURCE)} in {shlex.quote(directory)}{sums} "
+        f"sh -c {shlex.quote(command)}"
+    )

@@ -211,12 +211,18 @@ def probe() -> dict[str, object]:
     """What the laptop needs to know of this node before adopting anything: its roots, its ranks, gdb, and the
     one line why they cannot be adopted (``refusal``), checked exactly as :func:`adopt_node` will."""
     roots = container_roots()
-    answer: dict[str, object] = {"uid": os.geteuid(), "roots": roots, "ranks": [], "gdb": shutil.which("gdb"),
-                                 "code_dir": None, "refusal": None, "stacks": False}
+    answer: dict[str, object] = {
+        "uid": os.geteuid(),
+        "roots": roots,
+        "ranks": [],
+        "gdb": shutil.which("gdb"),
+        "code_dir": None,
+        "refusal": None,
+        "stacks": False,
+    }
     try:
         ranks = node_ranks(roots)
-        answer["ranks"] = [{"rank": r.rank, "pid": r.pid, "python": list(python_version(r.pid) or ())}
-                           for r in ranks]
+        answer["ranks"] = [{"rank": r.rank, "pid": r.pid, "python": list(python_version(r.pid) or ())} for r in ranks]
         check_all(ranks)
     except AdoptRefused as exc:
         # the reason alone: the laptop names the stacks command that fits the job ("--pid" means nothing there)

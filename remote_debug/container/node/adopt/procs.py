@@ -98,9 +98,7 @@ def read_status(pid: int) -> dict[str, str]:
 def proc_info(pid: int) -> ProcInfo:
     status = read_status(pid)
     try:
-        argv = tuple(
-            a.decode(errors="replace") for a in (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")[:-1]
-        )
+        argv = tuple(a.decode(errors="replace") for a in (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")[:-1])
     except OSError:
         argv = ()
     try:
@@ -223,8 +221,13 @@ def rank_of(pid: int, env: Mapping[str, str], argv: Iterable[str]) -> RankProces
         world_size = _env_int(env, size_var)
         node_rank = next((v for v in (_env_int(env, n) for n in NODE_RANK_VARS) if v is not None), 0)
         return RankProcess(
-            pid=pid, rank=rank, local_rank=rank if local_rank is None else local_rank,
-            world_size=max(rank + 1, world_size or 1), node_rank=node_rank, argv=tuple(argv), env=env,
+            pid=pid,
+            rank=rank,
+            local_rank=rank if local_rank is None else local_rank,
+            world_size=max(rank + 1, world_size or 1),
+            node_rank=node_rank,
+            argv=tuple(argv),
+            env=env,
         )
     return None
 
@@ -258,9 +261,17 @@ def find_ranks(root: int, children: Mapping[int, list[int]] | None = None) -> li
     visit(root)
     if not ranks and python_version(root) and launcher_of(info.argv) is None:
         # no rank variables anywhere below: a single-process job
-        ranks.append(RankProcess(
-            pid=root, rank=0, local_rank=0, world_size=1, node_rank=0, argv=info.argv, env=read_environ(root),
-        ))
+        ranks.append(
+            RankProcess(
+                pid=root,
+                rank=0,
+                local_rank=0,
+                world_size=1,
+                node_rank=0,
+                argv=info.argv,
+                env=read_environ(root),
+            )
+        )
     return sorted(ranks, key=lambda r: r.rank)
 
 

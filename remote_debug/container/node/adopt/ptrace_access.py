@@ -66,8 +66,10 @@ def problem(pid: int) -> str | None:
     except OSError as exc:
         return f"process {pid}: {exc.strerror}"
     if seccomp_blocks_ptrace():
-        return ("a seccomp profile forbids the ptrace system call here (docker's default on kernels before 4.8, or "
-                "a custom profile): run the container with --security-opt seccomp=unconfined or --cap-add SYS_PTRACE")
+        return (
+            "a seccomp profile forbids the ptrace system call here (docker's default on kernels before 4.8, or "
+            "a custom profile): run the container with --security-opt seccomp=unconfined or --cap-add SYS_PTRACE"
+        )
     return None
 
 
@@ -82,17 +84,25 @@ def why_refused(pid: int) -> str:
     if scope >= 3:
         return "ptrace is disabled on this machine (kernel.yama.ptrace_scope=3, until reboot): nothing can adopt"
     if scope == 2 and not capable:
-        return (f"kernel.yama.ptrace_scope=2 lets only CAP_SYS_PTRACE trace, and your CapEff lacks it: run adopt "
-                f"with it ({FIX_CAP})")
+        return (
+            f"kernel.yama.ptrace_scope=2 lets only CAP_SYS_PTRACE trace, and your CapEff lacks it: run adopt "
+            f"with it ({FIX_CAP})"
+        )
     if scope == 1 and not capable:
-        return (f"kernel.yama.ptrace_scope=1 (set on the host; containers share it) lets a process trace only its "
-                f"own children without CAP_SYS_PTRACE, which your CapEff lacks: run adopt with it ({FIX_CAP}), or "
-                "sysctl kernel.yama.ptrace_scope=0 on the host")
+        return (
+            f"kernel.yama.ptrace_scope=1 (set on the host; containers share it) lets a process trace only its "
+            f"own children without CAP_SYS_PTRACE, which your CapEff lacks: run adopt with it ({FIX_CAP}), or "
+            "sysctl kernel.yama.ptrace_scope=0 on the host"
+        )
     if _caps(theirs, "CapPrm") & ~_caps(ours, "CapPrm") and not capable:
-        return (f"process {pid} holds capabilities you lack, and without CAP_SYS_PTRACE in your CapEff (a container "
-                f"started without it?) the kernel refuses to trace it: run adopt with CAP_SYS_PTRACE ({FIX_CAP})")
-    return (f"the kernel refuses to let you trace process {pid} (a security module such as AppArmor or SELinux, "
-            "or a process that made itself undumpable): run adopt as root on the host")
+        return (
+            f"process {pid} holds capabilities you lack, and without CAP_SYS_PTRACE in your CapEff (a container "
+            f"started without it?) the kernel refuses to trace it: run adopt with CAP_SYS_PTRACE ({FIX_CAP})"
+        )
+    return (
+        f"the kernel refuses to let you trace process {pid} (a security module such as AppArmor or SELinux, "
+        "or a process that made itself undumpable): run adopt as root on the host"
+    )
 
 
 def seccomp_blocks_ptrace() -> bool:

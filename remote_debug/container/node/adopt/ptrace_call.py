@@ -64,10 +64,38 @@ class PtraceError(Exception):
 class _Regs(ctypes.Structure):
     """``struct user_regs_struct`` of x86-64 (``sys/user.h``)."""
 
-    _fields_ = [(name, ctypes.c_ulonglong) for name in (
-        "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi",
-        "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs", "gs",
-    )]
+    _fields_ = [
+        (name, ctypes.c_ulonglong)
+        for name in (
+            "r15",
+            "r14",
+            "r13",
+            "r12",
+            "rbp",
+            "rbx",
+            "r11",
+            "r10",
+            "r9",
+            "r8",
+            "rax",
+            "rcx",
+            "rdx",
+            "rsi",
+            "rdi",
+            "orig_rax",
+            "rip",
+            "cs",
+            "eflags",
+            "rsp",
+            "ss",
+            "fs_base",
+            "gs_base",
+            "ds",
+            "es",
+            "fs",
+            "gs",
+        )
+    ]
 
 
 _ARG_REGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")

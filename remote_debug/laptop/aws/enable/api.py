@@ -100,7 +100,12 @@ def enable(
     # What the user chose, checked once, before any side effect; everything below passes it on.
     route = JobTransport.parse(transport, hybrid_role)
     options = debug_options(
-        ide=ide, ranks=ranks, wait=wait, sshd_port=sshd_port, port_base=port_base, hold_on_failure=hold_on_failure,
+        ide=ide,
+        ranks=ranks,
+        wait=wait,
+        sshd_port=sshd_port,
+        port_base=port_base,
+        hold_on_failure=hold_on_failure,
         keep_alive=keep_alive,
     )
     paths = StatePaths(Path(key_dir).expanduser().absolute()) if key_dir is not None else StatePaths.default()
@@ -118,8 +123,14 @@ def enable(
             session = boto_session if boto_session is not None else aws.session()
             activations = hybrid_activation.Activations.for_session(route.hybrid_role, session)
         out = enable_with_key(
-            target, options, transport=route, owner=resolved_owner, paths=paths, job_name=job_name,
-            package_uri=package_uri, activations=activations,
+            target,
+            options,
+            transport=route,
+            owner=resolved_owner,
+            paths=paths,
+            job_name=job_name,
+            package_uri=package_uri,
+            activations=activations,
         )
         if activations is not None:
             hybrid_activation.watch_all(session)  # SageMaker clients made from it from now on
@@ -187,7 +198,7 @@ def _rank_selection(ranks: str | Sequence[int]) -> RankSelection:
 
 
 def sdk_kind(target: Any) -> str | None:
-    """"estimator" (SDK v2), "trainer" (ModelTrainer), or None - by class name, without importing the SDK."""
+    """ "estimator" (SDK v2), "trainer" (ModelTrainer), or None - by class name, without importing the SDK."""
     for cls in type(target).__mro__:
         module = cls.__module__ or ""
         if not module.startswith("sagemaker."):

@@ -46,7 +46,18 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 # debugpy's build sources and its Windows attach-to-process helpers: not needed to listen in a
 # Linux container, and half the size of the upload.
 _DEBUGPY_SKIP = (
-    "*.c", "*.cpp", "*.h", "*.hpp", "*.pyx", "*.pxd", "*.dll", "*.exe", "*.pdb", "*.dylib", "winappdbg", "windows",
+    "*.c",
+    "*.cpp",
+    "*.h",
+    "*.hpp",
+    "*.pyx",
+    "*.pxd",
+    "*.dll",
+    "*.exe",
+    "*.pdb",
+    "*.dylib",
+    "winappdbg",
+    "windows",
 )
 
 

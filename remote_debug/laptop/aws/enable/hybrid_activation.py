@@ -217,7 +217,11 @@ def channel_uri(request: Mapping[str, Any]) -> str:
             continue
         source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
         uri = source.get("S3Uri")
-        if source.get("S3DataType", "S3Prefix") != "S3Prefix" or not isinstance(uri, str) or not uri.startswith("s3://"):
+        if (
+            source.get("S3DataType", "S3Prefix") != "S3Prefix"
+            or not isinstance(uri, str)
+            or not uri.startswith("s3://")
+        ):
             raise EnableError(
                 f"the {CHANNEL_NAME!r} input channel must be an S3Prefix on s3:// for the hybrid transport "
                 "(its ssm-activation.json is written there)"
@@ -238,7 +242,7 @@ def sdk_v2_channel_uri(request: Mapping[str, Any]) -> str:
         submit = json.loads(submit) if isinstance(submit, str) else submit  # the SDK JSON-encodes them
     except ValueError:
         pass
-    if isinstance(submit, str) and submit.startswith("s3://") and "/" in submit[len("s3://"):]:
+    if isinstance(submit, str) and submit.startswith("s3://") and "/" in submit[len("s3://") :]:
         return f"{submit.rsplit('/', 1)[0]}/{CHANNEL_NAME}"
     output = (request.get("OutputDataConfig") or {}).get("S3OutputPath")
     if isinstance(output, str) and output.startswith("s3://"):
@@ -247,7 +251,7 @@ def sdk_v2_channel_uri(request: Mapping[str, Any]) -> str:
 
 
 def _split(uri: str, name: str = ACTIVATION_FILE) -> tuple[str, str]:
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     return bucket, "/".join(p for p in (prefix.strip("/"), name) if p)
 
 
@@ -306,8 +310,9 @@ def release(activation_id: str, why: str) -> bool:
     with _lock:
         created = _pending.pop(activation_id, None)
         # a newer activation for the same job may have replaced the file already: keep that one
-        file_reused = created is not None and any((c.bucket, c.key) == (created.bucket, created.key)
-                                                  for c in _pending.values())
+        file_reused = created is not None and any(
+            (c.bucket, c.key) == (created.bucket, created.key) for c in _pending.values()
+        )
     if created is None:
         return False
     try:
@@ -318,7 +323,8 @@ def release(activation_id: str, why: str) -> bool:
         log.warning(
             "%s; it expires by itself, or run `aws ssm delete-activation --activation-id %s --region %s`",
             describe_aws_error(exc, f"deleting SSM activation {activation_id} of job {created.job} ({why})"),
-            activation_id, region,
+            activation_id,
+            region,
         )
     if not file_reused:
         for key in (created.key, _note_key(created.key)):
@@ -371,8 +377,9 @@ def _after_call(http_response: Any = None, context: dict[str, Any] | None = None
         release(activation_id, f"CreateTrainingJob failed with HTTP {status}")
 
 
-def _after_call_error(exception: BaseException | None = None, context: dict[str, Any] | None = None,
-                      **_kwargs: Any) -> None:
+def _after_call_error(
+    exception: BaseException | None = None, context: dict[str, Any] | None = None, **_kwargs: Any
+) -> None:
     activation_id = (context or {}).get(CONTEXT_KEY)
     if activation_id:
         release(activation_id, f"CreateTrainingJob failed: {type(exception).__name__ if exception else 'no response'}")
@@ -422,14 +429,16 @@ def warn_unless_advanced_tier(ssm_client: Any) -> str | None:
         warnings.warn(
             f"transport='hybrid': could not check the SSM managed-instance tier ({describe_aws_error(exc, what)}); "
             f"Session Manager reaches the job's mi- instances only with the advanced tier: {fix}",
-            RemoteDebugWarning, stacklevel=_caller_level(),
+            RemoteDebugWarning,
+            stacklevel=_caller_level(),
         )
         return None
     if tier != ADVANCED_TIER:
         warnings.warn(
             f"transport='hybrid': the SSM managed-instance tier is {tier or 'unset'} in {region}, and Session Manager "
             f"refuses sessions to the job's hybrid (mi-) managed instances below the advanced tier: {fix}",
-            RemoteDebugWarning, stacklevel=_caller_level(),
+            RemoteDebugWarning,
+            stacklevel=_caller_level(),
         )
     return tier
 
@@ -480,8 +489,11 @@ class Activations:
         bucket, key, note = channel_files(channel_uri(request))  # refusals first: no side effect
         count = instance_count(request)
         expires = (self.now or _utcnow)() + lifetime(request)
-        tags = [{"Key": TAG_OWNER, "Value": owner}, {"Key": TAG_JOB, "Value": job},
-                {"Key": TAG_ROLE, "Value": execution_role_tag(request)}]
+        tags = [
+            {"Key": TAG_OWNER, "Value": owner},
+            {"Key": TAG_JOB, "Value": job},
+            {"Key": TAG_ROLE, "Value": execution_role_tag(request)},
+        ]
         try:
             made = self.ssm.create_activation(
                 Description=f"remote-debug hybrid transport of SageMaker training job {job}"[:256],
@@ -497,10 +509,14 @@ class Activations:
             what = f"creating the SSM activation of job {job} (hybrid transport)"
             raise EnableError(describe_aws_error(exc, what)) from None
         activation_id = str(made["ActivationId"])
-        body = json.dumps({
-            "ActivationId": activation_id, "ActivationCode": made["ActivationCode"], "Region": self.region,
-            "S3Uri": f"s3://{bucket}/{key}",
-        }).encode()
+        body = json.dumps(
+            {
+                "ActivationId": activation_id,
+                "ActivationCode": made["ActivationCode"],
+                "Region": self.region,
+                "S3Uri": f"s3://{bucket}/{key}",
+            }
+        ).encode()
         try:
             mine = {METADATA_ACTIVATION: activation_id}
             note_body = NOTE_TEXT.encode()

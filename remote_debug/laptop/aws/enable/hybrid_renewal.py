@@ -35,12 +35,18 @@ WAITED = "Pending"
 def waited_for_capacity(described: Mapping[str, Any]) -> bool:
     """Whether the job came out of ``Pending`` and its nodes have not read their channels yet."""
     transitions = described.get("SecondaryStatusTransitions") or []
-    return (str(described.get("SecondaryStatus", "")) in BEFORE_REGISTRATION
-            and any(t.get("Status") == WAITED for t in transitions))
+    return str(described.get("SecondaryStatus", "")) in BEFORE_REGISTRATION and any(
+        t.get("Status") == WAITED for t in transitions
+    )
 
 
 def renew_if_stale(
-    described: Mapping[str, Any], tags: Mapping[str, str], *, ssm: Any, s3: Any, sagemaker: Any,
+    described: Mapping[str, Any],
+    tags: Mapping[str, str],
+    *,
+    ssm: Any,
+    s3: Any,
+    sagemaker: Any,
     now: Callable[[], datetime] | None = None,
 ) -> str | None:
     """The new activation's id when the job's was expired (or expiring within :data:`RENEW_MARGIN`), else None.
@@ -53,8 +59,11 @@ def renew_if_stale(
     old = next(iter(listed.get("ActivationList") or []), None)
     clock = now or (lambda: datetime.now(timezone.utc))
     if old is None:
-        log.warning("the SSM activation %s of job %s is gone: its nodes cannot register", old_id,
-                    described.get("TrainingJobName"))
+        log.warning(
+            "the SSM activation %s of job %s is gone: its nodes cannot register",
+            old_id,
+            described.get("TrainingJobName"),
+        )
         return None
     expires = old.get("ExpirationDate")
     if not old.get("Expired") and isinstance(expires, datetime) and expires > clock() + RENEW_MARGIN:
@@ -67,6 +76,9 @@ def renew_if_stale(
         ssm.delete_activation(ActivationId=old_id)
     except Exception as exc:  # expired ones go by themselves; a leftover is cleanup's
         log.info("could not delete the replaced SSM activation %s: %s", old_id, exc)
-    log.warning("job %s waited for capacity past its SSM activation: made a new one (%s) for its nodes",
-                described.get("TrainingJobName"), new_id)
+    log.warning(
+        "job %s waited for capacity past its SSM activation: made a new one (%s) for its nodes",
+        described.get("TrainingJobName"),
+        new_id,
+    )
     return new_id

@@ -39,7 +39,12 @@ def enable_with_key(
         raise EnableError("internal: the hybrid transport, and only it, takes an SSM activation maker")
     # Every refusal first: a request we refuse must not leave a key pair (or an activation) behind.
     draft = draft_request(
-        request, options, transport=transport, owner=owner, job_name=job_name, package_root=package_root,
+        request,
+        options,
+        transport=transport,
+        owner=owner,
+        job_name=job_name,
+        package_root=package_root,
         package_uri=package_uri,
     )
     previous = hybrid_activation.tag_value(request.get("Tags"), TAG_ACTIVATION)

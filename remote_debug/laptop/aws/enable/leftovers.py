@@ -158,8 +158,9 @@ class Leftovers:
                     raise UserError(describe_aws_error(exc, f"describing SageMaker job {name}")) from None
                 self._jobs[name] = JobView(name, None)
                 return self._jobs[name]
-            listed = self._call(f"listing the tags of job {name}", self.sagemaker.list_tags,
-                                ResourceArn=described["TrainingJobArn"])
+            listed = self._call(
+                f"listing the tags of job {name}", self.sagemaker.list_tags, ResourceArn=described["TrainingJobArn"]
+            )
             self._jobs[name] = JobView.of(name, described, _tags(listed.get("Tags")))
         return self._jobs[name]
 
@@ -176,15 +177,23 @@ class Leftovers:
     def instances(self) -> list[tuple[str, str]]:
         """(managed instance id, job) of the owner's instances registered with an ``enable()`` activation."""
         found = []
-        pages = self._pages(self.ssm, "describe_instance_information", "listing SSM managed instances",
-                            Filters=[{"Key": f"tag:{TAG_OWNER}", "Values": [self.owner]}])
+        pages = self._pages(
+            self.ssm,
+            "describe_instance_information",
+            "listing SSM managed instances",
+            Filters=[{"Key": f"tag:{TAG_OWNER}", "Values": [self.owner]}],
+        )
         for page in pages:
             for info in page.get("InstanceInformationList", []):
                 instance = str(info.get("InstanceId", ""))
                 if not instance.startswith("mi-"):
                     continue
-                listed = self._call(f"listing the tags of {instance}", self.ssm.list_tags_for_resource,
-                                    ResourceType="ManagedInstance", ResourceId=instance)
+                listed = self._call(
+                    f"listing the tags of {instance}",
+                    self.ssm.list_tags_for_resource,
+                    ResourceType="ManagedInstance",
+                    ResourceId=instance,
+                )
                 tags = _tags(listed.get("TagList"))
                 if tags.get(TAG_OWNER) == self.owner and tags.get(TAG_JOB):  # the filter, checked
                     found.append((instance, tags[TAG_JOB]))
@@ -193,16 +202,23 @@ class Leftovers:
     def ended_hybrid_jobs(self, since: timedelta) -> list[JobView]:
         """The owner's hybrid jobs created in the last ``since`` that have ended."""
         views = []
-        pages = self._pages(self.sagemaker, "list_training_jobs", "listing SageMaker training jobs",
-                            CreationTimeAfter=self.now() - since)
+        pages = self._pages(
+            self.sagemaker,
+            "list_training_jobs",
+            "listing SageMaker training jobs",
+            CreationTimeAfter=self.now() - since,
+        )
         for page in pages:
             for summary in page.get("TrainingJobSummaries", []):
                 if summary.get("TrainingJobStatus") not in ENDED:
                     continue
                 name = str(summary["TrainingJobName"])
                 if name not in self._jobs:  # ListTags first: no DescribeTrainingJob of other people's jobs
-                    listed = self._call(f"listing the tags of job {name}", self.sagemaker.list_tags,
-                                        ResourceArn=summary["TrainingJobArn"])
+                    listed = self._call(
+                        f"listing the tags of job {name}",
+                        self.sagemaker.list_tags,
+                        ResourceArn=summary["TrainingJobArn"],
+                    )
                     tags = _tags(listed.get("Tags"))
                     if tags.get(TAG_OWNER) != self.owner or tags.get(TAG_TRANSPORT) != HYBRID:
                         continue
@@ -213,7 +229,7 @@ class Leftovers:
         """Whether ``uri`` exists and was written for ``activation_id`` (``enable()`` stores the id as the
         object's metadata): a channel prefix shared by several jobs against the rules holds the newest
         job's file, which an older job's retirement must leave alone."""
-        bucket, _, key = uri[len("s3://"):].partition("/")
+        bucket, _, key = uri[len("s3://") :].partition("/")
         try:
             head = self.s3.head_object(Bucket=bucket, Key=key)
         except Exception as exc:
@@ -294,7 +310,7 @@ class Leftovers:
             elif item.kind == INSTANCE:
                 self.ssm.deregister_managed_instance(InstanceId=item.id)
             else:
-                bucket, _, key = item.id[len("s3://"):].partition("/")
+                bucket, _, key = item.id[len("s3://") :].partition("/")
                 self.s3.delete_object(Bucket=bucket, Key=key)
         except Exception as exc:
             if not aws.is_error(exc):

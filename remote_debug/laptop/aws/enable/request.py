@@ -104,11 +104,27 @@ _HOOK_PROGRAM = (
 
 # Repositories of SageMaker's built-in algorithm images (from the SDK's image_uri_config).  The
 # XGBoost framework image doubles as the built-in algorithm: it is one only without a script.
-BUILTIN_ALGORITHM_REPOS = frozenset({
-    "blazingtext", "factorization-machines", "forecasting-deepar", "image-classification", "ipinsights",
-    "kmeans", "knn", "lda", "linear-learner", "ntm", "object-detection", "object2vec", "pca",
-    "randomcutforest", "semantic-segmentation", "seq2seq", "xgboost",
-})
+BUILTIN_ALGORITHM_REPOS = frozenset(
+    {
+        "blazingtext",
+        "factorization-machines",
+        "forecasting-deepar",
+        "image-classification",
+        "ipinsights",
+        "kmeans",
+        "knn",
+        "lda",
+        "linear-learner",
+        "ntm",
+        "object-detection",
+        "object2vec",
+        "pca",
+        "randomcutforest",
+        "semantic-segmentation",
+        "seq2seq",
+        "xgboost",
+    }
+)
 SCRIPT_MODE_ONLY_REPOS = frozenset({"sagemaker-xgboost"})
 PROGRAM_HYPERPARAMETER = "sagemaker_program"
 
@@ -154,8 +170,11 @@ class DraftRequest:
         and ``job_secret`` (derived from its private key, ``keys.job_secret``)."""
         try:
             spec = DebugSpec(
-                job_name=self.job_name, client_public_key=public_key, job_secret=job_secret,
-                transport=self.transport.kind, options=self.options,
+                job_name=self.job_name,
+                client_public_key=public_key,
+                job_secret=job_secret,
+                transport=self.transport.kind,
+                options=self.options,
             )
         except ContractError as exc:
             raise EnableError(str(exc)) from None
@@ -200,13 +219,17 @@ def draft_request(
     user_environment = copy.deepcopy(dict(out.get("Environment") or {}))
     # every spec variable but the key, which is not made yet (its name is counted)
     out["Environment"] = _environment(
-        user_environment, spec_env(name, transport.kind, options), package_root, env_hook=not wrapped,
+        user_environment,
+        spec_env(name, transport.kind, options),
+        package_root,
+        env_hook=not wrapped,
         to_come=(ENV_CLIENT_KEY, ENV_JOB_SECRET),
     )
     if wrapped:
         assert isinstance(algorithm, Mapping)
         out["AlgorithmSpecification"] = {
-            **algorithm, "ContainerEntrypoint": wrap_entrypoint(list(algorithm["ContainerEntrypoint"]), package_root)
+            **algorithm,
+            "ContainerEntrypoint": wrap_entrypoint(list(algorithm["ContainerEntrypoint"]), package_root),
         }
     if transport.kind == Transport.SSM:
         out["RemoteDebugConfig"] = {**(out.get("RemoteDebugConfig") or {}), "EnableRemoteDebug": True}
@@ -237,7 +260,12 @@ def enable_request(
     the ``remote-debug`` input channel.
     """
     draft = draft_request(
-        request, options, transport=transport, owner=owner, job_name=job_name, package_root=package_root,
+        request,
+        options,
+        transport=transport,
+        owner=owner,
+        job_name=job_name,
+        package_root=package_root,
         package_uri=package_uri,
     )
     return draft.finish(public_key, job_secret)
@@ -344,8 +372,10 @@ def check_keep_alive(keep_alive: float, limit: Any, *, setting: str, default: bo
     if not keep_alive or limit is None or limit > keep_alive:
         return
     given = _seconds(keep_alive)
-    whose = f"SageMaker's default {setting} ({_seconds(limit)} s: none given)" if default else (
-        f"the job's {setting} ({_seconds(limit)} s)"
+    whose = (
+        f"SageMaker's default {setting} ({_seconds(limit)} s: none given)"
+        if default
+        else (f"the job's {setting} ({_seconds(limit)} s)")
     )
     largest = f"keep alive at most {int(limit) - 1} s" if limit >= 2 else "drop the keep-alive"
     raise EnableError(
@@ -382,7 +412,11 @@ def _seconds(value: float) -> str:
 
 
 def _environment(
-    existing: Any, spec_vars: Mapping[str, str], package_root: str, *, env_hook: bool = True,
+    existing: Any,
+    spec_vars: Mapping[str, str],
+    package_root: str,
+    *,
+    env_hook: bool = True,
     to_come: Sequence[str] = (),
 ) -> dict[str, str]:
     """The job's environment: the request's own, the spec, and (``env_hook``: no entry to wrap) our
@@ -503,14 +537,16 @@ def _with_package_channel(channels: Any, uri: str) -> list[dict[str, Any]]:
             raise EnableError(
                 f"the request already has an input channel named {CHANNEL_NAME!r}: remove it or drop package_uri"
             )
-    out.append({
-        "ChannelName": CHANNEL_NAME,
-        "DataSource": {
-            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
-        },
-        # Files even when the job streams its data (Pipe): the hook needs a directory.
-        "InputMode": "File",
-    })
+    out.append(
+        {
+            "ChannelName": CHANNEL_NAME,
+            "DataSource": {
+                "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+            },
+            # Files even when the job streams its data (Pipe): the hook needs a directory.
+            "InputMode": "File",
+        }
+    )
     return out
 
 
@@ -518,7 +554,7 @@ def upload_bundle(s3_client: Any, bundle: Path, uri: str) -> int:
     """Upload the bundle directory's files under the ``s3://bucket/prefix`` ``uri``; returns the count."""
     if not uri.startswith("s3://"):
         raise EnableError(f"expected an s3:// URI, got {uri[:80]!r}")
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     prefix = prefix.strip("/")
     count = 0
     for path in sorted(p for p in bundle.rglob("*") if p.is_file()):

@@ -75,8 +75,9 @@ def enable_estimator(
     check_py_version(getattr(estimator, "py_version", None))
     if transport.kind == Transport.DIRECT:
         direct_needs_vpc(bool(getattr(estimator, "subnets", None)))
-    check_keep_alive_entry(options.keep_alive, wrapped=bool(getattr(estimator, "container_entry_point", None)),
-                           why=NO_ENTRY)
+    check_keep_alive_entry(
+        options.keep_alive, wrapped=bool(getattr(estimator, "container_entry_point", None)), why=NO_ENTRY
+    )
     check_keep_alive(options.keep_alive, max_runtime(estimator), setting="max_run")
 
     resolved_owner = resolve_owner(owner, session.boto_session)  # may fail: before changing anything
@@ -116,8 +117,14 @@ def request_rewriter(
         # hybrid: the activation's channel is the job's own, next to its code (the bundle is in the code)
         package_uri = hybrid_activation.sdk_v2_channel_uri(request) if activations is not None else None
         return enable_with_key(
-            request, options, transport=transport, owner=owner, paths=paths, package_root=CODE_ROOT,
-            package_uri=package_uri, activations=activations,
+            request,
+            options,
+            transport=transport,
+            owner=owner,
+            paths=paths,
+            package_root=CODE_ROOT,
+            package_uri=package_uri,
+            activations=activations,
         )
 
     return apply

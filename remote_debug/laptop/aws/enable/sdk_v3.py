@@ -89,7 +89,12 @@ def enable_model_trainer(
 
     def apply(request: dict[str, Any]) -> dict[str, Any]:
         return enable_with_key(
-            request, options, transport=transport, owner=resolved_owner, paths=paths, package_root=CHANNEL_ROOT,
+            request,
+            options,
+            transport=transport,
+            owner=resolved_owner,
+            paths=paths,
+            package_root=CHANNEL_ROOT,
             activations=activations,
         )
 
