@@ -1,9 +1,11 @@
-"""Shared fixtures: a throwaway HOME/state dir, and cleanup of every local job a test launched."""
+"""Shared fixtures: a throwaway HOME/state dir, and cleanup of every local job a test launched; the
+lanes' markers (``./dev unit`` runs what is not e2e, root or slow)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -17,6 +19,88 @@ from tests.helpers import strict_aws
 
 # every in-process boto3 request meets AWS's server-side checks (patterns, lengths), not only botocore's
 strict_aws.install()
+
+# --- markers: e2e, root, slow (registered in pyproject.toml) -----------------------------------------
+# A test module that imports one of these starts real things (a job, the hook with its sshd, torchrun
+# ranks, a private sshd, the emulator): all its tests are e2e.  Found by what the module imports, so a new
+# test file is placed without editing a list.
+# (named, not imported: conftest stays cheap to import)
+_STARTERS = frozenset(
+    {
+        ("tests.helpers.hook_runs", "hook_run"),
+        ("tests.helpers.jobs", "launch_job"),
+        ("tests.helpers.live_session", "live_session"),
+        ("tests.helpers.sshd", "private_sshd"),
+        ("tests.helpers.adopt_targets", "plain_torchrun"),
+        ("tests.helpers.adopt_targets", "plain_python"),
+        ("remote_debug.emulator.service", "Emulator"),
+        ("tests.emulator.test_ssm_shell", "running_emulator"),
+    }
+)
+# fixtures that start real things: tests/container's ``run`` (the hook, its sshd), the SDK venvs' drivers
+_E2E_FIXTURES = frozenset({"run", "sdk_runs"})
+# modules that start real things through their own code (the CLI launching jobs, sshd and tunnels, a
+# debuggee, the emulator's nodes), found by measuring the unit lane (`./dev unit --durations=30`)
+_E2E_MODULES = frozenset(
+    {
+        "tests/cli/test_cli.py",
+        "tests/cli/test_prune_cli.py",
+        "tests/cli/test_sync_cli.py",
+        "tests/emulator/test_nodes.py",
+        "tests/emulator/test_training.py",
+        "tests/local/test_adopt_sagemaker.py",
+        "tests/local/test_dap_client.py",
+        "tests/local/test_sync.py",
+        "tests/local/test_tunnel_faults.py",
+    }
+)
+# single tests of otherwise fast modules that took over 5 s in the unit lane (2 workers, a loaded machine)
+_SLOW_TESTS = frozenset(
+    {
+        "tests/cli/test_bad_input.py::test_hostile_job_names_are_refused_by_every_command",
+        "tests/cli/test_bad_input.py::test_real_subprocess_bad_input_is_one_line_exit_2",
+        "tests/local/backends/test_sagemaker.py::test_relay_starts_the_transports_session",
+        "tests/local/backends/test_sagemaker.py::test_a_wait_that_drags_on_says_what_it_waits_for_and_where",
+        "tests/local/test_doctor.py::test_cli_json_and_exit_code",
+        "tests/local/test_doctor.py::test_an_unreadable_tier_is_a_warning_with_the_permission_to_add",
+        "tests/local/test_doctor.py::test_standard_tier_fails_a_hybrid_job_with_the_command_that_fixes_it",
+        "tests/local/test_doctor.py::test_without_a_job_the_tier_is_a_warning_at_most",
+        "tests/local/test_doctor.py::test_a_job_is_simulated_with_its_real_tags_and_the_remote_debug_condition_key",
+        "tests/local/test_doctor.py::test_assumed_role_is_simulated_as_its_role",
+        "tests/local/test_aws_access.py::test_jobs_json_says_why_sagemaker_was_not_listed_and_the_fix",
+        "tests/local/test_vscode_launch.py::test_property_update_then_remove_is_identity",
+        "tests/security/test_control_channel.py::test_a_slowloris_of_our_own_uid_holds_no_thread_and_no_answer_back",
+        "tests/sagemaker/test_request.py::test_raw_request_through_moto",
+        "tests/test_bench.py::test_bench_short_mode_reports_every_row",
+        "tests/test_bench.py::test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank",
+    }
+)
+# a skip condition about root (needs_second_user, network namespaces, PID namespaces) marks the test root
+_ROOT_REASON = re.compile(r"\broot\b")
+
+
+def _starts_real_things(module: object) -> bool:
+    return any(
+        (getattr(value, "__module__", None), getattr(value, "__qualname__", None)) in _STARTERS
+        for value in vars(module).values()
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    e2e_by_module: dict[str, bool] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path not in e2e_by_module:
+            module = getattr(item, "module", None)
+            e2e_by_module[path] = (
+                path in _E2E_MODULES or path.endswith("_e2e.py") or (module is not None and _starts_real_things(module))
+            )
+        if e2e_by_module[path] or _E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+        if item.nodeid.split("[", 1)[0] in _SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+        if any(_ROOT_REASON.search(str(mark.kwargs.get("reason", ""))) for mark in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.root)
 
 
 def _kill_group(pid: int) -> None:
