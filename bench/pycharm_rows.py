@@ -84,10 +84,10 @@ def p2_pycharm_idle(work: Path, paths: StatePaths, iterations: int, repeats: int
     for i in range(repeats):  # interleaved: a change of load on the machine hits both alike
         none.append(float(run_json(plain_cmd, env_plain)["cpu"]))
         manifest_dir = work / f"p2-pycharm-manifest-{i}"
-        env = hook_env(paths, "bench-p2-pycharm", manifest_dir, ide=spec.IDE.PYCHARM)
+        env = hook_env(paths, "bench-p2-pycharm", manifest_dir, ide=spec.RankDebugger.PYDEVD)
         result = run_json([sys.executable, "-m", "remote_debug.container", "--", *plain_cmd], env)
         ranks = spec.read_rank_documents(manifest_dir)
-        if not ranks or ranks[0].ide != spec.IDE.PYCHARM or ranks[0].error:
+        if not ranks or ranks[0].ide != spec.RankDebugger.PYDEVD or ranks[0].error:
             raise RuntimeError(f"P2-PyCharm: the rank was not an idle PyCharm rank: {ranks}")
         if result["pydevd"] or result["traced"]:
             raise RuntimeError(f"P2-PyCharm: the idle rank loaded pydevd or traced: {result}")
@@ -163,7 +163,7 @@ def p3_pycharm_ddp(work: Path, paths: StatePaths, steps: int, repeats: int) -> R
         server = PydevdServer(HeadlessPlan())  # bound now, listening from start(): its port is the rank's
         proc: subprocess.Popen[bytes] | None = None
         try:
-            env = hook_env(paths, job, manifest_dir, ide=spec.IDE.PYCHARM, port_base=server.port)
+            env = hook_env(paths, job, manifest_dir, ide=spec.RankDebugger.PYDEVD, port_base=server.port)
             with log.open("wb") as err:
                 proc = subprocess.Popen(
                     [

@@ -86,7 +86,7 @@ def hook_env(
     manifest_dir: Path,
     wait: float = 0.0,
     *,
-    ide: spec.IDE = spec.IDE.VSCODE,
+    ide: spec.RankDebugger = spec.RankDebugger.DEBUGPY,
     port_base: int = 0,
 ) -> dict[str, str]:
     key_path, public_key = ensure_job_key(paths, job)

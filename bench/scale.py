@@ -22,7 +22,6 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 from bench.rank_jobs import break_line, launch_rank_job, wait_for_ranks
 from remote_debug.contract import spec
@@ -150,7 +149,7 @@ def scale_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
         }
         cli = min(job.cli("stacks", job.name, "--json")[0] for _ in range(3))
         start = time.perf_counter()
-        report: dict[str, Any] = collect_stacks(JobConnection(job.backend, job.name, paths))
+        report = collect_stacks(JobConnection(job.backend, job.name, paths))
         in_process = time.perf_counter() - start
         if len(report["ranks"]) != job.ranks or any(r["error"] for r in report["ranks"]):
             raise RuntimeError("P12: stacks did not cover every rank")

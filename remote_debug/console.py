@@ -20,6 +20,7 @@ def main() -> None:
         if code is not None:  # None: --help or a usage error, which the full CLI words like every command's
             raise SystemExit(code)
     from remote_debug.laptop.core import interrupts
+    from remote_debug.laptop.core.errors import EXIT_INTERRUPTED
 
     interrupts.install()
     try:
@@ -29,8 +30,9 @@ def main() -> None:
         # ``__set_name__`` Python 3.11 wraps it in a RuntimeError (seen in CI), so it is recognised
         # by the recorded request, not by its type.
         if interrupts.requested():
+            # as remote_debug.cli.exit_for words a Ctrl-C, which cannot be imported here: that import was cut short
             sys.stderr.write("remote-debug: error: interrupted\n")
-            raise SystemExit(130) from None
+            raise SystemExit(EXIT_INTERRUPTED) from None
         raise
 
     cli_main()

@@ -176,10 +176,6 @@ def _within(target: str, prefix: str) -> bool:
     return target == prefix or target.startswith(prefix + ".")
 
 
-def _within(target: str, prefix: str) -> bool:
-    return target == prefix or target.startswith(prefix + ".")
-
-
 def test_every_module_has_a_wing_with_rules() -> None:
     homeless = sorted({wing_of(m) for m in package_modules()} - set(WINGS))
     assert not homeless, f"wings without rules in WINGS (add them, and to docs/ARCHITECTURE.md): {homeless}"

@@ -12,12 +12,12 @@ import pytest
 
 from remote_debug.contract import spec
 from remote_debug.contract.spec import (
-    IDE,
     ContractError,
     DebugOptions,
     DebugSpec,
     NodeManifest,
     NodeState,
+    RankDebugger,
     RankEndpoint,
     RankState,
     Transport,
@@ -87,15 +87,17 @@ def test_from_env_fills_optional_fields() -> None:
         ("all", None),
         ("", None),
         ("*", None),
+        ("ALL", None),
         ("0", (0,)),
         ("2, 0,2", (0, 2)),
+        ("0-2, 6", (0, 1, 2, 6)),
     ],
 )
 def test_parse_ranks(text: str, expected: tuple[int, ...] | None) -> None:
     assert spec.parse_ranks(text) == expected
 
 
-@pytest.mark.parametrize("text", ["-1", "a", "0,,1", "1.5"])
+@pytest.mark.parametrize("text", ["-1", "a", "0,,1", "1.5", "3-1", "\u00b2"])
 def test_parse_ranks_rejects(text: str) -> None:
     with pytest.raises(ContractError, match="bad rank list"):
         spec.parse_ranks(text)
@@ -173,7 +175,7 @@ def test_contract_errors_are_one_line() -> None:
 def test_node_and_rank_round_trip_and_merge(tmp_path: Path) -> None:
     node = _node(errors=["sshd failed: x"], exit_code=None)
     spec.write_node_manifest(tmp_path, node)
-    r1 = RankEndpoint(rank=1, local_rank=1, world_size=2, port=5701, pid=11, state="attached")
+    r1 = RankEndpoint(rank=1, local_rank=1, world_size=2, port=5701, pid=11, state=RankState.ATTACHED)
     r0 = RankEndpoint(rank=0, local_rank=0, world_size=2, port=5700, pid=10)
     spec.write_rank_manifest(tmp_path, r1)
     spec.write_rank_manifest(tmp_path, r0)
@@ -313,18 +315,22 @@ def test_env_format_is_unchanged_byte_for_byte() -> None:
 
 
 def test_enums_are_their_values() -> None:
-    assert [i.value for i in IDE] == ["vscode", "pycharm"]
+    # what the job's spec and rank documents carry since before the editor and the debugger were told apart
+    assert [d.value for d in RankDebugger] == ["vscode", "pycharm"]
     assert [t.value for t in Transport] == ["local", "ssm", "hybrid", "direct"]
     assert [s.value for s in NodeState] == ["starting", "running", "completed", "failed", "stopped"]
     assert "idle" in [s.value for s in RankState]  # lazy ranks write it
-    assert IDE.PYCHARM == "pycharm" and str(IDE.PYCHARM) == "pycharm" and f"{RankState.HELD}" == "held"
+    # a StrEnum member equals its string (manifests compare both ways); mypy calls that non-overlapping
+    assert RankDebugger.PYDEVD == "pycharm" and str(RankDebugger.PYDEVD) == "pycharm" and f"{RankState.HELD}" == "held"  # type: ignore[comparison-overlap]
     assert json.dumps({"state": RankState.FAILED}) == '{"state": "failed"}'
     parsed = _spec(ide="pycharm", transport="ssm")
-    assert parsed.ide is IDE.PYCHARM and parsed.transport is Transport.SSM
+    assert parsed.ide is RankDebugger.PYDEVD and parsed.transport is Transport.SSM
 
 
 def test_manifest_json_is_unchanged_and_plain() -> None:
-    ep = RankEndpoint(rank=1, local_rank=1, world_size=2, port=5701, pid=11, state=RankState.IDLE, ide=IDE.PYCHARM)
+    ep = RankEndpoint(
+        rank=1, local_rank=1, world_size=2, port=5701, pid=11, state=RankState.IDLE, ide=RankDebugger.PYDEVD
+    )
     text = json.dumps(ep.to_json())
     assert text == (
         '{"rank": 1, "local_rank": 1, "world_size": 2, "port": 5701, "pid": 11, "state": "idle", "ide": "pycharm", '
@@ -357,7 +363,7 @@ def test_from_env_refuses_unknown_choices_in_one_line(changes: dict[str, str], m
         (lambda: RankEndpoint.from_json(_rank_json(state="sleeping")), "unknown rank state 'sleeping'"),
         (lambda: RankEndpoint.from_json(_rank_json(ide="emacs")), "unknown IDE 'emacs'"),
         (lambda: NodeManifest.from_json(_node_json(state="exploded")), "unknown node state 'exploded'"),
-        (lambda: RankEndpoint(rank=0, local_rank=0, world_size=1, port=0, pid=1, state="nope"), "unknown rank state"),
+        (lambda: RankEndpoint(rank=0, local_rank=0, world_size=1, port=0, pid=1, state="nope"), "unknown rank state"),  # type: ignore[arg-type]
     ],
 )
 def test_manifests_refuse_unknown_states(make: Any, message: str) -> None:
@@ -369,26 +375,28 @@ def test_manifests_refuse_unknown_states(make: Any, message: str) -> None:
 
 
 def test_options_validate_themselves() -> None:
-    assert DebugOptions().ide is IDE.VSCODE and DebugOptions(ide="pycharm").ide is IDE.PYCHARM
-    for fields, message in [
+    # a string for an enum field (as parsed JSON has it) is converted: passing one is the point
+    assert DebugOptions().ide is RankDebugger.DEBUGPY and DebugOptions(ide="pycharm").ide is RankDebugger.PYDEVD  # type: ignore[arg-type]
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"ide": "emacs"}, "unknown IDE"),
         ({"port_base": 70000}, "debug port base 70000 is out of range"),
         ({"sshd_port": 22}, "port 22 is reserved"),
         ({"wait_seconds": math.nan}, "wait nan s is out of range"),
         ({"hold_on_failure": -5.0}, "hold on failure -5.0 s is out of range"),
         ({"ranks": (-1, 0)}, "bad rank list"),
-    ]:
+    ]
+    for fields, message in cases:
         with pytest.raises(ContractError, match=message):
             DebugOptions(**fields)
 
 
 def test_spec_is_options_plus_wiring() -> None:
     options = DebugOptions(
-        ide=IDE.PYCHARM, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3, hold_on_failure=4
+        ide=RankDebugger.PYDEVD, ranks=(1,), port_base=5700, sshd_port=2222, wait_seconds=3, hold_on_failure=4
     )
     debug = DebugSpec(job_name="j", client_public_key=KEY, job_secret=SECRET, transport=Transport.SSM, options=options)
     assert (debug.ide, debug.ranks, debug.port_base, debug.sshd_port, debug.wait_seconds, debug.hold_on_failure) == (
-        IDE.PYCHARM,
+        RankDebugger.PYDEVD,
         (1,),
         5700,
         2222,

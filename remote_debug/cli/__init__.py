@@ -1,7 +1,7 @@
 """The ``remote-debug`` command line: thin commands that call ``remote_debug.laptop``.
 
 One module per subcommand; every command takes ``--json``; bad input is one line on stderr and
-exit code 2 (see :func:`main`).
+exit code 2 (see :func:`exit_for`, the one mapping from an exception to a line and an exit code).
 
 A command registers on ``app`` when its module is imported.  :func:`main` imports only the module of
 the command on its command line (all of them for ``--help``, or for a name it does not know, so typer
@@ -17,13 +17,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from typer import Abort, Exit
+from typer import Abort, Exit, Typer
 from typer.exceptions import TyperException
 
 from remote_debug.cli import application as _app_module
 from remote_debug.cli.output import error_line
 from remote_debug.contract.spec import ContractError
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError, reason
 
 # command name -> the module of remote_debug.cli that registers it, in the order --help lists them
 COMMAND_MODULES: dict[str, str] = {
@@ -70,7 +71,7 @@ def load_commands(argv: Sequence[str] | None = None) -> None:
         importlib.import_module(f"remote_debug.cli.{module}")
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Typer:
     # ``from remote_debug.cli import app``: the application with every command
     if name == "app":
         load_commands()
@@ -78,24 +79,27 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "exit_for", "main"]
 
 
-def _usage_error(exc: TyperException) -> int:
+def _usage_error(exc: TyperException) -> tuple[str | None, int]:
     """typer's usage errors (unknown option, missing JOB, a value of the wrong type) as one line.
 
     Standalone typer prints a multi-line box; the promise is one actionable line, which also keeps
     the VS Code extension's error parsing to a single rule.
     """
-    if type(exc).__name__ == "NoArgsIsHelpError":  # bare "remote-debug": the help *is* the message
-        exc.show()  # type: ignore[attr-defined]
-        return 2
+    if _is_help_request(exc):  # bare "remote-debug": the help *is* the message (main shows it)
+        return None, EXIT_USER_ERROR
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-    error_line(f"{message}{hint}")
-    code = getattr(exc, "exit_code", 2)
-    return code if isinstance(code, int) else 2
+    code = getattr(exc, "exit_code", EXIT_USER_ERROR)
+    return f"{message}{hint}", code if isinstance(code, int) else EXIT_USER_ERROR
+
+
+def _is_help_request(exc: BaseException) -> bool:
+    # by name: typer keeps the class in a private module (typer._click), which may move
+    return type(exc).__name__ == "NoArgsIsHelpError"
 
 
 # what to do about the OSErrors a user can fix on their machine; others (a refused connection, a
@@ -109,36 +113,68 @@ _FILE_ERROR_HINTS = {
 }
 
 
+def _os_error(exc: OSError) -> str:
+    # disk full, read-only HOME, permissions: what failed and on which file, nothing else.  A
+    # write that fails this way has left the old file in place (atomic writes).
+    where = f" ({exc.filename})" if exc.filename else ""
+    hint = _FILE_ERROR_HINTS.get(exc.errno or 0, "retry; 'remote-debug doctor' checks the set-up")
+    return f"{exc.strerror or exc}{where}: {hint}"
+
+
+def _raised_by(exc: BaseException, module: str, *names: str) -> bool:
+    """Whether ``exc`` is one of the classes ``names`` of ``module``, by class (subclasses too), without
+    importing ``module``: a command that never loaded it (paramiko ~0.1 s, boto3 more) cannot have raised
+    its errors, and the CLI should not pay for the import on its way out."""
+    loaded = sys.modules.get(module)
+    classes = tuple(c for c in (getattr(loaded, n, None) for n in names) if isinstance(c, type))
+    return bool(classes) and isinstance(exc, classes)
+
+
+def exit_for(exc: BaseException) -> tuple[str | None, int] | None:
+    """The CLI's one mapping from the exception that ended a command to (its line, the exit code).
+
+    The line is printed as ``remote-debug: error: <line>`` on stderr (None: nothing to print).  None
+    instead of a pair: not an error the user can fix (a bug), whose traceback is the report.  The
+    kinds of errors are those of ``remote_debug.laptop.core.errors``; the rest are the errors of code
+    that cannot raise them (the contract, the container's py-spy helper, typer, the OS, paramiko,
+    botocore), said in the same one line.
+    """
+    if isinstance(exc, (KeyboardInterrupt, Abort)):
+        return "interrupted", EXIT_INTERRUPTED
+    if isinstance(exc, Exit):
+        return None, exc.exit_code
+    if isinstance(exc, UserError):
+        return str(exc), exc.exit_code
+    # a bad job name, rank list or manifest; py-spy missing or refused: each message is one actionable line
+    if isinstance(exc, ContractError) or _raised_by(exc, "remote_debug.container.node.pyspy", "PyspyError"):
+        return str(exc), EXIT_USER_ERROR
+    if isinstance(exc, TyperException):  # click's UsageError & co.
+        return _usage_error(exc)
+    if isinstance(exc, OSError):  # before paramiko's: its NoValidConnectionsError is an OSError
+        return _os_error(exc), EXIT_USER_ERROR
+    if _raised_by(exc, "paramiko", "SSHException"):
+        return (
+            f"ssh connection to the job failed: {reason(exc)}; check the job with 'remote-debug doctor JOB'",
+            EXIT_USER_ERROR,
+        )
+    if _raised_by(exc, "botocore.exceptions", "BotoCoreError", "ClientError"):
+        # a call no command wrapped with what it was doing: still one line, with the fix for access problems
+        return aws.describe_error(exc, "asking AWS"), EXIT_USER_ERROR
+    return None
+
+
 def main() -> None:
     load_commands(sys.argv[1:])
     try:
         result = _app_module.app(standalone_mode=False)
-    except (UserError, ContractError) as exc:
-        error_line(str(exc))
-        sys.exit(2)
-    except TyperException as exc:  # click's UsageError & co.
-        sys.exit(_usage_error(exc))
-    except OSError as exc:
-        # disk full, read-only HOME, permissions: what failed and on which file, nothing else.  A
-        # write that fails this way has left the old file in place (atomic writes).
-        where = f" ({exc.filename})" if exc.filename else ""
-        hint = _FILE_ERROR_HINTS.get(exc.errno or 0, "retry; 'remote-debug doctor' checks the set-up")
-        error_line(f"{exc.strerror or exc}{where}: {hint}")
-        sys.exit(2)
-    except (KeyboardInterrupt, Abort):
-        error_line("interrupted")
-        sys.exit(130)
-    except Exit as exc:
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # last: typer's Abort and Exit are Exceptions too
-        if not _is_ssh_error(exc):
+    except BaseException as exc:  # SystemExit and bugs: exit_for gives None, they go on as raised
+        outcome = exit_for(exc)
+        if outcome is None:
             raise
-        error_line(f"ssh connection to the job failed: {exc}; check the job with 'remote-debug doctor JOB'")
-        sys.exit(2)
+        line, code = outcome
+        if _is_help_request(exc):
+            exc.show()  # type: ignore[attr-defined]
+        elif line is not None:
+            error_line(line)
+        sys.exit(code)
     sys.exit(result if isinstance(result, int) else 0)
-
-
-def _is_ssh_error(exc: BaseException) -> bool:
-    """A paramiko SSHException, without importing paramiko (~0.1 s) for commands that never load it."""
-    paramiko = sys.modules.get("paramiko")
-    return paramiko is not None and isinstance(exc, paramiko.SSHException)

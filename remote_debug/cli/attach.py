@@ -12,7 +12,8 @@ from remote_debug.cli.output import event_printer
 from remote_debug.contract import spec
 from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
 from remote_debug.laptop.core import interrupts
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, UserError
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.platforms import backend_for, job_ref
@@ -33,7 +34,7 @@ def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]
 @app.command()
 def attach(
     job: Annotated[str, typer.Argument(help="Job name (or SageMaker training-job ARN).")],
-    ide: Annotated[spec.IDE, typer.Option("--ide", help="The IDE you debug from.")] = spec.IDE.VSCODE,
+    ide: Annotated[Editor, typer.Option("--ide", help="The IDE you debug from.")] = Editor.VSCODE,
     ranks: Annotated[str, typer.Option("--ranks", help="all, or e.g. 0,2.")] = "all",
     workspace: Annotated[
         Path | None, typer.Option("--workspace", help="Your project dir (default: current dir).")
@@ -79,7 +80,7 @@ def attach(
 ) -> None:
     """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends
     (--headless: once every rank had its stops; Ctrl-C detaches, the job keeps running)."""
-    if ide != spec.IDE.PYCHARM and (pycharm_port or pycharm_build):
+    if ide != Editor.PYCHARM and (pycharm_port or pycharm_build):
         raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
     if follow and not headless:
         raise UserError("--follow needs --headless: an IDE attach always stays until the job ends")
@@ -114,7 +115,7 @@ def attach(
         # the usual way to stop attaching: one line, no traceback, no "error"; 130 as for any Ctrl-C,
         # so that a script running attach stops too
         emit(Detached(job=job, reason=DetachReason.INTERRUPTED))
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if as_json and headless:
         emit(Summary(job=job, exit_code=result.job.exit_code, ranks=[r.summary() for r in result.reports]))
     raise typer.Exit(result.exit_code)

@@ -10,6 +10,7 @@ from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, event_printer, print_json
 from remote_debug.contract import spec
 from remote_debug.laptop.attach.demo import run_demo
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.machine.backend import MAX_NODES, MAX_NPROC_PER_NODE
 from remote_debug.laptop.wire.events import ignore
@@ -34,9 +35,9 @@ def demo(
     ] = None,
     as_json: Annotated[bool, flag("--json", help="Print the result as JSON (events are not printed).")] = False,
     ide: Annotated[
-        spec.IDE,
+        Editor,
         typer.Option("--ide", help="The IDE you debug from (headless: the built-in DAP client or pydevd server)."),
-    ] = spec.IDE.VSCODE,
+    ] = Editor.VSCODE,
     pycharm_port: Annotated[
         int, typer.Option("--pycharm-port", min=0, max=MAX_PORT, help="--ide pycharm: port of PyCharm's debug server.")
     ] = 0,
@@ -46,7 +47,7 @@ def demo(
     wait_seconds = wait if wait is not None else (120.0 if headless else 600.0)
     quiet = as_json
     emit = ignore if quiet else event_printer(False)
-    if not headless and not as_json and ide == spec.IDE.VSCODE:
+    if not headless and not as_json and ide == Editor.VSCODE:
         console.print(
             "Launching the demo job; when 'ready' appears, attach from VS Code:\n"
             "  1. open the workspace printed below (File > Open Folder),\n"

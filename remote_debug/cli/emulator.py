@@ -14,7 +14,7 @@ import typer
 from remote_debug.cli.application import MAX_PORT, app, flag
 from remote_debug.cli.output import print_json
 from remote_debug.laptop.core import interrupts
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import BadInputError, LocalStateError, UserError
 from remote_debug.laptop.core.paths import StatePaths
 
 DEFAULT_REGION = "us-east-1"
@@ -95,11 +95,11 @@ def emulator(
     try:
         image_map = ImageMap.load(images) if images is not None else ImageMap.default()
     except ImageMapError as exc:
-        raise UserError(str(exc)) from None
+        raise BadInputError(str(exc)) from None
     try:
         policies = load_policies(policy) if policy is not None else None
     except PolicyError as exc:
-        raise UserError(str(exc)) from None
+        raise BadInputError(str(exc)) from None
     state_dir = (state or StatePaths.default().root / "emulator").absolute()
     service = Emulator(
         state_dir,
@@ -120,7 +120,7 @@ def emulator(
         try:
             url = service.start()
         except StateDirError as exc:
-            raise UserError(str(exc)) from None
+            raise LocalStateError(str(exc)) from None
         except OSError as exc:
             raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port") from None
         keys = service.keys

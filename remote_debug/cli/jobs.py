@@ -11,10 +11,11 @@ from rich.table import Table
 
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, error_line, print_json
-from remote_debug.laptop.aws.access import describe_unlisted
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.aws import clients as aws
+from remote_debug.laptop.core.errors import AwsAccessError, UserError
 from remote_debug.laptop.core.jobinfo import JobInfo
 from remote_debug.laptop.platforms import all_backends
+from remote_debug.laptop.wire.documents import ListingProblem, ListingProblemKind
 from remote_debug.laptop.wire.events import plural
 
 HEADERS = ("job", "backend", "status", "secondary", "nodes", "ranks per node", "created")
@@ -64,6 +65,26 @@ def _line(j: JobInfo) -> str:
     return f"{name}: {backend}, {status}{detail}, {plural(int(nodes), 'node')} x {ranks_phrase}, created {created}"
 
 
+def unlisted(backend: str, exc: UserError) -> ListingProblem:
+    """What ``jobs --json`` prints on stderr for a backend it could not list (one JSON object a line)."""
+    error = exc if isinstance(exc, AwsAccessError) else None
+    return ListingProblem(
+        unlisted=backend,
+        problem=_problem_kind(error.problem if error else None),
+        message=" ".join(str(exc).split()),
+        fix=error.fix if error else None,
+        profile=error.profile if error else aws.profile(),
+        region=error.region if error else aws.settings().region,
+    )
+
+
+def _problem_kind(problem: str | None) -> ListingProblemKind:
+    try:
+        return ListingProblemKind(problem)
+    except ValueError:  # not one of access.PROBLEMS (a test pins them to the kinds): still a listing problem
+        return ListingProblemKind.ERROR
+
+
 @app.command()
 def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -> None:
     """List debuggable jobs, local and (when AWS is configured) SageMaker, with their status."""
@@ -75,7 +96,7 @@ def jobs(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False) -
             if not backend.capabilities.remote:  # this machine's own jobs: a real error
                 raise
             if as_json:  # for a program (the extension's warning): why, in one word, and the fix
-                sys.stderr.write(json.dumps(describe_unlisted(backend.name, exc)) + "\n")
+                sys.stderr.write(json.dumps(unlisted(backend.name, exc).to_json()) + "\n")
             else:
                 error_line(f"{backend.name} jobs not listed: {exc}")
     if as_json:

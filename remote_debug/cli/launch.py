@@ -13,7 +13,8 @@ from remote_debug.cli.application import MAX_PORT, PycharmBuild, app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.contract import spec
 from remote_debug.laptop.core.errors import UserError
-from remote_debug.laptop.core.jobinfo import Isolation
+from remote_debug.laptop.core.jobinfo import Isolation, MachineJobDetails
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.pycharm_setup import check_local_pydevd, choose_build
 from remote_debug.laptop.machine.backend import MAX_NODES, MAX_NPROC_PER_NODE, LaunchRequest
 from remote_debug.laptop.platforms import MachineBackend
@@ -60,7 +61,7 @@ def launch(
             help="How long each rank waits for a debugger at start (0 = never).",
         ),
     ] = 0.0,
-    ide: Annotated[spec.IDE, typer.Option("--ide", help="The IDE you debug from.")] = spec.IDE.VSCODE,
+    ide: Annotated[Editor, typer.Option("--ide", help="The IDE you debug from.")] = Editor.VSCODE,
     ranks: Annotated[str, typer.Option("--ranks", help="Ranks that get a debugger: all, or e.g. 0,2.")] = "all",
     source_dir: Annotated[
         Path | None, typer.Option("--source-dir", help="Code to copy into the job (default: current dir).")
@@ -119,7 +120,7 @@ def launch(
         nodes=nodes,
         nproc_per_node=nproc_per_node,
         options=spec.DebugOptions(
-            ide=ide,
+            ide=ide.debugger,  # the job runs what the editor needs; it never learns which editor
             ranks=spec.parse_ranks(ranks),
             port_base=debug_port,
             sshd_port=sshd_port,
@@ -130,9 +131,9 @@ def launch(
         hyperparameters=parse_hyperparameters(hyperparameter),
         netns=not no_netns,
     )
-    if pycharm_build and ide != spec.IDE.PYCHARM:
+    if pycharm_build and ide != Editor.PYCHARM:
         raise UserError("--pycharm-build needs --ide pycharm")
-    if ide == spec.IDE.PYCHARM:
+    if ide == Editor.PYCHARM:
         # A local job runs in this interpreter: its pydevd-pycharm must match the user's PyCharm.
         check_local_pydevd(choose_build(pycharm_build))
         if wait <= 0 and not as_json:
@@ -145,7 +146,8 @@ def launch(
         print_json(info.to_json())
         return
     console.print(f"launched job [bold]{info.name}[/] ({len(info.nodes)} node(s) x {info.nproc_per_node} rank(s))")
-    if info.machine is not None and info.machine.isolation == Isolation.NETNS:
+    machine = info.details_of(MachineJobDetails)
+    if machine is not None and machine.isolation == Isolation.NETNS:
         console.print("nodes run in their own network namespaces: reachable only through remote-debug's relay")
-    pycharm = " --ide pycharm" if ide == spec.IDE.PYCHARM else ""
+    pycharm = " --ide pycharm" if ide == Editor.PYCHARM else ""
     console.print(f"attach with:  remote-debug attach {info.name}{pycharm}")

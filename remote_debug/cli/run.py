@@ -10,9 +10,11 @@ from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import event_printer, print_json, wait_printer
 from remote_debug.contract import spec
 from remote_debug.laptop.connection.job_connection import JobConnection
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, UserError
 from remote_debug.laptop.iterate.run import RunDriver
 from remote_debug.laptop.iterate.run import release as release_nodes
+from remote_debug.laptop.wire.documents import Released
+from remote_debug.laptop.wire.event_text import run_output_line, with_text
 from remote_debug.laptop.wire.events import RunOutput
 
 TIMEOUT_HELP = "How long to wait for the nodes to be reachable."
@@ -49,10 +51,9 @@ def run(
 
     def output(line: RunOutput) -> None:
         if as_json:
-            print_json(line.to_json())
+            print_json(with_text(line))
         else:
-            where = f"[{line.node}]" + (f" [rank {line.rank}]" if line.rank is not None else "")
-            typer.echo(f"{where} {line.line}")
+            typer.echo(run_output_line(line))
 
     words = list(command or [])
     if words[:1] == ["--"]:  # a second separator, as the user typed it
@@ -64,7 +65,7 @@ def run(
     except KeyboardInterrupt:
         driver.interrupt()
         emit(driver.ended())
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     refusal = driver.refusal()
     if refusal is not None:
         raise UserError(refusal)
@@ -85,6 +86,6 @@ def release(
     connection = JobConnection.open(job, emit=wait_printer())
     nodes = release_nodes(connection, timeout)
     if as_json:
-        print_json({"job": connection.job, "released": nodes})
+        print_json(Released(job=connection.job, released=nodes).to_json())
     else:
         typer.echo(f"released job {connection.job} ({', '.join(nodes)}): its nodes end now")

@@ -13,6 +13,7 @@ from remote_debug.laptop.connection import ssh_config as ssh_files
 from remote_debug.laptop.connection.job_connection import JobConnection
 from remote_debug.laptop.core.errors import UserError
 from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.wire import documents
 from remote_debug.laptop.wire.events import plural
 
 
@@ -33,12 +34,9 @@ def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) ->
             ssh_files.remove_job_entries(paths, job)
         if as_json:
             print_json(
-                {
-                    "removed_job": job,
-                    "aliases": entries.aliases,
-                    "known_hosts": entries.known_hosts,
-                    "dry_run": dry_run,
-                }
+                documents.SshJobEntriesRemoved(
+                    removed_job=job, aliases=entries.aliases, known_hosts=entries.known_hosts, dry_run=dry_run
+                ).to_json()
             )
         else:
             console.print(f"{would} the ssh entries of job {job}: {_entries_phrase(entries)}", markup=False)
@@ -50,13 +48,15 @@ def _remove(paths: StatePaths, job: str | None, dry_run: bool, as_json: bool) ->
         removed = ssh_files.remove_all_entries(paths)
     if as_json:
         print_json(
-            {
-                "removed_jobs": [{"job": e.job, "aliases": e.aliases, "known_hosts": e.known_hosts} for e in removed],
-                "restored": str(change.path),
-                "changed": change.changed,
-                "dry_run": dry_run,
-                "user_config_diff": change.diff,
-            }
+            documents.SshEntriesRemoved(
+                removed_jobs=[
+                    documents.SshEntries(job=e.job, aliases=e.aliases, known_hosts=e.known_hosts) for e in removed
+                ],
+                restored=str(change.path),
+                changed=change.changed,
+                dry_run=dry_run,
+                user_config_diff=change.diff,
+            ).to_json()
         )
         return
     if removed:
@@ -114,12 +114,9 @@ def ssh_config(
         rendered = ssh_files.render_job_config(entries)
         if as_json:
             print_json(
-                {
-                    "aliases": [e.alias for e in entries],
-                    "dry_run": True,
-                    "user_config_diff": change.diff,
-                    "job_config": rendered,
-                }
+                documents.SshConfigPreview(
+                    aliases=[e.alias for e in entries], user_config_diff=change.diff, job_config=rendered
+                ).to_json()
             )
         else:
             console.print(change.diff or f"{change.path}: already includes {paths.ssh_config}", markup=False)
@@ -129,12 +126,12 @@ def ssh_config(
     change = ssh_files.ensure_include(paths)
     if as_json:
         print_json(
-            {
-                "aliases": [e.alias for e in entries],
-                "config": str(paths.ssh_config),
-                "user_config": str(change.path),
-                "user_config_changed": change.changed,
-            }
+            documents.SshConfigWritten(
+                aliases=[e.alias for e in entries],
+                config=str(paths.ssh_config),
+                user_config=str(change.path),
+                user_config_changed=change.changed,
+            ).to_json()
         )
         return
     for e in entries:

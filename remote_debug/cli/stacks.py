@@ -8,10 +8,9 @@ import typer
 
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json, wait_printer
-from remote_debug.container.node.pyspy import PyspyError
 from remote_debug.contract import spec
 from remote_debug.laptop.connection.job_connection import JobConnection
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import BadInputError
 from remote_debug.laptop.diagnose.stacks import (
     collect_job_stacks_no_hook,
     collect_pid_stacks,
@@ -56,22 +55,19 @@ def stacks(
     """
     selection = spec.parse_ranks(ranks)
     if pid is not None and job is not None:
-        raise UserError(f"give a job or --pid, not both: remote-debug stacks --no-hook --pid {pid}")
+        raise BadInputError(f"give a job or --pid, not both: remote-debug stacks --no-hook --pid {pid}")
     if pid is None and job is None:
-        raise UserError("which job? remote-debug stacks JOB (or: remote-debug stacks --no-hook --pid PID)")
-    try:
-        if pid is not None:
-            # --pid is py-spy's by nature (a process tree has no hook to ask): --no-hook is implied
-            report = collect_pid_stacks(pid, selection, all_threads=all_threads)
-        elif no_hook:
-            assert job is not None
-            report = collect_job_stacks_no_hook(job, selection, timeout=timeout, all_threads=all_threads)
-        else:
-            assert job is not None
-            connection = JobConnection.open(job, emit=wait_printer())
-            report = collect_stacks(connection, selection, timeout=timeout, all_threads=all_threads)
-    except PyspyError as exc:
-        raise UserError(str(exc)) from None
+        raise BadInputError("which job? remote-debug stacks JOB (or: remote-debug stacks --no-hook --pid PID)")
+    if pid is not None:
+        # --pid is py-spy's by nature (a process tree has no hook to ask): --no-hook is implied
+        report = collect_pid_stacks(pid, selection, all_threads=all_threads)
+    elif no_hook:
+        assert job is not None
+        report = collect_job_stacks_no_hook(job, selection, timeout=timeout, all_threads=all_threads)
+    else:
+        assert job is not None
+        connection = JobConnection.open(job, emit=wait_printer())
+        report = collect_stacks(connection, selection, timeout=timeout, all_threads=all_threads)
     if as_json:
         print_json(report)
     else:

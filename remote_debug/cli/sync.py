@@ -9,38 +9,11 @@ import typer
 
 from remote_debug.cli.application import app, flag, positive_seconds
 from remote_debug.cli.output import print_json
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED
 from remote_debug.laptop.iterate.sync import Syncer, SyncMethod
 from remote_debug.laptop.iterate.sync_files import FileList
+from remote_debug.laptop.wire.event_text import synced_line, with_text
 from remote_debug.laptop.wire.events import Synced, plural
-
-_UNITS = ("kB", "MB", "GB", "TB")
-
-
-def size_text(n: int) -> str:
-    """``512 B``, ``12.4 kB``, ``3.0 MB``: decimal units, as file managers show them."""
-    if n < 1000:
-        return f"{n} B"
-    value = float(n)
-    for unit in _UNITS:
-        value /= 1000
-        if value < 1000 or unit == _UNITS[-1]:
-            return f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def synced_line(event: Synced) -> str:
-    """``synced 3 files (12.4 kB) to 2 nodes in 0.41 s (rsync)``: per node when every node got the same
-    (the usual case), else each node's part in brackets."""
-    nodes = event.nodes
-    methods = ", ".join(sorted({n.method for n in nodes}))
-    counts = {(n.files, n.bytes) for n in nodes}
-    if len(counts) <= 1:
-        files, size = next(iter(counts), (0, 0))
-        what = f"{plural(files, 'file')} ({size_text(size)})"
-    else:
-        parts = "; ".join(f"{n.node}: {plural(n.files, 'file')}, {size_text(n.bytes)}" for n in nodes)
-        what = f"{plural(event.files, 'file')} ({size_text(event.bytes)}: {parts})"
-    return f"synced {what} to {plural(len(nodes), 'node')} in {event.seconds:.2f} s ({methods})"
 
 
 def _note(message: str) -> None:
@@ -115,7 +88,7 @@ def sync(
                 names = ", ".join(shown_links[:5]) + (", ..." if len(shown_links) > 5 else "")
                 _note(f"skipped {plural(len(shown_links), 'symlink')} pointing out of {files.root}: {names}")
         if as_json:
-            print_json(event.to_json())
+            print_json(with_text(event))
         else:
             typer.echo(synced_line(event))
 
@@ -132,4 +105,4 @@ def sync(
     except KeyboardInterrupt:
         # one line, as attach's Ctrl-C; 130 so that a script running sync stops too
         _note("stopped watching: the job keeps running" if watch else "sync interrupted: no partial file was left")
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -12,6 +12,7 @@ from typing import Annotated
 from remote_debug import DISTRIBUTION, __version__
 from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json
+from remote_debug.laptop.wire.documents import VersionInfo
 from remote_debug.laptop.wire.events import EVENTS_VERSION
 
 
@@ -20,12 +21,9 @@ def version(as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False
     """Show the installed version, its distribution name on PyPI and the Python it runs on."""
     if as_json:
         print_json(
-            {
-                "version": __version__,
-                "distribution": DISTRIBUTION,
-                "python": sys.executable,
-                "events_version": EVENTS_VERSION,
-            }
+            VersionInfo(
+                version=__version__, distribution=DISTRIBUTION, python=sys.executable, events_version=EVENTS_VERSION
+            ).to_json()
         )
         return
     console.print(

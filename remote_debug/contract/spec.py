@@ -9,10 +9,10 @@ Two documents cross the boundary, and both are versioned:
   document per debuggable rank process (written by that rank).  The laptop reads them through a
   channel the user's identity can read (a file for local jobs).
 
-The spec is what the user chose (:class:`DebugOptions`: IDE, ranks, ports, wait window, hold on
+The spec is what the user chose (:class:`DebugOptions`: the ranks' debugger, ranks, ports, wait window, hold on
 failure - the one options type of ``launch``, ``remote_debug.enable()`` and the SDK wrappers) plus
 the job's wiring (its name, the per-job client key, the transport).  Every closed set of values is
-an enum (:class:`IDE`, :class:`Transport`, :class:`NodeState`, :class:`RankState`) whose values are
+an enum (:class:`RankDebugger`, :class:`Transport`, :class:`NodeState`, :class:`RankState`) whose values are
 the strings on the wire, so the environment and the JSON documents read exactly as they always did
 (and a member still equals its string).
 
@@ -29,7 +29,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -157,11 +157,17 @@ else:  # pragma: no cover - Python 3.10
             return str(self.value).__format__(format_spec)
 
 
-class IDE(StrEnum):
-    """The IDE a job is debugged from; it decides the direction of the debug connection."""
+class RankDebugger(StrEnum):
+    """What every selected rank of a job runs, which decides the direction of the debug connection.
 
-    VSCODE = "vscode"  # debugpy: each rank listens, the IDE connects in through the tunnel
-    PYCHARM = "pycharm"  # pydevd-pycharm: each rank connects out to PyCharm's debug server
+    Which editor the laptop serves (and which of its files an attach writes) is the laptop's business
+    (``laptop/ide/editor.py``): any DAP client can debug a DEBUGPY rank, any pydevd server a PYDEVD one.
+    The values are the strings the spec (``REMOTE_DEBUG_IDE``) and the rank documents (``"ide"``) have
+    always carried, named after the first editor of each kind: an older hook or laptop knows only those.
+    """
+
+    DEBUGPY = "vscode"  # debugpy: each rank listens, a DAP client connects in through the tunnel
+    PYDEVD = "pycharm"  # pydevd-pycharm: each rank connects out to a pydevd server (PyCharm's "Python Debug Server")
 
 
 class Transport(StrEnum):
@@ -230,22 +236,58 @@ def parse_choice(kind: type[Choice], value: object, what: str) -> Choice:
 RankSelection = tuple[int, ...] | None  # None means every rank
 
 
+# The one rank grammar: the CLI's ``--ranks``, the spec's REMOTE_DEBUG_RANKS, and the extension's settings
+# (vscode-extension/src/ranks.ts parses the same; both test suites check the cases in
+# vscode-extension/test/unit/fixtures/wire-vectors.json).
+_ALL_RANKS = ("", "all", "*")
+_RANK_PART_RE = re.compile(r"([0-9]+)(?:\s*-\s*([0-9]+))?")  # [0-9], not \d: int() refuses some of \d's digits
+# A range says how many ranks it stands for, and each is one item: "0-99999999999" must not build them all.
+RANK_RANGE_LIMIT = 100_000
+
+
 def parse_ranks(text: str) -> RankSelection:
-    """``"all"`` -> None; ``"0,2"`` -> (0, 2).  Global ranks, as torchrun's RANK numbers them."""
+    """``"all"``, ``"*"`` (any case) or nothing -> None (every rank); else comma-separated ranks and ``a-b``
+    ranges, e.g. ``"0-2, 6"`` -> (0, 1, 2, 6), sorted and without repeats.  Global ranks, as torchrun's RANK
+    numbers them.  A one-line ContractError ("bad rank list ...") for anything else."""
     text = text.strip()
-    if text in ("", "all", "*"):
+    if text.lower() in _ALL_RANKS:
         return None
-    out: list[int] = []
+    out: set[int] = set()
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise ContractError(f"bad rank list {text!r}: use 'all' or comma-separated ranks like '0,2'")
-        out.append(int(part))
-    return tuple(sorted(set(out)))
+        match = _RANK_PART_RE.fullmatch(part.strip())
+        if match is None:
+            raise ContractError(
+                f"bad rank list {text[:80]!r}: use 'all' or comma-separated ranks and ranges like '0,2' or '0-3,8'"
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first or last - first >= RANK_RANGE_LIMIT:
+            raise ContractError(
+                f"bad rank list {text[:80]!r}: the range {part.strip()!r} must go up, "
+                f"and over at most {RANK_RANGE_LIMIT} ranks"
+            )
+        out.update(range(first, last + 1))
+    return tuple(sorted(out))
 
 
 def format_ranks(ranks: RankSelection) -> str:
+    """The selection as the spec's variable carries it ("all", "0,2"): what an older hook's parser reads."""
     return "all" if ranks is None else ",".join(str(r) for r in ranks)
+
+
+def format_rank_ranges(ranks: Iterable[int]) -> str:
+    """Ranks for people, short: ``"0-7"``, ``"0, 2-4, 9"`` (each run of two or more consecutive ranks as a
+    range; sorted, without repeats).  The extension formats them the same (rankRanges); it parses back."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if j == i else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts)
 
 
 def check_job_name(name: str) -> str:
@@ -295,9 +337,10 @@ def env_seconds(
 class DebugOptions:
     """What the user chose for a job's debugging: the same for ``launch``, ``remote_debug.enable()``
     and the SageMaker SDK wrappers.  Validated on construction (one-line ContractError); a str
-    ``ide`` becomes an :class:`IDE`."""
+    ``ide`` becomes a :class:`RankDebugger`."""
 
-    ide: IDE = IDE.VSCODE
+    # what the ranks run; named ``ide`` as the spec's variable and ``enable(ide="vscode"|"pycharm")`` name it
+    ide: RankDebugger = RankDebugger.DEBUGPY
     ranks: RankSelection = None  # global ranks that get a debugger; None: every rank
     port_base: int = 0  # listener of local rank r binds 127.0.0.1:(port_base + r); 0 = ephemeral
     sshd_port: int = 0  # 0 = any free port; 22 is refused (MPI jobs run their own sshd there)
@@ -308,7 +351,7 @@ class DebugOptions:
     keep_alive: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ide", parse_choice(IDE, self.ide, "IDE"))
+        object.__setattr__(self, "ide", parse_choice(RankDebugger, self.ide, "IDE"))
         if self.ranks is not None and any(r < 0 for r in self.ranks):
             raise ContractError(f"bad rank list {list(self.ranks)!r}: ranks are 0 or more")
         check_port(self.port_base, "debug port base")
@@ -353,7 +396,7 @@ class DebugSpec:
 
     # The options, read where the job uses them (``spec.ide``, ``spec.wait_seconds``...).
     @property
-    def ide(self) -> IDE:
+    def ide(self) -> RankDebugger:
         return self.options.ide
 
     @property
@@ -412,7 +455,7 @@ class DebugSpec:
         except ValueError as exc:
             raise ContractError(f"debug spec has a bad number: {exc}") from None
         options = DebugOptions(
-            ide=parse_choice(IDE, env.get(ENV_IDE, IDE.VSCODE), "IDE"),
+            ide=parse_choice(RankDebugger, env.get(ENV_IDE, RankDebugger.DEBUGPY), "IDE"),
             ranks=parse_ranks(env.get(ENV_RANKS, "all")),
             port_base=port_base,
             sshd_port=sshd_port,
@@ -492,7 +535,7 @@ class RankEndpoint:
     port: int  # debug listener on the node's 127.0.0.1 (0 when no listener)
     pid: int
     state: RankState = RankState.LISTENING
-    ide: IDE = IDE.VSCODE
+    ide: RankDebugger = RankDebugger.DEBUGPY  # what the rank runs ("ide": the document's key)
     error: str | None = None
     version: int = MANIFEST_VERSION
     # the rank's control channel on the node's 127.0.0.1 (0: none, e.g. older hooks or PyCharm
@@ -516,7 +559,7 @@ class RankEndpoint:
     def __post_init__(self) -> None:
         # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
         self.state = parse_choice(RankState, self.state, "rank state")
-        self.ide = parse_choice(IDE, self.ide, "IDE")
+        self.ide = parse_choice(RankDebugger, self.ide, "IDE")
 
     def gone(self) -> RankEndpoint:
         """This document made final for a rank process that is gone; ``self`` when it is final already.
@@ -541,7 +584,7 @@ class RankEndpoint:
 
     def to_json(self) -> dict[str, Any]:
         # plain JSON values, and never one a reader would refuse (the fields are assignable)
-        state, ide = parse_choice(RankState, self.state, "rank state"), parse_choice(IDE, self.ide, "IDE")
+        state, ide = parse_choice(RankState, self.state, "rank state"), parse_choice(RankDebugger, self.ide, "IDE")
         data = asdict(self) | {"state": state.value, "ide": ide.value}
         for key in _OPTIONAL_RANK_FIELDS:  # written only when set: documents without them read as before
             if data[key] is None:
@@ -559,7 +602,7 @@ class RankEndpoint:
                 port=json_int(d, "port"),
                 pid=json_int(d, "pid"),
                 state=parse_choice(RankState, d.get("state", RankState.LISTENING), "rank state"),
-                ide=parse_choice(IDE, d.get("ide", IDE.VSCODE), "IDE"),
+                ide=parse_choice(RankDebugger, d.get("ide", RankDebugger.DEBUGPY), "IDE"),
                 error=None if d.get("error") is None else str(d["error"]),
                 version=json_int(d, "version"),
                 control_port=json_int(d, "control_port") if "control_port" in d else 0,

@@ -38,6 +38,7 @@ from typing import Any
 
 from remote_debug.contract import spec
 from remote_debug.laptop.connection import ssh_config
+from remote_debug.laptop.core.errors import CannotTell as CannotTell
 from remote_debug.laptop.core.errors import UnknownJobError, UserError
 from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo
 from remote_debug.laptop.core.paths import StatePaths, job_names_in
@@ -53,10 +54,6 @@ _ENTRY_PREFIX = events.format_config_name_prefix("")[:-1]  # "remote-debug: " (b
 _PRUNING = ".pruning-"  # a job dir on its way out: renamed first, so no half-removed job is ever listed
 
 Lookup = Callable[[str], JobInfo]
-
-
-class CannotTell(UserError):
-    """No backend can say whether the job has ended (not a local job; AWS not configured)."""
 
 
 def default_lookup(paths: StatePaths) -> Lookup:

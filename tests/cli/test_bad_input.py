@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -65,7 +66,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     import contextlib
     import io
 
-    def no_exec(*_: object) -> None:  # "remote-debug ssh" ends in execv: never replace pytest
+    def no_exec(*_: object) -> NoReturn:  # "remote-debug ssh" ends in execv: never replace pytest
         raise AssertionError(f"remote-debug {' '.join(args)} got as far as exec'ing ssh")
 
     out, err = io.StringIO(), io.StringIO()

@@ -60,7 +60,7 @@ def wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyp
 
 def job_status(name: str) -> str:
     out = cli("jobs", "--json")
-    return next(j["status"] for j in json.loads(out.stdout) if j["name"] == name)
+    return str(next(j["status"] for j in json.loads(out.stdout) if j["name"] == name))
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(home: Path, src: Path) -> None:

@@ -17,7 +17,7 @@ from remote_debug.cli import COMMAND_MODULES, app, invoked_command
 def test_the_table_names_every_command_and_the_module_that_registers_it() -> None:
     group = typer.main.get_command(app)
     registered = {
-        name: command.callback.__module__.rsplit(".", 1)[1]  # type: ignore[union-attr]
+        name: command.callback.__module__.rsplit(".", 1)[1]
         for name, command in group.commands.items()  # type: ignore[attr-defined]
     }
     assert registered == COMMAND_MODULES

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from remote_debug.cli.output import _DESCRIBE, describe_event, event_printer
-from remote_debug.contract.spec import IDE, RankState
+from remote_debug.cli.output import describe_event, event_printer
+from remote_debug.contract.spec import RankDebugger, RankState
 from remote_debug.laptop.core.jobinfo import JobStatus
 from remote_debug.laptop.wire import events as ev
+from remote_debug.laptop.wire.event_text import QUIET
 
 # One event of each kind that has a human line, with its line.
 SAMPLES: list[tuple[ev.Event, str]] = [
@@ -32,7 +33,7 @@ SAMPLES: list[tuple[ev.Event, str]] = [
             local_port=4000,
             remote_port=5000,
             state=RankState.LISTENING,
-            ide=IDE.VSCODE,
+            ide=RankDebugger.DEBUGPY,
             code_dir="/opt/ml/code",
         ),
         "rank 0 on algo-1: debugger at 127.0.0.1:4000",
@@ -94,7 +95,7 @@ SAMPLES: list[tuple[ev.Event, str]] = [
 
 
 def test_every_described_event_has_its_line() -> None:
-    assert {type(e) for e, _ in SAMPLES} == set(_DESCRIBE)
+    assert {type(e) for e, _ in SAMPLES} == set(ev.EVENT_TYPES) - QUIET
     for event, line in SAMPLES:
         assert describe_event(event) == line
 
@@ -106,7 +107,7 @@ def test_pycharm_ready_held_failure_and_quiet_events() -> None:
         local_port=4000,
         remote_port=5000,
         state=RankState.WAITING,
-        ide=IDE.PYCHARM,
+        ide=RankDebugger.PYDEVD,
         code_dir="/opt/ml/code",
     )
     assert describe_event(pycharm) == (
@@ -122,7 +123,9 @@ def test_printer_prints_the_json_line_or_the_human_line(capsys: pytest.CaptureFi
     event = ev.Ready(ranks=[0, 1])
     event_printer(True)(event)
     out, err = capsys.readouterr()
-    assert json.loads(out) == {"event": "ready", "v": ev.EVENTS_VERSION, "ranks": [0, 1]} and not err
+    # the JSON line carries the human line too: the extension shows it rather than wording the event again
+    assert json.loads(out) == {"event": "ready", "v": ev.EVENTS_VERSION, "ranks": [0, 1], "text": "ready: ranks [0, 1]"}
+    assert not err
     event_printer(False)(event)
     out, err = capsys.readouterr()
     assert not out and "remote-debug" in err and "ready: ranks [0, 1]" in err

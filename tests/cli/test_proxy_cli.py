@@ -35,7 +35,7 @@ def manifest(job: str, port: int = 2222) -> spec.NodeManifest:
         ssh_user="root",
         host_public_key=KEY,
         code_dir="/opt/ml/code",
-        state="running",
+        state=spec.NodeState.RUNNING,
         hook_pid=1,
     )
 

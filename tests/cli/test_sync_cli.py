@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.cli.sync import size_text, synced_line
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.wire import events
+from remote_debug.laptop.wire.event_text import size_text, synced_line
 from tests.conftest import cleanup_jobs
 from tests.helpers.waiting import wait_for
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ ORPHAN_THEN_COUNT = (
 )
 
 
-def _as_pid1(command: str, **popen: object) -> subprocess.Popen[str]:
+def _as_pid1(command: str, **popen: Any) -> subprocess.Popen[str]:
     assert UNSHARE is not None
     return subprocess.Popen(
         [
@@ -52,7 +53,7 @@ def _as_pid1(command: str, **popen: object) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **popen,  # type: ignore[call-overload]
+        **popen,
     )
 
 

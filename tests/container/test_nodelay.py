@@ -19,7 +19,7 @@ ADAPTER_DIR = str(Path(debugpy.__file__).parent / "adapter")
 DEBUGGEE = textwrap.dedent(
     """
     import gc, socket, sys
-    from remote_debug.container import nodelay
+    from remote_debug.container.rank import nodelay
     assert nodelay.enable(debuggee=True)
     import debugpy
     from remote_debug.laptop.ide.dap_client import attach_and_configure
@@ -45,7 +45,7 @@ DEBUGGEE = textwrap.dedent(
 ADAPTER = textwrap.dedent(
     """
     import socket, sys
-    from remote_debug.container import nodelay
+    from remote_debug.container.rank import nodelay
     assert nodelay.enable(argv=[sys.executable, sys.argv[1], "--for-server", "1"])
     from debugpy.common import sockets
     listener = sockets.create_server("127.0.0.1", 0)

@@ -5,6 +5,7 @@ tunnel is up and nobody listens behind it)."""
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import threading
 import time
@@ -195,7 +196,7 @@ def test_a_taken_low_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
         taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
         choices = iter([busy, busy + 1 if busy < 65535 else busy - 1])
-        monkeypatch.setattr(pycharm_link.random.SystemRandom, "randint", lambda self, a, b: next(choices))
+        monkeypatch.setattr(random.SystemRandom, "randint", lambda self, a, b: next(choices))
         monkeypatch.setattr(pycharm_link, "_ephemeral_floor", lambda: 65535)
         monkeypatch.setattr(pycharm_link, "_LOW_PORTS", (1024, 65534))
         assert pycharm_link._free_port_below_ephemeral() != busy

@@ -32,11 +32,11 @@ def test_path_mappings_and_settrace_keywords() -> None:
 
 SETTRACE_SCRIPT = """
 import sys, time
-from remote_debug.container import pycharm_rank as pr
+from remote_debug.container.rank import pycharm_rank as pr
 pr.RUN_GRACE = 1.0
 port = int(sys.argv[1])
 t0 = time.monotonic()
-from remote_debug.container import pycharm_link
+from remote_debug.container.rank import pycharm_link
 conn = pycharm_link.connect(port, time.monotonic() + 10)
 ok, why = pr.settrace(conn, port, time.monotonic())
 print("RESULT", ok, round(time.monotonic() - t0, 2), why, flush=True)

@@ -156,7 +156,7 @@ def test_another_users_process_is_one_line_naming_its_owner(targets: Targets) ->
     """The container module run by a second user (the system's Python, as on an instance) on our process."""
     pid = targets.start("sleep")
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from remote_debug.container import pyspy\n"
+        "import sys; sys.path.insert(0, sys.argv[1]); from remote_debug.container.node import pyspy\n"
         "try:\n    pyspy.dump(int(sys.argv[2]), pyspy=sys.argv[3])\nexcept pyspy.PyspyError as e:\n    print(e)\n"
     )
     binary = pyspy.find_pyspy()
@@ -204,7 +204,7 @@ def test_ptrace_refused_reads_without_stopping_the_process(targets: Targets) -> 
     wrapper = targets.root / "no_ptrace.py"
     wrapper.write_text(NO_PTRACE)
     code = (
-        "import sys; from remote_debug.container import pyspy\n"
+        "import sys; from remote_debug.container.node import pyspy\n"
         "d = pyspy.dump(int(sys.argv[1])); m = d.main_thread\n"
         "print(d.nonblocking, m.frames[-1].function, m.frames[-1].line, pyspy.blocked_in_native(m))\n"
     )

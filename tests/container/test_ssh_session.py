@@ -261,7 +261,8 @@ def test_processes_started_over_ssh_end_with_the_job(
         node.ok(script)
         names = ["nohup", "daemon", *(["escaped"] if mode == "cgroup" else [])]
         pids = {
-            n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n)) for n in names
+            n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))  # type: ignore[misc]
+            for n in names
         }
         run.extra_pids.extend(pids.values())  # killed by the cleanup if the job did not
         assert all(alive(pid) for pid in pids.values()), pids

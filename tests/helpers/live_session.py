@@ -21,6 +21,7 @@ import pytest
 from remote_debug.contract.spec import NodeManifest
 from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
 from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.machine.job_dir import NodeLayout
@@ -179,7 +180,7 @@ def live_session(
         workspace=project,
         headless=plan,
         edit_user_ssh_config=True,
-        ide=ide,
+        ide=Editor(ide),
         pycharm=PyCharmOptions(port=free_port(), build="any"),
     )
 

@@ -189,9 +189,9 @@ class LocalSsm:
 # SageMakerBackend.relay for the ssm transport: the product's client (region, profile and endpoint from the
 # environment, AWS_ENDPOINT_URL_SSM here), then ssm.run_session on this process's stdin/stdout.
 RELAY = (
-    "import sys; from remote_debug.laptop import aws, ssm; "
-    "sys.exit(ssm.run_session(aws.client('ssm'), sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, "
-    "sys.stdout.buffer, profile=aws.profile() or ''))"
+    "import sys; from remote_debug.laptop.aws import clients, ssm; "
+    "sys.exit(ssm.run_session(clients.client('ssm'), sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, "
+    "sys.stdout.buffer, profile=clients.profile() or ''))"
 )
 
 

@@ -39,5 +39,5 @@ def install() -> None:
             raise ParamValidationError(report=f"AWS would refuse it: {validation_message(errors)}")
         return plain(self, parameters, operation_model)
 
-    ParamValidationDecorator.serialize_to_request = serialize_to_request  # type: ignore[method-assign]
+    ParamValidationDecorator.serialize_to_request = serialize_to_request
     _installed = True

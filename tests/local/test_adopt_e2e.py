@@ -105,7 +105,8 @@ def cli(
 
 
 def adopt(*args: str) -> dict[str, Any]:
-    return json.loads(cli("adopt", *args, "--json").stdout)
+    result: dict[str, Any] = json.loads(cli("adopt", *args, "--json").stdout)
+    return result
 
 
 def traced(marks: Path, rank: int) -> str | None:
@@ -164,7 +165,7 @@ def test_plain_torchrun_adopted_every_rank_stops_with_its_values_and_no_tracer_s
         def after_detach() -> None:
             for rank in (0, 1):
                 try:
-                    wait_for(lambda rank=rank: traced(marks, rank) == "False", 20, f"rank {rank} untraced")
+                    wait_for(lambda rank=rank: traced(marks, rank) == "False", 20, f"rank {rank} untraced")  # type: ignore[misc]  # mypy cannot type a lambda whose default binds the loop variable
                     untraced[rank] = True
                 except AssertionError:
                     untraced[rank] = False

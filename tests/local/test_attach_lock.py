@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.contract.spec import IDE
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.ide.attach_lock import AttachLock, AttachRefusedError
+from remote_debug.laptop.ide.editor import Editor
 from tests.helpers.hook_runs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,8 @@ HOLDER = textwrap.dedent(
     from pathlib import Path
     from remote_debug.laptop.ide.attach_lock import AttachLock
     from remote_debug.laptop.core.paths import StatePaths
-    from remote_debug.contract.spec import IDE
-    AttachLock.acquire(StatePaths(Path(sys.argv[1])), "train", ide=IDE.VSCODE, workspace=Path(sys.argv[2]))
+    from remote_debug.laptop.ide.editor import Editor
+    AttachLock.acquire(StatePaths(Path(sys.argv[1])), "train", ide=Editor.VSCODE, workspace=Path(sys.argv[2]))
     print("locked", flush=True)
     time.sleep(120)
     """
@@ -37,20 +37,20 @@ HOLDER = textwrap.dedent(
 
 def test_a_second_ide_attach_is_refused_naming_the_first(tmp_path: Path) -> None:
     paths = StatePaths(tmp_path / "state")
-    first = AttachLock.acquire(paths, "train", ide=IDE.VSCODE, workspace=tmp_path / "ws")
+    first = AttachLock.acquire(paths, "train", ide=Editor.VSCODE, workspace=tmp_path / "ws")
     try:
         with pytest.raises(AttachRefusedError) as refused:
-            AttachLock.acquire(paths, "train", ide=IDE.VSCODE, workspace=tmp_path / "other")
+            AttachLock.acquire(paths, "train", ide=Editor.VSCODE, workspace=tmp_path / "other")
         message = str(refused.value)
         assert "\n" not in message
         assert f"pid {os.getpid()}" in message and f"workspace {tmp_path / 'ws'}" in message
         assert re.search(r"since \d\d:\d\d:\d\d,", message)  # since when (today: the time of day)
         assert "--headless" in message  # what runs alongside instead
         # another job in the same workspace: its own lock
-        AttachLock.acquire(paths, "eval", ide=IDE.VSCODE, workspace=tmp_path / "ws").release()
+        AttachLock.acquire(paths, "eval", ide=Editor.VSCODE, workspace=tmp_path / "ws").release()
     finally:
         first.release()
-    AttachLock.acquire(paths, "train", ide=IDE.PYCHARM, workspace=tmp_path / "ws").release()
+    AttachLock.acquire(paths, "train", ide=Editor.PYCHARM, workspace=tmp_path / "ws").release()
     assert not paths.attach_lock("train").parent.exists()  # released: nothing of it is left
 
 
@@ -65,7 +65,7 @@ def test_a_killed_holder_does_not_block_the_next_attach(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         with pytest.raises(AttachRefusedError, match=f"pid {holder.pid},"):
-            AttachLock.acquire(StatePaths(state), "train", ide=IDE.VSCODE, workspace=tmp_path)
+            AttachLock.acquire(StatePaths(state), "train", ide=Editor.VSCODE, workspace=tmp_path)
         holder.send_signal(signal.SIGKILL)  # no clean-up of its own
         holder.wait(10)
         lock = wait_for(lambda: _try_acquire(StatePaths(state)), 5, "the lock to be free once its holder died")
@@ -78,6 +78,6 @@ def test_a_killed_holder_does_not_block_the_next_attach(tmp_path: Path) -> None:
 
 def _try_acquire(paths: StatePaths) -> AttachLock | None:
     try:
-        return AttachLock.acquire(paths, "train", ide=IDE.VSCODE, workspace=paths.root)
+        return AttachLock.acquire(paths, "train", ide=Editor.VSCODE, workspace=paths.root)
     except AttachRefusedError:
         return None

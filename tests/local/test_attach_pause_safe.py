@@ -36,7 +36,13 @@ class RecordingControl:
 
 def rank(number: int, pid: int, control_port: int) -> spec.RankEndpoint:
     return spec.RankEndpoint(
-        rank=number, local_rank=number, world_size=3, port=0, pid=pid, state="idle", control_port=control_port
+        rank=number,
+        local_rank=number,
+        world_size=3,
+        port=0,
+        pid=pid,
+        state=spec.RankState.IDLE,
+        control_port=control_port,
     )
 
 

@@ -99,7 +99,7 @@ def test_unknown_profile_is_one_line(clean: Path) -> None:
 def test_cli_global_options_reach_aws(clean: Path) -> None:
     """`remote-debug --region R --profile P CMD` sets what aws.py resolves, in a fresh process."""
     code = (
-        "import sys; from remote_debug.cli.application import app; from remote_debug.laptop import aws\n"
+        "import sys; from remote_debug.cli.application import app; from remote_debug.laptop.aws import clients as aws\n"
         "from remote_debug.cli import doctor\n"
         "@app.command('probe')\n"
         "def probe() -> None:\n"
@@ -113,7 +113,8 @@ def test_cli_global_options_reach_aws(clean: Path) -> None:
 def test_configured_check_imports_no_boto3(clean: Path) -> None:
     """Local-only use must not pay for boto3: `jobs` and the local proxy never import it."""
     code = (
-        "import sys; from remote_debug.laptop import aws; from remote_debug.laptop.platforms import all_backends\n"
+        "import sys; from remote_debug.laptop.aws import clients as aws\n"
+        "from remote_debug.laptop.platforms import all_backends\n"
         "print(aws.configured(), len(all_backends()), 'boto3' in sys.modules, 'botocore' in sys.modules)\n"
     )
     env = {"HOME": str(clean), "PATH": "/usr/bin:/bin"}

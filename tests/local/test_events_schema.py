@@ -18,22 +18,22 @@ import pytest
 
 from remote_debug.cli.output import event_printer
 from remote_debug.contract import spec
-from remote_debug.contract.spec import IDE, RankState
+from remote_debug.contract.spec import RankDebugger, RankState
 from remote_debug.laptop.aws.sagemaker_backend import job_info
-from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, JobStatus, MachineJobDetails
+from remote_debug.laptop.core.jobinfo import TERMINAL, Isolation, JobInfo, JobStatus, MachineJobDetails
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.ide import vscode_launch
 from remote_debug.laptop.ide.headless_session import RankReport, StopRecord
 from remote_debug.laptop.machine.backend import MachineBackend
 from remote_debug.laptop.wire import events as ev
-from remote_debug.laptop.wire import events_typescript
+from tools import generate_wire
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "vscode-extension" / "src" / "generated" / "events.ts"
 
 
 def test_the_extension_types_are_generated_from_the_events() -> None:
-    fresh = events_typescript.typescript(events_typescript.typescript_extra())
+    fresh = generate_wire.typescript(generate_wire.typescript_extra())
     committed = GENERATED.read_text(encoding="utf-8")
     if fresh != committed:
         diff = "".join(
@@ -41,29 +41,29 @@ def test_the_extension_types_are_generated_from_the_events() -> None:
                 committed.splitlines(keepends=True),
                 fresh.splitlines(keepends=True),
                 "vscode-extension/src/generated/events.ts (committed)",
-                "python -m remote_debug.laptop.wire.events_typescript",
+                "python tools/generate_wire.py",
             )
         )
         pytest.fail(
-            "the extension's event types differ from remote_debug/laptop/wire/events.py: run "
-            "`npm run generate` in vscode-extension/ (or python -m remote_debug.laptop.wire.events_typescript "
+            "the extension's wire types differ from their Python definitions: run "
+            "`npm run generate` in vscode-extension/ (or python tools/generate_wire.py "
             "--out vscode-extension/src/generated/events.ts) and commit the result\n" + diff
         )
 
 
 def test_the_generator_writes_only_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "generated" / "events.ts"
-    assert events_typescript.main(["--out", str(out)]) == 0
+    assert generate_wire.main(["--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == GENERATED.read_text(encoding="utf-8")
     written = out.stat().st_mtime_ns
-    assert events_typescript.main(["--out", str(out)]) == 0
+    assert generate_wire.main(["--out", str(out)]) == 0
     assert out.stat().st_mtime_ns == written  # same text: the file is left alone (no rebuild for npm watchers)
     out.write_text("// stale\n", encoding="utf-8")
-    assert events_typescript.main(["--out", str(out)]) == 0
+    assert generate_wire.main(["--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == GENERATED.read_text(encoding="utf-8")
-    assert events_typescript.main([]) == 0
+    assert generate_wire.main([]) == 0
     assert capsys.readouterr().out == out.read_text(encoding="utf-8")
-    assert events_typescript.main(["--python"]) == 2
+    assert generate_wire.main(["--python"]) == 2
 
 
 def _all_subclasses(cls: type[Any]) -> set[type[Any]]:
@@ -159,15 +159,15 @@ def _interface(ts: str, name: str) -> str:
 
 
 def test_enum_fields_are_named_unions_in_the_typescript() -> None:
-    ts = events_typescript.typescript(events_typescript.typescript_extra())
-    assert "export type IDE = 'vscode' | 'pycharm';" in ts
+    ts = generate_wire.typescript(generate_wire.typescript_extra())
+    assert "export type RankDebugger = 'vscode' | 'pycharm';" in ts
     assert "export type JobStatus = 'InProgress' | 'Completed' | 'Failed' | 'Stopping' | 'Stopped';" in ts
     union = "export type RankState =\n" + "".join(f"  | '{s.value}'\n" for s in RankState).rstrip("\n") + ";"
     assert union in ts
-    for alias in ("IDE", "JobStatus", "RankState"):
+    for alias in ("RankDebugger", "JobStatus", "RankState"):
         assert ts.count(f"export type {alias} =") == 1, "declared once, referenced by name"
     ready = _interface(ts, "RankReadyEvent")
-    assert "  state: RankState;" in ready and "  ide: IDE;" in ready
+    assert "  state: RankState;" in ready and "  ide: RankDebugger;" in ready
     assert "  state: RankState;" in _interface(ts, "RankUnavailableEvent")
     for name in ("JobStatusEvent", "JobEndedEvent", "JobInfo"):
         assert "  status: JobStatus;" in _interface(ts, name), name
@@ -180,9 +180,11 @@ def test_the_generator_maps_only_str_enums() -> None:
         ONE = 1
 
     with pytest.raises(TypeError, match="only a StrEnum"):
-        events_typescript._ts_type(Number, {})
+        generate_wire._ts_type(Number, {})
     with pytest.raises(TypeError, match="two types named RankState"):
-        events_typescript._ts_type(spec.StrEnum("RankState", {"X": "x"}), {"RankState": RankState})
+        # mypy reads the functional enum API only on enum.Enum itself, not on our StrEnum
+        clash = spec.StrEnum("RankState", {"X": "x"})  # type: ignore[call-overload]
+        generate_wire._ts_type(clash, {"RankState": RankState})
 
 
 ENUM_EVENTS = [
@@ -192,7 +194,7 @@ ENUM_EVENTS = [
         local_port=4000,
         remote_port=5000,
         state=RankState.IDLE,
-        ide=IDE.PYCHARM,
+        ide=RankDebugger.PYDEVD,
         code_dir="/opt/ml/code",
     ),
     ev.RankUnavailable(rank=1, node="algo-1", state=RankState.SKIPPED),
@@ -222,7 +224,7 @@ def test_from_json_refuses_a_value_outside_the_enum() -> None:
     good = ENUM_EVENTS[0].to_json()
     with pytest.raises(ValueError, match=r"rank-ready\.state: unknown RankState 'hibernating': one of 'idle'"):
         ev.from_json({**good, "state": "hibernating"})
-    with pytest.raises(ValueError, match=r"rank-ready\.ide: unknown IDE 'emacs'"):
+    with pytest.raises(ValueError, match=r"rank-ready\.ide: unknown RankDebugger 'emacs'"):
         ev.from_json({**good, "ide": "emacs"})
     with pytest.raises(ValueError, match="unknown RankState 'IDLE'"):
         ev.from_json({**good, "state": "IDLE"})  # the member's name is not its value
@@ -242,14 +244,17 @@ def _job(status: JobStatus) -> JobInfo:
         status=status,
         secondary_status="Training",
         nodes=["algo-1"],
-        machine=MachineJobDetails(job_dir="/jobs/j", isolation="loopback"),
+        details=MachineJobDetails(job_dir="/jobs/j", isolation=Isolation.LOOPBACK),
     )
 
 
 def test_job_info_json_is_what_plain_strings_gave() -> None:
     data = _job(JobStatus.IN_PROGRESS).to_json()
     assert type(data["status"]) is str and data["status"] == "InProgress"
-    plain = dataclasses.asdict(_job(JobStatus.IN_PROGRESS)) | {"status": "InProgress"}
+    plain: dict[str, object] = {}
+    for key, value in (dataclasses.asdict(_job(JobStatus.IN_PROGRESS)) | {"status": "InProgress"}).items():
+        # the platform's details sit where the extension has always read them: a key per platform, in place
+        plain |= {"machine": value, "sagemaker": None} if key == "details" else {key: value}
     assert json.dumps(data) == json.dumps(plain)
     assert json.dumps(data, default=str) == json.dumps(plain)  # as print_json writes it
     assert _job(JobStatus.STOPPING).running and not _job(JobStatus.STOPPED).running

@@ -123,8 +123,8 @@ def test_real_ssh_runs_our_proxy_command_with_hostile_paths(home: Path, world: d
 
 
 def test_proxy_command_through_sh_reaches_the_node(world: dict[str, object]) -> None:
-    paths = world["paths"]
-    assert isinstance(paths, StatePaths)
+    paths, env = world["paths"], world["env"]
+    assert isinstance(paths, StatePaths) and isinstance(env, dict)
     conf = paths.job_ssh_config(JOB).read_text()
     template = re.search(r"^\s*ProxyCommand (.*)$", conf, re.M)
     assert template is not None
@@ -133,7 +133,7 @@ def test_proxy_command_through_sh_reaches_the_node(world: dict[str, object]) -> 
         ["/bin/sh", "-c", "exec " + expanded],
         input=b"",
         capture_output=True,
-        env=world["env"],  # type: ignore[arg-type]
+        env=env,
         timeout=30,
     )
     # the relay reached the node's sshd (found through the hostile state dir), which greets first

@@ -15,8 +15,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import json5
 import pytest
@@ -76,7 +77,8 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from remote_debug.laptop import ssh_config, vscode_launch
+    from remote_debug.laptop.connection import ssh_config
+    from remote_debug.laptop.ide import vscode_launch
     from remote_debug.laptop.core.paths import StatePaths
 
     job, workspace, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
@@ -489,8 +491,8 @@ def test_interrupt_before_every_system_call_of_the_writes(
         _reset(home, workspace, paths)
         calls = 0
 
-        def hook(real, at=n):  # type: ignore[no-untyped-def]
-            def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        def hook(real: Callable[..., Any], at: int = n) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
                 nonlocal calls
                 calls += 1
                 if calls == at:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.core.jobinfo import MachineJobDetails
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.machine.job_dir import read_job_file
 from remote_debug.oskit import netns
@@ -73,8 +74,9 @@ def test_two_nodes_in_namespaces_attach_all_ranks_through_the_relay_only(
     backend = job.backend
     state = read_job_file(job.paths.job_dir("isolated"))
     job_namespaces.extend(state["netns"])
-    assert job.info is not None and job.info.machine is not None
-    assert job.info.machine.isolation == "netns" and state["isolation"] == "netns"
+    machine = job.info.details_of(MachineJobDetails) if job.info else None
+    assert machine is not None
+    assert machine.isolation == "netns" and state["isolation"] == "netns"
     prefix = state["node_netns"]["algo-1"].rsplit("-", 1)[0]
     assert sorted(_our_namespaces(prefix)) == sorted(state["netns"]) and len(state["netns"]) == 3
     listed = subprocess.run(
@@ -144,6 +146,7 @@ def test_stop_removes_namespaces_and_no_netns_keeps_loopback(
     assert _our_namespaces(prefix) == []
 
     info = launch_job("ns-off", project, nodes=2, netns=False).info
-    assert info is not None and info.machine is not None and info.machine.isolation == "loopback"
+    assert info is not None and (machine := info.details_of(MachineJobDetails)) is not None
+    assert machine.isolation == "loopback"
     assert read_job_file(paths.job_dir("ns-off"))["netns"] == []
     backend.stop("ns-off", wait_seconds=60)

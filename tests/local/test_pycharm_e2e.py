@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from remote_debug.laptop.attach.attacher import AttachOptions
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.ide.pydevd_server import PydevdServer
@@ -52,7 +53,7 @@ def test_every_torchrun_rank_stops_in_the_pycharm_stand_in_through_reverse_tunne
 
     script = project / "train.py"
     plan = HeadlessPlan(breakpoints={str(script): [break_line(script)]}, steps=1)
-    options = AttachOptions(workspace=project, headless=plan, ide="pycharm", edit_user_ssh_config=False)
+    options = AttachOptions(workspace=project, headless=plan, ide=Editor.PYCHARM, edit_user_ssh_config=False)
     result = job.attach(options, emit)
 
     assert result.job.status == "Completed", result.job.failure_reason
@@ -93,7 +94,7 @@ def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, p
     events = EventLog()
     options = AttachOptions(
         workspace=project,
-        ide="pycharm",
+        ide=Editor.PYCHARM,
         edit_user_ssh_config=False,
         pycharm=PyCharmOptions(port=nobody, build="any"),
     )
@@ -139,7 +140,10 @@ def test_ranks_wait_for_pycharm_started_after_the_tunnels(home: Path, project: P
             server.start()  # the user pressed Debug on the run configuration
 
     options = AttachOptions(
-        workspace=project, ide="pycharm", edit_user_ssh_config=False, pycharm=PyCharmOptions(port=ide_port, build="any")
+        workspace=project,
+        ide=Editor.PYCHARM,
+        edit_user_ssh_config=False,
+        pycharm=PyCharmOptions(port=ide_port, build="any"),
     )
     try:
         result = job.attach(options, emit)

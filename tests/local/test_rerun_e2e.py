@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_debug.contract import spec
 from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
 from remote_debug.laptop.core.jobinfo import JobStatus
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.wire import events
 from tests.helpers.ddp_job import break_line
@@ -76,7 +76,7 @@ class BackgroundAttach:
             write_launch_json=False,
             edit_user_ssh_config=False,
             ready_timeout=60,
-            ide=spec.IDE(ide),
+            ide=Editor(ide),
         )
         self.result: AttachResult | None = None
         self.error: BaseException | None = None
@@ -127,7 +127,7 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
         ports = {e.rank: e.local_port for e in attach.of(events.RankReady) if isinstance(e, events.RankReady)}
         # the training command ends (each rank continued after its stop): the nodes hold
         info = wait_for(
-            lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+            lambda: ((i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i) or None,
             60,
             "the job kept alive",
         )
@@ -139,7 +139,9 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
         run = cli("run", job.name, timeout=120)
         assert run.returncode == 0, run.stderr
         new = wait_for(
-            lambda: (s := attach.stops_with("new")) and len(s) == 4 and s, 60, "all 4 ranks stopped with the new value"
+            lambda: ((s := attach.stops_with("new")) and len(s) == 4 and s) or None,
+            60,
+            "all 4 ranks stopped with the new value",
         )
         assert sorted(new) == [0, 1, 2, 3]
         restarted = [e for e in attach.of(events.RankRestarted) if isinstance(e, events.RankRestarted)]
@@ -153,7 +155,7 @@ def test_edit_run_stops_every_rank_with_the_new_value_in_the_same_attach(two_nod
         assert "run 1 ended, exit code 0" in run.stderr
 
         info = wait_for(
-            lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+            lambda: ((i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i) or None,
             30,
             "kept alive again after the run",
         )
@@ -211,7 +213,7 @@ def test_run_exit_code_and_ctrl_c_keeps_the_node(home: Path, project: Path) -> N
     run_pid = int(marker.read_text())
     wait_for(lambda: not os.path.exists(f"/proc/{run_pid}") or None, 20, "the run's process to end")
     info = wait_for(
-        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        lambda: ((i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i) or None,
         30,
         "kept alive after Ctrl-C",
     )
@@ -232,7 +234,7 @@ def test_run_replaces_a_running_training_command_and_the_job_ends_with_the_run(h
     assert run.returncode == 3, run.stderr
     assert "[algo-1] [remote-debug] stopping the training command" in run.stdout
     info = wait_for(
-        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        lambda: ((i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i) or None,
         30,
         "kept alive after the run",
     )
@@ -275,7 +277,7 @@ def test_pycharm_ranks_of_a_run_connect_to_the_ide_again(home: Path, project: Pa
         assert run.returncode == 0, run.stderr
         assert sorted(
             wait_for(
-                lambda: (s := attach.stops_with("new")) and len(s) == 2 and s,
+                lambda: ((s := attach.stops_with("new")) and len(s) == 2 and s) or None,
                 60,
                 "both ranks stopped with the new value",
             )
@@ -294,7 +296,7 @@ def test_the_hold_ends_on_its_own_with_the_training_commands_exit_code(home: Pat
     train.write_text(train.read_text().replace('os.environ.get("EXIT_CODE", "0")', '"4"'))  # the command fails
     job = launch_job("iterate-4", project, ["python", "train.py"], keep_alive=4, wait_seconds=0)
     info = wait_for(
-        lambda: (i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i,
+        lambda: ((i := job.backend.describe(job.name)).kept_alive_seconds_left is not None and i) or None,
         60,
         "kept alive after the failed command",
     )

@@ -118,7 +118,7 @@ def test_nodes_name_each_other_and_what_ssh_started_ends_with_stop(
         f"nohup sleep 300 >/dev/null 2>&1 & echo $! > {marks / 'nohup'}; setsid -f {escape} </dev/null >/dev/null 2>&1",
     )
     pids = {
-        n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))
+        n: int(wait_for(lambda n=n: (marks / n).exists() and (marks / n).read_text().strip(), 10, n))  # type: ignore[misc]  # mypy cannot type a lambda whose default binds the loop variable
         for n in ("nohup", "escaped")
     }
     assert all(alive(pid) for pid in pids.values())

@@ -229,7 +229,7 @@ def test_busy_lock_says_another_remote_debug_is_editing(
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from remote_debug.laptop import ssh_config\n"
+            "from remote_debug.laptop.connection import ssh_config\n"
             "from pathlib import Path\n"
             "from remote_debug.laptop.core.paths import StatePaths\n"
             "with ssh_config._locked(StatePaths(Path(sys.argv[1]))):\n"
@@ -257,7 +257,7 @@ def test_busy_lock_says_another_remote_debug_is_editing(
         assert not paths.job_ssh_config(JOB).exists() and not user_file(home).exists()
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its stdout pipe
 
 
 # --- the Include line ----------------------------------------------------------------------------

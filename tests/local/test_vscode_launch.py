@@ -96,10 +96,10 @@ def test_the_compound_is_named_for_the_ranks_it_holds(tmp_path: Path) -> None:
     assert names(parsed(path), "compounds") == ["remote-debug: myjob rank 0"]
     assert parsed(path)["compounds"][0]["configurations"] == ["remote-debug: myjob rank 0 (algo-1)"]
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 2]), world_size=4)
-    assert "remote-debug: myjob ranks 0,2" in names(parsed(path), "compounds")
+    assert "remote-debug: myjob ranks 0, 2" in names(parsed(path), "compounds")
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, [0, 1, 2, 3, 6]), world_size=8)
-    assert "remote-debug: myjob ranks 0-3,6" in names(parsed(path), "compounds")
-    assert "remote-debug: myjob ranks 0,2" not in names(parsed(path), "compounds")
+    assert "remote-debug: myjob ranks 0-3, 6" in names(parsed(path), "compounds")
+    assert "remote-debug: myjob ranks 0, 2" not in names(parsed(path), "compounds")
     vl.update_launch_json(tmp_path, "myjob", targets(tmp_path, range(2)), world_size=2)
     assert names(parsed(path), "compounds") == ["remote-debug: myjob all ranks"]
     assert vl.compound_name("myjob", [1], 2) == "remote-debug: myjob rank 1"

@@ -119,7 +119,7 @@ def test_bundle_is_cached_and_rebuilt_when_the_code_changes(tmp_path: Path, monk
     paths = StatePaths(tmp_path)
     first = bundle.bundle_dir(paths)
     assert bundle.bundle_dir(paths) == first
-    source = Path(bundle.__file__).parents[1] / "contract/spec.py"
+    source = Path(bundle.__file__).parents[3] / "contract/spec.py"
     assert (first / "remote_debug" / "contract/spec.py").read_bytes() == source.read_bytes()
     monkeypatch.setattr(bundle, "_fingerprint", lambda _debugpy: "changed")
     second = bundle.bundle_dir(paths)

@@ -229,7 +229,12 @@ def test_a_job_launched_without_remote_debug_is_claimed_before_it_is_updated(stu
     expect_describe(stubber, describe("Training"))
     expect_update(stubber)
     asked: list[str] = []
-    assert not update.enable_running_job(client, JOB, owner=lambda: asked.append("sts") or "AIDAME").claimed
+
+    def owner() -> str:
+        asked.append("sts")
+        return "AIDAME"
+
+    assert not update.enable_running_job(client, JOB, owner=owner).claimed
     assert asked == []
 
 

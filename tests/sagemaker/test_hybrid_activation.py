@@ -31,8 +31,9 @@ from remote_debug.laptop.aws.enable import sdk_v2
 from remote_debug.laptop.aws.enable.bundle import CHANNEL_ROOT, CODE_ROOT, inject_dir
 from remote_debug.laptop.aws.enable.intercept import PendingEnable, marked
 from remote_debug.laptop.aws.enable.keyed_request import enable_with_key
-from remote_debug.laptop.aws.enable.terms import JobTransport, RemoteDebugWarning
+from remote_debug.laptop.aws.enable.terms import JobTransport, RemoteDebugWarning, role_name
 from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.jobinfo import SageMakerJobDetails
 from remote_debug.laptop.core.paths import StatePaths
 from tests.helpers.fake_aws import moto_cloud
 from tests.helpers.sagemaker_checks import IMAGE, MOTO_USER_ID, ROLE, validate
@@ -236,7 +237,7 @@ def test_raw_request_gets_an_activation_in_its_channel_and_nowhere_else(session:
     described = sagemaker.describe_training_job(TrainingJobName=JOB)
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]}
     info = backend.job_info(JOB, {**described, "Environment": {}}, tags, REGION)
-    assert info.sagemaker is not None and info.sagemaker.transport == "hybrid" and info.debuggable
+    assert (sm := info.details_of(SageMakerJobDetails)) is not None and sm.transport == "hybrid" and info.debuggable
 
 
 def test_failed_create_training_job_deletes_the_activation(session: StubbedSession, state: Path) -> None:
@@ -512,9 +513,9 @@ def test_pipe_mode_channel_is_refused() -> None:
 
 
 def test_role_names_counts_and_lifetimes() -> None:
-    assert ha.role_name(MI_ROLE) == MI_ROLE_NAME
-    assert ha.role_name("arn:aws-cn:iam::123456789012:role/Plain") == "Plain"
-    assert ha.role_name("RemoteDebugManagedInstance") == "RemoteDebugManagedInstance"
+    assert role_name(MI_ROLE) == MI_ROLE_NAME
+    assert role_name("arn:aws-cn:iam::123456789012:role/Plain") == "Plain"
+    assert role_name("RemoteDebugManagedInstance") == "RemoteDebugManagedInstance"
     assert ha.instance_count({"ResourceConfig": {"InstanceCount": 4}}) == 4
     assert ha.instance_count({"ResourceConfig": {"InstanceGroups": [{"InstanceCount": 2}, {"InstanceCount": 3}]}}) == 5
     with pytest.raises(UserError, match="at most 1000"):
@@ -601,9 +602,9 @@ def test_a_job_that_waited_in_pending_past_its_activation_gets_a_new_one_before_
     from remote_debug.laptop.aws.sagemaker_backend import SageMakerBackend
 
     scripted = {"answer": described("Starting", waited=True)}
-    sm.describe_training_job = lambda **_: scripted["answer"]  # type: ignore[method-assign]
+    sm.describe_training_job = lambda **_: scripted["answer"]
     original_now = ha._utcnow
-    ha._utcnow = lambda: later  # type: ignore[assignment]
+    ha._utcnow = lambda: later
     try:
         # not yet: a job still Pending, or one that never waited, is left alone (no SSM call is stubbed for them)
         assert not hybrid_renewal.waited_for_capacity(described("Pending", waited=True))
@@ -612,7 +613,7 @@ def test_a_job_that_waited_in_pending_past_its_activation_gets_a_new_one_before_
         assert backend.manifests(JOB) == {"algo-1": None, "algo-2": None}
         backend.manifests(JOB)  # once per job: a second look makes no second activation
     finally:
-        ha._utcnow = original_now  # type: ignore[assignment]
+        ha._utcnow = original_now
     assert s3_object(session, PACKAGE_URI)["ActivationId"] == renewed
     assert s3_object(session, PACKAGE_URI)["ActivationCode"] == "NewCode1234567890abcd"
     tags = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"]}

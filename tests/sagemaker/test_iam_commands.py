@@ -149,8 +149,8 @@ def adopt_calls(job: PlainJob, owner: str, tmp_path: Path, monkeypatch: pytest.M
     adopt.adopt_sagemaker(
         job.name,
         sagemaker=client,
-        open_shell=FakeShell,
-        owner=owner,  # type: ignore[arg-type]
+        open_shell=FakeShell,  # type: ignore[arg-type]  # duck-types the ShellSession adopt drives
+        owner=owner,
         paths=StatePaths(tmp_path / "state"),
         connect_timeout=5,
     )
@@ -228,7 +228,7 @@ def test_enable_a_job_launched_without_remote_debug(tmp_path: Path) -> None:
 def test_adopting_with_the_old_order_or_without_the_owner_tag_is_refused() -> None:
     """What adopt sent before: UpdateTrainingJob on a job without an owner tag, then AddTags without one."""
     job = PlainJob("plain-job")
-    old = [
+    old: list[Call] = [
         (
             "sagemaker",
             "UpdateTrainingJob",

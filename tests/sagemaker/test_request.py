@@ -197,7 +197,8 @@ def _with(**changes: Any) -> dict[str, Any]:
     return request
 
 
-REFUSALS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+# the request is a dict, except where the refusal is about not being one
+REFUSALS: list[tuple[str, dict[str, Any] | list[str], dict[str, Any], str]] = [
     (
         "network-isolation",
         _with(EnableNetworkIsolation=True),

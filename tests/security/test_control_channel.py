@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from remote_debug.container import threads
 from remote_debug.container.rank import control
 from remote_debug.container.rank.control import ControlServer
 from remote_debug.contract import job_secret
@@ -205,7 +206,7 @@ def test_a_request_that_never_completes_is_dropped_at_the_deadline(rank: Rank, m
 def test_no_thread_to_be_had_still_answers(rank: Rank, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process out of threads: starting one raises RuntimeError.  Before, that killed the accept loop
     and the rank never answered again."""
-    real = control.quiet_thread
+    real = threads.quiet_thread
 
     def exhausted(target: Any, name: str) -> threading.Thread:
         thread = real(target, name)

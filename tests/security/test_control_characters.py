@@ -44,7 +44,7 @@ def _node_json(node: str) -> dict[str, object]:
         ssh_user="root",
         host_public_key=KEY,
         code_dir="/opt/ml/code",
-        state="running",
+        state=spec.NodeState.RUNNING,
         hook_pid=42,
     ).to_json()
     return {**valid, "node": node}

@@ -171,12 +171,16 @@ def test_the_activation_and_its_code_object_go_once_every_node_registered(
     # algo-2 registered first, then algo-1; the count reaches the limit on the third look
     with ActivationSsm(limit=2, registrations=[1, 1, 2]) as ssm:
         second = HybridRegistration(
-            _node(tmp_path, s3_server, ssm.url, "algo-2", hosts), agent=FakeAgent(), deregister=lambda *_: None
-        )  # type: ignore[arg-type]
+            _node(tmp_path, s3_server, ssm.url, "algo-2", hosts),
+            agent=FakeAgent(),  # type: ignore[arg-type]  # an AgentCli by duck typing
+            deregister=lambda *_: None,
+        )
         second.start()
         first = HybridRegistration(
-            _node(tmp_path, s3_server, ssm.url, "algo-1", hosts), agent=FakeAgent(), deregister=lambda *_: None
-        )  # type: ignore[arg-type]
+            _node(tmp_path, s3_server, ssm.url, "algo-1", hosts),
+            agent=FakeAgent(),  # type: ignore[arg-type]  # an AgentCli by duck typing
+            deregister=lambda *_: None,
+        )
         first.start()
         wait_for(lambda: ssm.calls("DeleteActivation"), 10, "the first node to delete the activation")
         wait_for(
@@ -207,8 +211,10 @@ def test_a_node_that_may_not_retire_says_so_once_and_stops(
     with FakeSsm() as ssm:  # the default execution role: no DescribeActivations (nor DeleteActivation)
         ssm.failures["DescribeActivations"] = (400, "AccessDeniedException", "not authorized")
         node = HybridRegistration(
-            _node(tmp_path, s3_server, ssm.url, "algo-1", ["algo-1"]), agent=FakeAgent(), deregister=lambda *_: None
-        )  # type: ignore[arg-type]
+            _node(tmp_path, s3_server, ssm.url, "algo-1", ["algo-1"]),
+            agent=FakeAgent(),  # type: ignore[arg-type]  # an AgentCli by duck typing
+            deregister=lambda *_: None,
+        )
         node.start()
         wait_for(lambda: "could not retire" in capsys.readouterr().err, 10, "the one line")
         assert len(ssm.calls("DescribeActivations")) == 1 and not ssm.calls("DeleteActivation")

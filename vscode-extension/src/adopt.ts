@@ -12,6 +12,7 @@
 import * as vscode from 'vscode';
 
 import { Cli, CliError } from './cli';
+import type { AdoptCandidate, AdoptedRank, AdoptOutcome as AdoptResult } from './events';
 import { CliOutputError, isAdoptableJob, parseJsonDocument } from './events';
 import { LineSink, logger, Logger } from './log';
 import { JobsModel } from './model';
@@ -19,40 +20,9 @@ import { withCancellableProgress } from './progress';
 import { rankRanges } from './rankPicker';
 import type { TreeNode } from './tree';
 
-/** One process tree `adopt --list --json` offers. */
-export interface AdoptCandidate {
-  pid: number;
-  command: string;
-  cwd: string;
-  /** 'launcher' (torchrun, mpirun), 'rank' (one rank of a launcher's), 'process' (a single-process job); a newer CLI may say more. */
-  kind: string;
-  ranks: number;
-  /** "3.12"; null: not a Python the CLI could tell. */
-  python: string | null;
-  adoptable: boolean;
-  /** Why it is not adoptable. */
-  reason: string | null;
-  /** The job it already is (adopted before, or launched with remote-debug). */
-  job: string | null;
-}
-
-export interface AdoptedRank {
-  rank: number;
-  pid: number;
-  node: string;
-  /** 'idle': the debugger can attach now; 'pending': blocked in native code, it gets the debugger back in Python. */
-  state: string;
-  note: string | null;
-}
-
-/** What `adopt --pid PID --json` and `adopt JOB --json` print. */
-export interface AdoptResult {
-  job: string;
-  /** It had been adopted before: nothing was done. */
-  already: boolean;
-  nodes: string[];
-  ranks: AdoptedRank[];
-}
+// The documents `adopt --list --json` and `adopt --json` print: generated from the CLI's own classes (AdoptResult is
+// its AdoptOutcome; AdoptCandidate.kind: 'launcher', 'rank' or 'process', a newer CLI may say more).
+export type { AdoptCandidate, AdoptedRank, AdoptOutcome as AdoptResult } from './events';
 
 function obj(value: unknown): Record<string, unknown> | undefined {
   return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;

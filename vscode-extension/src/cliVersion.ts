@@ -1,11 +1,11 @@
 // Is the remote-debug CLI this extension drives installed, and new enough?
 //
-// `remote-debug version --json` answers {"version", "distribution", "python", "events_version"}.  CLIs older than
+// `remote-debug version --json` answers a VersionInfo (generated from the CLI's definition).  CLIs older than
 // that command fail with "No such command 'version'".  No vscode import: the classification is unit-tested on
 // plain values and the check runs against a stand-in CLI.
 
 import { Cli, CliError, DISTRIBUTION } from './cli';
-import { parseJsonDocument } from './events';
+import { parseJsonDocument, type VersionInfo } from './events';
 
 /** The oldest CLI this extension works with.  Raise it when the extension starts relying on a newer command. */
 export const MIN_CLI_VERSION = '0.1.0';
@@ -38,7 +38,8 @@ export function parseVersionInfo(stdout: string): CliVersionInfo | undefined {
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) {
     return undefined;
   }
-  const o = doc as Record<string, unknown>;
+  // the generated VersionInfo's keys: a field the CLI renamed is a type error here
+  const o = doc as Partial<Record<keyof VersionInfo, unknown>>;
   if (typeof o.version !== 'string' || !o.version) {
     return undefined;
   }

@@ -9,7 +9,7 @@ import { AttachManager, AttachSettings, showError } from './attach';
 import { AttachTargets } from './attachTarget';
 import { Cli, CliError } from './cli';
 import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
-import { isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument } from './events';
+import { formatSshAlias, isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument, type Released, type SshConfigWritten } from './events';
 import { ListingProblems, parseListingStderr } from './listingProblems';
 import { isKeptAlive, JobsModel, parseRanks } from './model';
 import { withCancellableProgress } from './progress';
@@ -354,15 +354,16 @@ export class Commands {
     const result = await withCancellableProgress(vscode.l10n.t('Remote Debug: releasing {0}', info.name), (signal) =>
       this.cli.run(['release', info.name, '--json'], { timeoutMs: 300_000, signal }),
     );
-    this.log.appendLine(`released ${info.name}`);
+    let nodes = '';
     try {
-      const doc = parseJsonDocument(result.stdout) as { name?: unknown };
-      if (doc && typeof doc === 'object' && !Array.isArray(doc) && typeof doc.name === 'string') {
-        this.model.upsertJob(parseJob(doc));
+      const doc = parseJsonDocument(result.stdout) as Partial<Record<keyof Released, unknown>> | null;
+      if (doc && typeof doc === 'object' && Array.isArray(doc.released)) {
+        nodes = ` (${doc.released.filter((n): n is string => typeof n === 'string').join(', ')})`;
       }
     } catch {
-      // release prints no job (or nothing): the listing below says how the job is
+      // an older CLI printed nothing to read: the listing below says how the job is
     }
+    this.log.appendLine(`released ${info.name}${nodes}`);
     await this.refresh();
   }
 
@@ -381,14 +382,14 @@ export class Commands {
     // the CLI writes (or refreshes) the ssh entries and tells us their aliases
     const data = (await withCancellableProgress(vscode.l10n.t('Remote Debug: ssh entries for {0}', info.name), (signal) =>
       this.cli.json(['ssh-config', info.name, '--json'], { timeoutMs: 120_000, signal }),
-    )) as { aliases?: unknown };
+    )) as Partial<Record<keyof SshConfigWritten, unknown>>;
     const aliases = Array.isArray(data.aliases) ? data.aliases.filter((a): a is string => typeof a === 'string') : [];
     if (aliases.length === 0) {
       throw new Error(`the CLI reported no ssh hosts for ${info.name}`);
     }
     let alias: string | undefined;
     if (node?.kind === 'node' || node?.kind === 'rank') {
-      alias = aliases.find((a) => a === `${node.node}.${info.name}`);
+      alias = aliases.find((a) => a === formatSshAlias(info.name, node.node));
     }
     if (!alias) {
       alias =
@@ -399,7 +400,8 @@ export class Commands {
     if (!alias) {
       return;
     }
-    const nodeName = alias.endsWith(`.${info.name}`) ? alias.slice(0, -(info.name.length + 1)) : alias;
+    const chosen = alias;
+    const nodeName = info.nodes.find((n) => formatSshAlias(info.name, n) === chosen) ?? alias;
     const folder = this.model.codeDir(info.name, nodeName) ?? readSettings().pathMappings[0]?.remoteRoot ?? DEFAULT_REMOTE_ROOT;
 
     const remoteName = vscode.env.remoteName;

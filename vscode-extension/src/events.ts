@@ -1,7 +1,8 @@
 // What the remote-debug CLI prints with --json, and tolerant parsers for it.
 //
-// The types are generated from the CLI's own definitions (remote_debug/laptop/wire/events.py, and JobInfo in
-// remote_debug/laptop/core/backend.py) into ./generated/events.ts: `npm run generate`, never by hand.  A
+// The types are generated from the CLI's own definitions (remote_debug/laptop/wire/events.py and documents.py, and
+// JobInfo in remote_debug/laptop/core/jobinfo.py) into ./generated/events.ts by tools/generate_wire.py:
+// `npm run generate`, never by hand.  A
 // field the extension reads that the CLI does not send is a type error.  The parsers never throw on what
 // they don't know: a newer CLI may add fields or events, and an older extension must keep working.
 
@@ -285,8 +286,14 @@ export function newerVersion(e: AttachEvent | UnknownEvent): number | undefined 
   return typeof e.v === 'number' && e.v > EVENTS_VERSION ? e.v : undefined;
 }
 
-/** A human line for the output channel (mirrors the CLI's own wording where it has one). */
+/**
+ * A human line for the output channel: the CLI's own (`text`, worded once in remote_debug/laptop/wire/event_text.py,
+ * also for an event this extension does not know); for an older CLI that sends none, a plain line of our own.
+ */
 export function describeEvent(e: AttachEvent | UnknownEvent): string {
+  if (typeof e.text === 'string' && e.text) {
+    return e.text;
+  }
   if (!isKnownEvent(e)) {
     return `${e.event}: ${JSON.stringify(e)}`;
   }

@@ -9,6 +9,7 @@
 import * as vscode from 'vscode';
 
 import { OWN_DEBUG_TYPE, PathMapping, validMappings } from './debugConfig';
+import { parseRankValue, RankListError } from './ranks';
 
 /** The command a launch.json names in `${command:…}` to ask for a running job. */
 export const PICK_JOB_COMMAND = 'remoteDebug.pickJob';
@@ -28,42 +29,23 @@ export function isJobConfiguration(config: { [key: string]: unknown }): boolean 
 }
 
 /**
- * `ranks` as launch.json may say it: "all" (or absent), "0,2", "0, 2", [0, 2].  Returns the sorted ranks,
- * undefined for all, or a one-line message saying what is wrong.
+ * `ranks` as launch.json may say it: "all" (or absent), "0,2", "0-3, 8" (the CLI's grammar, ranks.ts), [0, 2].
+ * Returns the sorted ranks, undefined for all, or a one-line message saying what is wrong.
  */
 export function parseRanksValue(value: unknown): number[] | undefined | { error: string } {
-  const bad = {
-    error: vscode.l10n.t('"ranks" must be "all", a list like "0,2", or an array of rank numbers like [0, 2] (got {0})', JSON.stringify(value)),
-  };
-  if (value === undefined || value === null) {
-    return undefined;
-  }
-  let parts: unknown[];
-  if (typeof value === 'string') {
-    const text = value.trim().toLowerCase();
-    if (text === '' || text === 'all') {
-      return undefined;
+  try {
+    return parseRankValue(value);
+  } catch (e) {
+    if (!(e instanceof RankListError)) {
+      throw e;
     }
-    parts = text.split(',').map((p) => p.trim());
-  } else if (Array.isArray(value)) {
-    parts = value;
-  } else if (typeof value === 'number') {
-    parts = [value];
-  } else {
-    return bad;
+    return {
+      error: vscode.l10n.t(
+        '"ranks" must be "all", a list like "0,2" or "0-3,8", or an array of rank numbers like [0, 2] (got {0})',
+        JSON.stringify(value),
+      ),
+    };
   }
-  const ranks = new Set<number>();
-  for (const p of parts) {
-    const n = typeof p === 'number' ? p : typeof p === 'string' && /^\d+$/.test(p) ? Number(p) : NaN;
-    if (!Number.isInteger(n) || n < 0) {
-      return bad;
-    }
-    ranks.add(n);
-  }
-  if (ranks.size === 0) {
-    return bad;
-  }
-  return [...ranks].sort((a, b) => a - b);
 }
 
 /** A job-form configuration after VS Code substituted its variables, checked; or a one-line message. */

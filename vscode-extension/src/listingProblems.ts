@@ -5,26 +5,23 @@
 // print a plain line instead ("sagemaker jobs not listed: ...").  Without this, an expired token looked exactly like
 // "No debuggable jobs yet".  No vscode import: parsed and tested on strings.
 
-import { jsonObjectLine } from './events';
+import { jsonObjectLine, type ListingProblem as ProblemDocument, type ListingProblemKind } from './events';
 
-export type ProblemKind =
-  | 'no-credentials'
-  | 'sso-expired'
-  | 'profile-not-found'
-  | 'no-region'
-  | 'access-denied'
-  | 'unreachable'
-  | 'error';
+/** The CLI's ListingProblemKind (generated); every one has a welcome view in package.json. */
+export type ProblemKind = ListingProblemKind;
 
-const KINDS: ReadonlySet<string> = new Set<ProblemKind>([
-  'no-credentials',
-  'sso-expired',
-  'profile-not-found',
-  'no-region',
-  'access-denied',
-  'unreachable',
-  'error',
-]);
+// every kind, listed here so that a new kind in the CLI is a type error until it is handled
+const ALL_KINDS: { [K in ProblemKind]: true } = {
+  'no-credentials': true,
+  'sso-expired': true,
+  'profile-not-found': true,
+  'no-region': true,
+  'access-denied': true,
+  unreachable: true,
+  error: true,
+};
+const KINDS: ReadonlySet<string> = new Set(Object.keys(ALL_KINDS));
+
 
 export interface ListingProblem {
   backend: string; // "sagemaker"
@@ -46,7 +43,7 @@ function optionalString(v: unknown): string | undefined {
 
 /** One stderr line as a problem, or undefined when it is not one of the CLI's structured lines. */
 export function parseProblemLine(line: string): ListingProblem | undefined {
-  const o = jsonObjectLine(line);
+  const o = jsonObjectLine(line) as Partial<Record<keyof ProblemDocument, unknown>> | undefined;
   if (!o) {
     return undefined;
   }

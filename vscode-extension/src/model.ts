@@ -6,7 +6,8 @@
 //
 // Pure TypeScript (no vscode import): the tree provider renders it, the unit tests drive it.
 
-import { AttachEvent, isRunning, JobInfo, UnknownEvent } from './events';
+import { AttachEvent, formatSshAlias, isRunning, JobInfo, UnknownEvent } from './events';
+import { parseRankText } from './ranks';
 
 export type RankState =
   | 'starting' // the job has not started training yet
@@ -351,10 +352,15 @@ export class JobsModel {
         }
         break;
       case 'ssh-config':
-        for (const alias of e.aliases) {
-          // aliases are "<node>.<job>"
-          const name = alias.endsWith(`.${job}`) ? alias.slice(0, -(job.length + 1)) : alias.split('.')[0];
-          this.node(entry, name).alias = alias;
+        {
+          // the nodes this job is known to have (node-connected names the others with their alias)
+          const known = new Set([...entry.info.nodes, ...entry.nodes.keys()]);
+          for (const alias of e.aliases) {
+            const name = [...known].find((n) => formatSshAlias(job, n) === alias);
+            if (name !== undefined) {
+              this.node(entry, name).alias = alias;
+            }
+          }
         }
         break;
       case 'node-connected': {
@@ -526,23 +532,12 @@ export class JobsModel {
   }
 }
 
-/** "all" or "0, 2,3" -> undefined (all) or the sorted ranks; throws a one-line Error on bad input. */
+/** "all", "*", "0, 2,3" or "0-3" -> undefined (all) or the sorted ranks (the CLI's grammar, ranks.ts); throws a one-line Error on bad input. */
 export function parseRanks(text: string): number[] | undefined {
-  const t = text.trim().toLowerCase();
-  if (t === '' || t === 'all') {
-    return undefined;
-  }
-  const parts = t.split(',').map((p) => p.trim());
-  const out = new Set<number>();
-  for (const p of parts) {
-    if (!/^\d+$/.test(p)) {
-      throw new Error(`bad rank list ${JSON.stringify(text)}: use "all" or numbers like 0,2`);
-    }
-    out.add(Number(p));
-  }
-  return [...out].sort((a, b) => a - b);
+  return parseRankText(text);
 }
 
+/** The selection as `--ranks` takes it ("all", "0,2"). */
 export function formatRanks(ranks: number[] | undefined): string {
   return ranks === undefined ? 'all' : ranks.join(',');
 }

@@ -4,6 +4,7 @@
 import * as vscode from 'vscode';
 
 import { RANK_STATE_LABEL, rankCounts, RankEntry } from './model';
+import { formatRankRanges } from './ranks';
 import { naturalCompare } from './tree';
 
 export interface RankPickItem extends vscode.QuickPickItem {
@@ -11,19 +12,8 @@ export interface RankPickItem extends vscode.QuickPickItem {
   ranks?: 'all' | number[];
 }
 
-/** `0-7`, `0, 2-4`: a node's ranks, short. */
-export function rankRanges(ranks: number[]): string {
-  const out: string[] = [];
-  for (let i = 0; i < ranks.length; ) {
-    let j = i;
-    while (j + 1 < ranks.length && ranks[j + 1] === ranks[j] + 1) {
-      j++;
-    }
-    out.push(j === i ? `${ranks[i]}` : `${ranks[i]}-${ranks[j]}`);
-    i = j + 1;
-  }
-  return out.join(', ');
-}
+/** `0-7`, `0, 2-4`: ranks, short (the CLI's format, ranks.ts). */
+export const rankRanges: (ranks: number[]) => string = formatRankRanges;
 
 /**
  * The ranks that stopped for a debugger and have none: waiting for one before their script runs (`--wait`, the

@@ -38,10 +38,10 @@ from remote_debug.contract.spec import (
     ENV_DEBUGPY_ADAPTER,
     ENV_LISTEN,
     ENV_UNTRACE_ON_DETACH,
-    IDE,
     LOOPBACK,
     ContractError,
     DebugSpec,
+    RankDebugger,
     RankEndpoint,
     RankState,
     check_port,
@@ -279,7 +279,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         skipped = RankReporter(directory, endpoint)
         install_exit_reporting(skipped)  # its crash is still news for attach (with the traceback)
         return skipped
-    if spec.ide == IDE.PYCHARM:
+    if spec.ide == RankDebugger.PYDEVD:
         # The rank connects out to PyCharm instead of listening; imported here, not at the top, so
         # a debugpy rank never loads pydevd-pycharm (the two cannot share a process).
         from remote_debug.container.rank import pycharm_rank

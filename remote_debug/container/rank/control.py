@@ -2,7 +2,8 @@
 
 It is a separate thread, so it answers while the rank's main thread is blocked in a collective or
 a C call (a signal handler would not run then).  Reached only through the node's sshd, like the
-debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spec.ControlOp``):
+debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spec.ControlOp``; the replies:
+``contract.control_replies``, which the laptop reads):
 
 * ``{"op": "listen"}`` -> ``{"ok": true, "port": N}``: start debugpy now (lazy listeners) and make
   collectives pause-safe (see ``pause_safe``);
@@ -54,6 +55,7 @@ from remote_debug.container.knobs import seconds_knob
 from remote_debug.container.log import describe, log
 from remote_debug.container.rank import hold
 from remote_debug.container.threads import quiet_thread
+from remote_debug.contract import control_replies as replies
 from remote_debug.contract import job_secret
 from remote_debug.contract.spec import ENV_JOB_SECRET, ENV_PG_TIMEOUT, LOOPBACK, ControlOp
 from remote_debug.oskit import peer_uid
@@ -101,7 +103,7 @@ def _still_importing(module: Any) -> bool:
     return bool(getattr(spec, "_initializing", False)) or not hasattr(module, "_set_pg_timeout")
 
 
-def thread_stacks(*, all_threads: bool = False) -> list[dict[str, Any]]:
+def thread_stacks(*, all_threads: bool = False) -> list[replies.ThreadStack]:
     """Every thread's Python stack (outermost frame first); the debugger's own threads (debugpy's and
     remote_debug's) only with ``all_threads``, marked ``internal``.  The thread a post-mortem hold
     keeps alive shows the exception's traceback, not the excepthook it waits in."""
@@ -120,12 +122,12 @@ def thread_stacks(*, all_threads: bool = False) -> list[dict[str, Any]]:
             stack = traceback.extract_tb(tb)  # where it raised, as Python printed it
             exception = describe(exc)
         result.append(
-            {
-                "name": thread.name if thread is not None else f"thread-{ident}",
-                "frames": [{"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in stack],
-                "exception": exception,
-                "internal": internal,
-            }
+            replies.ThreadStack(
+                name=thread.name if thread is not None else f"thread-{ident}",
+                frames=[replies.Frame(file=f.filename, line=f.lineno or 0, function=f.name) for f in stack],
+                exception=exception,
+                internal=internal,
+            )
         )
     return result
 
@@ -153,6 +155,10 @@ def _internal(thread: threading.Thread | None, stack: traceback.StackSummary) ->
         return bool(getattr(thread, "is_pydev_daemon_thread", False) or getattr(thread, "pydev_do_not_trace", False))
     entry = next((f for f in stack if os.path.basename(f.filename) != "threading.py"), None)
     return entry is not None and os.path.abspath(entry.filename).startswith(_debugger_dirs())
+
+
+def _line(reply: replies.Reply) -> bytes:
+    return json.dumps(reply.to_json()).encode() + b"\n"
 
 
 @dataclass
@@ -297,8 +303,8 @@ class ControlServer:
         try:
             proof = job_secret.rank_proof(self._secret, message["challenge"], os.getpid(), self.port)
         except job_secret.SecretError as exc:  # a malformed nonce, or no usable secret here
-            return json.dumps({"ok": False, "error": f"cannot answer the challenge: {exc}"}).encode() + b"\n"
-        return json.dumps({"ok": True, "proof": proof}).encode() + b"\n"
+            return _line(replies.Refused(error=f"cannot answer the challenge: {exc}"))
+        return _line(replies.Proof(proof=proof))
 
     @staticmethod
     def _send_now(conn: socket.socket, data: bytes) -> bool:
@@ -366,15 +372,15 @@ class ControlServer:
                 request = json.loads(line or b"{}")
                 if not self._authorised(request):
                     self._count_refusal("a request without the job's control token")
-                    reply: dict[str, Any] = {"ok": False, "error": "not authorised: the request lacks the job's token"}
+                    reply: replies.Reply = replies.Refused(error="not authorised: the request lacks the job's token")
                 else:
                     reply = self.handle(request)
             except Exception as exc:  # a bad request never takes the rank down
-                reply = {"ok": False, "error": describe(exc)}
+                reply = replies.Refused(error=describe(exc))
             try:
                 conn.setblocking(True)
                 conn.settimeout(REQUEST_DEADLINE)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
+                conn.sendall(_line(reply))
             except OSError:
                 pass
 
@@ -386,23 +392,23 @@ class ControlServer:
         except job_secret.SecretError:  # a malformed secret in the environment: nobody gets in
             return False
 
-    def handle(self, request: Any) -> dict[str, Any]:
+    def handle(self, request: Any) -> replies.Reply:
         op = request.get("op") if isinstance(request, dict) else None
         if op == ControlOp.LISTEN:
             port = self.on_listen()
-            return {"ok": True, "port": port, "detail": self._pause_safe()}
+            return replies.Listening(port=port, detail=self._pause_safe())
         if op == ControlOp.PAUSE_SAFE:
-            return {"ok": True, "detail": self._pause_safe()}
+            return replies.Detail(detail=self._pause_safe())
         if op == ControlOp.STACKS:
             threads = thread_stacks(all_threads=request.get("all_threads") is True)
-            return {"ok": True, "pid": os.getpid(), "threads": threads}
+            return replies.Stacks(pid=os.getpid(), threads=threads)
         if op == ControlOp.RUN_ON:
-            return {"ok": True, "detail": self.on_run_on() if self.on_run_on is not None else "not waiting"}
+            return replies.Detail(detail=self.on_run_on() if self.on_run_on is not None else "not waiting")
         if op == ControlOp.CONNECT:
             if self.on_connect is None:
-                return {"ok": False, "error": "this rank does not connect out to an IDE (it is not a PyCharm rank)"}
-            return {"ok": True, "status": self.on_connect(), "detail": self._pause_safe()}
-        return {"ok": False, "error": f"unknown op {op!r}"}
+                return replies.Refused(error="this rank does not connect out to an IDE (it is not a PyCharm rank)")
+            return replies.Connecting(status=self.on_connect(), detail=self._pause_safe())
+        return replies.Refused(error=f"unknown op {op!r}")
 
     def _pause_safe(self) -> str:
         try:

@@ -34,7 +34,7 @@ from remote_debug.container.node.adopt.on_node import AdoptedRank, adopt_node, n
 from remote_debug.container.node.adopt.procs import ProcError, RankProcess, net_namespace, proc_info
 from remote_debug.container.node_env import ENV_CODE_DIR
 from remote_debug.contract import spec
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import BadInputError, UserError
 from remote_debug.laptop.core.jobinfo import TERMINAL, JobStatus
 from remote_debug.laptop.core.keys import ensure_job_key, job_secret
 from remote_debug.laptop.core.paths import StatePaths, private_dir
@@ -137,7 +137,7 @@ def adopt_local(
     try:
         spec.check_job_name(name)
     except spec.ContractError as exc:
-        raise UserError(str(exc)) from None
+        raise BadInputError(str(exc)) from None
     if paths.job_dir(name).exists():
         raise UserError(f"job {name} already exists: pick another --name")
     hosts = list(plans)

@@ -56,7 +56,7 @@ from remote_debug.laptop.aws.enable.owner import claim_job
 from remote_debug.laptop.aws.enable.update import UPDATABLE_STATES
 from remote_debug.laptop.aws.sagemaker_backend import nodes_of
 from remote_debug.laptop.aws.ssm_shell import ShellError, ShellSession
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import AwsError, UserError
 from remote_debug.laptop.core.keys import ensure_job_key, job_secret
 from remote_debug.laptop.core.paths import StatePaths
 
@@ -194,7 +194,7 @@ def _call(action: Callable[[], Any], what: str) -> Any:
     except Exception as exc:
         if not aws.is_error(exc):
             raise
-        raise UserError(aws.describe_error(exc, what)) from None
+        raise AwsError(aws.describe_error(exc, what)) from None
 
 
 def _claim(sagemaker: Any, job: str, arn: str, owner: str, say: Callable[[str], None]) -> None:

@@ -12,6 +12,7 @@ prints them for humans or as JSON lines for the VS Code extension.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from remote_debug.laptop.core.backend import Backend
 from remote_debug.laptop.core.errors import JobNotRunningError, UserError, reason
 from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.laptop.core.paths import StatePaths
-from remote_debug.laptop.ide import IdeSide, PyCharmOptions, RankForward, ide_side, vscode_launch
+from remote_debug.laptop.ide import Editor, IdeSide, PyCharmOptions, RankForward, ide_side, vscode_launch
 from remote_debug.laptop.ide.attach_lock import AttachLock
 from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport
 from remote_debug.laptop.wire import events
@@ -56,8 +57,11 @@ class AttachOptions:
     # return once the IDE side is done while the job runs on (headless: every rank had its stops),
     # instead of watching the job to its end
     detach_when_done: bool = False
-    ide: spec.IDE = spec.IDE.VSCODE  # PyCharm: ranks connect out through reverse forwards (ide/pycharm.py)
+    ide: Editor = Editor.VSCODE  # PyCharm: ranks connect out through reverse forwards (ide/pycharm.py)
     pycharm: PyCharmOptions = field(default_factory=PyCharmOptions)
+
+    def __post_init__(self) -> None:
+        self.ide = Editor(self.ide)  # a str from a caller ("pycharm") becomes the editor it names
 
 
 @dataclass
@@ -83,9 +87,37 @@ def check_ranks(job: str, selected: spec.RankSelection, world: int) -> None:
         raise UserError(f"unknown ranks {unknown} for job {job}: it has ranks 0-{world - 1}")
 
 
+# The parts an attach is built from, each given the attach's own emit (muted after a Ctrl-C): injectable,
+# so that a caller (or a test) can put in its own way to the nodes, or its own IDE side.
+ConnectionFactory = Callable[[Backend, str, StatePaths, events.Emit], JobConnection]
+IdeSideFactory = Callable[[Backend, str, AttachOptions, events.Emit], IdeSide]
+
+
+def default_ide_side(backend: Backend, job: str, options: AttachOptions, emit: events.Emit) -> IdeSide:
+    """The side for the options' editor (and ``--headless``)."""
+    return ide_side(
+        options.ide,
+        job,
+        options.workspace,
+        emit,
+        headless=options.headless,
+        write_launch_json=options.write_launch_json,
+        pycharm=options.pycharm,
+        runs_here=backend.capabilities.runs_here,
+    )
+
+
 class Attacher:
     def __init__(
-        self, backend: Backend, job: str, options: AttachOptions, emit: events.Emit, paths: StatePaths | None = None
+        self,
+        backend: Backend,
+        job: str,
+        options: AttachOptions,
+        emit: events.Emit,
+        paths: StatePaths | None = None,
+        *,
+        connection: ConnectionFactory = JobConnection,
+        ide: IdeSideFactory = default_ide_side,
     ) -> None:
         self.backend, self.job, self.options = backend, job, options
         self._muted = False
@@ -93,18 +125,9 @@ class Attacher:
         # sessions, forwards) say nothing, so that "detached" is the one line the user sees
         self.emit: events.Emit = lambda event: None if self._muted else emit(event)
         self.paths = paths or StatePaths.default()
-        self.connection = JobConnection(backend, job, self.paths, self.emit)
+        self.connection = connection(backend, job, self.paths, self.emit)
         self.forwards: dict[int, RankForward] = {}
-        self.ide: IdeSide = ide_side(
-            options.ide,
-            job,
-            options.workspace,
-            self.emit,
-            headless=options.headless,
-            write_launch_json=options.write_launch_json,
-            pycharm=options.pycharm,
-            runs_here=backend.capabilities.runs_here,
-        )
+        self.ide: IdeSide = ide(backend, job, options, self.emit)
         self.pause_safe = PauseSafe(self.connection.control, self.emit)
         # ranks in their --wait window that this attach did not select: told to run on, not left waiting
         self.wait_release = WaitRelease(self.connection.control)
@@ -130,7 +153,7 @@ class Attacher:
             raise UserError(f"workspace {self.options.workspace} is not a directory: pass --workspace DIR")
         # one IDE attach per job: a second one would move the first one's ports in the IDE's config
         lock = (
-            AttachLock.acquire(self.paths, self.job, ide=self.ide.ide, workspace=self.options.workspace)
+            AttachLock.acquire(self.paths, self.job, ide=self.ide.editor, workspace=self.options.workspace)
             if self.ide.writes_config
             else None
         )
@@ -242,8 +265,9 @@ class Attacher:
             for r in m.ranks:
                 if r.rank not in expected or r.rank in self.forwards:
                     continue
-                if r.ide != self.ide.ide:
-                    raise UserError(f"job {self.job} was launched for {r.ide}: attach with --ide {r.ide}")
+                if r.ide != self.ide.debugger:
+                    editor = Editor.for_debugger(r.ide)
+                    raise UserError(f"job {self.job} was launched for {editor}: attach with --ide {editor}")
                 if not self.ide.usable(r):
                     expected.discard(r.rank)  # it will never be debuggable; say so once
                     self.emit(events.RankUnavailable(rank=r.rank, node=node, state=r.state, error=r.error))
@@ -274,7 +298,7 @@ class Attacher:
                 local_port=local_port,
                 remote_port=r.port,
                 state=r.state,
-                ide=self.ide.ide,
+                ide=self.ide.debugger,
                 code_dir=m.code_dir_of(r),
             )
         )
@@ -289,7 +313,7 @@ class Attacher:
         for node, m in self._manifests.items():
             for r in m.ranks:
                 old = self.forwards.get(r.rank)
-                if old is None or r.pid == old.pid or r.ide != self.ide.ide or not self.ide.usable(r):
+                if old is None or r.pid == old.pid or r.ide != self.ide.debugger or not self.ide.usable(r):
                     continue  # not ours, the same process, or one that will never listen (a finished run)
                 if self.ide.ranks_listen and r.control_port > 0:
                     started = self._start_listener(node, r)
@@ -307,7 +331,7 @@ class Attacher:
                         local_port=local_port,
                         remote_port=r.port,
                         state=r.state,
-                        ide=self.ide.ide,
+                        ide=self.ide.debugger,
                         code_dir=m.code_dir_of(r),
                     )
                 )

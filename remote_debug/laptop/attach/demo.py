@@ -15,9 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from remote_debug.contract.spec import IDE, DebugOptions
+from remote_debug.contract.spec import DebugOptions
 from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
 from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.ide.pycharm_setup import check_local_pydevd, choose_build
@@ -78,11 +79,11 @@ def run_demo(
     wait_seconds: float,
     emit: ev.Emit,
     paths: StatePaths | None = None,
-    ide: IDE = IDE.VSCODE,
+    ide: Editor = Editor.VSCODE,
     pycharm: PyCharmOptions | None = None,
 ) -> DemoResult:
     paths = paths or StatePaths.default()
-    if ide == IDE.PYCHARM and not headless:  # refuse a mismatched pydevd-pycharm before a job exists
+    if ide == Editor.PYCHARM and not headless:  # refuse a mismatched pydevd-pycharm before a job exists
         check_local_pydevd(choose_build((pycharm or PyCharmOptions()).build))
     started = time.monotonic()
     workspace = prepare_workspace(paths)
@@ -96,7 +97,7 @@ def run_demo(
             source_dir=workspace,
             nodes=nodes,
             nproc_per_node=nproc_per_node,
-            options=DebugOptions(ide=ide, wait_seconds=wait_seconds),
+            options=DebugOptions(ide=Editor(ide).debugger, wait_seconds=wait_seconds),
             hyperparameters={"steps": "3"},
         )
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 
 from remote_debug.laptop.aws import clients as aws
-from remote_debug.laptop.core.errors import AwsAccessError, UserError
+from remote_debug.laptop.core.errors import AwsAccessError
 
 PROBLEMS = (
     "no-credentials",
@@ -77,16 +77,3 @@ def access_error(exc: BaseException, what: str) -> AwsAccessError:
     message = aws.describe_error(exc, what) if botocore_error else f"{what}: {exc}"
     region = aws.settings().region or aws.resolve_region(profile_name)[0]
     return AwsAccessError(message, problem=problem, fix=fix, profile=profile_name, region=region)
-
-
-def describe_unlisted(backend: str, exc: UserError) -> dict[str, str | None]:
-    """What ``jobs --json`` prints on stderr for a backend it could not list (one JSON object a line)."""
-    error = exc if isinstance(exc, AwsAccessError) else None
-    return {
-        "unlisted": backend,
-        "problem": error.problem if error else "error",
-        "message": " ".join(str(exc).split()),
-        "fix": error.fix if error else None,
-        "profile": error.profile if error else aws.profile(),
-        "region": error.region if error else aws.settings().region,
-    }

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_debug.contract.spec import Transport, check_job_name
-from remote_debug.laptop.core.errors import AwsAccessError, UserError
+from remote_debug.laptop.core.errors import AwsAccessError, AwsError
 
 if TYPE_CHECKING:
     import boto3
@@ -147,7 +147,7 @@ def session(profile_name: str | None = None, region: str | None = None) -> boto3
     try:
         made = boto3.Session(profile_name=profile_name, region_name=region)
     except ProfileNotFound:
-        raise UserError(
+        raise AwsError(
             f"AWS profile {profile_name!r} not found in ~/.aws/config or ~/.aws/credentials: "
             "check --profile / AWS_PROFILE (aws configure list-profiles)"
         ) from None

@@ -44,7 +44,7 @@ from remote_debug.laptop.aws.access import access_error
 from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP, ManifestLog
 from remote_debug.laptop.core import keys
 from remote_debug.laptop.core.backend import Backend, Capabilities
-from remote_debug.laptop.core.errors import UnknownJobError, UserError
+from remote_debug.laptop.core.errors import AwsError, UnknownJobError, UserError
 from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, JobStatus, SageMakerJobDetails
 from remote_debug.laptop.core.paths import StatePaths, private_dir
 from remote_debug.oskit import osutil
@@ -132,7 +132,7 @@ def job_info(job: str, resp: dict[str, Any], tags: dict[str, str], region: str) 
         why_not_debuggable=why,
         status_message=message,
         provisioning=status == JobStatus.IN_PROGRESS and secondary in PROVISIONING,
-        sagemaker=SageMakerJobDetails(
+        details=SageMakerJobDetails(
             arn=resp.get("TrainingJobArn"),
             region=region,
             transport=transport,
@@ -221,9 +221,25 @@ class SageMakerBackend(Backend):
                 raise
             raise access_error(exc, f"AWS {service} client") from None
 
+    @classmethod
+    def create(cls, paths: StatePaths | None = None, *, region: str | None = None) -> SageMakerBackend:
+        return cls(paths, region=region)
+
     def available(self) -> bool:
         """Cheap: whether AWS is configured at all (no network, no boto3)."""
         return self._clients is not None or self.region is not None or aws.configured()
+
+    def no_such_job(self, job: str) -> str:
+        if not self.available():
+            return "AWS is not configured to look for a SageMaker job (pass --region / --profile, or set AWS_REGION)"
+        # Say where SageMaker was asked: a launcher that pins its own region (boto3.Session(region_name=...))
+        # puts the job where a plain shell does not look.
+        region, source = (self.region, "the ARN") if self.region else aws.resolve_region()
+        where = f"region {region} (from {source}), profile {aws.profile() or 'default'}" if region else "your region"
+        return (
+            f"no SageMaker training job by that name in {where}; a job launched in another region needs "
+            "--region REGION (or AWS_REGION)"
+        )
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -247,7 +263,7 @@ class SageMakerBackend(Backend):
                     f"unknown job {job!r}: no local job, and no SageMaker training job by that name in "
                     f"{sagemaker.meta.region_name} (check --region / --profile)"
                 ) from None
-            raise UserError(aws.describe_error(exc, f"describing SageMaker job {job}")) from None
+            raise AwsError(aws.describe_error(exc, f"describing SageMaker job {job}")) from None
         self._described[job] = (now, resp)
         return resp
 
@@ -367,7 +383,11 @@ class SageMakerBackend(Backend):
     ) -> None:
         """A hybrid job that waited in Pending past its activation's expiry gets a new one before its nodes read it
         (:mod:`remote_debug.laptop.aws.enable.hybrid_renewal`); once per job, and never at the cost of the attach."""
-        if job in self._renewed or info.sagemaker is None or info.sagemaker.transport != spec.Transport.HYBRID:
+        if (
+            job in self._renewed
+            or (details := info.details_of(SageMakerJobDetails)) is None
+            or details.transport != spec.Transport.HYBRID
+        ):
             return
         if info.status in TERMINAL or any(m is not None and m.ssm_target for m in manifests.values()):
             return
@@ -396,7 +416,11 @@ class SageMakerBackend(Backend):
         """A hybrid job's SSM activation (and the file holding its code) is of no use once every node
         registered, or once the job ended: delete them then, once per job, rather than let them live
         until they expire.  The node may have done it already (with the retire policy); never raises."""
-        if job in self._retired or info.sagemaker is None or info.sagemaker.transport != spec.Transport.HYBRID:
+        if (
+            job in self._retired
+            or (details := info.details_of(SageMakerJobDetails)) is None
+            or details.transport != spec.Transport.HYBRID
+        ):
             return
         if info.status not in TERMINAL and not all(m is not None and m.ssm_target for m in manifests.values()):
             return
@@ -433,7 +457,7 @@ class SageMakerBackend(Backend):
         except Exception as exc:
             if not aws.is_error(exc):
                 raise
-            raise UserError(aws.describe_error(exc, f"stopping SageMaker job {job}")) from None
+            raise AwsError(aws.describe_error(exc, f"stopping SageMaker job {job}")) from None
         self._described.pop(job, None)
         return self.describe(job)
 
@@ -444,7 +468,7 @@ class SageMakerBackend(Backend):
 
     def _make_hint(self, job: str, info: JobInfo) -> JobHint:
         tags = self._tags.get(job, {})
-        details = info.sagemaker
+        details = info.details_of(SageMakerJobDetails)
         assert details is not None, "job_info() fills it"
         return JobHint(
             job=job,

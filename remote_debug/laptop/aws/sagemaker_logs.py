@@ -47,7 +47,7 @@ from typing import Any
 
 from remote_debug.contract import manifest_lines, spec
 from remote_debug.laptop.aws import clients as aws
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import AwsError
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # A quoted term matches the phrase with its punctuation; it keeps the training output out of the
@@ -165,7 +165,7 @@ class ManifestLog:
                     return  # an expired token: the next poll starts a new scan from the marks
                 if aws.is_error(exc):
                     what = f"reading the manifest of {self.job} from CloudWatch"
-                    raise UserError(aws.describe_error(exc, what)) from None
+                    raise AwsError(aws.describe_error(exc, what)) from None
                 raise
             self.group_missing = False
             for event in page.get("events", []):

@@ -38,7 +38,9 @@ from typing import Any, BinaryIO
 
 from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws import ssm_forward
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import AwsError, UserError
+from remote_debug.laptop.core.errors import DocumentRefused as DocumentRefused
+from remote_debug.laptop.core.errors import PluginError as PluginError
 
 PLUGIN = "session-manager-plugin"
 RESPONSE_ENV = "AWS_SSM_START_SESSION_RESPONSE"
@@ -60,10 +62,6 @@ VPC_OUTBOUND_HINT = (
     "a job in a VPC (VpcConfig) needs outbound access to SSM: a NAT gateway, or VPC interface endpoints "
     "for ssm, ssmmessages and ec2messages"
 )
-
-
-class PluginError(UserError):
-    pass
 
 
 def native_target(job: str, node: str) -> str:
@@ -201,10 +199,6 @@ def start_when_ready(
             delay = min(delay * 2, _BACKOFF_MAX)
 
 
-class DocumentRefused(UserError):
-    """SSM refused ``AWS-StartSSHSession`` for the target: the port-forwarding document may do (ssm_forward.py)."""
-
-
 def start_session(client: Any, target: str, port: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
     """StartSession (``params``: the request, by default an ``AWS-StartSSHSession`` to ``port``), waiting for an
     agent that is not online yet; AWS's refusals as one line (DocumentRefused when it was the document)."""
@@ -225,7 +219,7 @@ def start_session(client: Any, target: str, port: int, params: dict[str, Any] | 
                 f"SSM refuses sessions to the hybrid managed instance {target} because the account's instance tier "
                 f"is standard in {region or 'this region'}: {advanced_tier_fix(region)}"
             ) from None
-        raise UserError(aws.describe_error(exc, f"ssm StartSession {target}")) from None
+        raise AwsError(aws.describe_error(exc, f"ssm StartSession {target}")) from None
     return response
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from remote_debug.laptop.aws import clients as aws
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import PluginError, UserError
 from remote_debug.oskit import osutil
 
 DOCUMENT = "AWS-StartPortForwardingSession"
@@ -155,7 +155,7 @@ def run_forwarding(
         )
     except OSError as exc:
         terminate(session_id)
-        raise UserError(f"cannot run {plugin_path}: {exc.strerror or exc}") from None
+        raise PluginError(f"cannot run {plugin_path}: {exc.strerror or exc}") from None
     try:
         with ended_by_signals():
             wait_until_listening(proc)

@@ -58,7 +58,8 @@ from typing import Any
 
 from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws import ssm
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import CommandTimeout as CommandTimeout
+from remote_debug.laptop.core.errors import ShellError as ShellError
 
 MAX_LINE = 4000  # bytes per line of a command; the node's terminal takes 4095 in canonical mode
 UPLOAD_BATCH = 48 * 1024  # raw bytes per here-document (a multiple of 3: no base64 padding inside)
@@ -71,18 +72,6 @@ _SETUP = (
     "stty -echo -opost; set +m; PS1=''; PS2=''; unset PROMPT_COMMAND HISTFILE; export TERM=dumb PAGER=cat; "
     '[ -n "${BASH_VERSION-}" ] && set +o emacs +o vi'
 )
-
-
-class ShellError(UserError):
-    """A shell session could not start, or a command on it failed to complete."""
-
-
-class CommandTimeout(ShellError):
-    """A command outlived its timeout; ``session_usable`` says whether the session survived the interrupt."""
-
-    def __init__(self, message: str, *, session_usable: bool) -> None:
-        super().__init__(message)
-        self.session_usable = session_usable
 
 
 def _token() -> tuple[str, bytes]:

@@ -18,7 +18,8 @@ from typing import BinaryIO, TextIO
 
 from remote_debug.contract.spec import NODE_NAME_RE, ContractError
 from remote_debug.laptop.core.backend import Backend
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, BadInputError, TransportError, UserError
+from remote_debug.laptop.core.errors import JobEndedError as JobEndedError
 from remote_debug.laptop.core.jobinfo import TERMINAL
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.platforms import backend_for
@@ -43,7 +44,7 @@ def split_alias(alias: str) -> tuple[str, str]:
     """``algo-1.my-job`` -> (``my-job``, ``algo-1``)."""
     node, sep, job = alias.partition(".")
     if not sep or not NODE_NAME_RE.fullmatch(node) or not job:
-        raise UserError(f"bad host {alias[:80]!r}: expected <node>.<job>, e.g. algo-1.my-job")
+        raise BadInputError(f"bad host {alias[:80]!r}: expected <node>.<job>, e.g. algo-1.my-job")
     return job, node
 
 
@@ -56,10 +57,6 @@ def split_alias(alias: str) -> tuple[str, str]:
 REFUSAL_BANNER = b"SSH-2.0-remote-debug-proxy\r\n"
 OPENSSH_CLIENT = b"SSH-2.0-OpenSSH"
 CLIENT_BANNER_WAIT_S = 2.0  # a client sends its identification at once; this only bounds a silent one
-
-
-class JobEndedError(UserError):
-    """The alias names a job that is over: there is no sshd left to reach."""
 
 
 def _ended(backend: Backend, job: str) -> JobEndedError | None:
@@ -94,7 +91,7 @@ def relay_to(alias: str, port: int, paths: StatePaths, stdin: BinaryIO, stdout: 
         if ended is not None:
             raise ended from None
         if isinstance(exc, OSError):
-            raise UserError(f"cannot reach node {node} of job {job}: {exc.strerror or exc}") from None
+            raise TransportError(f"cannot reach node {node} of job {job}: {exc.strerror or exc}") from None
         raise
 
 
@@ -110,7 +107,7 @@ def run_proxy(
         err.write(f"remote-debug: error: {' '.join(str(exc).split())}\n")
         err.flush()
         _refuse(stdin, stdout)
-        return 2
+        return EXIT_USER_ERROR
 
 
 def _refuse(stdin: BinaryIO, stdout: BinaryIO) -> None:
@@ -165,4 +162,4 @@ def main(argv: list[str]) -> int | None:
     try:
         return run_proxy(host, port, paths, sys.stdin.buffer, sys.stdout.buffer)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED

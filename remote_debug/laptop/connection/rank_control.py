@@ -2,7 +2,8 @@
 
 A rank answers on its node's 127.0.0.1:``control_port`` (a daemon thread of the rank, so it answers
 while the main thread is blocked in a collective).  One JSON line in, one JSON line out, per
-connection (the ops: :class:`remote_debug.contract.spec.ControlOp`), each with the job's control token;
+connection (the ops: :class:`remote_debug.contract.spec.ControlOp`; the replies:
+:mod:`remote_debug.contract.control_replies`), each with the job's control token;
 reached through the node's SSH connection (:meth:`NodeTunnel.open_channel`).  The token goes out only
 after whoever listens on the port proved the job secret for the rank the document names
 (:func:`prove_rank`): a rank that died without a last word leaves its port free for anyone to bind.
@@ -29,7 +30,9 @@ from typing import Any, Protocol, TypeVar
 
 import paramiko
 
+from remote_debug.contract import control_replies as replies
 from remote_debug.contract import job_secret, spec
+from remote_debug.contract.control_replies import Frame, ThreadStack
 from remote_debug.laptop.connection.tunnels import NodeTunnel
 from remote_debug.laptop.core.errors import UserError, reason
 from remote_debug.oskit import osutil, peer_uid
@@ -58,20 +61,7 @@ class Listening:
     detail: str | None
 
 
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    line: int
-    function: str
-
-
-@dataclass(frozen=True)
-class ThreadStack:
-    name: str
-    frames: list[Frame]  # outermost first, as a traceback prints them
-    # a rank held for a post-mortem: the exception line; ``frames`` are then its traceback
-    exception: str | None = None
-    internal: bool = False  # the debugger's own thread (debugpy's, remote_debug's): only with all_threads
+__all__ = ["Frame", "ThreadStack"]  # the stacks reply's parts, defined in the contract
 
 
 # Checks a port of a rank (the rank, the port, "control"/"debug") before it is used - jobs on this
@@ -148,16 +138,17 @@ class RankControl:
     def listen(self, rank: spec.RankEndpoint) -> Listening:
         reply = self.request(rank, {"op": spec.ControlOp.LISTEN})
         try:
-            port = spec.check_port(int(reply["port"]), "debug port from the control channel", allow_zero=False)
-        except (KeyError, ValueError, TypeError) as exc:
+            listening = replies.Listening.read(reply)
+            port = spec.check_port(listening.port, "debug port from the control channel", allow_zero=False)
+        except (ValueError, spec.ContractError) as exc:
             raise OSError(f"rank {rank.rank} answered 'listen' without a usable port: {exc}") from None
         refused = self.guard(rank, port, "debug") if self.guard is not None else None
         if refused:
             raise OSError(f"not using debug port {port} on {self.tunnel.endpoint.alias}: {refused}")
-        return Listening(port, _detail(reply))
+        return Listening(port, listening.detail)
 
     def pause_safe(self, rank: spec.RankEndpoint) -> str | None:
-        return _detail(self.request(rank, {"op": spec.ControlOp.PAUSE_SAFE}))
+        return replies.Detail.read(self.request(rank, {"op": spec.ControlOp.PAUSE_SAFE})).detail
 
     def stacks(self, rank: spec.RankEndpoint, *, all_threads: bool = False) -> list[ThreadStack]:
         """The rank's threads; the debugger's own only with ``all_threads`` (a rank of an older hook
@@ -165,30 +156,20 @@ class RankControl:
         payload: dict[str, Any] = {"op": spec.ControlOp.STACKS}
         if all_threads:
             payload["all_threads"] = True
-        reply = self.request(rank, payload)
-        threads = [
-            ThreadStack(
-                name=str(t.get("name", "")),
-                frames=[
-                    Frame(str(f.get("file", "")), int(f.get("line", 0)), str(f.get("function", "")))
-                    for f in t.get("frames", [])
-                ],
-                exception=None if t.get("exception") is None else str(t["exception"]),
-                internal=t.get("internal") is True,
-            )
-            for t in reply.get("threads", [])
-        ]
+        try:
+            threads = replies.Stacks.read(self.request(rank, payload)).threads
+        except (ValueError, TypeError) as exc:
+            raise OSError(f"rank {rank.rank} answered 'stacks' with something else: {exc}") from None
         return threads if all_threads else [t for t in threads if not t.internal]
 
     def connect(self, rank: spec.RankEndpoint) -> Listening:
         """Ask a PyCharm rank to connect out to the IDE now; ``detail``: its status and pause-safe detail."""
-        reply = self.request(rank, {"op": spec.ControlOp.CONNECT})
-        status, detail = reply.get("status"), _detail(reply)
-        return Listening(rank.port, "; ".join(str(x) for x in (status, detail) if x) or None)
+        reply = replies.Connecting.read(self.request(rank, {"op": spec.ControlOp.CONNECT}))
+        return Listening(rank.port, "; ".join(x for x in (reply.status, reply.detail) if x) or None)
 
     def run_on(self, rank: spec.RankEndpoint) -> str | None:
         """End the rank's wait window now; the reply's detail ("leaving the wait window", "not waiting")."""
-        return _detail(self.request(rank, {"op": spec.ControlOp.RUN_ON}))
+        return replies.Detail.read(self.request(rank, {"op": spec.ControlOp.RUN_ON})).detail
 
 
 class WaitRelease:
@@ -271,8 +252,3 @@ def prove_rank(conn: _Stream, secret: str, rank: spec.RankEndpoint, where: str) 
             f"{where} did not prove it is rank {rank.rank} (pid {rank.pid}) of this job: "
             "not sending it the job's token (the rank may have died and another process taken its port)"
         )
-
-
-def _detail(reply: dict[str, Any]) -> str | None:
-    detail = reply.get("detail")
-    return None if detail is None else str(detail)

@@ -35,8 +35,9 @@ from typing import Any
 from remote_debug.contract import spec
 from remote_debug.laptop.core import paths as paths_mod
 from remote_debug.laptop.core.dir_lock import locked
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import SshConfigError as SshConfigError
 from remote_debug.laptop.core.paths import StatePaths, job_names_in, private_dir
+from remote_debug.laptop.wire.documents import format_ssh_alias
 from remote_debug.oskit import osutil
 
 LOCK_TIMEOUT_S = 30.0
@@ -66,10 +67,6 @@ HARDENING = (
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@$-]{0,63}$")  # no '%': ssh expands tokens in User
 _KEY_TYPE_RE = re.compile(r"^[A-Za-z0-9@._-]+$")
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
-
-
-class SshConfigError(UserError):
-    """The ssh config could not be written (full disk, read-only HOME); the message is one line."""
 
 
 # --- quoting -------------------------------------------------------------------------------------
@@ -133,7 +130,7 @@ class HostEntry:
 
     @property
     def alias(self) -> str:
-        return f"{self.node}.{self.job}"
+        return format_ssh_alias(self.job, self.node)
 
     @property
     def host_key_alias(self) -> str:

@@ -29,6 +29,7 @@ import paramiko
 
 from remote_debug.contract import dap_wire
 from remote_debug.contract.spec import ALREADY_ATTACHED, LOOPBACK
+from remote_debug.laptop.core.errors import HostKeyMismatchError as HostKeyMismatchError
 from remote_debug.laptop.core.errors import UserError
 from remote_debug.oskit import peer_uid
 
@@ -54,10 +55,6 @@ RETRY_MAX = 2.0
 
 # Serves one connection that arrived on a reverse-forwarded node port: (channel, origin on the node).
 ReverseHandler = Callable[[paramiko.Channel, tuple[str, int]], None]
-
-
-class HostKeyMismatchError(UserError):
-    pass
 
 
 @dataclass(frozen=True)

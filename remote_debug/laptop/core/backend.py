@@ -1,4 +1,5 @@
-"""The one interface every job backend implements: jobs on this machine, and SageMaker.
+"""The one interface every job backend implements: jobs on this machine, and SageMaker (``laptop/platforms.py``
+lists them).
 
 Everything above this seam (attach, ssh config, proxy, IDE configs) is backend-agnostic: it asks
 for a job's state and node manifests, and for a byte stream to a node's sshd.  What differs between
@@ -14,6 +15,7 @@ from typing import BinaryIO
 
 from remote_debug.contract.spec import NodeManifest
 from remote_debug.laptop.core.jobinfo import JobInfo
+from remote_debug.laptop.core.paths import StatePaths
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,26 @@ class Capabilities:
 
 
 class Backend(ABC):
+    """A kind of job the laptop can reach; ``laptop/platforms.py`` registers each one."""
+
     name: str
     capabilities: Capabilities
+
+    @classmethod
+    @abstractmethod
+    def create(cls, paths: StatePaths | None = None, *, region: str | None = None) -> Backend:
+        """The backend as the platform table makes it: ``region`` is a training-job ARN's (None when the
+        job was named otherwise); a backend without regions ignores it."""
+
+    def available(self) -> bool:
+        """Cheap (no network, no SDK import): whether this backend can be asked at all, e.g. its cloud
+        is configured.  One that cannot is left out of ``jobs`` and of a job name's lookup."""
+        return True
+
+    def no_such_job(self, job: str) -> str:
+        """Where this backend looked for ``job`` and did not find it, in a few words (``unknown job 'x':
+        no local job by that name, and ...``): what to change to find it there."""
+        return f"no {self.name} job by that name"
 
     @abstractmethod
     def has_job(self, job: str) -> bool:

@@ -27,17 +27,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import LocalStateError
+from remote_debug.laptop.core.errors import LockTimeout as LockTimeout
 
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.01
 
 log = logging.getLogger(__name__)
 _warned: set[Path] = set()  # folders we already warned about: one warning, not one per edit
-
-
-class LockTimeout(UserError):
-    """Another process held the lock for the whole timeout (one line: what and how to go on)."""
 
 
 def _acquire(fd: int, path: Path, what: str, timeout: float) -> bool:
@@ -92,7 +89,7 @@ def locked(path: Path, *, what: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iter
         # never through a link: a folder swapped for one would lock (and vouch for) a folder elsewhere
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise UserError(f"cannot lock {path} to edit {what}: {exc.strerror} (it must be a real folder)") from None
+        raise LocalStateError(f"cannot lock {path} to edit {what}: {exc.strerror} (it must be a real folder)") from None
     try:
         _acquire(fd, path, what, timeout)
         yield

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from remote_debug.contract.spec import (
     ContractError,
@@ -59,8 +59,35 @@ class Isolation(StrEnum):
 
 
 @dataclass
-class MachineJobDetails:
+class PlatformDetails:
+    """What one platform knows of a job beyond :class:`JobInfo`'s common fields (``JobInfo.details``).
+
+    A platform's details are a subclass registered with :func:`platform_details` under its JSON key:
+    ``jobs --json`` prints one key per registered platform (that job's details, the others null), the shape
+    the extension's generated types have always read.  A new platform adds its class here and registers it;
+    JobInfo itself does not change."""
+
+    PLATFORM: ClassVar[str] = ""
+
+
+PLATFORM_DETAILS: dict[str, type[PlatformDetails]] = {}  # JSON key -> details class, in the JSON's order
+_Details = TypeVar("_Details", bound=PlatformDetails)
+
+
+def platform_details(cls: type[_Details]) -> type[_Details]:
+    """Register ``cls`` (a :class:`PlatformDetails` dataclass) under its ``PLATFORM`` key."""
+    if not cls.PLATFORM or cls.PLATFORM in PLATFORM_DETAILS:
+        raise ValueError(f"{cls.__name__}: a platform's details need a PLATFORM key of their own")
+    PLATFORM_DETAILS[cls.PLATFORM] = cls
+    return cls
+
+
+@platform_details
+@dataclass
+class MachineJobDetails(PlatformDetails):
     """A job of this machine (``launch --local``)."""
+
+    PLATFORM: ClassVar[str] = "machine"
 
     job_dir: str
     isolation: Isolation
@@ -68,8 +95,13 @@ class MachineJobDetails:
     node_addresses: dict[str, str] = field(default_factory=dict)
 
 
+@platform_details
 @dataclass
-class SageMakerJobDetails:
+class SageMakerJobDetails(PlatformDetails):
+    """A SageMaker training job."""
+
+    PLATFORM: ClassVar[str] = "sagemaker"
+
     arn: str | None
     region: str
     transport: Transport  # SSM, HYBRID or DIRECT (never LOCAL)
@@ -150,8 +182,8 @@ class JobInfo:
     provisioning: bool = False
     code_dirs: dict[str, str] = field(default_factory=dict)  # node -> the job's code dir there, when known
     logs: dict[str, str] = field(default_factory=dict)  # node -> its log file, when on this machine
-    machine: MachineJobDetails | None = None
-    sagemaker: SageMakerJobDetails | None = None
+    # the platform's own (one PlatformDetails subclass per platform; JSON: a key per registered platform)
+    details: PlatformDetails | None = None
     # ranks kept alive for a post-mortem debugger (jobs on this machine; SageMaker's would cost a log query)
     held_ranks: list[HeldRank] = field(default_factory=list)
     # keep-alive (``launch --keep-alive``): seconds until the job ends when every node holds (its command
@@ -173,9 +205,22 @@ class JobInfo:
             kept = []  # the secondary status says it already (local jobs)
         return [*kept, *(h.note for h in self.held_ranks)]
 
+    def details_of(self, kind: type[_Details]) -> _Details | None:
+        """This job's details if its platform's are ``kind`` (``info.details_of(MachineJobDetails)``)."""
+        return self.details if isinstance(self.details, kind) else None
+
     def to_json(self) -> dict[str, Any]:
-        """What ``jobs --json`` prints: JSON types only (an enum member becomes its value)."""
-        return asdict(self, dict_factory=_plain_dict)
+        """What ``jobs --json`` prints: JSON types only (an enum member becomes its value); ``details`` as
+        one key per registered platform, in place."""
+        plain = asdict(self, dict_factory=_plain_dict)
+        out: dict[str, Any] = {}
+        for key, value in plain.items():
+            if key != "details":
+                out[key] = value
+                continue
+            for platform, kind in PLATFORM_DETAILS.items():
+                out[platform] = value if isinstance(self.details, kind) else None
+        return out
 
 
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -21,15 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remote_debug.contract.spec import JOB_NAME_RE
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import UnsafeStateDir as UnsafeStateDir
 
 ENV_HOME = "REMOTE_DEBUG_HOME"
 # the folders of ours directly in the state dir (each checked like the state dir itself)
 STATE_SUBDIRS = ("jobs", "attach", "ssh", "ssh/jobs", "ssh/known_hosts.d", "keys", "sagemaker", "vscode")
-
-
-class UnsafeStateDir(UserError):
-    """A state folder that another user controls (owner, symlink, a replaceable parent): one line."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from remote_debug.laptop.aws import ssm
 from remote_debug.laptop.aws.sagemaker_backend import SageMakerBackend
 from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP
 from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.jobinfo import SageMakerJobDetails
 from remote_debug.oskit import netns, peer_uid
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
@@ -481,7 +482,8 @@ class Doctor:
         except UserError as exc:
             self.add(Check("job", FAIL, str(exc), "check the job name, --region and --profile"))
             return
-        transport = info.sagemaker.transport if info.sagemaker else Transport.SSM
+        details = info.details_of(SageMakerJobDetails)
+        transport = details.transport if details else Transport.SSM
         state = f"{info.status} / {info.secondary_status}"
         self.add(
             Check(
@@ -502,7 +504,8 @@ class Doctor:
                 )
             )
             return
-        enabled = info.sagemaker.remote_debug_enabled if info.sagemaker else None
+        details = info.details_of(SageMakerJobDetails)
+        enabled = details.remote_debug_enabled if details else None
         self.add(
             Check(
                 "debugging enabled",

@@ -4,7 +4,7 @@ Each rank's control channel (a thread of the rank, so it answers while the main 
 in a collective) reports ``sys._current_frames()``: no ptrace, no tracer installed, nothing left
 behind.  Reached through one SSH connection per node, like ``attach``.  A rank of a job on this
 machine whose channel does not answer (a C call holding the GIL starves its thread) is read with
-py-spy instead, marked so.
+py-spy instead, marked so.  The report's shape: :class:`remote_debug.laptop.wire.documents.StacksReport`.
 
 ``stacks --no-hook`` reads every rank with py-spy alone (:mod:`remote_debug.container.node.pyspy`): a job
 of this machine (its ranks' pids from their rank documents, else found under its node processes), or
@@ -27,10 +27,11 @@ from remote_debug.laptop.connection.job_connection import JobConnection
 from remote_debug.laptop.connection.rank_control import fan_out
 from remote_debug.laptop.core.backend import Backend
 from remote_debug.laptop.core.errors import JobNotRunningError, UserError
-from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo
+from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, MachineJobDetails
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.machine.job_dir import read_job_file
 from remote_debug.laptop.platforms import backend_for, job_ref
+from remote_debug.laptop.wire.documents import RankStacks, StacksReport, StackThread
 
 PYSPY = "py-spy"
 CONTROL = "control"
@@ -40,9 +41,8 @@ _OVER = (spec.RankState.FINISHED, spec.RankState.FAILED)
 
 def collect_stacks(
     connection: JobConnection, ranks: spec.RankSelection = None, timeout: float = 30.0, *, all_threads: bool = False
-) -> dict[str, Any]:
-    """``{"job", "ranks": [{"rank", "node", "pid", "state", "hold_seconds_left", "source", "threads": [{"name",
-    "frames": [{"file", "line", "function"}], "exception", "internal"}], "error"}]}``, ranks in order;
+) -> StacksReport:
+    """Every selected rank's threads (:class:`StacksReport`), ranks in order;
     a rank that cannot answer has an ``error``.  The debugger's own threads (debugpy's, ours) only with
     ``all_threads``; a rank held for a post-mortem shows where it raised, with the exception line."""
     connection.require_running()
@@ -63,11 +63,11 @@ def collect_stacks(
         for node in {node for node, _r in selected}:
             connection.tunnel(node)  # created here, not from the pool's threads
         results = fan_out(selected, lambda item: _rank_stacks(connection, *item, all_threads=all_threads))
-    return {"job": connection.job, "ranks": sorted(results, key=lambda r: int(r["rank"]))}
+    return {"job": connection.job, "ranks": sorted(results, key=lambda r: r["rank"])}
 
 
-def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> RankStacks:
+    out: RankStacks = {
         "rank": r.rank,
         "node": node,
         "pid": r.pid,
@@ -92,23 +92,30 @@ def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, 
         if connection.backend.capabilities.runs_here and r.pid:
             _pyspy_instead(out, r, all_threads=all_threads)
         return out
-    out["threads"] = [asdict(t) for t in threads]
+    out["threads"] = [_thread(asdict(t)) for t in threads]
     return out
 
 
-def _pyspy_instead(out: dict[str, Any], r: spec.RankEndpoint, *, all_threads: bool) -> None:
+def _thread(t: dict[str, Any]) -> StackThread:
+    """A control channel's ThreadStack (as a dict) as the report has it."""
+    return {"name": t["name"], "frames": t["frames"], "exception": t["exception"], "internal": t["internal"]}
+
+
+def _pyspy_instead(out: RankStacks, r: spec.RankEndpoint, *, all_threads: bool) -> None:
     """The stack of a rank whose control channel did not answer, from py-spy (``out`` updated)."""
+    control_error = out["error"] or ""
     why = _not_that_rank(r.pid, r.rank)
     if why:
-        out["error"] += f" (and not read with py-spy: {why})"
+        out["error"] = f"{control_error} (and not read with py-spy: {why})"
         return
     try:
         process = pyspy.dump(r.pid)
     except pyspy.PyspyError as exc:
-        out["error"] += f" (and not read with py-spy: {exc})"
+        out["error"] = f"{control_error} (and not read with py-spy: {exc})"
         return
-    control_error = out["error"]
-    out.update(_pyspy_fields(process, all_threads=all_threads), control_error=control_error, error=None)
+    _add_pyspy_fields(out, process, all_threads=all_threads)
+    out["control_error"] = control_error
+    out["error"] = None
 
 
 def _not_that_rank(pid: int, rank: int) -> str | None:
@@ -140,7 +147,7 @@ class RankTarget:
     error: str | None = None
 
 
-def collect_pid_stacks(pid: int, ranks: spec.RankSelection = None, *, all_threads: bool = False) -> dict[str, Any]:
+def collect_pid_stacks(pid: int, ranks: spec.RankSelection = None, *, all_threads: bool = False) -> StacksReport:
     """``stacks --no-hook --pid PID``: the ranks of the process tree at ``pid`` (a launcher or one rank),
     each read with py-spy: ``{"pid", "job": None, "source": "py-spy", "ranks": [...]}``."""
     pyspy.find_pyspy()  # missing: one line before anything else
@@ -168,7 +175,7 @@ def collect_job_stacks_no_hook(
     *,
     all_threads: bool = False,
     paths: StatePaths | None = None,
-) -> dict[str, Any]:
+) -> StacksReport:
     """``stacks --no-hook JOB`` for a job of this machine: ``{"job", "source": "py-spy", "ranks": [...]}``."""
     ref = job_ref(job)
     # a training-job ARN names a SageMaker job: refused without asking AWS
@@ -213,9 +220,10 @@ def job_rank_targets(backend: Backend, info: JobInfo) -> list[RankTarget]:
     except spec.ContractError:
         manifests = {}
     node_pids: dict[str, Any] = {}
-    if info.machine is not None:
+    machine = info.details_of(MachineJobDetails)
+    if machine is not None:
         try:
-            node_pids = dict(read_job_file(Path(info.machine.job_dir)).get("node_pids") or {})
+            node_pids = dict(read_job_file(Path(machine.job_dir)).get("node_pids") or {})
         except spec.ContractError:
             pass
     found: dict[int, RankTarget] = {}
@@ -249,13 +257,13 @@ def _select(targets: Sequence[RankTarget], ranks: spec.RankSelection, where: str
     return [t for t in targets if t.rank in ranks]
 
 
-def _read_all(targets: Sequence[RankTarget], *, all_threads: bool) -> list[dict[str, Any]]:
+def _read_all(targets: Sequence[RankTarget], *, all_threads: bool) -> list[RankStacks]:
     results = fan_out(list(targets), lambda t: _read_rank(t, all_threads=all_threads))
-    return sorted(results, key=lambda r: (int(r["rank"]), int(r["pid"] or 0)))
+    return sorted(results, key=lambda r: (r["rank"], r["pid"] or 0))
 
 
-def _read_rank(target: RankTarget, *, all_threads: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _read_rank(target: RankTarget, *, all_threads: bool) -> RankStacks:
+    out: RankStacks = {
         "rank": target.rank,
         "node": target.node,
         "pid": target.pid,
@@ -274,12 +282,12 @@ def _read_rank(target: RankTarget, *, all_threads: bool) -> dict[str, Any]:
     except pyspy.PyspyError as exc:
         out["error"] = str(exc)
         return out
-    out.update(_pyspy_fields(process, all_threads=all_threads))
+    _add_pyspy_fields(out, process, all_threads=all_threads)
     return out
 
 
-def _pyspy_fields(process: pyspy.ProcessDump, *, all_threads: bool) -> dict[str, Any]:
-    threads = [
+def _add_pyspy_fields(out: RankStacks, process: pyspy.ProcessDump, *, all_threads: bool) -> None:
+    threads: list[StackThread] = [
         {
             "name": t.name,
             "frames": [{"file": f.file, "line": f.line, "function": f.function} for f in t.frames],
@@ -293,19 +301,17 @@ def _pyspy_fields(process: pyspy.ProcessDump, *, all_threads: bool) -> dict[str,
         for t in process.threads
         if all_threads or not t.internal
     ]
-    return {
-        "source": PYSPY,
-        "threads": threads,
-        "blocked_in_native": pyspy.blocked_in_native(process.main_thread),
-        "nonblocking": process.nonblocking,
-        "dump_seconds": round(process.seconds, 4),
-    }
+    out["source"] = PYSPY
+    out["threads"] = threads
+    out["blocked_in_native"] = pyspy.blocked_in_native(process.main_thread)
+    out["nonblocking"] = process.nonblocking
+    out["dump_seconds"] = round(process.seconds, 4)
 
 
 # --- output -----------------------------------------------------------------------------------------
 
 
-def format_stacks(report: dict[str, Any]) -> str:
+def format_stacks(report: StacksReport) -> str:
     """Human-readable, like a Python traceback per thread (innermost frame last)."""
     lines: list[str] = []
     for r in report["ranks"]:

@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remote_debug.contract import spec
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import AttachRefusedError as AttachRefusedError
+from remote_debug.laptop.core.errors import LocalStateError
 from remote_debug.laptop.core.paths import StatePaths, private_dir
+from remote_debug.laptop.ide.editor import Editor
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +45,6 @@ log = logging.getLogger(__name__)
 _READ_RETRY_S = 0.5
 # starting over because a releasing holder removed the file (or its folder) under us: rare, bounded
 _ATTEMPTS = 20
-
-
-class AttachRefusedError(UserError):
-    """Another IDE attach to the job runs; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -83,12 +81,12 @@ def refusal(job: str, holder: Holder | None) -> str:
         who = "another remote-debug attach"
         what = "its launch configurations"
     else:
-        ide = "PyCharm" if holder.ide == spec.IDE.PYCHARM else "VS Code"
+        ide = "PyCharm" if holder.ide == Editor.PYCHARM else "VS Code"
         who = (
             f"remote-debug attach for {ide} (pid {holder.pid}, since {_when(holder.since)}, "
             f"workspace {holder.workspace})"
         )
-        what = "its run configuration" if holder.ide == spec.IDE.PYCHARM else "its launch.json entries"
+        what = "its run configuration" if holder.ide == Editor.PYCHARM else "its launch.json entries"
     return (
         f"job {job} is already attached by {who}: debug through {what}, or stop it (Ctrl-C) and attach "
         "again; --headless and --no-launch-json attaches run alongside it"
@@ -104,7 +102,7 @@ class AttachLock:
         self.previous = previous
 
     @classmethod
-    def acquire(cls, paths: StatePaths, job: str, *, ide: spec.IDE, workspace: Path) -> AttachLock:
+    def acquire(cls, paths: StatePaths, job: str, *, ide: Editor, workspace: Path) -> AttachLock:
         """The job's lock, or AttachRefusedError naming its holder.  Where this file system cannot
         flock, attach goes on unlocked (as ``dir_lock`` does)."""
         spec.check_job_name(job)  # the name becomes a file name
@@ -142,7 +140,7 @@ class AttachLock:
                 os.close(fd)  # closing drops the lock too
                 raise
             return cls(path, fd, previous)
-        raise UserError(f"cannot lock {path}: it keeps being removed; try again")
+        raise LocalStateError(f"cannot lock {path}: it keeps being removed; try again")
 
     def release(self, *, keep: bool = False) -> None:
         """Remove the file while still holding it (see the module doc), then drop the lock.  ``keep``:

@@ -16,6 +16,7 @@ from pathlib import Path
 from remote_debug.contract import spec
 from remote_debug.laptop.connection.tunnels import NodeTunnel
 from remote_debug.laptop.core.jobinfo import JobInfo
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import RankReport
 
 
@@ -50,8 +51,8 @@ def local_code_root(info: JobInfo, workspace: Path) -> Path:
 class IdeSide:
     """Subclasses must say ``usable`` and ``expose``; the other steps do nothing unless overridden."""
 
-    # the IDE a rank must have been launched for (its manifest's ``ide``)
-    ide: spec.IDE
+    # the editor this side serves (whose configuration it writes; the attach lock names it)
+    editor: Editor
     # whether ranks listen for the IDE (debugpy: the attach asks a lazy rank to start its listener
     # first) or connect out to it (PyCharm)
     ranks_listen: bool
@@ -59,6 +60,11 @@ class IdeSide:
     connects_out: bool = False
     # the launch.json this side wrote, if any (VS Code)
     launch_json: Path | None = None
+
+    @property
+    def debugger(self) -> spec.RankDebugger:
+        """What a rank must run for this side (its manifest's ``ide``): the job was launched for it."""
+        return self.editor.debugger
 
     @property
     def writes_config(self) -> bool:

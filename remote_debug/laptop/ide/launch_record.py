@@ -28,17 +28,13 @@ from typing import Any, Protocol, TypeVar
 import json5
 
 from remote_debug.laptop.core.dir_lock import locked
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import LaunchJsonError as LaunchJsonError
 from remote_debug.laptop.core.paths import StatePaths, private_dir
 from remote_debug.oskit import osutil
 
 WRITE_ATTEMPTS = 3
 RECORD_VERSION = 1
 Notes = dict[str, Any]  # see LaunchRecord
-
-
-class LaunchJsonError(UserError):
-    """launch.json exists but cannot be edited safely (message: path and what is wrong, one line)."""
 
 
 class EditableDocument(Protocol):

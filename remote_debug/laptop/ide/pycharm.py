@@ -25,6 +25,7 @@ from remote_debug.laptop.connection.tunnels import NodeTunnel
 from remote_debug.laptop.core.errors import UserError
 from remote_debug.laptop.ide import pycharm_setup as pycharm
 from remote_debug.laptop.ide.base import GONE_STATES, IdeSide, RankAsk, RankForward
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport
 from remote_debug.laptop.ide.pydevd_server import PydevdServer
 from remote_debug.laptop.wire import events
@@ -54,7 +55,7 @@ class PyCharmOptions:
 
 
 class PyCharmIde(IdeSide):
-    ide = spec.IDE.PYCHARM
+    editor = Editor.PYCHARM
     ranks_listen = False  # a PyCharm rank connects out to the IDE's debug server...
     connects_out = True  # ...when asked, once its reverse forward is up
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from remote_debug.contract import spec
 from remote_debug.contract.pycharm_spec import PYDEVD_DIST, normalize_build, requirement, satisfies
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import BadInputError, UserError
 from remote_debug.oskit import osutil
 
 DEFAULT_IDE_PORT = 12345  # what PyCharm's docs and most hand-made setups use; --pycharm-port changes it
@@ -168,7 +168,7 @@ def choose_build(explicit: str | None, installs: Iterable[Install] | None = None
         try:
             return BuildChoice(normalize_build(explicit), "--pycharm-build")
         except spec.ContractError as exc:
-            raise UserError(str(exc)) from None
+            raise BadInputError(str(exc)) from None
     found = list(find_installs() if installs is None else installs)
     if not found:
         raise UserError(

@@ -13,11 +13,12 @@ from remote_debug.laptop.core.errors import UserError, reason
 from remote_debug.laptop.core.jobinfo import JobInfo
 from remote_debug.laptop.ide import vscode_launch
 from remote_debug.laptop.ide.base import GONE_STATES, IdeSide, RankForward, local_code_root
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.wire import events
 
 
 class VsCodeIde(IdeSide):
-    ide = spec.IDE.VSCODE
+    editor = Editor.VSCODE
     ranks_listen = True
 
     def __init__(self, job: str, workspace: Path, emit: events.Emit, *, write_launch_json: bool) -> None:

@@ -53,6 +53,7 @@ from remote_debug.contract import spec
 from remote_debug.laptop.connection.ssh_config import natural_key
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.ide import attach_lock
+from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.launch_record import LaunchJsonError as LaunchJsonError
 from remote_debug.laptop.ide.launch_record import Notes, edit_launch_json
 from remote_debug.laptop.wire import events
@@ -586,7 +587,7 @@ def remove_job_configs(workspace: Path, job: str, *, paths: StatePaths | None = 
 
 def give_back_holder(job: str, holder: attach_lock.Holder, paths: StatePaths | None = None) -> bool:
     """Remove the entries a killed VS Code attach of ``job`` left in its workspace's launch.json."""
-    if holder.ide != spec.IDE.VSCODE or not Path(holder.workspace).is_absolute():
+    if holder.ide != Editor.VSCODE or not Path(holder.workspace).is_absolute():
         return False  # PyCharm's run configuration is not ours to edit here
     return remove_job_configs(Path(holder.workspace), job, paths=paths)
 

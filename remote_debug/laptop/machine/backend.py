@@ -134,6 +134,14 @@ class MachineBackend(Backend):
     def __init__(self, paths: StatePaths | None = None) -> None:
         self.paths = paths or StatePaths.default()
 
+    @classmethod
+    def create(cls, paths: StatePaths | None = None, *, region: str | None = None) -> MachineBackend:
+        del region  # a job on this machine has no region
+        return cls(paths)
+
+    def no_such_job(self, job: str) -> str:
+        return "no local job by that name"
+
     # --- launch ---------------------------------------------------------------------------------
 
     def validate(self, req: LaunchRequest) -> None:
@@ -329,7 +337,7 @@ class MachineBackend(Backend):
             # an adopted job's code is where its processes run (job.json's code_dirs), a launched one's is the copy
             code_dirs=dict(state.get("code_dirs") or {})
             or {n: str(NodeLayout(job_dir, n).code_dir) for n in state.get("nodes", [])},
-            machine=MachineJobDetails(
+            details=MachineJobDetails(
                 job_dir=str(job_dir),
                 isolation=spec.parse_choice(Isolation, state.get("isolation", Isolation.LOOPBACK), "job isolation"),
                 node_netns=dict(state.get("node_netns") or {}),

@@ -2,7 +2,7 @@
 
 Each event is a frozen dataclass whose class attribute ``name`` is its wire name; ``to_json()`` is the line
 (``{"event": name, "v": EVENTS_VERSION, **fields}``).  The VS Code extension's types are generated from these
-classes (``python -m remote_debug.laptop.wire.events_typescript`` -> ``vscode-extension/src/generated/events.ts``),
+classes (``python tools/generate_wire.py`` -> ``vscode-extension/src/generated/events.ts``),
 and ``tests/local/test_events_schema.py`` fails when the committed copy differs.
 
 Versioning: ``EVENTS_VERSION`` goes up when a field changes meaning or type, or is removed.  Adding an event or
@@ -24,10 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
-from remote_debug.contract.spec import IDE, RankState, StrEnum
+from remote_debug.contract.spec import RankDebugger, RankState, StrEnum, format_rank_ranges
 from remote_debug.laptop.core.jobinfo import JobStatus
 
 EVENTS_VERSION = 1
+# The key of the human line (event_text.py) beside an event's fields in what ``--json`` prints: no field has it.
+TEXT_KEY = "text"
 
 # --- VS Code debug configuration names (launch.json and the extension's own sessions) -----------------
 # One definition: vscode_launch.config_name/compound_name format these, and the generated TypeScript has
@@ -48,7 +50,7 @@ def format_node_compound_name(job: str, node: str) -> str:
 
 def format_compound_name(job: str, ranks: list[int] | None = None) -> str:
     """The compound of a job's configurations, named for what it holds: "all ranks" (``ranks`` None:
-    every rank of the job), else "rank 0" / "ranks 0,2" / "ranks 0-3,6".  The extension never builds
+    every rank of the job), else "rank 0" / "ranks 0, 2" / "ranks 0-3, 6".  The extension never builds
     the partial names itself: it reads them from ``launch-json``'s ``compound``."""
     if ranks is None:
         return COMPOUND_NAME_TEMPLATE.format(job=job)
@@ -56,20 +58,8 @@ def format_compound_name(job: str, ranks: list[int] | None = None) -> str:
 
 
 def format_rank_list(ranks: list[int]) -> str:
-    """ "rank 3", "ranks 0,2", "ranks 0-3,6" (runs of three or more as a range)."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{ordered[i]}-{ordered[j]}")
-        else:
-            parts.extend(str(r) for r in ordered[i : j + 1])
-        i = j + 1
-    return ("rank " if len(ordered) == 1 else "ranks ") + ",".join(parts)
+    """ "rank 3", "ranks 0, 2", "ranks 0-3, 6" (:func:`~remote_debug.contract.spec.format_rank_ranges`)."""
+    return ("rank " if len(set(ranks)) == 1 else "ranks ") + format_rank_ranges(ranks)
 
 
 def format_config_name_prefix(job: str) -> str:
@@ -188,7 +178,7 @@ class RankReady(Event):
     local_port: int
     remote_port: int
     state: RankState
-    ide: IDE
+    ide: RankDebugger  # what the rank runs (JSON key and values as before: "vscode" | "pycharm")
     code_dir: str  # the job's code dir on that node (remoteRoot of the path mapping)
 
 
@@ -523,7 +513,8 @@ def from_json(d: dict[str, Any]) -> Event:
     version = d.get("v", EVENTS_VERSION)
     if version != EVENTS_VERSION:
         raise ValueError(f"event {name}: version {version!r}, expected {EVENTS_VERSION}")
-    rest = {k: v for k, v in d.items() if k not in ("event", "v")}
+    # "text": the human line the CLI adds to what it prints (event_text.with_text), not a field of the event
+    rest = {k: v for k, v in d.items() if k not in ("event", "v", TEXT_KEY)}
     event = _dataclass_from_json(cls, rest, cls.name)
     assert isinstance(event, Event)
     return event

@@ -27,6 +27,7 @@ from remote_debug.laptop.aws.sagemaker_backend import bastion_argv, nodes_of
 from remote_debug.laptop.aws.sagemaker_logs import CLOCK_SKEW_MS, FILTER_PATTERN, LOG_GROUP
 from remote_debug.laptop.connection import job_connection as connection
 from remote_debug.laptop.core.errors import JobNotRunningError, UnknownJobError, UserError
+from remote_debug.laptop.core.jobinfo import SageMakerJobDetails
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.machine.backend import MachineBackend
 from remote_debug.laptop.platforms import JobRef, SageMakerBackend, backend_for, job_ref
@@ -129,7 +130,7 @@ def test_describe_maps_status_nodes_and_debuggability(cloud: None) -> None:
     assert (info.status, info.secondary_status, info.backend) == ("InProgress", "Training", "sagemaker")
     assert info.nodes == ["algo-1", "algo-2"] and info.nproc_per_node == 0  # unknown until a rank reports
     assert info.debuggable and info.running
-    assert info.sagemaker is not None and info.sagemaker.transport == "ssm" and info.sagemaker.region == REGION
+    assert (sm := info.details_of(SageMakerJobDetails)) is not None and sm.transport == "ssm" and sm.region == REGION
     assert info.status_message == "Training image download completed."
     assert not info.provisioning
     assert [name for name, _ in c.scripted.calls] == ["DescribeTrainingJob", "ListTags"]  # type: ignore[union-attr]

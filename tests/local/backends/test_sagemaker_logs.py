@@ -92,7 +92,7 @@ def line(name: str, doc: spec.NodeManifest | spec.RankEndpoint, seq: int, boot: 
 # output in the pipe at once and cuts it at 64 KiB, as it does when a chatty job fills the pipe.
 TRAINING_UNDER_PUBLISHER = """
 import fcntl, os, pathlib, sys, time
-from remote_debug.container import publish
+from remote_debug.container.node import publish
 
 marks, manifest_dir, cut_at = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 18)  # the whole output fits while the reader is held

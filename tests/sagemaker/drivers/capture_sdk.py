@@ -19,7 +19,6 @@ import importlib.util
 import io
 import json
 import os
-import sys
 import tarfile
 import tempfile
 import time
@@ -299,7 +298,7 @@ def v2_refusals(tmp: Path) -> dict[str, Any]:
 
     import remote_debug
 
-    cases = {
+    cases: dict[str, Callable[[], Any]] = {
         "network-isolation": lambda: _v2_pytorch(tmp, enable_network_isolation=True),
         "builtin-algorithm": lambda: Estimator(
             image_uri="382416733822.dkr.ecr.us-east-1.amazonaws.com/kmeans:1",
@@ -625,4 +624,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,5 +1,16 @@
-// Generated, do not edit: python -m remote_debug.laptop.wire.events_typescript
-// Source: remote_debug/laptop/wire/events.py (the attach event stream), remote_debug.laptop.core.jobinfo.JobInfo.
+// Generated, do not edit: python tools/generate_wire.py (npm run generate)
+// Source: remote_debug/laptop/wire/events.py (the attach event stream),
+//   remote_debug.laptop.core.jobinfo.JobInfo,
+//   remote_debug.laptop.wire.documents.VersionInfo,
+//   remote_debug.laptop.wire.documents.ListingProblem,
+//   remote_debug.laptop.wire.documents.SshConfigWritten,
+//   remote_debug.laptop.wire.documents.SshConfigPreview,
+//   remote_debug.laptop.wire.documents.SshJobEntriesRemoved,
+//   remote_debug.laptop.wire.documents.SshEntriesRemoved,
+//   remote_debug.laptop.wire.documents.Released,
+//   remote_debug.laptop.wire.documents.StacksReport,
+//   remote_debug.laptop.adopt.candidates.Candidate,
+//   remote_debug.laptop.adopt.local_job.AdoptOutcome.
 /* eslint-disable */
 
 export const EVENTS_VERSION = 1;
@@ -25,20 +36,37 @@ export function formatConfigNamePrefix(job: string): string {
   return fill(CONFIG_NAME_PREFIX_TEMPLATE, { job });
 }
 
+/** A node's ssh Host alias, as remote_debug.laptop.connection.ssh_config writes it. */
+export const SSH_ALIAS_TEMPLATE = '{node}.{job}';
+
+export function formatSshAlias(job: string, node: string): string {
+  return fill(SSH_ALIAS_TEMPLATE, { job, node });
+}
+
 // The closed sets of values (Python StrEnums).  A newer CLI may send a value not listed here: the
 // parsers in ../events.ts keep it as is, and it compares equal to none of these.
 
 /** Why an attach left a job that still runs. */
 export type DetachReason = 'stops-done' | 'interrupted';
 
-/** The IDE a job is debugged from; it decides the direction of the debug connection. */
-export type IDE = 'vscode' | 'pycharm';
-
 /** How the nodes of a job on this machine are kept apart. */
 export type Isolation = 'netns' | 'loopback';
 
 /** A job's status: SageMaker's TrainingJobStatus (local jobs mirror it); `secondary_status` adds the detail (Starting, Downloading, Training, ...). */
 export type JobStatus = 'InProgress' | 'Completed' | 'Failed' | 'Stopping' | 'Stopped';
+
+/** Why a backend's jobs were not listed; all but `unreachable` and `error` are fixed with credentials, a profile or a region. */
+export type ListingProblemKind =
+  | 'no-credentials'
+  | 'sso-expired'
+  | 'profile-not-found'
+  | 'no-region'
+  | 'access-denied'
+  | 'unreachable'
+  | 'error';
+
+/** What every selected rank of a job runs, which decides the direction of the debug connection. Which editor the laptop serves (and which of its files an attach writes) is the laptop's business (`laptop/ide/editor.py`): any DAP client can debug a DEBUGPY rank, any pydevd server a PYDEVD one. The values are the strings the spec (`REMOTE_DEBUG_IDE`) and the rank documents (`"ide"`) have always carried, named after the first editor of each kind: an older hook or laptop knows only those. */
+export type RankDebugger = 'vscode' | 'pycharm';
 
 /** A rank document's `state`. */
 export type RankState =
@@ -54,6 +82,14 @@ export type RankState =
 
 /** How the laptop's ssh reaches a node's sshd. */
 export type Transport = 'local' | 'ssm' | 'hybrid' | 'direct';
+
+export interface AdoptedRank {
+  rank: number;
+  pid: number;
+  node: string;
+  state: string;
+  note: string | null;
+}
 
 /** A rank that died of an uncaught exception and is kept alive for a post-mortem debugger (`launch --hold-on-failure`): attach to it before `seconds_left` runs out. */
 export interface HeldRank {
@@ -80,6 +116,22 @@ export interface NodeSynced {
   seconds: number;
 }
 
+/** One rank's threads (`source`: "control", its control channel, or "py-spy"); `error`: it could not be read. */
+export interface RankStacks {
+  control_error?: string;
+  blocked_in_native?: boolean;
+  nonblocking?: boolean;
+  dump_seconds?: number;
+  rank: number;
+  node: string | null;
+  pid: number;
+  state: string | null;
+  hold_seconds_left: number | null;
+  source: string;
+  threads: StackThread[];
+  error: string | null;
+}
+
 /** One rank's headless session, in Summary (`file`/`line`/`variables`: its first stop). */
 export interface RankSummary {
   rank: number;
@@ -91,12 +143,32 @@ export interface RankSummary {
   error: string | null;
 }
 
+/** A SageMaker training job. */
 export interface SageMakerJobDetails {
   arn: string | null;
   region: string;
   transport: Transport;
   remote_debug_enabled: boolean;
   instance_type: string | null;
+}
+
+/** One job's entries, in SshEntriesRemoved. */
+export interface SshEntries {
+  job: string;
+  aliases: string[];
+  known_hosts: number;
+}
+
+/** One thread's stack, outermost frame first; `exception`: a rank held for a post-mortem, where it raised. */
+export interface StackThread {
+  main?: boolean;
+  os_id?: number | null;
+  active?: boolean | null;
+  owns_gil?: boolean | null;
+  name: string;
+  frames: StackFrame[];
+  exception: string | null;
+  internal: boolean;
 }
 
 /** One stop of a rank, in Summary. */
@@ -108,10 +180,17 @@ export interface StopSummary {
   variables: Record<string, string>;
 }
 
+export interface StackFrame {
+  file: string;
+  line: number;
+  function: string;
+}
+
 /** `demo`: the example job was started. */
 export interface LaunchedEvent {
   event: 'launched';
   v: number;
+  text?: string;
   job: string;
   workspace: string;
   nodes: number;
@@ -122,6 +201,7 @@ export interface LaunchedEvent {
 export interface JobStatusEvent {
   event: 'job-status';
   v: number;
+  text?: string;
   job: string;
   status: JobStatus;
   secondary_status: string;
@@ -131,6 +211,7 @@ export interface JobStatusEvent {
 export interface WaitingEvent {
   event: 'waiting';
   v: number;
+  text?: string;
   what: string;
   nodes: string[];
   seconds: number;
@@ -140,6 +221,7 @@ export interface WaitingEvent {
 export interface SshConfigEvent {
   event: 'ssh-config';
   v: number;
+  text?: string;
   aliases: string[];
   config: string;
 }
@@ -147,6 +229,7 @@ export interface SshConfigEvent {
 export interface NodeConnectedEvent {
   event: 'node-connected';
   v: number;
+  text?: string;
   node: string;
   alias: string;
 }
@@ -155,6 +238,7 @@ export interface NodeConnectedEvent {
 export interface PycharmBuildEvent {
   event: 'pycharm-build';
   v: number;
+  text?: string;
   build: string;
   source: string;
   others: string[];
@@ -164,6 +248,7 @@ export interface PycharmBuildEvent {
 export interface PycharmConfigEvent {
   event: 'pycharm-config';
   v: number;
+  text?: string;
   path: string;
   name: string;
   port: number;
@@ -174,6 +259,7 @@ export interface PycharmConfigEvent {
 export interface RankListeningEvent {
   event: 'rank-listening';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   remote_port: number;
@@ -184,18 +270,20 @@ export interface RankListeningEvent {
 export interface RankReadyEvent {
   event: 'rank-ready';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   local_port: number;
   remote_port: number;
   state: RankState;
-  ide: IDE;
+  ide: RankDebugger;
   code_dir: string;
 }
 
 export interface RankUnavailableEvent {
   event: 'rank-unavailable';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   state: RankState;
@@ -206,6 +294,7 @@ export interface RankUnavailableEvent {
 export interface PauseSafeEvent {
   event: 'pause-safe';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   detail: string | null;
@@ -214,6 +303,7 @@ export interface PauseSafeEvent {
 export interface LaunchJsonEvent {
   event: 'launch-json';
   v: number;
+  text?: string;
   path: string;
   compound: string;
   configurations: string[];
@@ -222,6 +312,7 @@ export interface LaunchJsonEvent {
 export interface ReadyEvent {
   event: 'ready';
   v: number;
+  text?: string;
   ranks: number[];
 }
 
@@ -229,6 +320,7 @@ export interface ReadyEvent {
 export interface RankConnectedEvent {
   event: 'rank-connected';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   ide_port: number;
@@ -238,6 +330,7 @@ export interface RankConnectedEvent {
 export interface IdeNotListeningEvent {
   event: 'ide-not-listening';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   message: string;
@@ -247,6 +340,7 @@ export interface IdeNotListeningEvent {
 export interface RankAttachedEvent {
   event: 'rank-attached';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   pydevd: string | null;
@@ -256,6 +350,7 @@ export interface RankAttachedEvent {
 export interface StoppedEvent {
   event: 'stopped';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   file: string;
@@ -268,6 +363,7 @@ export interface StoppedEvent {
 export interface RankDetachedEvent {
   event: 'rank-detached';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   error: string | null;
@@ -277,6 +373,7 @@ export interface RankDetachedEvent {
 export interface RankFailedEvent {
   event: 'rank-failed';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   pid: number;
@@ -289,6 +386,7 @@ export interface RankFailedEvent {
 export interface RankRestartedEvent {
   event: 'rank-restarted';
   v: number;
+  text?: string;
   rank: number;
   node: string;
   pid: number;
@@ -299,12 +397,14 @@ export interface RankRestartedEvent {
 export interface ReconnectedEvent {
   event: 'reconnected';
   v: number;
+  text?: string;
   node: string;
 }
 
 export interface TunnelDownEvent {
   event: 'tunnel-down';
   v: number;
+  text?: string;
   node: string;
   error: string;
 }
@@ -313,6 +413,7 @@ export interface TunnelDownEvent {
 export interface WarningEvent {
   event: 'warning';
   v: number;
+  text?: string;
   message: string;
   code: string | null;
   rank: number | null;
@@ -323,6 +424,7 @@ export interface WarningEvent {
 export interface DetachedEvent {
   event: 'detached';
   v: number;
+  text?: string;
   job: string;
   reason: DetachReason;
   status: JobStatus | null;
@@ -331,6 +433,7 @@ export interface DetachedEvent {
 export interface JobEndedEvent {
   event: 'job-ended';
   v: number;
+  text?: string;
   status: JobStatus;
   exit_code: number | null;
   failure_reason: string | null;
@@ -340,6 +443,7 @@ export interface JobEndedEvent {
 export interface SummaryEvent {
   event: 'summary';
   v: number;
+  text?: string;
   job: string;
   exit_code: number | null;
   ranks: RankSummary[];
@@ -349,6 +453,7 @@ export interface SummaryEvent {
 export interface SyncedEvent {
   event: 'synced';
   v: number;
+  text?: string;
   job: string;
   source: string;
   files: number;
@@ -361,6 +466,7 @@ export interface SyncedEvent {
 export interface RunStartedEvent {
   event: 'run-started';
   v: number;
+  text?: string;
   job: string;
   run: number;
   nodes: string[];
@@ -372,6 +478,7 @@ export interface RunStartedEvent {
 export interface RunOutputEvent {
   event: 'run-output';
   v: number;
+  text?: string;
   node: string;
   line: string;
   rank: number | null;
@@ -381,6 +488,7 @@ export interface RunOutputEvent {
 export interface RunEndedEvent {
   event: 'run-ended';
   v: number;
+  text?: string;
   job: string;
   run: number;
   exit_code: number;
@@ -411,6 +519,91 @@ export interface JobInfo {
   held_ranks: HeldRank[];
   kept_alive_seconds_left: number | null;
   run: number;
+}
+
+/** `version --json`: the extension checks a minimum version and upgrades with `python` (`sys.executable`). */
+export interface VersionInfo {
+  version: string;
+  distribution: string;
+  python: string;
+  events_version: number;
+}
+
+/** `jobs --json` keeps stdout the jobs it could list; for each backend it could not, stderr gets this. */
+export interface ListingProblem {
+  unlisted: string;
+  problem: ListingProblemKind;
+  message: string;
+  fix: string | null;
+  profile: string | null;
+  region: string | null;
+}
+
+/** `ssh-config JOB --json`: the Host entries were written (`aliases`: one per node, `format_ssh_alias`). */
+export interface SshConfigWritten {
+  aliases: string[];
+  config: string;
+  user_config: string;
+  user_config_changed: boolean;
+}
+
+/** `ssh-config JOB --dry-run --json`: what would be written. */
+export interface SshConfigPreview {
+  aliases: string[];
+  dry_run: boolean;
+  user_config_diff: string;
+  job_config: string;
+}
+
+/** `ssh-config JOB --remove --json`: one job's entries are gone (`dry_run`: would be). */
+export interface SshJobEntriesRemoved {
+  removed_job: string;
+  aliases: string[];
+  known_hosts: number;
+  dry_run: boolean;
+}
+
+/** `ssh-config --remove --json`: every job's entries and our Include line in ~/.ssh/config are gone. */
+export interface SshEntriesRemoved {
+  removed_jobs: SshEntries[];
+  restored: string;
+  changed: boolean;
+  dry_run: boolean;
+  user_config_diff: string;
+}
+
+/** `release JOB --json`: the kept-alive job's nodes end now. */
+export interface Released {
+  job: string;
+  released: string[];
+}
+
+/** `stacks --json`: every selected rank, in rank order. */
+export interface StacksReport {
+  pid?: number;
+  source?: string;
+  job: string | null;
+  ranks: RankStacks[];
+}
+
+export interface AdoptCandidate {
+  pid: number;
+  command: string;
+  cwd: string;
+  kind: string;
+  ranks: number;
+  python: string | null;
+  adoptable: boolean;
+  reason: string | null;
+  job: string | null;
+}
+
+/** What `adopt --json` prints. */
+export interface AdoptOutcome {
+  job: string;
+  already: boolean;
+  nodes: string[];
+  ranks: AdoptedRank[];
 }
 
 export type AttachEvent =

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 
 import { defaultJobConfiguration, dynamicJobConfiguration, isJobConfiguration, parseJobConfiguration, parseRanksValue } from '../../src/jobConfig';
 
-test('ranks: "all", "0,2", "0, 2", [0, 2] or a number; anything else is a one-line error', () => {
+test('ranks: "all", "0,2", "0, 2", "0-3", [0, 2] or a number; anything else is a one-line error', () => {
   assert.equal(parseRanksValue(undefined), undefined);
   assert.equal(parseRanksValue('all'), undefined);
   assert.equal(parseRanksValue(' ALL '), undefined);
@@ -12,7 +12,8 @@ test('ranks: "all", "0,2", "0, 2", [0, 2] or a number; anything else is a one-li
   assert.deepEqual(parseRanksValue([3, 1]), [1, 3]);
   assert.deepEqual(parseRanksValue(['1', 4]), [1, 4]);
   assert.deepEqual(parseRanksValue(5), [5]);
-  for (const bad of ['0-3', 'some', [], [-1], [1.5], { rank: 1 }, true]) {
+  assert.deepEqual(parseRanksValue('0-2'), [0, 1, 2]);
+  for (const bad of ['3-0', 'some', [], [-1], [1.5], { rank: 1 }, true]) {
     const r = parseRanksValue(bad);
     assert.ok(r && !Array.isArray(r) && /"ranks" must be/.test(r.error), JSON.stringify(bad));
   }

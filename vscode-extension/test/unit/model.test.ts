@@ -240,7 +240,8 @@ test('rank lists', () => {
   assert.equal(parseRanks('all'), undefined);
   assert.equal(parseRanks(' '), undefined);
   assert.deepEqual(parseRanks('2, 0,2'), [0, 2]);
-  assert.throws(() => parseRanks('0-3'), /bad rank list/);
+  assert.deepEqual(parseRanks('0-2, 5'), [0, 1, 2, 5]);
+  assert.throws(() => parseRanks('0;3'), /bad rank list/);
   assert.equal(formatRanks(undefined), 'all');
   assert.equal(formatRanks([0, 2]), '0,2');
 });

@@ -37,7 +37,14 @@ from typing import Any
 import remote_debug.laptop.aws.enable.hybrid_activation as hybrid_activation
 import remote_debug.laptop.aws.enable.sdk_v2 as sdk_v2
 import remote_debug.laptop.aws.enable.sdk_v3 as sdk_v3
-from remote_debug.contract.spec import IDE, ContractError, DebugOptions, RankSelection, parse_choice, parse_ranks
+from remote_debug.contract.spec import (
+    ContractError,
+    DebugOptions,
+    RankDebugger,
+    RankSelection,
+    parse_choice,
+    parse_ranks,
+)
 from remote_debug.laptop.aws.enable.keyed_request import enable_with_key
 from remote_debug.laptop.aws.enable.owner import resolve_owner
 from remote_debug.laptop.aws.enable.request import (
@@ -181,7 +188,8 @@ def debug_options(
     Lenient as a Python API is: numbers may come as numeric strings, ranks as "0,2" or a list."""
     try:
         return DebugOptions(
-            ide=parse_choice(IDE, ide, "IDE"),
+            # "vscode" / "pycharm": the editor, named as the spec names what its ranks run
+            ide=parse_choice(RankDebugger, ide, "IDE"),
             ranks=_rank_selection(ranks),
             port_base=int(port_base),
             sshd_port=int(sshd_port),

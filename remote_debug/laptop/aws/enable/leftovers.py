@@ -43,7 +43,7 @@ from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws.clients import TAG_ACTIVATION, TAG_OWNER, TAG_TRANSPORT
 from remote_debug.laptop.aws.enable.hybrid_activation import METADATA_ACTIVATION, TAG_JOB, channel_files, channel_uri
 from remote_debug.laptop.aws.enable.terms import EnableError, describe_aws_error
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import AwsError
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Leftovers:
         except Exception as exc:
             if not aws.is_error(exc):
                 raise
-            raise UserError(describe_aws_error(exc, what)) from None
+            raise AwsError(describe_aws_error(exc, what)) from None
 
     def _pages(self, client: Any, operation: str, what: str, **params: Any) -> Iterator[dict[str, Any]]:
         try:
@@ -145,7 +145,7 @@ class Leftovers:
         except Exception as exc:
             if not aws.is_error(exc):
                 raise
-            raise UserError(describe_aws_error(exc, what)) from None
+            raise AwsError(describe_aws_error(exc, what)) from None
 
     def job(self, name: str) -> JobView:
         if name not in self._jobs:
@@ -155,7 +155,7 @@ class Leftovers:
                 if not _not_found(exc):
                     if not aws.is_error(exc):
                         raise
-                    raise UserError(describe_aws_error(exc, f"describing SageMaker job {name}")) from None
+                    raise AwsError(describe_aws_error(exc, f"describing SageMaker job {name}")) from None
                 self._jobs[name] = JobView(name, None)
                 return self._jobs[name]
             listed = self._call(

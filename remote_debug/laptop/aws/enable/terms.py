@@ -12,15 +12,11 @@ from dataclasses import dataclass
 
 from remote_debug.contract.spec import Transport
 from remote_debug.laptop.aws.clients import SAGEMAKER_TRANSPORTS
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import EnableError as EnableError
 
 TAGS_MAX = 50  # SageMaker's limit per job
 ROLE_MAX = 64
 _ROLE_RE = re.compile(r"^[\w+=,.@-]+(/[\w+=,.@-]+)*$")
-
-
-class EnableError(UserError):
-    """A job that cannot be made debuggable as asked (one actionable line)."""
 
 
 class RemoteDebugWarning(UserWarning):

@@ -20,13 +20,9 @@ from remote_debug.contract.spec import ENV_VERSION
 from remote_debug.laptop.aws.clients import parse_training_job
 from remote_debug.laptop.aws.enable.owner import claim_job
 from remote_debug.laptop.aws.enable.terms import network_isolation_error
-from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.core.errors import NotUpdatableError as NotUpdatableError
 
 UPDATABLE_STATES = ("Downloading", "Training")
-
-
-class NotUpdatableError(UserError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,219 @@
+"""The JSON documents the CLI prints (``--json``) that are not events nor a JobInfo, defined once.
+
+Each is a frozen dataclass whose ``to_json()`` is what the command prints; the VS Code extension's types are
+generated from them (``tools/generate_wire.py`` -> ``vscode-extension/src/generated/events.ts``, with the events and
+JobInfo), and ``tests/local/test_events_schema.py`` fails when the committed copy differs.  Documents that have a
+class elsewhere already (``adopt``'s, whose modules this wing may not import) are listed by the generator.
+
+The same rules as the events (:mod:`remote_debug.laptop.wire.events`): adding a field or a document is compatible,
+and the extension's parsers are tolerant (an older extension reads a newer CLI); renaming or removing a field is not.
+
+``stacks --json`` is built piece by piece from the ranks' answers and py-spy, so its parts are TypedDicts (the
+generator maps those too: a key of a ``total=False`` base is optional).  Stdlib + the contract only: ``version``
+imports this and must stay quick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from remote_debug.contract.spec import StrEnum
+
+# --- ssh aliases --------------------------------------------------------------------------------------
+# One definition: ssh_config.HostEntry.alias formats it, and the generated TypeScript has the same template
+# (formatSshAlias); the extension finds a node's alias with it rather than by taking an alias apart.
+SSH_ALIAS_TEMPLATE = "{node}.{job}"
+
+
+def format_ssh_alias(job: str, node: str) -> str:
+    return SSH_ALIAS_TEMPLATE.format(job=job, node=node)
+
+
+class Document:
+    """Base of the documents: ``to_json()`` is the printed JSON (enum members as their values)."""
+
+    def to_json(self) -> dict[str, Any]:
+        assert dataclasses.is_dataclass(self)
+        return dataclasses.asdict(self, dict_factory=_plain_dict)
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {key: value.value if isinstance(value, enum.Enum) else value for key, value in items}
+
+
+# --- version --json -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionInfo(Document):
+    """``version --json``: the extension checks a minimum version and upgrades with ``python`` (``sys.executable``)."""
+
+    version: str
+    distribution: str
+    python: str
+    events_version: int  # EVENTS_VERSION of this CLI's attach --json stream
+
+
+# --- jobs --json: why a backend's jobs are missing (stderr, one document a line) ---------------------
+
+
+class ListingProblemKind(StrEnum):
+    """Why a backend's jobs were not listed; all but ``unreachable`` and ``error`` are fixed with credentials,
+    a profile or a region."""
+
+    NO_CREDENTIALS = "no-credentials"
+    SSO_EXPIRED = "sso-expired"
+    PROFILE_NOT_FOUND = "profile-not-found"
+    NO_REGION = "no-region"
+    ACCESS_DENIED = "access-denied"
+    UNREACHABLE = "unreachable"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListingProblem(Document):
+    """``jobs --json`` keeps stdout the jobs it could list; for each backend it could not, stderr gets this."""
+
+    unlisted: str  # the backend ("sagemaker")
+    problem: ListingProblemKind
+    message: str  # one line
+    fix: str | None  # a command line that fixes it, e.g. "aws sso login --profile dev"
+    profile: str | None
+    region: str | None
+
+
+# --- ssh-config --json --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshConfigWritten(Document):
+    """``ssh-config JOB --json``: the Host entries were written (``aliases``: one per node, ``format_ssh_alias``)."""
+
+    aliases: list[str]
+    config: str  # our ssh config file (the job's entries are included from it)
+    user_config: str  # ~/.ssh/config
+    user_config_changed: bool  # our Include line was added just now
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshConfigPreview(Document):
+    """``ssh-config JOB --dry-run --json``: what would be written."""
+
+    aliases: list[str]
+    dry_run: bool = True
+    user_config_diff: str  # the Include line ~/.ssh/config would get ("" when it has it)
+    job_config: str  # the job's Host entries
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshJobEntriesRemoved(Document):
+    """``ssh-config JOB --remove --json``: one job's entries are gone (``dry_run``: would be)."""
+
+    removed_job: str
+    aliases: list[str]
+    known_hosts: int  # pinned host keys
+    dry_run: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshEntries:
+    """One job's entries, in :class:`SshEntriesRemoved`."""
+
+    job: str
+    aliases: list[str]
+    known_hosts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshEntriesRemoved(Document):
+    """``ssh-config --remove --json``: every job's entries and our Include line in ~/.ssh/config are gone."""
+
+    removed_jobs: list[SshEntries] = field(default_factory=list)
+    restored: str  # ~/.ssh/config
+    changed: bool  # it had our Include line
+    dry_run: bool
+    user_config_diff: str
+
+
+# --- release --json -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Released(Document):
+    """``release JOB --json``: the kept-alive job's nodes end now."""
+
+    job: str
+    released: list[str]  # its nodes
+
+
+# --- stacks --json ------------------------------------------------------------------------------------
+
+
+class StackFrame(TypedDict):
+    file: str
+    line: int
+    function: str
+
+
+class _StackThreadFromPyspy(TypedDict, total=False):
+    # py-spy's reading only
+    main: bool
+    os_id: int | None
+    active: bool | None
+    owns_gil: bool | None
+
+
+class StackThread(_StackThreadFromPyspy):
+    """One thread's stack, outermost frame first; ``exception``: a rank held for a post-mortem, where it raised."""
+
+    name: str
+    frames: list[StackFrame]
+    exception: str | None
+    internal: bool  # the debugger's own thread (only with --all-threads)
+
+
+class _RankStacksOptional(TypedDict, total=False):
+    control_error: str  # the control channel did not answer: read with py-spy instead
+    blocked_in_native: bool  # py-spy: the main thread is in native code
+    nonblocking: bool  # py-spy read it without stopping it
+    dump_seconds: float
+
+
+class RankStacks(_RankStacksOptional):
+    """One rank's threads (``source``: "control", its control channel, or "py-spy"); ``error``: it could not be read."""
+
+    rank: int
+    node: str | None
+    pid: int
+    state: str | None
+    hold_seconds_left: int | None
+    source: str
+    threads: list[StackThread]
+    error: str | None
+
+
+class _StacksReportOptional(TypedDict, total=False):
+    pid: int  # --pid: the process tree that was read
+    source: str  # --no-hook / --pid: "py-spy" for every rank
+
+
+class StacksReport(_StacksReportOptional):
+    """``stacks --json``: every selected rank, in rank order."""
+
+    job: str | None
+    ranks: list[RankStacks]
+
+
+DOCUMENT_TYPES: tuple[type[Any], ...] = (
+    VersionInfo,
+    ListingProblem,
+    SshConfigWritten,
+    SshConfigPreview,
+    SshJobEntriesRemoved,
+    SshEntriesRemoved,
+    Released,
+    StacksReport,
+)
