@@ -20,6 +20,7 @@ from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws.enable.leftovers import Leftovers
 from remote_debug.laptop.aws.enable.owner import resolve_owner
 from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.wire.documents import CleanupReport, LeftoverItem
 
 MAX_DAYS = 365
 
@@ -60,15 +61,8 @@ def cleanup(
     results = [(item, finder.delete(item) if yes else None) for item in found]
     failed = [error for _, error in results if error]
     if as_json:
-        print_json(
-            {
-                "region": region,
-                "owner": who,
-                "days": days,
-                "deleted": yes,
-                "leftovers": [{**item.to_json(), "error": error} for item, error in results],
-            }
-        )
+        leftovers = [LeftoverItem(**item.to_json(), error=error) for item, error in results]
+        print_json(CleanupReport(region=region, owner=who, days=days, deleted=yes, leftovers=leftovers).to_json())
     else:
         if not found:
             console.print(f"no leftovers of hybrid jobs of {who} in {region} (region from {source})", markup=False)

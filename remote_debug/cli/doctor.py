@@ -12,6 +12,7 @@ from remote_debug.cli.application import app, flag
 from remote_debug.cli.output import console, print_json
 from remote_debug.laptop.diagnose.doctor import FAIL, Doctor, passed
 from remote_debug.laptop.platforms import job_ref
+from remote_debug.laptop.wire.documents import DoctorCheck, DoctorReport
 
 STYLES = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
@@ -27,7 +28,7 @@ def doctor(
     checks = Doctor(region=ref.region if ref else None, check_aws=check_aws or None).run(ref.name if ref else None)
     ok = passed(checks)
     if as_json:
-        print_json({"ok": ok, "checks": [c.to_json() for c in checks]})
+        print_json(DoctorReport(ok=ok, checks=[DoctorCheck(**c.to_json()) for c in checks]).to_json())
         raise typer.Exit(0 if ok else 1)
     width = max(len(c.name) for c in checks)
     for c in checks:

@@ -16,6 +16,7 @@ from remote_debug.cli.output import print_json
 from remote_debug.laptop.core import interrupts
 from remote_debug.laptop.core.errors import BadInputError, LocalStateError, UserError
 from remote_debug.laptop.core.paths import StatePaths
+from remote_debug.laptop.wire.documents import EmulatorStarted
 
 DEFAULT_REGION = "us-east-1"
 
@@ -125,15 +126,14 @@ def emulator(
             raise UserError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port") from None
         keys = service.keys
         if as_json:
-            print_json(
-                {
-                    "endpoint_url": url,
-                    "region": region,
-                    "state": str(state_dir),
-                    "access_key_id": keys.access_key_id,
-                    "secret_access_key": keys.secret_access_key,
-                }
+            started = EmulatorStarted(
+                endpoint_url=url,
+                region=region,
+                state=str(state_dir),
+                access_key_id=keys.access_key_id,
+                secret_access_key=keys.secret_access_key,
             )
+            print_json(started.to_json())
         else:
             for name, value in {**service.credentials_env(), "AWS_DEFAULT_REGION": region}.items():
                 print(f"{name}={value}")

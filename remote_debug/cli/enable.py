@@ -11,6 +11,7 @@ from remote_debug.cli.output import console, err_console, print_json
 from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws.enable import update
 from remote_debug.laptop.core.errors import UserError
+from remote_debug.laptop.wire.documents import EnableReport
 
 
 def open_client(region: str) -> Any:
@@ -53,7 +54,7 @@ def enable_command(
             ) from None
         raise UserError(aws.describe_error(exc, f"enabling remote debugging on {name}")) from None
     if as_json:
-        print_json({**result.to_json(), "region": region, "region_source": source})
+        print_json(EnableReport(**result.to_json(), region=region, region_source=source).to_json())
         return
     if result.claimed:
         err_console.print(f"tagged {name} with {aws.TAG_OWNER} = you: nobody owned it (templates/iam/README.md)")

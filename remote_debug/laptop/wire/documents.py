@@ -149,6 +149,84 @@ class Released(Document):
     released: list[str]  # its nodes
 
 
+# --- doctor --json -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorCheck:
+    """One check of ``doctor``: ``status`` is ok, warn, fail or skip; ``fix`` the command or step that helps."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str
+    data: dict[str, Any]  # the facts behind it (a version, a tier, a region...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport(Document):
+    """``doctor --json`` (exit code 1 when not ``ok``)."""
+
+    ok: bool
+    checks: list[DoctorCheck]
+
+
+# --- enable JOB --json --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnableReport(Document):
+    """``enable JOB --json``: SageMaker's native remote debugging on a running job."""
+
+    job: str
+    updated: bool  # False: it was on already
+    status: str
+    secondary_status: str
+    has_spec: bool  # the job runs remote-debug's hook (it was created with remote_debug.enable())
+    claimed: bool  # a job nobody owned was tagged with the caller as its owner first
+    region: str
+    region_source: str  # where the region came from (--region, a profile, the environment...)
+
+
+# --- cleanup --json -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeftoverItem:
+    """One thing the hybrid transport left in AWS: ``id`` an activation id, an ``mi-`` id or an ``s3://`` URI."""
+
+    kind: str
+    id: str
+    job: str
+    why: str
+    error: str | None  # why deleting it failed (``--yes``); None: deleted, or only listed
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanupReport(Document):
+    """``cleanup --json``: what the caller's hybrid jobs left behind, and whether it was deleted."""
+
+    region: str
+    owner: str
+    days: int
+    deleted: bool  # --yes: each item was deleted unless it has an error
+    leftovers: list[LeftoverItem]
+
+
+# --- emulator --json ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorStarted(Document):
+    """``emulator --json``: where the emulator listens, and the access key it made at this start."""
+
+    endpoint_url: str
+    region: str
+    state: str  # its state dir
+    access_key_id: str
+    secret_access_key: str
+
+
 # --- stacks --json ------------------------------------------------------------------------------------
 
 
@@ -216,4 +294,8 @@ DOCUMENT_TYPES: tuple[type[Any], ...] = (
     SshEntriesRemoved,
     Released,
     StacksReport,
+    DoctorReport,
+    EnableReport,
+    CleanupReport,
+    EmulatorStarted,
 )

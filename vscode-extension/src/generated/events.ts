@@ -9,6 +9,10 @@
 //   remote_debug.laptop.wire.documents.SshEntriesRemoved,
 //   remote_debug.laptop.wire.documents.Released,
 //   remote_debug.laptop.wire.documents.StacksReport,
+//   remote_debug.laptop.wire.documents.DoctorReport,
+//   remote_debug.laptop.wire.documents.EnableReport,
+//   remote_debug.laptop.wire.documents.CleanupReport,
+//   remote_debug.laptop.wire.documents.EmulatorStarted,
 //   remote_debug.laptop.adopt.candidates.Candidate,
 //   remote_debug.laptop.adopt.local_job.AdoptOutcome.
 /* eslint-disable */
@@ -91,11 +95,29 @@ export interface AdoptedRank {
   note: string | null;
 }
 
+/** One check of `doctor`: `status` is ok, warn, fail or skip; `fix` the command or step that helps. */
+export interface DoctorCheck {
+  name: string;
+  status: string;
+  detail: string;
+  fix: string;
+  data: Record<string, unknown>;
+}
+
 /** A rank that died of an uncaught exception and is kept alive for a post-mortem debugger (`launch --hold-on-failure`): attach to it before `seconds_left` runs out. */
 export interface HeldRank {
   rank: number;
   node: string;
   seconds_left: number | null;
+  error: string | null;
+}
+
+/** One thing the hybrid transport left in AWS: `id` an activation id, an `mi-` id or an `s3://` URI. */
+export interface LeftoverItem {
+  kind: string;
+  id: string;
+  job: string;
+  why: string;
   error: string | null;
 }
 
@@ -584,6 +606,42 @@ export interface StacksReport {
   source?: string;
   job: string | null;
   ranks: RankStacks[];
+}
+
+/** `doctor --json` (exit code 1 when not `ok`). */
+export interface DoctorReport {
+  ok: boolean;
+  checks: DoctorCheck[];
+}
+
+/** `enable JOB --json`: SageMaker's native remote debugging on a running job. */
+export interface EnableReport {
+  job: string;
+  updated: boolean;
+  status: string;
+  secondary_status: string;
+  has_spec: boolean;
+  claimed: boolean;
+  region: string;
+  region_source: string;
+}
+
+/** `cleanup --json`: what the caller's hybrid jobs left behind, and whether it was deleted. */
+export interface CleanupReport {
+  region: string;
+  owner: string;
+  days: number;
+  deleted: boolean;
+  leftovers: LeftoverItem[];
+}
+
+/** `emulator --json`: where the emulator listens, and the access key it made at this start. */
+export interface EmulatorStarted {
+  endpoint_url: string;
+  region: string;
+  state: string;
+  access_key_id: string;
+  secret_access_key: string;
 }
 
 export interface AdoptCandidate {
