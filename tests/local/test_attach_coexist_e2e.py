@@ -168,7 +168,14 @@ def test_attaches_side_by_side_on_one_live_job(home: Path, tmp_path: Path, attac
     stops = [(e["rank"], e["line"]) for e in events if e["event"] == "stopped"]
     assert sorted(stops) == [(0, line), (0, line + 1), (1, line), (1, line + 1)], events
     assert [e for e in events if e["event"] == "detached"] == [
-        {"event": "detached", "v": 1, "job": JOB, "reason": "stops-done", "status": "InProgress"}
+        {
+            "event": "detached",
+            "v": 1,
+            "job": JOB,
+            "reason": "stops-done",
+            "status": "InProgress",
+            "text": f"detached (every rank had its stops): job {JOB} keeps running",  # the one wording
+        }
     ]
     assert not [e for e in events if e["event"] in ("launch-json", "job-ended")]
     assert {e["local_port"] for e in events if e["event"] == "rank-ready"}.isdisjoint(p for p, _ in ports.values())
