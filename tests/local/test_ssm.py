@@ -422,8 +422,9 @@ def openssh_through_the_proxy(local_ssm: LocalSsm, tmp_path: Path) -> Iterator[t
             ]
             yield argv, env, sshd.port
             # ssh hangs up on its ProxyCommand when it exits: each session ends now, not at the agent's timeout
-            wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 10, "the sessions to end")
-            wait_for(lambda: pids_with_env(token) == [] or None, 10, "the relays and plugins to exit")
+            # (20 minutes idle); 30 s leaves room for the plugin's teardown on a loaded machine (10 s was missed)
+            wait_for(lambda: local_ssm.channel.open_ids() == [] or None, 30, "the sessions to end")
+            wait_for(lambda: pids_with_env(token) == [] or None, 30, "the relays and plugins to exit")
     finally:
         kill_all(token)
 
