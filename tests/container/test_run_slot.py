@@ -45,6 +45,35 @@ def test_rank_lines_are_prefixed_once_per_line_however_they_are_written() -> Non
     assert out.getvalue() == "[rank 3] ab\n[rank 3] c\n\n[rank 3] d\n[rank 3] e\n"
 
 
+class _Writes(io.StringIO):
+    """A stream that records each write it gets: what would reach the pipe, one write at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.writes.append(s)
+        return super().write(s)
+
+
+def test_a_printed_line_reaches_the_shared_pipe_in_one_write() -> None:
+    """Every rank of a node prints into one pipe: ``print`` writes its text and its newline apart, and a line
+    written in two pieces let another rank's line land inside it (a CI run read
+    ``rank 3 step 877 loss nan[rank 2] rank 2 step 877 loss nan``)."""
+    out = _Writes()
+    stream = PrefixedStream(out, "[rank 2] ")
+    print("step 877 loss nan", file=stream)
+    stream.write("two\nlines\n")
+    assert out.writes == ["[rank 2] step 877 loss nan\n", "[rank 2] two\n[rank 2] lines\n"]
+    stream.write("a prompt: ")
+    assert out.writes[2:] == []  # held until its newline...
+    stream.flush()
+    assert out.writes[2:] == ["[rank 2] a prompt: "]  # ...or a flush, and the line goes on unprefixed
+    stream.write("yes\n")
+    assert out.writes[3:] == ["yes\n"] and out.getvalue().endswith("[rank 2] a prompt: yes\n")
+
+
 def test_the_entry_is_private_and_round_trips(tmp_path: Path) -> None:
     entry = RunEntry(["python", "t.py"], {"REMOTE_DEBUG_JOB_SECRET": "s"}, "/code", 42, 60.0, "/m", 43)
     entry.write(tmp_path)

@@ -16,18 +16,25 @@ PREFIX_ENV = "REMOTE_DEBUG_OUTPUT_PREFIX"
 
 
 class PrefixedStream(io.TextIOBase):
-    """A text stream that puts ``prefix`` at the start of each line and passes the rest through."""
+    """A text stream that puts ``prefix`` at the start of each line and passes the rest through.
+
+    Every rank of a node writes into the same pipe, so a line must reach it in one write: ``print`` writes
+    its text and its newline separately, and between the two another rank's line could land in the middle
+    of this one (``loss nan[rank 2] rank 2 ...``), which the laptop then reads as one rank's line.  A line is
+    held until its newline (or a ``flush``) and written whole, prefix included; one write of a line under
+    PIPE_BUF bytes is atomic on a pipe."""
 
     def __init__(self, inner: TextIO, prefix: str) -> None:
         self._inner = inner
         self._prefix = prefix
+        self._pending = ""  # the current line so far, prefix included, until its newline or a flush
         self._at_line_start = True
 
     def write(self, text: str) -> int:
         if not text:
             return 0
         parts = text.split("\n")
-        out = []
+        out = [self._pending]
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if part and self._at_line_start:
@@ -38,10 +45,18 @@ class PrefixedStream(io.TextIOBase):
                 self._at_line_start = True
             elif part:
                 self._at_line_start = False
-        self._inner.write("".join(out))
+        whole, newline, self._pending = "".join(out).rpartition("\n")
+        if newline:
+            # and flushed: a block-buffered pipe would otherwise cut its 8 KiB writes mid-line (one syscall a
+            # printed line, and only while ``remote-debug run`` asks for prefixes)
+            self._inner.write(whole + newline)
+            self._inner.flush()
         return len(text)
 
     def flush(self) -> None:
+        if self._pending:  # print(..., end="", flush=True), a prompt: shown now, the line goes on after it
+            self._inner.write(self._pending)
+            self._pending = ""
         self._inner.flush()
 
     def writable(self) -> bool:
