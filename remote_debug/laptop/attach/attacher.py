@@ -289,7 +289,10 @@ class Attacher:
         return expected <= set(self.forwards)
 
     def _expose(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint) -> RankForward:
-        local_port = self.ide.expose(self.connection.tunnel(node), node, r)
+        return self._forwarded(node, m, r, self.ide.expose(self.connection.tunnel(node), node, r))
+
+    def _forwarded(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint, local_port: int) -> RankForward:
+        """Record the rank's forward and say ``rank-ready`` (a first exposure, or a restarted process)."""
         fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
         self.emit(
             events.RankReady(
@@ -323,19 +326,7 @@ class Attacher:
                 self.emit(events.RankRestarted(rank=r.rank, node=node, pid=r.pid, old_pid=old.pid, run=m.run))
                 local_port = self.ide.re_expose(self.connection.tunnel(node), node, r, old)
                 moved = moved or local_port != old.local_port
-                fwd = self.forwards[r.rank] = RankForward(r.rank, node, r.port, local_port, m.code_dir_of(r), r.pid)
-                self.emit(
-                    events.RankReady(
-                        rank=r.rank,
-                        node=node,
-                        local_port=local_port,
-                        remote_port=r.port,
-                        state=r.state,
-                        ide=self.ide.debugger,
-                        code_dir=m.code_dir_of(r),
-                    )
-                )
-                new.append(fwd)
+                new.append(self._forwarded(node, m, r, local_port))
         if not new:
             return
         self._announce_pause_safe(force=True)
