@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import queue
@@ -68,6 +69,10 @@ LOGGED_REFUSALS = 5  # refusals logged one by one; the rest are only counted
 DEFAULT_PG_TIMEOUT_SECONDS = 7200.0  # long enough for a debugging session
 MAX_PG_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # anything beyond is a typo (and timedelta has a limit)
 PENDING_POLL_SECONDS = 0.05  # raise the timeout this soon after a late init_process_group
+C10D_MODULE = "torch.distributed.distributed_c10d"
+DIST_MODULE = "torch.distributed"
+NO_GROUP = "no process group"  # pause_safe's "not yet": the rank raises it itself once the group exists
+_HOOK_MARK = "_remote_debug_pause_safe"  # on our init_process_group wrapper: never wrapped twice
 
 
 def pg_timeout_seconds(env: Mapping[str, str]) -> float:
@@ -85,22 +90,96 @@ def pause_safe(seconds: float) -> str:
     in the job's environment when ranks are to be paused for long (see docs/PERFORMANCE.md).
     Not undone on detach: collectives already in flight keep the timeout they started with, and a
     long timeout costs nothing while the job runs.
+
+    :data:`NO_GROUP` means "not yet" (torch not imported, still being imported, or no
+    ``init_process_group`` yet); an exception is an error that will not go away.
     """
-    c10d: Any = sys.modules.get("torch.distributed.distributed_c10d")
     if seconds <= 0:
         return "disabled"
-    if c10d is None or _still_importing(c10d) or not c10d.is_initialized():
-        return "no process group"
-    c10d._set_pg_timeout(timedelta(seconds=seconds), None)
+    c10d: Any = sys.modules.get(C10D_MODULE)
+    if c10d is None or _still_importing(c10d):
+        return NO_GROUP
+    try:
+        initialised = c10d.is_initialized()
+    except (AttributeError, ImportError):  # a module torch is still importing, whatever its spec says
+        return NO_GROUP
+    if not initialised:
+        return NO_GROUP
+    set_timeout = getattr(c10d, "_set_pg_timeout", None)
+    if set_timeout is None:  # a torch older than _set_pg_timeout: no way to raise it
+        raise AttributeError(f"{C10D_MODULE} has no _set_pg_timeout (torch too old)")
+    set_timeout(timedelta(seconds=seconds), None)
     return f"process-group timeout {seconds:g} s"
 
 
-def _still_importing(module: Any) -> bool:
+def _still_importing(c10d: Any) -> bool:
     """The training script's own thread may be importing torch.distributed as the IDE attaches: the
     module is already in sys.modules but its functions are not yet defined (a read then raises
-    AttributeError).  No process group can exist before that import ends."""
-    spec = getattr(module, "__spec__", None)
-    return bool(getattr(spec, "_initializing", False)) or not hasattr(module, "_set_pg_timeout")
+    AttributeError "partially initialized module").  No process group can exist before that import
+    ends.  Both modules are asked: c10d is done a moment before the package that imports it is."""
+    try:
+        for module in (sys.modules.get(DIST_MODULE), c10d):
+            if module is not None and getattr(module.__spec__, "_initializing", False):
+                return True
+        return not hasattr(c10d, "is_initialized")
+    except (AttributeError, ImportError):  # an odd module object mid-import: not yet, never an error
+        return True
+
+
+def _hook_init_process_group(seconds: float, on_applied: Callable[[], None]) -> None:
+    """Make ``init_process_group`` raise the timeout itself, before it returns.
+
+    Why: the pending retry polls every :data:`PENDING_POLL_SECONDS`, and a rank that calls
+    ``all_reduce`` right after ``init_process_group`` (rank 1 while rank 0 is held at a breakpoint
+    just after init) starts it with the script's short timeout before the next poll; a collective in
+    flight keeps the timeout it started with.  Wrapping the function in both namespaces
+    (``torch.distributed`` copies it from c10d) is what every caller reaches unless it bound the
+    name itself before this ran (``from torch.distributed import init_process_group``), for which
+    the poll remains.  Installed only while pause-safe is pending, once c10d is fully imported (the
+    retry checks again on every poll, so a rebinding is wrapped too).  Cheaper and less intrusive
+    than an import hook, and safe when torch's internals differ: the wrapper calls the original
+    unchanged and only then applies the timeout, and any failure of its own is logged once.
+    """
+    try:
+        c10d: Any = sys.modules.get(C10D_MODULE)
+        if c10d is None or _still_importing(c10d):
+            return
+        wrapped: dict[int, Callable[..., Any]] = {}  # id(original) -> its wrapper: one wrapper for both names
+        namespaces: tuple[Any, ...] = (c10d, sys.modules.get(DIST_MODULE))
+        for module in namespaces:
+            current = getattr(module, "init_process_group", None) if module is not None else None
+            if not callable(current) or getattr(current, _HOOK_MARK, False):
+                continue
+            if id(current) not in wrapped:
+                wrapped[id(current)] = _applying_after(current, seconds, on_applied)
+            module.init_process_group = wrapped[id(current)]
+    except Exception as exc:  # never let a torch we do not know break the rank: the poll remains
+        _log_once(f"cannot hook init_process_group (the timeout is raised by polling): {describe(exc)}")
+
+
+def _applying_after(init: Callable[..., Any], seconds: float, on_applied: Callable[[], None]) -> Callable[..., Any]:
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = init(*args, **kwargs)  # its exceptions are the script's, untouched
+        try:
+            if pause_safe(seconds) != NO_GROUP:
+                on_applied()
+        except Exception as exc:
+            _log_once(f"cannot raise the process-group timeout: {describe(exc)}")
+        return result
+
+    setattr(init_process_group, _HOOK_MARK, True)
+    return init_process_group
+
+
+_logged: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    """An error that repeats (every init, every poll) is worth one line in the rank's output."""
+    if message not in _logged:
+        _logged.add(message)
+        log(message)
 
 
 def thread_stacks(*, all_threads: bool = False) -> list[replies.ThreadStack]:
@@ -416,21 +495,30 @@ class ControlServer:
         except Exception as exc:
             log(f"cannot raise the process-group timeout: {describe(exc)}")
             return f"failed: {describe(exc)}"
-        if detail == "no process group":
+        if detail == NO_GROUP:
             # attached before init_process_group: raise it as soon as the group exists
             with self._lock:
                 if not self._pending:
                     self._pending = True
-                    quiet_thread(self._apply_when_initialised, "remote-debug-pause-safe").start()
+                    applied = threading.Event()
+                    _hook_init_process_group(self.pg_timeout, applied.set)  # torch imported: hooked now
+                    retry = functools.partial(self._apply_when_initialised, applied)
+                    quiet_thread(retry, "remote-debug-pause-safe").start()
             return "pending: no process group yet"
         return detail
 
-    def _apply_when_initialised(self) -> None:
-        while True:
-            time.sleep(PENDING_POLL_SECONDS)
+    def _apply_when_initialised(self, applied: threading.Event) -> None:
+        """Poll until the default process group exists, then raise its timeout.  Everything short of
+        that is "not yet" (torch not imported, half-imported by the script's thread, no group yet);
+        hook ``init_process_group`` as soon as c10d is imported, so that the group gets the timeout
+        before its first collective (``_hook_init_process_group``).  Ends once applied (by the hook
+        or here), or on an error that will not go away (logged once)."""
+        while not applied.wait(PENDING_POLL_SECONDS):  # a few dict reads a poll: no hot spin, no long GIL hold
             try:
-                if pause_safe(self.pg_timeout) != "no process group":
-                    return
-            except Exception as exc:
-                log(f"cannot raise the process-group timeout: {describe(exc)}")
+                detail = pause_safe(self.pg_timeout)
+            except Exception as exc:  # the hooked init may have said it already
+                _log_once(f"cannot raise the process-group timeout: {describe(exc)}")
                 return
+            if detail != NO_GROUP:
+                return
+            _hook_init_process_group(self.pg_timeout, applied.set)
