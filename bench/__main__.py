@@ -34,6 +34,10 @@ wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks.
 ``python -m bench --adopt [--short]`` runs issue 19's row (bench/adopt_bench.py): P13 ``adopt`` of a plain torchrun job
 (2 or 4 ranks, each with a thread contending for the GIL): seconds per rank, and the stall of a collective peer.
 
+``python -m bench --all-stop [--short]`` runs issue 31's rows (bench/all_stop.py): P14 first stop -> every rank
+paused at 8 and 64 ranks (goal <= 3 s at 64 on 2 cores), P15 Continue All -> every rank running, P16 the cost of
+all-stop on a loop that hits no breakpoint (goal <= 1.02x).
+
 ``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
 every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
 (goals <= 5 s and <= 0.3x).
@@ -392,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
     parser.add_argument("--adopt", action="store_true", help="only the adopt row (P13, see bench/adopt_bench.py)")
     parser.add_argument(
+        "--all-stop", action="store_true", help="only the all-stop rows (P14-P16, see bench/all_stop.py)"
+    )
+    parser.add_argument(
         "--pycharm", action="store_true", help="only P2 and P3 for a PyCharm rank (see bench/pycharm_rows.py)"
     )
     args = parser.parse_args(argv)
@@ -408,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.scale import scale_rows
 
             results.update(scale_rows(work, args.short))
+        elif args.all_stop:
+            from bench.all_stop import all_stop_rows
+
+            results.update(all_stop_rows(work, args.short))
         elif args.adopt:
             from bench.adopt_bench import adopt_rows
 

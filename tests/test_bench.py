@@ -43,3 +43,20 @@ def test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank(home: Path) -> No
     [p3] = [v for k, v in rows.items() if k.startswith("P3-PyCharm")]
     assert p2["idle_vs_none"] > 0
     assert p3["attached_step_ms"] > 0 and p3["after_detach_step_ms"] > 0 and p3["connect_s"] < 30
+
+
+def test_bench_all_stop_rows_pause_and_continue_every_rank(home: Path) -> None:
+    # the rows fail outright unless every rank paused after rank 0's stop and every rank ran again after Continue All
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--all-stop", "--short", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    p14 = rows["P14/P15 all-stop, 8 ranks (1 x 8)"]
+    assert p14["paused_s"] > 0 and p14["continue_all_s"] > 0
+    p16 = rows["P16 call-heavy loop, attached all-stop vs non-stop (no stop)"]
+    assert p16["ratio"] > 0 and p16["goal_ratio"] == 1.02

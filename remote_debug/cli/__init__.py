@@ -39,6 +39,7 @@ COMMAND_MODULES: dict[str, str] = {
     "launch": "launch",
     "proxy": "proxy",
     "prune": "prune",
+    "ranks": "ranks",
     "run": "run",
     "release": "run",
     "ssh": "ssh",

@@ -77,11 +77,25 @@ def attach(
         ),
     ] = 0,
     pycharm_build: PycharmBuild = None,
+    all_stop: Annotated[
+        bool | None,
+        typer.Option(
+            "--all-stop/--non-stop",
+            metavar="",
+            help="All-stop: when one rank stops, pause every other rank; Continue in any rank continues all "
+            "(default with an IDE). Non-stop: each rank on its own (default with --headless).",
+        ),
+    ] = None,
 ) -> None:
     """Attach to a running job; stays in the foreground, keeps tunnels up, exits when the job ends
     (--headless: once every rank had its stops; Ctrl-C detaches, the job keeps running)."""
     if ide != Editor.PYCHARM and (pycharm_port or pycharm_build):
         raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
+    if ide == Editor.PYCHARM and all_stop:
+        raise UserError(
+            "--all-stop works with VS Code and --headless: PyCharm's ranks talk pydevd's own protocol to PyCharm, "
+            "which pauses each rank on its own (drop --all-stop)"
+        )
     if follow and not headless:
         raise UserError("--follow needs --headless: an IDE attach always stays until the job ends")
     ws = (workspace or Path.cwd()).absolute()
@@ -102,6 +116,8 @@ def attach(
         detach_when_done=headless and not follow,
         ide=ide,
         pycharm=PyCharmOptions(port=pycharm_port, build=pycharm_build),
+        # an IDE user debugs one program; a headless script's plan is per rank unless it asks
+        all_stop=all_stop if all_stop is not None else not headless,
     )
     emit = event_printer(as_json)
     # a closed terminal (SIGHUP) or the extension's SIGTERM end the attach like Ctrl-C: its clean-up

@@ -522,7 +522,7 @@ def _spec_seconds(env: Mapping[str, str], name: str) -> float:
 # --- manifest ------------------------------------------------------------------------------------
 
 
-_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until", "code_dir", "start_ticks")
+_OPTIONAL_RANK_FIELDS = ("failed_at", "hold_until", "code_dir", "start_ticks", "held_for", "held_for_error")
 
 
 @dataclass
@@ -555,6 +555,13 @@ class RankEndpoint:
     # names one process, so a reader on the rank's machine tells a rank that died without a last word from
     # one that runs (pids are reused); None for older hooks (then the pid alone is checked)
     start_ticks: int | None = None
+    # hold on failure, the whole gang: this rank is held (state "held") or was, because rank ``held_for`` of the
+    # job failed first - not at an exception of its own (``error``, if any, is one it met while held, such as
+    # a collective that timed out: a consequence, never the job's failure reason).  ``held_for_error`` is
+    # that rank's exception line, as every rank learnt it (the failure reason of a node whose own ranks
+    # did not fail).  None for a rank held at its own exception, and for older hooks.
+    held_for: int | None = None
+    held_for_error: str | None = None
 
     def __post_init__(self) -> None:
         # whoever builds one (a rank, a reader, a test) gets the enums, and unknown values are refused
@@ -611,6 +618,8 @@ class RankEndpoint:
                 hold_until=_json_time(d, "hold_until"),
                 code_dir=None if d.get("code_dir") is None else str(d["code_dir"]),
                 start_ticks=json_int(d, "start_ticks") if d.get("start_ticks") is not None else None,
+                held_for=json_int(d, "held_for") if d.get("held_for") is not None else None,
+                held_for_error=None if d.get("held_for_error") is None else str(d["held_for_error"]),
             )
         except KeyError as exc:
             raise ContractError(f"rank manifest lacks {exc.args[0]!r}") from None
@@ -735,9 +744,52 @@ def read_rank_documents(directory: Path, *, skip_broken: bool = False) -> list[R
     return sorted(ranks, key=lambda r: r.rank)
 
 
+def root_cause(ranks: Iterable[RankEndpoint]) -> RankEndpoint | None:
+    """The rank whose failure came first - torchelastic's "root cause" - among ``ranks`` (any number of
+    nodes' documents): the rank its peers say they are held for (hold on failure: the job's store named
+    the first failure, whatever the nodes' clocks say), else of the ranks that died of (or are held at)
+    an exception of their own, the earliest ``failed_at`` (documents of older hooks, without a time,
+    after the timed ones, by rank).  A rank held for another's failure is never the root cause."""
+    ranks = list(ranks)
+    named = {r.held_for for r in ranks if r.held_for is not None}
+    own = sorted(
+        (r for r in ranks if _failed_itself(r)),
+        key=lambda r: (r.rank not in named, r.failed_at is None, r.failed_at or 0.0, r.rank),
+    )
+    return own[0] if own else None
+
+
+def _failed_itself(r: RankEndpoint) -> bool:
+    """Died of (or is held at) an uncaught exception of its own."""
+    return bool(r.error) and r.held_for is None and r.state in (RankState.FAILED, RankState.HELD)
+
+
+def failure_order(ranks: Iterable[RankEndpoint]) -> list[RankEndpoint]:
+    """``ranks`` as the user reads about them after a failure: the root cause first, then the others
+    that failed at an exception of their own (by time), then the ranks held for another's failure and
+    the rest (by rank)."""
+    ranks = list(ranks)
+    cause = root_cause(ranks)
+
+    def key(r: RankEndpoint) -> tuple[int, float, int]:
+        if cause is not None and (r.rank, r.pid) == (cause.rank, cause.pid):
+            return (0, 0.0, r.rank)
+        if _failed_itself(r):
+            return (1, r.failed_at if r.failed_at is not None else math.inf, r.rank)
+        return (2, 0.0, r.rank)
+
+    return sorted(ranks, key=key)
+
+
 def held_phrase(seconds_left: int | None) -> str:
     """``held for post-mortem, 87 s left``: one wording for the node log, ``jobs`` and ``stacks``."""
     return "held for post-mortem" + (f", {seconds_left} s left" if seconds_left is not None else "")
+
+
+def held_with_phrase(failed_rank: int) -> str:
+    """``held with rank 3, which failed``: a rank held for another's failure, paused where it was until that
+    rank's hold ends (one wording for the node log, ``jobs``, ``stacks``)."""
+    return f"held with rank {failed_rank}, which failed"
 
 
 def kept_alive_phrase(seconds_left: int) -> str:

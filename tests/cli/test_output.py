@@ -70,6 +70,16 @@ SAMPLES: list[tuple[ev.Event, str]] = [
         "rank 1 on algo-1 failed: ValueError: x\n    Traceback\n      line",
     ),
     (
+        ev.RankFailed(rank=3, node="algo-2", pid=9, error="ValueError: x", held=True, root_cause=True),
+        "rank 3 on algo-2 failed (root cause): ValueError: x; held for a post-mortem: a debugger attached to it stops "
+        "at the exception, and it exits with this failure when you continue or detach (or when the hold ends)",
+    ),
+    (
+        ev.RankHeld(rank=0, node="algo-1", pid=8, held_for=3, error="ValueError: x"),
+        "rank 0 on algo-1 held with rank 3, which failed: paused where it was (a thread in a collective pauses when "
+        "it returns to Python), it ends with the job when rank 3's hold ends",
+    ),
+    (
         ev.JobEnded(status=JobStatus.FAILED, exit_code=1, failure_reason="rank 1 failed"),
         "job ended: Failed, exit code 1 (rank 1 failed)",
     ),
@@ -90,6 +100,24 @@ SAMPLES: list[tuple[ev.Event, str]] = [
     (
         ev.RunEnded(job="j", run=2, exit_code=3, exit_codes={"algo-1": 3}),
         "run 2 ended, exit code 3; the nodes stay up (remote-debug release j ends them)",
+    ),
+    (
+        ev.BreakpointsMissed(breakpoints=["train.py:5", "a.py:1"], ranks=[0, 1]),
+        "no rank stopped at a breakpoint: train.py:5, a.py:1 were never hit in ranks 0-1",
+    ),
+    (
+        ev.AllStop(rank=0, reason="breakpoint", pausing=[1, 2, 3]),
+        "rank 0 stopped (breakpoint): pausing ranks 1-3 (all-stop)",
+    ),
+    (ev.AllPaused(rank=0, ranks=[0, 1, 2, 3], seconds=0.25), "all 4 ranks paused, 0.25 s after rank 0 stopped"),
+    (
+        ev.RankWaiting(rank=3, action=ev.GroupAction.PAUSE, seconds=1.5),
+        "rank 3 has not paused after 1.5 s: it is in native code (a collective waiting for paused ranks, or I/O) "
+        "and stops when it returns to Python",
+    ),
+    (
+        ev.GroupActed(action=ev.GroupAction.CONTINUE, ranks=[1, 2, 3], origin="rank 0"),
+        "Continue All (rank 0): ranks 1-3",
     ),
 ]
 

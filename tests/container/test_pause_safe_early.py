@@ -198,3 +198,15 @@ def test_pause_safe_off_starts_no_retry_and_hooks_nothing(monkeypatch: pytest.Mo
         assert torch.dist.init_process_group is original
     finally:
         server._server.close()
+
+
+def test_pause_safe_never_lowers_a_timeout_it_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gang hold raised the timeout past its hold; an attach asking for its default must not lower it."""
+    torch = FakeTorch(monkeypatch)
+    torch.define_functions()
+    torch.finish_import()
+    torch.group = True
+    monkeypatch.setattr(control, "_raised_to", 0.0)
+    assert control.pause_safe(9000) == "process-group timeout 9000 s"
+    assert control.pause_safe(7200) == "process-group timeout 9000 s"
+    assert torch.timeouts == [timedelta(seconds=9000)] * 2

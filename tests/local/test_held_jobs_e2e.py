@@ -1,5 +1,6 @@
 """A torchrun rank that failed, as the laptop sees it: held for a post-mortem in ``jobs`` (with the
-seconds left) and in the node log; once failed, the job's reason is the rank's exception line."""
+seconds left, first as the root cause, its peer held with it) and in the node log; once failed, the job's
+reason is the rank's exception line."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.helpers.jobs import launch_job
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
-# rank 1 raises at once; rank 0 carries on until the test releases it (no collective: it is not held up)
+# rank 1 raises at once; rank 0 would carry on (no collective), but is held with rank 1 (the whole gang)
 SCRIPT = textwrap.dedent(
     """
     import pathlib, sys, time
@@ -46,10 +47,18 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
         while not (info := job.backend.describe(job.name)).held_ranks:
             assert time.monotonic() < deadline and info.running, (info, job.logs())
             time.sleep(0.2)
-        [held] = info.held_ranks
-        assert held == HeldRank(rank=1, node="algo-1", seconds_left=held.seconds_left, error="ValueError: bad 42")
-        assert held.seconds_left is not None and 40 < held.seconds_left <= 60
-        assert info.notes == [f"rank 1 held for post-mortem, {held.seconds_left} s left"]
+        while len((info := job.backend.describe(job.name)).held_ranks) < 2:  # its peer learns of it in a poll
+            assert time.monotonic() < deadline and info.running, (info, job.logs())
+            time.sleep(0.2)
+        [held, peer] = info.held_ranks
+        left = held.seconds_left
+        assert held == HeldRank(rank=1, node="algo-1", seconds_left=left, error="ValueError: bad 42", root_cause=True)
+        assert peer == HeldRank(rank=0, node="algo-1", seconds_left=left, error="ValueError: bad 42", held_for=1)
+        assert left is not None and 40 < left <= 60
+        assert info.notes == [
+            f"rank 1 held for post-mortem, {left} s left (root cause)",
+            "rank 0 held with rank 1, which failed",
+        ]
 
         proc = subprocess.run(
             [sys.executable, "-m", "remote_debug", "jobs", "--json"],
@@ -60,8 +69,14 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
         )
         assert proc.returncode == 0, proc.stderr
         [listed] = json.loads(proc.stdout)
-        [entry] = listed["held_ranks"]
-        assert (entry["rank"], entry["node"], entry["error"]) == (1, "algo-1", "ValueError: bad 42")
+        entry, peer_entry = listed["held_ranks"]
+        assert (entry["rank"], entry["node"], entry["error"], entry["root_cause"]) == (
+            1,
+            "algo-1",
+            "ValueError: bad 42",
+            True,
+        )
+        assert (peer_entry["rank"], peer_entry["held_for"], peer_entry["root_cause"]) == (0, 1, False)
         assert 40 < entry["seconds_left"] <= 60
         human = subprocess.run(
             [sys.executable, "-m", "remote_debug", "jobs"],
@@ -71,7 +86,8 @@ def test_jobs_shows_the_held_rank_and_its_seconds_left(home: Path, tmp_path: Pat
             env=dict(os.environ),
         )
         [note] = [line for line in human.stdout.splitlines() if "post-mortem" in line]
-        assert re.fullmatch(r"held-jobs: rank 1 held for post-mortem, \d+ s left", note), human.stdout
+        assert re.fullmatch(r"held-jobs: rank 1 held for post-mortem, \d+ s left \(root cause\)", note), human.stdout
+        assert "held-jobs: rank 0 held with rank 1, which failed" in human.stdout.splitlines(), human.stdout
 
         # the node's watcher polls once a second: under load it notices the hold a second or two late
         line = re.compile(

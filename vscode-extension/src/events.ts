@@ -15,6 +15,7 @@ import type {
   Transport,
   MachineJobDetails,
   SageMakerJobDetails,
+  GroupAction,
   HeldRank,
   RunOutputEvent,
   SyncedEvent,
@@ -111,7 +112,16 @@ function heldRanks(value: unknown): HeldRank[] {
   return (Array.isArray(value) ? value : []).flatMap((item) => {
     const o = obj(item);
     return o && typeof o.rank === 'number'
-      ? [{ rank: o.rank, node: str(o.node), seconds_left: numOrNull(o.seconds_left), error: strOrNull(o.error) }]
+      ? [
+          {
+            rank: o.rank,
+            node: str(o.node),
+            seconds_left: numOrNull(o.seconds_left),
+            error: strOrNull(o.error),
+            root_cause: o.root_cause === true,
+            held_for: numOrNull(o.held_for),
+          },
+        ]
       : [];
   });
 }
@@ -226,10 +236,12 @@ const REQUIRED: Checked = {
   stopped: { rank: 'number' },
   'rank-detached': { rank: 'number' },
   'rank-failed': { rank: 'number', node: 'string' },
+  'rank-held': { rank: 'number', node: 'string', held_for: 'number' },
   'rank-restarted': { rank: 'number', node: 'string', run: 'number' },
   reconnected: { node: 'string' },
   'tunnel-down': { node: 'string' },
   warning: { message: 'string' },
+  'breakpoints-missed': { breakpoints: 'array' },
   detached: { job: 'string', reason: 'string' },
   'job-ended': { status: 'string' },
   summary: { ranks: 'array' },
@@ -238,6 +250,11 @@ const REQUIRED: Checked = {
   'run-started': { job: 'string', run: 'number' },
   'run-output': { node: 'string', line: 'string' },
   'run-ended': { job: 'string', run: 'number', exit_code: 'number' },
+  // all-stop and the group actions (laptop/attach/rank_group.py)
+  'all-stop': { rank: 'number', reason: 'string', pausing: 'array' },
+  'all-paused': { ranks: 'array', seconds: 'number' },
+  'rank-waiting': { rank: 'number', action: 'string', seconds: 'number' },
+  'group-action': { action: 'string', ranks: 'array' },
 };
 
 /** A line of the CLI's output that is one JSON object (an event, a listing problem); undefined for any other line. */
@@ -342,12 +359,16 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `tunnel to ${e.node} is down, retrying: ${e.error}`;
     case 'warning':
       return `warning: ${e.message}`;
+    case 'breakpoints-missed':
+      return `no rank stopped at a breakpoint: ${e.breakpoints.join(', ')} never hit`;
     case 'rank-failed':
       return (
         `rank ${e.rank} on ${e.node} failed: ${e.error ?? 'uncaught exception'}` +
         (e.held ? ' (held for a post-mortem: attach to see it stopped at the exception)' : '') +
         (e.traceback ? `\n${e.traceback.trimEnd()}` : '')
       );
+    case 'rank-held':
+      return `rank ${e.rank} on ${e.node} held with rank ${e.held_for}, which failed: paused where it was`;
     case 'detached':
       return `detached (${e.reason === 'interrupted' ? 'Ctrl-C' : 'every rank had its stops'}): job ${e.job} keeps running`;
     case 'job-ended':
@@ -366,8 +387,29 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return runOutputLine(e);
     case 'run-ended':
       return `run ${e.run} of ${e.job} ${e.interrupted ? 'was interrupted' : 'ended'}: exit code ${e.exit_code}`;
+    case 'all-stop':
+      return e.pausing.length
+        ? `rank ${e.rank} stopped (${e.reason}): pausing ${e.pausing.join(', ')} (all-stop)`
+        : `rank ${e.rank} stopped (${e.reason}); every other rank is stopped already`;
+    case 'all-paused':
+      return `all ${plural(e.ranks.length, 'rank')} paused, ${e.seconds.toFixed(2)} s after ${e.rank === null ? 'Pause All' : `rank ${e.rank} stopped`}`;
+    case 'rank-waiting':
+      return (
+        `rank ${e.rank} has not ${e.action === 'pause' ? 'paused' : 'finished its step'} after ${e.seconds.toFixed(1)} s: ` +
+        'it is in native code (a collective waiting for paused ranks, or I/O) and stops when it returns to Python'
+      );
+    case 'group-action':
+      return `${GROUP_ACTION_TITLES[e.action] ?? e.action} (${e.origin}): ${e.ranks.length ? e.ranks.join(', ') : 'no rank (none is in that state)'}`;
   }
 }
+
+/** What each group action is called in the UI (the CLI's words, remote_debug/laptop/wire/event_text.py). */
+export const GROUP_ACTION_TITLES: Record<GroupAction, string> = {
+  continue: 'Continue All',
+  pause: 'Pause All',
+  step: 'Step Over All',
+  detach: 'Detach All',
+};
 
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;

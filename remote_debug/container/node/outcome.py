@@ -9,7 +9,9 @@ driver that captures them).
 * When the command failed, the node writes SageMaker's failure file (``/opt/ml/output/failure``;
   DescribeTrainingJob's ``FailureReason`` is "AlgorithmError: " + its first 1024 characters) with the
   exception line of the rank that failed first - not what the launcher printed last (torchrun's
-  ``=====`` banner), which is all a platform without the file can show.  As the training toolkit does
+  ``=====`` banner), which is all a platform without the file can show.  A node whose ranks were held
+  with a failed rank of another node (``rank/gang_hold.py``) names that rank's exception too: its ranks'
+  ends (released, or stopped with the job) are not the job's failure.  As the training toolkit does
   (``sagemaker_training.files.write_failure_file``), an existing file is left alone: whatever the
   command wrote itself is closer to the cause.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from remote_debug.container.log import describe, log
@@ -28,8 +31,10 @@ from remote_debug.contract.spec import (
     RankEndpoint,
     RankState,
     held_phrase,
+    held_with_phrase,
     read_rank_documents,
 )
+from remote_debug.contract.spec import root_cause as spec_root_cause
 from remote_debug.oskit.osutil import atomic_write_text
 
 DEFAULT_CONFIG_DIR = "/opt/ml/input/config"
@@ -40,9 +45,18 @@ POLL_SECONDS = 0.5
 
 
 def held_line(rank: RankEndpoint, now: float) -> str:
-    """``rank 1 held for post-mortem, 87 s left: ValueError: bad 42`` (the wording of ``jobs``)."""
+    """``rank 1 held for post-mortem, 87 s left: ValueError: bad 42`` (the wording of ``jobs``); a rank held
+    for another's failure: ``rank 0 held with rank 3, which failed, 87 s left: ValueError: bad 42``."""
+    left = rank.hold_seconds_left(now)
+    if rank.held_for is not None:
+        error = f": {rank.held_for_error}" if rank.held_for_error else ""
+        return (
+            f"rank {rank.rank} {held_with_phrase(rank.held_for)}"
+            + (f", {left} s left" if left is not None else "")
+            + error
+        )
     error = f": {rank.error}" if rank.error else ""
-    return f"rank {rank.rank} {held_phrase(rank.hold_seconds_left(now))}{error}"
+    return f"rank {rank.rank} {held_phrase(left)}{error}"
 
 
 class HeldRankNotices:
@@ -74,7 +88,8 @@ class HeldRankNotices:
             if rank.state != RankState.HELD or (rank.rank, rank.pid) in self._told:
                 continue
             self._told.add((rank.rank, rank.pid))
-            line = f"node {self.node}: {held_line(rank, now)}; a debugger attached to it stops at the exception"
+            where = "where it was" if rank.held_for is not None else "at the exception"
+            line = f"node {self.node}: {held_line(rank, now)}; a debugger attached to it stops {where}"
             log(line)
             lines.append(line)
         return lines
@@ -114,11 +129,16 @@ def output_dir(env: Mapping[str, str]) -> Path | None:
 
 
 def root_cause(ranks: list[RankEndpoint]) -> RankEndpoint | None:
-    """The rank that died of an uncaught exception first (its peers often fail after it, of it)."""
-    failed = [r for r in ranks if r.error and r.state in (RankState.FAILED, RankState.HELD)]
-    # documents of older hooks have no time: after the timed ones, by rank
-    failed.sort(key=lambda r: (r.failed_at is None, r.failed_at or 0.0, r.rank))
-    return failed[0] if failed else None
+    """The rank that died of an uncaught exception first (its peers often fail after it, of it): see
+    ``spec.root_cause``.  A node whose own ranks did not fail, but were held with a rank of another node
+    that did (``gang_hold``), names that rank: the job failed of its exception, not of these ranks' ends."""
+    cause = spec_root_cause(ranks)
+    if cause is not None:
+        return cause
+    held = sorted((r for r in ranks if r.held_for is not None and r.held_for_error), key=lambda r: r.rank)
+    if not held:
+        return None
+    return replace(held[0], rank=held[0].held_for or 0, error=held[0].held_for_error, held_for=None)
 
 
 def failure_text(rank: RankEndpoint) -> str:

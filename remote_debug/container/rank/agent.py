@@ -277,7 +277,8 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
         except Exception as exc:
             log(f"rank {identity.rank}: control channel not started: {describe(exc)}")
         skipped = RankReporter(directory, endpoint)
-        install_exit_reporting(skipped)  # its crash is still news for attach (with the traceback)
+        # its crash is still news for attach (with the traceback); it is held with a peer that failed (gang_hold)
+        install_exit_reporting(skipped, hold_seconds=spec.hold_on_failure)
         return skipped
     if spec.ide == RankDebugger.PYDEVD:
         # The rank connects out to PyCharm instead of listening; imported here, not at the top, so

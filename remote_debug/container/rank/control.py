@@ -80,6 +80,9 @@ def pg_timeout_seconds(env: Mapping[str, str]) -> float:
     return seconds_knob(env, ENV_PG_TIMEOUT, DEFAULT_PG_TIMEOUT_SECONDS, high=MAX_PG_TIMEOUT_SECONDS)
 
 
+_raised_to = 0.0  # the highest timeout pause_safe set in this process
+
+
 def pause_safe(seconds: float) -> str:
     """Raise the default process group's timeout to ``seconds`` (a rank paused at a breakpoint
     must not make its peers' collectives time out and torchrun kill the job).
@@ -108,7 +111,11 @@ def pause_safe(seconds: float) -> str:
     set_timeout = getattr(c10d, "_set_pg_timeout", None)
     if set_timeout is None:  # a torch older than _set_pg_timeout: no way to raise it
         raise AttributeError(f"{C10D_MODULE} has no _set_pg_timeout (torch too old)")
+    global _raised_to
+    # never lower it: a gang hold raised it past the hold, and an attach asking for its 2 h must not undo that
+    seconds = max(seconds, _raised_to)
     set_timeout(timedelta(seconds=seconds), None)
+    _raised_to = seconds
     return f"process-group timeout {seconds:g} s"
 
 

@@ -9,7 +9,8 @@ things for a rank that pydevd on its own does differently, and :func:`prepare` p
 * **One debugger at a time.**  pydevd drops the debugger it has for any new connection (it assumes the
   old one went without a ``disconnect``): a second IDE, or a port probe, would silently end the first
   user's session.  The adapter refused the newcomer's ``attach``; :class:`DapServerListener` answers
-  its ``initialize`` with ``refusal`` (what VS Code shows) and keeps the first.
+  its ``initialize`` with ``refusal`` (what VS Code shows) and keeps the first - once the first connection
+  stayed open for ``HANDOVER_SECONDS``: a debugger reconnecting right after its ``disconnect`` is no second one.
 * **A debugger that vanishes lets the rank run on.**  When the IDE's connection drops without a
   ``disconnect`` (the laptop slept, the tunnel was cut, VS Code was killed), the adapter disconnected
   from pydevd for it: breakpoints gone, threads resumed.  pydevd alone keeps the rank paused at its
@@ -26,6 +27,7 @@ from __future__ import annotations
 import functools
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,12 @@ from remote_debug.contract import dap_wire
 from remote_debug.oskit import peer_uid
 
 _MARK = "_remote_debug_dap_server"
+# A debugger that reconnects right after its ``disconnect`` (VS Code's Restart, a script's next session) comes
+# while its previous connection is still being closed: through the laptop's forward and the node's sshd that
+# takes a moment.  The newcomer waits this long for the previous connection to close before it is refused as a
+# second debugger (meanwhile further newcomers queue in the listen backlog).
+HANDOVER_SECONDS = 2.5
+HANDOVER_POLL = 0.02
 
 
 class DapServerListener(GatedListener):
@@ -50,12 +58,22 @@ class DapServerListener(GatedListener):
     def accept(self) -> tuple[socket.socket, Any]:
         while True:
             conn, address = super().accept() if self.gated else socket.socket.accept(self)
-            if self._debugger is not None and _still_open(self._debugger):
+            if self._debugger is not None and not _closes_within(self._debugger, HANDOVER_SECONDS):
                 log(f"refused a second debugger on debug port {self.getsockname()[1]}: one is attached")
                 threading.Thread(target=dap_wire.refuse, args=(conn, self.refusal), daemon=True).start()
                 continue
             self._debugger = conn
             return conn, address
+
+
+def _closes_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the debugger's connection is closed, or closes within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _still_open(sock):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(HANDOVER_POLL)
+    return True
 
 
 def _still_open(sock: socket.socket) -> bool:

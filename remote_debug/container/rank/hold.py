@@ -46,6 +46,8 @@ class Reporter(Protocol):
         traceback: str | None = ...,
         failed_at: float | None = ...,
         hold_until: float | None = ...,
+        held_for: int | None = ...,
+        held_for_error: str | None = ...,
         unless: tuple[RankState, ...] = ...,
     ) -> None: ...
 
@@ -66,6 +68,26 @@ class PostMortem(Protocol):
 
     def stop_at(self, excinfo: ExcInfo) -> None:
         """Stop the calling thread at the exception; returns when the IDE resumes or goes away."""
+        ...
+
+
+class Gang(Protocol):
+    """The rank's part in holding the whole job (``gang_hold.GangHold``), as the excepthook needs it."""
+
+    def held_for(self) -> int | None:
+        """The rank whose failure this rank is held for already (None: none)."""
+        ...
+
+    def holding(self) -> bool:
+        """Held for another rank's failure, not released yet."""
+        ...
+
+    def announce(self, error: str, failed_at: float, hold_until: float | None) -> int | None:
+        """This rank is about to be held at its exception; the rank whose failure holds the job (None: no group)."""
+        ...
+
+    def release(self) -> None:
+        """This rank's hold ended."""
         ...
 
 
@@ -108,6 +130,8 @@ class FailureHook:
         self.rank = rank
         self.hold_seconds = hold_seconds
         self.debugger = debugger  # None: no debugger in this rank, nothing to hold for
+        # with hold on failure, this rank's part in holding every rank of the job (``gang_hold``); None: off
+        self.gang: Gang | None = None
         self.previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any] = sys.excepthook
 
     def install(self) -> None:
@@ -121,40 +145,50 @@ class FailureHook:
         )
 
     def __call__(self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        hold = (
-            self.hold_seconds > 0
-            and self.debugger is not None
-            and not issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C: the user wants it gone
-        )
+        interrupted = issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C: the user wants it gone
+        hold = self.hold_seconds > 0 and self.debugger is not None and not interrupted
         seen = hold and reported_by_pydevd(exc)
+        gang = self.gang if not interrupted else None
+        # held with another rank that failed first (gang_hold): this exception is a consequence (a collective
+        # that timed out...), and the rank stays until that rank's hold ends, debugger or not
+        following = gang is not None and gang.held_for() is not None
         now = time.time()
         # the deadline is wall-clock for the readers (jobs: "N s left"); the hold itself counts monotonic
         deadline = time.monotonic() + self.hold_seconds
+        # (held with another rank without a debugger of its own: it stays "skipped", nothing to attach to)
+        state = RankState.HELD if hold or (following and self.debugger is not None) else RankState.FAILED
         with contextlib.suppress(Exception):
             self.reporter.update(
-                state=RankState.HELD if hold else RankState.FAILED,
+                state=None if following and self.debugger is None else state,
                 error=describe(exc),
                 traceback=format_traceback(exc_type, exc, tb),
                 failed_at=now,
-                hold_until=now + self.hold_seconds if hold and not seen else None,
+                hold_until=now + self.hold_seconds if hold and not seen and not following else None,
             )
         # Printed first: the log says why the rank is held, and it is the traceback a run without the
         # hold prints.
         self.previous(exc_type, exc, tb)
-        if not hold:
+        if not hold and not following:
             return
         try:
-            if seen:
+            if seen and not following:
                 log(f"rank {self.rank} failed; the attached debugger stopped at the exception, exiting as it resumed")
             else:
+                if gang is not None and not following:  # the job's other ranks are held too (or one failed first)
+                    following = gang.announce(describe(exc), now, now + self.hold_seconds) not in (None, self.rank)
                 _held[:] = [Held(threading.get_ident(), (exc_type, exc, tb))]
-                self._hold((exc_type, exc, tb), deadline)
+                if hold and not seen:
+                    self._hold((exc_type, exc, tb), deadline)
+                while gang is not None and gang.holding():  # until the rank that failed first is released
+                    time.sleep(POLL_SECONDS)
         except Exception as error:  # the hold is a courtesy: never turn the user's failure into ours
             log(f"rank {self.rank}: post-mortem hold failed: {describe(error)}")
         finally:
             _held.clear()
             with contextlib.suppress(Exception):
                 self.reporter.update(state=RankState.FAILED)
+            if gang is not None:
+                gang.release()  # (the ranks held with this one go now)
 
     def reinstall(self) -> None:
         """Be ``sys.excepthook`` again: pydevd-pycharm puts its own there when it connects."""
@@ -171,7 +205,7 @@ class FailureHook:
             f"post-mortem debugger ({where}); it exits when the debugger continues or detaches"
         )
         while not debugger.attached():
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and not (self.gang is not None and self.gang.holding()):
                 log(f"rank {self.rank}: no debugger within {self.hold_seconds:g} s; exiting with the failure")
                 return
             time.sleep(POLL_SECONDS)

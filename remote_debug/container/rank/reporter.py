@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from remote_debug.container.log import describe, log, one_line
+from remote_debug.container.rank import gang_hold
 from remote_debug.container.rank.hold import FailureHook, PostMortem
 from remote_debug.contract.spec import RankEndpoint, RankState, write_rank_manifest
 from remote_debug.oskit.osutil import process_start_ticks
@@ -83,6 +84,8 @@ class RankReporter:
         traceback: str | None = None,
         failed_at: float | None = None,
         hold_until: float | None = None,
+        held_for: int | None = None,
+        held_for_error: str | None = None,
         unless: tuple[RankState, ...] = (),
     ) -> None:
         """Change the given fields (None: keep), unless the rank is in one of the ``unless`` states."""
@@ -97,6 +100,8 @@ class RankReporter:
                 traceback=self.endpoint.traceback if traceback is None else traceback,
                 failed_at=self.endpoint.failed_at if failed_at is None else failed_at,
                 hold_until=self.endpoint.hold_until if hold_until is None else hold_until,
+                held_for=self.endpoint.held_for if held_for is None else held_for,
+                held_for_error=self.endpoint.held_for_error if held_for_error is None else held_for_error,
             )
             if new == self.endpoint:
                 return
@@ -122,8 +127,10 @@ def install_exit_reporting(
     reporter: RankReporter, *, hold_seconds: float = 0.0, debugger: PostMortem | None = None
 ) -> FailureHook:
     """An uncaught exception marks the rank failed with its traceback; with ``hold_seconds`` and a
-    debugger, the rank first waits for a post-mortem debugger (see ``hold``)."""
+    debugger, the rank first waits for a post-mortem debugger (see ``hold``), and with ``hold_seconds`` every
+    rank of the job is held when one is (``gang_hold``; a rank without a debugger too)."""
     rank = reporter.endpoint.rank
     hook = FailureHook(reporter, rank, hold_seconds=hold_seconds, debugger=debugger)
     hook.install()
+    hook.gang = gang_hold.start(reporter, rank, hold_seconds, debugger)
     return hook

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from remote_debug.contract import spec
+from remote_debug.laptop.attach.group_socket import GroupServer
 from remote_debug.laptop.attach.pause_safe import PauseSafe
+from remote_debug.laptop.attach.rank_group import RankGroup
 from remote_debug.laptop.connection.job_connection import POLL_SECONDS, JobConnection
 from remote_debug.laptop.connection.rank_control import WaitRelease, fan_out
 from remote_debug.laptop.core import interrupts
@@ -27,7 +29,7 @@ from remote_debug.laptop.core.jobinfo import TERMINAL, JobInfo, JobStatus
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.ide import Editor, IdeSide, PyCharmOptions, RankForward, ide_side, vscode_launch
 from remote_debug.laptop.ide.attach_lock import AttachLock
-from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport
+from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport, missed_breakpoints
 from remote_debug.laptop.wire import events
 from remote_debug.oskit import peer_uid
 
@@ -59,6 +61,9 @@ class AttachOptions:
     detach_when_done: bool = False
     ide: Editor = Editor.VSCODE  # PyCharm: ranks connect out through reverse forwards (ide/pycharm.py)
     pycharm: PyCharmOptions = field(default_factory=PyCharmOptions)
+    # any rank's stop pauses every other rank, and any Continue continues them all (rank_group.py); the
+    # group actions (remote-debug ranks ACTION JOB) work either way
+    all_stop: bool = False
 
     def __post_init__(self) -> None:
         self.ide = Editor(self.ide)  # a str from a caller ("pycharm") becomes the editor it names
@@ -72,9 +77,13 @@ class AttachResult:
     launch_json: Path | None
     aliases: list[str]
     detached: bool = False  # the attach left a job that runs on (``job`` is its status then)
+    # headless: the breakpoints (FILE:LINE) when no rank stopped at any of them - a failure, whatever the job did
+    breakpoints_missed: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
+        if self.breakpoints_missed:
+            return 1
         if self.detached:  # whether every rank's debugger did what it was asked
             return 1 if any(r.error for r in self.reports) else 0
         return 0 if self.job.status == JobStatus.COMPLETED else 1
@@ -85,6 +94,50 @@ def check_ranks(job: str, selected: spec.RankSelection, world: int) -> None:
     unknown = sorted(set(selected or ()) - set(range(world))) if world else []
     if unknown:
         raise UserError(f"unknown ranks {unknown} for job {job}: it has ranks 0-{world - 1}")
+
+
+_ENDED = (spec.RankState.FINISHED, spec.RankState.FAILED)
+_NOT_RUNNING = (*_ENDED, spec.RankState.SKIPPED)
+# The processes of one run on a node start within a moment of each other (torchrun spawns its workers at once);
+# an ended run's started longer before than this (its run, then a launcher's start-up).  Clock ticks: Linux's
+# USER_HZ, 100 a second, of /proc/<pid>/stat's start time.
+_SAME_RUN_TICKS = 100
+
+
+def _of_an_ended_run(m: spec.NodeManifest, r: spec.RankEndpoint) -> bool:
+    """Whether rank document ``r`` is left by a run that ended on a kept-alive node (``launch --keep-alive``):
+    it stays until the rank's process in the next run (``remote-debug run``) replaces it, and that process is
+    the one an attach is for.  A job without keep-alive, or on its training command, has no ended run."""
+    if r.state not in _ENDED:
+        return False
+    if m.kept_alive_until is not None:  # the node holds: nothing runs there now
+        return True
+    if m.run == 0:
+        return False
+    # a run is on: its ranks replace the ended run's documents one by one as they start
+    running = [x.start_ticks for x in m.ranks if x.state not in _NOT_RUNNING]
+    if not running:
+        return True
+    if r.start_ticks is None or any(t is None for t in running):  # an older hook: a rank that ended is this run's
+        return False
+    return r.start_ticks < min(t for t in running if t is not None) - _SAME_RUN_TICKS
+
+
+@dataclass
+class _AwaitedRun:
+    """The ranks discovery waits for in the run to come (``run``), and their nodes."""
+
+    ranks: list[int] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)
+    run: int = 0
+    holding: bool = False  # a node of theirs runs nothing yet: the run is still to be started (`remote-debug run`)
+
+    def add(self, node: str, m: spec.NodeManifest, rank: int) -> None:
+        self.ranks.append(rank)
+        self.nodes.add(node)
+        holds = m.kept_alive_until is not None
+        self.run = max(self.run, m.run + (1 if holds else 0))
+        self.holding = self.holding or holds
 
 
 # The parts an attach is built from, each given the attach's own emit (muted after a Ctrl-C): injectable,
@@ -129,12 +182,18 @@ class Attacher:
         self.forwards: dict[int, RankForward] = {}
         self.ide: IdeSide = ide(backend, job, options, self.emit)
         self.pause_safe = PauseSafe(self.connection.control, self.emit)
+        # the ranks' debug sessions as one program: all-stop, and the group actions
+        self.group = RankGroup(self.emit, all_stop=options.all_stop)
+        self.ide.taps = self.group.hooks
+        self.group_server = GroupServer(self.group, self.paths, job)
         # ranks in their --wait window that this attach did not select: told to run on, not left waiting
         self.wait_release = WaitRelease(self.connection.control)
         self._manifests: dict[str, spec.NodeManifest] = {}
         self._faults_reported: set[tuple[int, int]] = set()  # (rank, pid) whose crash was reported
         self._manifests_next = 0.0
         self._world: int | None = None  # the job's number of ranks, once known
+        # a kept-alive job's ranks that discovery waits for in the run to come (their documents are an ended run's)
+        self._awaited_run: _AwaitedRun | None = None
 
     @property
     def launch_json(self) -> Path | None:
@@ -191,6 +250,8 @@ class Attacher:
                 # while we still hold them, before closing anything that may wait on a dead tunnel
                 with interrupts.deferred():
                     given_back = self.ide.give_back()
+                self.group_server.close()
+                self.group.close()
                 self.ide.close()
                 self.connection.close()
             finally:
@@ -222,12 +283,15 @@ class Attacher:
                 return info
             if not all_ready:
                 try:
-                    all_ready = self._discover_ranks(info)
+                    all_ready = self._discover_ranks(info, ended_runs_final=time.monotonic() > deadline)
                 except Exception:  # a node going away mid-discovery, because the job just ended
                     ended = self.connection.ended()
                     if ended is None:
                         raise
                     return ended
+                if self._awaited_run is not None and self._awaited_run.holding:
+                    # nothing runs yet: the wait is the user's (`remote-debug run` to come), not the ranks'
+                    deadline = time.monotonic() + self.options.ready_timeout
                 if (all_ready or time.monotonic() > deadline) and not announced_ready:
                     if not all_ready:
                         self.emit(events.WarningEvent(message="not every selected rank published a listener in time"))
@@ -256,15 +320,22 @@ class Attacher:
         check_ranks(self.job, self.options.ranks, world)
         return set(range(world)) if self.options.ranks is None else set(self.options.ranks)
 
-    def _discover_ranks(self, info: JobInfo) -> bool:
-        """Expose every selected rank that can be; True once all expected ranks are."""
+    def _discover_ranks(self, info: JobInfo, *, ended_runs_final: bool = False) -> bool:
+        """Expose every selected rank that can be; True once all expected ranks are.  A kept-alive job's rank
+        whose document is an ended run's is waited for (its process in the run that comes is the target) until
+        ``ended_runs_final``: then it counts as it is (no debugger), as any rank that ended."""
         manifests = self.connection.manifests()
         expected = self._expected_ranks(manifests, info)  # the round's describe (a SageMaker API call)
         found: list[tuple[str, spec.NodeManifest, spec.RankEndpoint]] = []
+        awaited = _AwaitedRun()
         for node, m in manifests.items():
             for r in m.ranks:
                 if r.rank not in expected or r.rank in self.forwards:
                     continue
+                if _of_an_ended_run(m, r):
+                    awaited.add(node, m, r.rank)
+                    if not ended_runs_final:
+                        continue
                 if r.ide != self.ide.debugger:
                     editor = Editor.for_debugger(r.ide)
                     raise UserError(f"job {self.job} was launched for {editor}: attach with --ide {editor}")
@@ -283,12 +354,31 @@ class Attacher:
             for (_, r), ok in zip(asks, fan_out(asks, lambda a: self._ask_connect(*a)), strict=True):
                 self.ide.asked(r.rank, ok)
         self._manifests = manifests
+        self._await_run(awaited, gave_up=ended_runs_final)
         # before any debugger can stop a rank: its peers must not time out in their collectives
         self._announce_pause_safe(force=bool(new))
         self.ide.ranks_ready(new)
         return expected <= set(self.forwards)
 
+    def _await_run(self, awaited: _AwaitedRun, *, gave_up: bool) -> None:
+        """Say what discovery waits for when it begins to (the ranks of the run to come), and if it gave up."""
+        previous, self._awaited_run = self._awaited_run, (awaited if awaited.ranks and not gave_up else None)
+        if not awaited.ranks:
+            return
+        if gave_up:  # once: those ranks count as ended now, and discovery does not look at them again
+            self.emit(
+                events.WarningEvent(
+                    message=f"{events.format_rank_list(awaited.ranks)} of run {awaited.run} did not start within "
+                    f"{self.options.ready_timeout:g} s: job {self.job} still shows run {awaited.run - 1}'s, which ended"
+                )
+            )
+        elif previous is None or previous.run != awaited.run:
+            self.emit(events.Waiting(what=f"the ranks of run {awaited.run}", nodes=sorted(awaited.nodes)))
+
     def _expose(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint) -> RankForward:
+        # `remote-debug ranks` can reach the group from the first rank on (not before: an attach that fails
+        # on bad input leaves nothing behind)
+        self.group_server.start()
         return self._forwarded(node, m, r, self.ide.expose(self.connection.tunnel(node), node, r))
 
     def _forwarded(self, node: str, m: spec.NodeManifest, r: spec.RankEndpoint, local_port: int) -> RankForward:
@@ -377,46 +467,75 @@ class Attacher:
 
     def _report_rank_faults(self, *, final: bool = False) -> None:
         """Report each rank that died of an uncaught exception, once, with its traceback (from its rank
-        document); a rank held for a post-mortem (hold on failure) is said to be, and the IDE side is
-        told (headless starts a debugger on it).  From the manifests read last."""
-        for node, m in self._manifests.items():
-            for r in m.ranks:
-                if r.state not in _CRASHED or (r.rank, r.pid) in self._faults_reported:
-                    continue
-                if r.state == spec.RankState.FAILED and r.error is None:
-                    continue  # not an uncaught exception (e.g. a listener that failed to start)
+        document), the root cause first and marked so (``spec.failure_order``: the failure that came first);
+        a rank held for a post-mortem (hold on failure) is said to be, and the IDE side is told (headless
+        starts a debugger on it).  A rank held with a failed one (the whole gang: ``held_for``) is a
+        ``rank-held``, after that rank's ``rank-failed``.  From the manifests read last."""
+        node_of = {(r.rank, r.pid): node for node, m in self._manifests.items() for r in m.ranks}
+        ranks = [r for m in self._manifests.values() for r in m.ranks]
+        cause = spec.root_cause(ranks)
+        for r in spec.failure_order(ranks):
+            if r.state not in _CRASHED or (r.rank, r.pid) in self._faults_reported:
+                continue
+            node = node_of[(r.rank, r.pid)]
+            if r.held_for is not None:
+                told = any(rank == r.held_for for rank, _pid in self._faults_reported)
+                if r.state != spec.RankState.HELD or not (told or final):
+                    continue  # released already (it ended with the job), or after the failed rank's own line
                 self._faults_reported.add((r.rank, r.pid))
                 self.emit(
-                    events.RankFailed(
-                        rank=r.rank,
-                        node=node,
-                        pid=r.pid,
-                        error=r.error,
-                        traceback=r.traceback,
-                        held=r.state == spec.RankState.HELD,
-                    )
+                    events.RankHeld(rank=r.rank, node=node, pid=r.pid, held_for=r.held_for, error=r.held_for_error)
                 )
-                forward = self.forwards.get(r.rank)
-                if r.state == spec.RankState.HELD and not final and forward is not None:
-                    self.ide.rank_held(forward)
+                continue
+            if r.state == spec.RankState.FAILED and r.error is None:
+                continue  # not an uncaught exception (e.g. a listener that failed to start)
+            self._faults_reported.add((r.rank, r.pid))
+            self.emit(
+                events.RankFailed(
+                    rank=r.rank,
+                    node=node,
+                    pid=r.pid,
+                    error=r.error,
+                    traceback=r.traceback,
+                    held=r.state == spec.RankState.HELD,
+                    # (one rank alone is nobody's root cause)
+                    root_cause=r.world_size > 1 and cause is not None and (cause.rank, cause.pid) == (r.rank, r.pid),
+                )
+            )
+            forward = self.forwards.get(r.rank)
+            if r.state == spec.RankState.HELD and not final and forward is not None:
+                self.ide.rank_held(forward)
 
     def _detach(self, info: JobInfo) -> AttachResult:
         """The IDE side is done and the job runs on: leave it (every debugger has detached already;
         closing the tunnels is all that is left)."""
         self._report_rank_faults(final=True)
         reports = self.ide.finish()
+        missed = self._missed_breakpoints(reports)
         self.emit(events.Detached(job=self.job, reason=events.DetachReason.STOPS_DONE, status=info.status))
-        return self._result(info, reports, detached=True)
+        return self._result(info, reports, detached=True, missed=missed)
 
     def _finish(self, info: JobInfo) -> AttachResult:
         """The job ended: report what is left to say (crashes, the end itself) and the result."""
         self._refresh_manifests(force=True)  # a crash that ended the job between two looks
         self._report_rank_faults(final=True)
         reports = self.ide.finish()
+        missed = self._missed_breakpoints(reports)
         self.emit(events.JobEnded(status=info.status, exit_code=info.exit_code, failure_reason=info.failure_reason))
-        return self._result(info, reports)
+        return self._result(info, reports, missed=missed)
 
-    def _result(self, info: JobInfo, reports: list[RankReport], *, detached: bool = False) -> AttachResult:
+    def _missed_breakpoints(self, reports: list[RankReport]) -> list[str]:
+        """Headless with breakpoints: say so when no rank stopped at one (the job ran past them: a wrong line or
+        file), rather than end as if the stops had been made."""
+        plan = self.options.headless
+        missed = [] if plan is None else missed_breakpoints(plan, reports, self.options.workspace)
+        if missed:
+            self.emit(events.BreakpointsMissed(breakpoints=missed, ranks=sorted(r.rank for r in reports)))
+        return missed
+
+    def _result(
+        self, info: JobInfo, reports: list[RankReport], *, detached: bool = False, missed: list[str] | None = None
+    ) -> AttachResult:
         return AttachResult(
             info,
             sorted(self.forwards.values(), key=lambda f: f.rank),
@@ -424,4 +543,5 @@ class Attacher:
             self.launch_json,
             [e.alias for e in self.connection.entries],
             detached=detached,
+            breakpoints_missed=missed or [],
         )

@@ -29,6 +29,7 @@ import paramiko
 
 from remote_debug.contract import dap_wire
 from remote_debug.contract.spec import ALREADY_ATTACHED, LOOPBACK
+from remote_debug.laptop.connection.dap_tap import DapTap, TapHooks
 from remote_debug.laptop.core.errors import HostKeyMismatchError as HostKeyMismatchError
 from remote_debug.laptop.core.errors import UserError
 from remote_debug.oskit import peer_uid
@@ -157,6 +158,7 @@ class NodeTunnel:
         # remote port -> (what the forward carries, called with the message when a 2nd debugger is refused)
         self._exclusive: dict[int, tuple[str, Callable[[str], None] | None]] = {}
         self._sessions: dict[int, int] = {}  # remote port -> connections the forward carries now
+        self._taps: dict[int, TapHooks] = {}  # remote port -> who reads the DAP its sessions carry
         self._session_lock = threading.Lock()  # not self._lock: a reconnect holds that one for long
         # Told (with a one-line message) when a connection from another local user is refused.
         self.on_foreign: Callable[[str], None] | None = None
@@ -348,6 +350,7 @@ class NodeTunnel:
         *,
         exclusive: str | None = None,
         on_refuse: Callable[[str], None] | None = None,
+        tap: TapHooks | None = None,
     ) -> int:
         """Listen on 127.0.0.1:local_port (0 = any) and forward each connection to the rank's port.
 
@@ -356,9 +359,14 @@ class NodeTunnel:
         ``on_refuse`` gets the message.  debugpy itself would accept the second client's
         ``initialize`` and fail only its ``attach`` with "Server[pid=N] is already being debugged."
         (debugpy 1.8), which names neither the rank nor what to do.
+
+        ``tap``: each connection's DAP is carried by a :class:`DapTap` that tells it what passes (the
+        attach's all-stop and group actions), not as plain bytes.
         """
         if exclusive is not None:
             self._exclusive[remote_port] = (exclusive, on_refuse)
+        if tap is not None:
+            self._taps[remote_port] = tap
         existing = self._listeners.get(remote_port)
         if existing is not None:
             return int(existing.getsockname()[1])
@@ -391,6 +399,9 @@ class NodeTunnel:
         exclusive = self._exclusive.pop(old_remote, None)
         if exclusive is not None:
             self._exclusive[new_remote] = exclusive
+        tap = self._taps.pop(old_remote, None)
+        if tap is not None:
+            self._taps[new_remote] = tap
         return True
 
     def reverse_forward(self, remote_port: int, handler: ReverseHandler) -> int:
@@ -432,19 +443,14 @@ class NodeTunnel:
         if not self._admit(client, remote_port):
             return
         exclusive = self._exclusive.get(remote_port)
-        if exclusive is not None:
-            with self._session_lock:
-                busy = self._sessions.get(remote_port, 0) > 0
-                if not busy:
-                    self._sessions[remote_port] = 1
-            if busy:
-                what, on_refuse = exclusive
-                message = f"{what} {ALREADY_ATTACHED}"
-                if on_refuse is not None:  # first: the log line is there by the time the IDE shows it
-                    with contextlib.suppress(Exception):  # a callback's bug must not kill the forward
-                        on_refuse(message)
-                dap_wire.refuse(client, message)
-                return
+        if exclusive is not None and not self._take_session(remote_port):
+            what, on_refuse = exclusive
+            message = f"{what} {ALREADY_ATTACHED}"
+            if on_refuse is not None:  # first: the log line is there by the time the IDE shows it
+                with contextlib.suppress(Exception):  # a callback's bug must not kill the forward
+                    on_refuse(message)
+            dap_wire.refuse(client, message)
+            return
         try:
             try:
                 chan = self.open_channel(remote_port, origin)
@@ -453,7 +459,11 @@ class NodeTunnel:
                 client.close()
                 return
             try:
-                _pump(client, chan)
+                tap = self._taps.get(remote_port)
+                if tap is not None:
+                    DapTap(client, chan, tap).run()
+                else:
+                    _pump(client, chan)
             except Exception as exc:  # one side went mid-transfer (an IDE quitting, Ctrl-C on attach):
                 # the connection is over either way; a thread traceback on the user's terminal is no news
                 log.debug("forward to %s:%s ended: %s", self.endpoint.alias, remote_port, exc)
@@ -467,6 +477,24 @@ class NodeTunnel:
             if exclusive is not None:
                 with self._session_lock:
                     self._sessions[remote_port] = 0
+
+    # A debugger that reconnects right after its ``disconnect`` (VS Code's Restart, a script's next session) can
+    # come before the previous session's thread has seen the old connection close and let go: it waits this
+    # long for that before it is refused as a second debugger (one that stays is refused after the wait).
+    SESSION_HANDOVER_SECONDS = 2.5
+    SESSION_HANDOVER_POLL = 0.02
+
+    def _take_session(self, remote_port: int) -> bool:
+        """Take the one-debugger forward's session; False while another connection keeps it past the handover."""
+        deadline = time.monotonic() + self.SESSION_HANDOVER_SECONDS
+        while True:
+            with self._session_lock:
+                if self._sessions.get(remote_port, 0) == 0:
+                    self._sessions[remote_port] = 1
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.SESSION_HANDOVER_POLL)
 
     def _admit(self, client: socket.socket, remote_port: int) -> bool:
         """Whether the connection comes from our own uid (see ``peer_uid``); closes it if not.

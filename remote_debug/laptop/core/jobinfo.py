@@ -20,9 +20,13 @@ from remote_debug.contract.spec import (
     RankState,
     StrEnum,
     Transport,
+    failure_order,
+    format_rank_ranges,
     held_phrase,
+    held_with_phrase,
     kept_alive_phrase,
     read_node_manifest,
+    root_cause,
 )
 
 
@@ -117,7 +121,11 @@ class HeldRank:
     rank: int
     node: str
     seconds_left: int | None  # None: its hook did not say (an older one)
-    error: str | None  # the exception line
+    error: str | None  # the exception line (of ``held_for``'s, for a rank held with it)
+    # its failure came first in the job (torchelastic's "root cause"): listed first
+    root_cause: bool = False
+    # held with this rank, which failed (hold on failure holds the whole job), not at an exception of its own
+    held_for: int | None = None
 
     @property
     def note(self) -> str:
@@ -126,16 +134,40 @@ class HeldRank:
 
 
 def held_ranks(manifests: Mapping[str, NodeManifest | None], now: float | None = None) -> list[HeldRank]:
-    """The held ranks in a job's manifests (node -> NodeManifest or None), by rank."""
+    """The held ranks in a job's manifests (node -> NodeManifest or None): the root cause first, then the
+    others that failed (by time), then the ranks held with a failed one, by rank (``spec.failure_order``)."""
     now = time.time() if now is None else now
-    held = [
-        HeldRank(r.rank, node, r.hold_seconds_left(now), r.error)
-        for node, m in manifests.items()
-        if m is not None
-        for r in m.ranks
+    node_of = {(r.rank, r.pid): node for node, m in manifests.items() if m is not None for r in m.ranks}
+    ranks = [r for m in manifests.values() if m is not None for r in m.ranks]
+    cause = root_cause(ranks)
+    return [
+        HeldRank(
+            r.rank,
+            node_of[(r.rank, r.pid)],
+            r.hold_seconds_left(now),
+            r.error if r.held_for is None else r.held_for_error,
+            root_cause=r.world_size > 1 and cause is not None and (cause.rank, cause.pid) == (r.rank, r.pid),
+            held_for=r.held_for,
+        )
+        for r in failure_order(ranks)
         if r.state == RankState.HELD
     ]
-    return sorted(held, key=lambda h: h.rank)
+
+
+def held_notes(held: list[HeldRank]) -> list[str]:
+    """One line per rank held at its own exception (``rank 3 held for post-mortem, 87 s left (root cause)``),
+    and one for all the ranks held with a failed one (``ranks 0-2 held with rank 3, which failed``)."""
+    own = [h for h in held if h.held_for is None]
+    notes = [h.note + (" (root cause)" if h.root_cause and len(held) > 1 else "") for h in own]
+    for failed in sorted({h.held_for for h in held if h.held_for is not None}):
+        ranks = [h.rank for h in held if h.held_for == failed]
+        notes.append(f"{plural_ranks(ranks)} {held_with_phrase(failed)}")
+    return notes
+
+
+def plural_ranks(ranks: list[int]) -> str:
+    """``rank 0``, ``ranks 0-2, 5``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + format_rank_ranges(ranks)
 
 
 def keep_alive_state(manifests: Mapping[str, NodeManifest | None], now: float | None = None) -> tuple[int | None, int]:
@@ -203,7 +235,7 @@ class JobInfo:
         kept = [] if self.kept_alive_seconds_left is None else [kept_alive_phrase(self.kept_alive_seconds_left)]
         if kept and self.secondary_status.startswith(kept[0].split(",")[0]):
             kept = []  # the secondary status says it already (local jobs)
-        return [*kept, *(h.note for h in self.held_ranks)]
+        return [*kept, *held_notes(self.held_ranks)]
 
     def details_of(self, kind: type[_Details]) -> _Details | None:
         """This job's details if its platform's are ``kind`` (``info.details_of(MachineJobDetails)``)."""

@@ -42,7 +42,8 @@ _OVER = (spec.RankState.FINISHED, spec.RankState.FAILED)
 def collect_stacks(
     connection: JobConnection, ranks: spec.RankSelection = None, timeout: float = 30.0, *, all_threads: bool = False
 ) -> StacksReport:
-    """Every selected rank's threads (:class:`StacksReport`), ranks in order;
+    """Every selected rank's threads (:class:`StacksReport`), ranks in order - after a failure the root
+    cause first (``spec.failure_order``), marked ``root_cause``; a rank held with it, ``held_for``;
     a rank that cannot answer has an ``error``.  The debugger's own threads (debugpy's, ours) only with
     ``all_threads``; a rank held for a post-mortem shows where it raised, with the exception line."""
     connection.require_running()
@@ -63,7 +64,26 @@ def collect_stacks(
         for node in {node for node, _r in selected}:
             connection.tunnel(node)  # created here, not from the pool's threads
         results = fan_out(selected, lambda item: _rank_stacks(connection, *item, all_threads=all_threads))
-    return {"job": connection.job, "ranks": sorted(results, key=lambda r: r["rank"])}
+    return {
+        "job": connection.job,
+        "ranks": _in_failure_order(results, [r for m in manifests.values() for r in m.ranks]),
+    }
+
+
+def _in_failure_order(results: list[RankStacks], documents: Sequence[spec.RankEndpoint]) -> list[RankStacks]:
+    """``results`` in rank order, or after a failure the root cause first (marked), then the others that
+    failed, then the rest; a rank held with a failed one says which (``documents``: every rank's)."""
+    cause = spec.root_cause(documents)
+    order = {(r.rank, r.pid): i for i, r in enumerate(spec.failure_order(documents))}
+    for doc in documents:
+        for out in results:
+            if (out["rank"], out["pid"]) != (doc.rank, doc.pid):
+                continue
+            if doc.world_size > 1 and cause is not None and (cause.rank, cause.pid) == (doc.rank, doc.pid):
+                out["root_cause"] = True
+            if doc.held_for is not None:
+                out["held_for"] = doc.held_for
+    return sorted(results, key=lambda r: (order.get((r["rank"], r["pid"]), len(order)), r["rank"], r["pid"] or 0))
 
 
 def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, all_threads: bool) -> RankStacks:
@@ -208,7 +228,12 @@ def collect_job_stacks_no_hook(
     if not targets:
         raise UserError(f"no rank processes of job {ref.name} found within {timeout:g} s (still starting?)")
     chosen = _select(targets, ranks, f"of job {ref.name}")
-    return {"job": ref.name, "source": PYSPY, "ranks": _read_all(chosen, all_threads=all_threads)}
+    try:
+        documents = [r for m in backend.manifests(ref.name).values() if m is not None for r in m.ranks]
+    except spec.ContractError:
+        documents = []
+    results = _read_all(chosen, all_threads=all_threads)
+    return {"job": ref.name, "source": PYSPY, "ranks": _in_failure_order(results, documents)}
 
 
 def job_rank_targets(backend: Backend, info: JobInfo) -> list[RankTarget]:
@@ -315,7 +340,12 @@ def format_stacks(report: StacksReport) -> str:
     """Human-readable, like a Python traceback per thread (innermost frame last)."""
     lines: list[str] = []
     for r in report["ranks"]:
-        held = f": {spec.held_phrase(r.get('hold_seconds_left'))}" if r.get("state") == spec.RankState.HELD else ""
+        held = ""
+        if r.get("state") == spec.RankState.HELD:
+            held_for = r.get("held_for")
+            phrase = spec.held_phrase(r.get("hold_seconds_left"))
+            held = f": {phrase if held_for is None else spec.held_with_phrase(held_for)}"
+        held += " (root cause)" if r.get("root_cause") else ""
         where = ", ".join(str(x) for x in (r.get("node"), r.get("pid") and f"pid {r['pid']}") if x)
         if r.get("source") == PYSPY:
             where += ", from py-spy" + (" without stopping it" if r.get("nonblocking") else "")
@@ -328,6 +358,8 @@ def format_stacks(report: StacksReport) -> str:
             what = " (debugger)" if t.get("internal") else ""
             if t.get("exception"):
                 what = " (where it raised; the rank waits for a post-mortem debugger)"
+                if r.get("held_for") is not None:
+                    what = f" (where it raised, held with rank {r['held_for']}: a consequence of that failure)"
             if t.get("main") and r.get("blocked_in_native"):
                 what += " (blocked in native code)"
             lines.append(f"  thread {t['name']}{what}:")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remote_debug.contract import spec
+from remote_debug.laptop.connection.dap_tap import TapHooks
 from remote_debug.laptop.connection.tunnels import NodeTunnel
 from remote_debug.laptop.core.jobinfo import JobInfo
 from remote_debug.laptop.ide.editor import Editor
@@ -60,6 +61,9 @@ class IdeSide:
     connects_out: bool = False
     # the launch.json this side wrote, if any (VS Code)
     launch_json: Path | None = None
+    # who reads the DAP of each rank's sessions (the attach's rank group: all-stop, group actions), for a
+    # side whose IDE speaks DAP through our forwards; set by the attach
+    taps: Callable[[int], TapHooks] | None = None
 
     @property
     def debugger(self) -> spec.RankDebugger:

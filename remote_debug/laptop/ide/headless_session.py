@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from remote_debug.contract.spec import ALREADY_ATTACHED
+from remote_debug.laptop.connection.dap_tap import GROUP_MARK
 from remote_debug.laptop.ide.dap_client import (
     DapClient,
     DapError,
@@ -23,6 +25,9 @@ from remote_debug.laptop.ide.dap_client import (
     inspect_stop,
 )
 from remote_debug.laptop.wire import events as ev
+
+# DAP's ``stopped`` reason for a line breakpoint (a step, a pause or an exception stop is not one)
+BREAKPOINT_REASON = "breakpoint"
 
 
 @dataclass
@@ -84,6 +89,21 @@ class RankReport:
         return dataclasses.asdict(self.summary())
 
 
+def missed_breakpoints(plan: HeadlessPlan, reports: list[RankReport], workspace: Path) -> list[str]:
+    """The plan's breakpoints as ``FILE:LINE`` (relative to ``workspace`` when in it) when it asked for stops
+    at breakpoints and no rank stopped at one; else none.  A plan without breakpoints misses nothing."""
+    if plan.max_stops < 1 or any(s.reason == BREAKPOINT_REASON for r in reports for s in r.stops):
+        return []
+    return [f"{_shown(path, workspace)}:{line}" for path, lines in plan.breakpoints.items() for line in lines]
+
+
+def _shown(path: str, workspace: Path) -> str:
+    try:
+        return Path(path).relative_to(workspace).as_posix()
+    except ValueError:  # not under the workspace: as given
+        return path
+
+
 def debug_rank(
     rank: int,
     node: str,
@@ -108,6 +128,8 @@ def debug_rank(
                 stopped = client.wait_stopped(timeout=1.0)
             except DapError:
                 continue  # no stop yet: check whether we should give up, then wait again
+            if GROUP_MARK in stopped:
+                continue  # all-stop paused it for another rank's stop: that rank's Continue resumes it
             # the rank is paused now: the requests get the client's full timeout, never the poll's
             hit = describe_stop(client, stopped)
             hits += 1

@@ -46,6 +46,7 @@ class VsCodeIde(IdeSide):
             rank.port,
             exclusive=f"rank {rank.rank} of job {self.job}",
             on_refuse=functools.partial(self._debugger_refused, rank.rank, node),
+            tap=self.taps(rank.rank) if self.taps is not None else None,
         )
 
     def re_expose(self, tunnel: NodeTunnel, node: str, rank: spec.RankEndpoint, old: RankForward) -> int:

@@ -258,6 +258,8 @@ class _RankStacksOptional(TypedDict, total=False):
     blocked_in_native: bool  # py-spy: the main thread is in native code
     nonblocking: bool  # py-spy read it without stopping it
     dump_seconds: float
+    root_cause: bool  # its failure came first in the job (torchelastic's "root cause"): listed first
+    held_for: int  # held with this rank, which failed (hold on failure holds every rank): not its own failure
 
 
 class RankStacks(_RankStacksOptional):
@@ -285,6 +287,46 @@ class StacksReport(_StacksReportOptional):
     ranks: list[RankStacks]
 
 
+# --- ranks ACTION JOB --json: the group of a running attach ------------------------------------------
+
+
+class GroupAction(StrEnum):
+    """What one action does to every rank a debugger is attached to (``remote-debug ranks ACTION JOB``)."""
+
+    CONTINUE = "continue"
+    PAUSE = "pause"
+    STEP = "step"  # step over, in each rank
+    DETACH = "detach"
+
+
+class RankPhase(StrEnum):
+    """Where a rank of an attach's group is."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
+    PAUSING = "pausing"  # asked to pause; not stopped yet (in native code: a collective, I/O)
+    STEPPING = "stepping"  # stepping; not stopped yet
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankInGroup:
+    rank: int
+    phase: RankPhase
+    reason: str  # why it stopped last ("breakpoint", "pause", ...); "" unless stopped
+    by_group: bool  # stopped by all-stop or Pause All, not by its own breakpoint or step
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupReply(Document):
+    """``ranks ACTION JOB --json``: what the action reached, in every running attach of the job."""
+
+    job: str
+    action: str  # a GroupAction, or "status"
+    attaches: int  # the running attaches of the job that answered
+    ranks: list[int]  # the ranks the action reached
+    status: list[RankInGroup] = field(default_factory=list)  # every rank with a debugger, after the action
+
+
 DOCUMENT_TYPES: tuple[type[Any], ...] = (
     VersionInfo,
     ListingProblem,
@@ -298,4 +340,5 @@ DOCUMENT_TYPES: tuple[type[Any], ...] = (
     EnableReport,
     CleanupReport,
     EmulatorStarted,
+    GroupReply,
 )

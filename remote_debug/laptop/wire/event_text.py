@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from remote_debug.contract.spec import RankDebugger
+from remote_debug.contract.spec import RankDebugger, held_with_phrase
 from remote_debug.laptop.wire import events as ev
 from remote_debug.laptop.wire.events import TEXT_KEY, plural
 
@@ -158,7 +158,16 @@ def _rank_failed(e: ev.RankFailed) -> str:
     )
     tb = str(e.traceback or "").rstrip()
     body = "\n" + "\n".join("    " + line for line in tb.splitlines()) if tb else ""
-    return f"rank {e.rank} on {e.node} failed: {e.error}{held}{body}"
+    cause = " (root cause)" if e.root_cause else ""
+    return f"rank {e.rank} on {e.node} failed{cause}: {e.error}{held}{body}"
+
+
+@_line(ev.RankHeld)
+def _rank_held(e: ev.RankHeld) -> str:
+    return (
+        f"rank {e.rank} on {e.node} {held_with_phrase(e.held_for)}: paused where it was (a thread in a collective "
+        f"pauses when it returns to Python), it ends with the job when rank {e.held_for}'s hold ends"
+    )
 
 
 @_line(ev.RankRestarted)
@@ -179,6 +188,13 @@ def _tunnel_down(e: ev.TunnelDown) -> str:
 @_line(ev.WarningEvent)
 def _warning(e: ev.WarningEvent) -> str:
     return f"warning: {e.message}"
+
+
+@_line(ev.BreakpointsMissed)
+def _breakpoints_missed(e: ev.BreakpointsMissed) -> str:
+    were = "was" if len(e.breakpoints) == 1 else "were"
+    where = f"in {ev.format_rank_list(e.ranks)}" if e.ranks else "(no rank was debugged)"
+    return f"no rank stopped at a breakpoint: {', '.join(e.breakpoints)} {were} never hit {where}"
 
 
 @_line(ev.Detached)
@@ -246,3 +262,37 @@ def run_output_line(e: ev.RunOutput) -> str:
 def _run_ended(e: ev.RunEnded) -> str:
     how = "stopped (Ctrl-C)" if e.interrupted else f"ended, exit code {e.exit_code}"
     return f"run {e.run} {how}; the nodes stay up (remote-debug release {e.job} ends them)"
+
+
+@_line(ev.AllStop)
+def _all_stop(e: ev.AllStop) -> str:
+    if not e.pausing:
+        return f"rank {e.rank} stopped ({e.reason}); every other rank is stopped already"
+    return f"rank {e.rank} stopped ({e.reason}): pausing {ev.format_rank_list(e.pausing)} (all-stop)"
+
+
+@_line(ev.AllPaused)
+def _all_paused(e: ev.AllPaused) -> str:
+    after = "Pause All" if e.rank is None else f"rank {e.rank} stopped"
+    return f"all {plural(len(e.ranks), 'rank')} paused, {e.seconds:.2f} s after {after}"
+
+
+@_line(ev.RankWaiting)
+def _rank_waiting(e: ev.RankWaiting) -> str:
+    doing = "paused" if e.action == ev.GroupAction.PAUSE else "finished its step"
+    return (
+        f"rank {e.rank} has not {doing} after {e.seconds:.1f} s: it is in native code (a collective waiting for "
+        "paused ranks, or I/O) and stops when it returns to Python"
+    )
+
+
+@_line(ev.GroupActed)
+def _group_acted(e: ev.GroupActed) -> str:
+    what = {
+        ev.GroupAction.CONTINUE: "Continue All",
+        ev.GroupAction.PAUSE: "Pause All",
+        ev.GroupAction.STEP: "Step Over All",
+        ev.GroupAction.DETACH: "Detach All",
+    }[e.action]
+    ranks = ev.format_rank_list(e.ranks) if e.ranks else "no rank (none is in that state)"
+    return f"{what} ({e.origin}): {ranks}"

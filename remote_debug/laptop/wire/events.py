@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Union
 
 from remote_debug.contract.spec import RankDebugger, RankState, StrEnum, format_rank_ranges
 from remote_debug.laptop.core.jobinfo import JobStatus
+from remote_debug.laptop.wire.documents import GroupAction as GroupAction
 
 EVENTS_VERSION = 1
 # The key of the human line (event_text.py) beside an event's fields in what ``--json`` prints: no field has it.
@@ -269,7 +270,9 @@ class RankDetached(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class RankFailed(Event):
-    """A rank died of an uncaught exception; ``held``: it waits (hold on failure) for a post-mortem debugger."""
+    """A rank died of an uncaught exception; ``held``: it waits (hold on failure) for a post-mortem debugger;
+    ``root_cause``: its failure came first in the job (torchelastic's "root cause": the others' follow from it),
+    reported before the others'."""
 
     name: ClassVar[str] = "rank-failed"
     rank: int
@@ -278,6 +281,20 @@ class RankFailed(Event):
     error: str | None = None
     traceback: str | None = None
     held: bool = False
+    root_cause: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankHeld(Event):
+    """Hold on failure, the whole gang: rank ``held_for`` failed (its ``rank-failed`` comes first), and this rank
+    is held with it, paused where it was, until that rank's hold ends; ``error``: that rank's exception line."""
+
+    name: ClassVar[str] = "rank-held"
+    rank: int
+    node: str
+    pid: int
+    held_for: int
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,6 +333,17 @@ class WarningEvent(Event):
     code: str | None = None
     rank: int | None = None
     node: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakpointsMissed(Event):
+    """``attach --headless --break``: no rank stopped at a breakpoint (a wrong line or file, code that does not
+    run there): ``breakpoints`` as ``FILE:LINE`` (relative to the workspace when in it), ``ranks`` the ranks that
+    were debugged.  The attach then exits 1."""
+
+    name: ClassVar[str] = "breakpoints-missed"
+    breakpoints: list[str]
+    ranks: list[int]
 
 
 class DetachReason(StrEnum):
@@ -439,6 +467,53 @@ class Summary(Event):
     ranks: list[RankSummary]
 
 
+# --- many ranks, one debugger: all-stop and the group actions (laptop/attach/rank_group.py) ------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllStop(Event):
+    """A rank stopped (``reason``: DAP's, e.g. "breakpoint", "exception", "pause", "step") and all-stop pauses
+    every other rank that runs: ``pausing``."""
+
+    name: ClassVar[str] = "all-stop"
+    rank: int
+    reason: str
+    pausing: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllPaused(Event):
+    """Every rank a debugger is attached to is stopped now, ``seconds`` after ``rank`` stopped first (None:
+    after Pause All)."""
+
+    name: ClassVar[str] = "all-paused"
+    rank: int | None
+    ranks: list[int]
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankWaiting(Event):
+    """A rank asked to pause (or to step) has not stopped after ``seconds``: it runs native code (a collective
+    waiting for paused ranks, I/O) and stops when it returns to Python."""
+
+    name: ClassVar[str] = "rank-waiting"
+    rank: int
+    action: GroupAction
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupActed(Event):
+    """A group action reached ``ranks``; ``origin``: who asked ("rank 0" when all-stop followed one rank's
+    Continue, else "remote-debug ranks")."""
+
+    name: ClassVar[str] = "group-action"
+    action: GroupAction
+    ranks: list[int]
+    origin: str
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     Launched,
     JobStatusEvent,
@@ -459,10 +534,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Stopped,
     RankDetached,
     RankFailed,
+    RankHeld,
     RankRestarted,
     Reconnected,
     TunnelDown,
     WarningEvent,
+    BreakpointsMissed,
     Detached,
     JobEnded,
     Summary,
@@ -470,6 +547,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RunStarted,
     RunOutput,
     RunEnded,
+    AllStop,
+    AllPaused,
+    RankWaiting,
+    GroupActed,
 )
 
 _BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}

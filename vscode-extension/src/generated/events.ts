@@ -13,6 +13,7 @@
 //   remote_debug.laptop.wire.documents.EnableReport,
 //   remote_debug.laptop.wire.documents.CleanupReport,
 //   remote_debug.laptop.wire.documents.EmulatorStarted,
+//   remote_debug.laptop.wire.documents.GroupReply,
 //   remote_debug.laptop.adopt.candidates.Candidate,
 //   remote_debug.laptop.adopt.local_job.AdoptOutcome.
 /* eslint-disable */
@@ -53,6 +54,9 @@ export function formatSshAlias(job: string, node: string): string {
 /** Why an attach left a job that still runs. */
 export type DetachReason = 'stops-done' | 'interrupted';
 
+/** What one action does to every rank a debugger is attached to (`remote-debug ranks ACTION JOB`). */
+export type GroupAction = 'continue' | 'pause' | 'step' | 'detach';
+
 /** How the nodes of a job on this machine are kept apart. */
 export type Isolation = 'netns' | 'loopback';
 
@@ -71,6 +75,9 @@ export type ListingProblemKind =
 
 /** What every selected rank of a job runs, which decides the direction of the debug connection. Which editor the laptop serves (and which of its files an attach writes) is the laptop's business (`laptop/ide/editor.py`): any DAP client can debug a DEBUGPY rank, any pydevd server a PYDEVD one. The values are the strings the spec (`REMOTE_DEBUG_IDE`) and the rank documents (`"ide"`) have always carried, named after the first editor of each kind: an older hook or laptop knows only those. */
 export type RankDebugger = 'vscode' | 'pycharm';
+
+/** Where a rank of an attach's group is. */
+export type RankPhase = 'running' | 'stopped' | 'pausing' | 'stepping';
 
 /** A rank document's `state`. */
 export type RankState =
@@ -110,6 +117,8 @@ export interface HeldRank {
   node: string;
   seconds_left: number | null;
   error: string | null;
+  root_cause: boolean;
+  held_for: number | null;
 }
 
 /** One thing the hybrid transport left in AWS: `id` an activation id, an `mi-` id or an `s3://` URI. */
@@ -138,12 +147,21 @@ export interface NodeSynced {
   seconds: number;
 }
 
+export interface RankInGroup {
+  rank: number;
+  phase: RankPhase;
+  reason: string;
+  by_group: boolean;
+}
+
 /** One rank's threads (`source`: "control", its control channel, or "py-spy"); `error`: it could not be read. */
 export interface RankStacks {
   control_error?: string;
   blocked_in_native?: boolean;
   nonblocking?: boolean;
   dump_seconds?: number;
+  root_cause?: boolean;
+  held_for?: number;
   rank: number;
   node: string | null;
   pid: number;
@@ -391,7 +409,7 @@ export interface RankDetachedEvent {
   error: string | null;
 }
 
-/** A rank died of an uncaught exception; `held`: it waits (hold on failure) for a post-mortem debugger. */
+/** A rank died of an uncaught exception; `held`: it waits (hold on failure) for a post-mortem debugger; `root_cause`: its failure came first in the job (torchelastic's "root cause": the others' follow from it), reported before the others'. */
 export interface RankFailedEvent {
   event: 'rank-failed';
   v: number;
@@ -402,6 +420,19 @@ export interface RankFailedEvent {
   error: string | null;
   traceback: string | null;
   held: boolean;
+  root_cause: boolean;
+}
+
+/** Hold on failure, the whole gang: rank `held_for` failed (its `rank-failed` comes first), and this rank is held with it, paused where it was, until that rank's hold ends; `error`: that rank's exception line. */
+export interface RankHeldEvent {
+  event: 'rank-held';
+  v: number;
+  text?: string;
+  rank: number;
+  node: string;
+  pid: number;
+  held_for: number;
+  error: string | null;
 }
 
 /** A rank's process was replaced (`remote-debug run` started the entry again): the old one's debug session ends, and a `rank-ready` for the new process follows on the same `local_port`. */
@@ -440,6 +471,15 @@ export interface WarningEvent {
   code: string | null;
   rank: number | null;
   node: string | null;
+}
+
+/** `attach --headless --break`: no rank stopped at a breakpoint (a wrong line or file, code that does not run there): `breakpoints` as `FILE:LINE` (relative to the workspace when in it), `ranks` the ranks that were debugged. The attach then exits 1. */
+export interface BreakpointsMissedEvent {
+  event: 'breakpoints-missed';
+  v: number;
+  text?: string;
+  breakpoints: string[];
+  ranks: number[];
 }
 
 /** The attach ended and the job runs on (its debuggers detached, its tunnels closed); instead of `job-ended`. `status`: the job's status when known. */
@@ -516,6 +556,46 @@ export interface RunEndedEvent {
   exit_code: number;
   exit_codes: Record<string, number>;
   interrupted: boolean;
+}
+
+/** A rank stopped (`reason`: DAP's, e.g. "breakpoint", "exception", "pause", "step") and all-stop pauses every other rank that runs: `pausing`. */
+export interface AllStopEvent {
+  event: 'all-stop';
+  v: number;
+  text?: string;
+  rank: number;
+  reason: string;
+  pausing: number[];
+}
+
+/** Every rank a debugger is attached to is stopped now, `seconds` after `rank` stopped first (None: after Pause All). */
+export interface AllPausedEvent {
+  event: 'all-paused';
+  v: number;
+  text?: string;
+  rank: number | null;
+  ranks: number[];
+  seconds: number;
+}
+
+/** A rank asked to pause (or to step) has not stopped after `seconds`: it runs native code (a collective waiting for paused ranks, I/O) and stops when it returns to Python. */
+export interface RankWaitingEvent {
+  event: 'rank-waiting';
+  v: number;
+  text?: string;
+  rank: number;
+  action: GroupAction;
+  seconds: number;
+}
+
+/** A group action reached `ranks`; `origin`: who asked ("rank 0" when all-stop followed one rank's Continue, else "remote-debug ranks"). */
+export interface GroupActedEvent {
+  event: 'group-action';
+  v: number;
+  text?: string;
+  action: GroupAction;
+  ranks: number[];
+  origin: string;
 }
 
 export interface JobInfo {
@@ -644,6 +724,15 @@ export interface EmulatorStarted {
   secret_access_key: string;
 }
 
+/** `ranks ACTION JOB --json`: what the action reached, in every running attach of the job. */
+export interface GroupReply {
+  job: string;
+  action: string;
+  attaches: number;
+  ranks: number[];
+  status: RankInGroup[];
+}
+
 export interface AdoptCandidate {
   pid: number;
   command: string;
@@ -684,17 +773,23 @@ export type AttachEvent =
   | StoppedEvent
   | RankDetachedEvent
   | RankFailedEvent
+  | RankHeldEvent
   | RankRestartedEvent
   | ReconnectedEvent
   | TunnelDownEvent
   | WarningEvent
+  | BreakpointsMissedEvent
   | DetachedEvent
   | JobEndedEvent
   | SummaryEvent
   | SyncedEvent
   | RunStartedEvent
   | RunOutputEvent
-  | RunEndedEvent;
+  | RunEndedEvent
+  | AllStopEvent
+  | AllPausedEvent
+  | RankWaitingEvent
+  | GroupActedEvent;
 
 export type AttachEventName = AttachEvent['event'];
 
@@ -718,10 +813,12 @@ export const EVENT_NAMES: readonly AttachEventName[] = [
   'stopped',
   'rank-detached',
   'rank-failed',
+  'rank-held',
   'rank-restarted',
   'reconnected',
   'tunnel-down',
   'warning',
+  'breakpoints-missed',
   'detached',
   'job-ended',
   'summary',
@@ -729,4 +826,8 @@ export const EVENT_NAMES: readonly AttachEventName[] = [
   'run-started',
   'run-output',
   'run-ended',
+  'all-stop',
+  'all-paused',
+  'rank-waiting',
+  'group-action',
 ];

@@ -97,7 +97,7 @@ test('Re-attach with nothing to re-attach says so', async () => {
 });
 
 test('Attach Paused and Failed Ranks: just the ranks waiting for a debugger or held after a failure', async () => {
-  const job = jobJson({ name: 'j', nproc_per_node: 4, held_ranks: [{ rank: 3, node: 'algo-1', seconds_left: 100, error: 'boom' }] });
+  const job = jobJson({ name: 'j', nproc_per_node: 4, held_ranks: [{ rank: 3, node: 'algo-1', seconds_left: 100, error: 'boom', root_cause: true, held_for: null }] });
   const { run, model, attaches, ws } = setup([job]);
   model.applyEvent('j', { event: 'rank-ready', v: 1, rank: 1, node: 'algo-1', local_port: 1, remote_port: 2, state: 'waiting', ide: 'vscode', code_dir: '/c' });
   model.applyEvent('j', { event: 'rank-ready', v: 1, rank: 2, node: 'algo-1', local_port: 1, remote_port: 2, state: 'listening', ide: 'vscode', code_dir: '/c' });

@@ -140,7 +140,7 @@ describe('commands', () => {
   });
 
   test('Attach Rank… offers the paused and failed ranks as one item', async () => {
-    const job = jobJson({ nproc_per_node: 4, held_ranks: [{ rank: 2, node: 'algo-1', seconds_left: 60, error: 'boom' }] });
+    const job = jobJson({ nproc_per_node: 4, held_ranks: [{ rank: 2, node: 'algo-1', seconds_left: 60, error: 'boom', root_cause: true, held_for: null }] });
     const { run, requests, model } = setup({}, [job]);
     await run('remoteDebug.refresh');
     model.applyEvent('local-1', { event: 'rank-ready', v: 1, rank: 0, node: 'algo-1', local_port: 1, remote_port: 2, state: 'waiting', ide: 'vscode', code_dir: '/c' });
@@ -255,6 +255,7 @@ describe('commands', () => {
     mock.findFiles = [Uri.file(path.join(ws, 'a.py')), Uri.file(path.join(ws, 'train', 'main.py'))];
     mock.quickPicks.push((items) => items.find((i: { label: string }) => i.label === 'train/main.py'));
     mock.inputBoxes.push('4');
+    mock.quickPicks.push(() => []); // no launch options
     await run('remoteDebug.launchLocalJob');
     const launch = invocations().find((i) => i.args[0] === 'launch')!;
     const python = launch.args[launch.args.indexOf('--') + 1];

@@ -102,8 +102,14 @@ describe('attach --json events', () => {
       { event: 'reconnected', node: 'algo-1' },
       { event: 'tunnel-down', node: 'algo-1', error: 'EOF' },
       { event: 'warning', message: 'slow' },
+      { event: 'breakpoints-missed', v: 1, breakpoints: ['train.py:42'], ranks: [0, 1] },
       { event: 'rank-failed', rank: 1, node: 'algo-1', pid: 7, error: 'ValueError: bad batch', traceback: 'Traceback...', held: true },
+      { event: 'rank-held', v: 1, rank: 0, node: 'algo-1', pid: 6, held_for: 1, error: 'ValueError: bad batch' },
       { event: 'job-ended', status: 'Completed', exit_code: 0, failure_reason: null },
+      { event: 'all-stop', v: 1, rank: 0, reason: 'breakpoint', pausing: [1, 2, 3] },
+      { event: 'all-paused', v: 1, rank: 0, ranks: [0, 1, 2, 3], seconds: 0.31 },
+      { event: 'rank-waiting', v: 1, rank: 2, action: 'pause', seconds: 1.5 },
+      { event: 'group-action', v: 1, action: 'continue', ranks: [0, 1, 2, 3], origin: 'rank 0' },
       { event: 'launched', job: 'j', workspace: '/ws', nodes: 1, nproc_per_node: 2 },
       { event: 'rank-listening', v: 1, rank: 0, node: 'algo-1', remote_port: 5000, detail: 'process-group timeout 7200 s' },
       { event: 'pause-safe', v: 1, rank: 1, node: 'algo-1', detail: 'pending: no process group yet' },
@@ -127,7 +133,7 @@ describe('attach --json events', () => {
       assert.ok(describeEvent(e).length > 0);
     }
     assert.equal(describeEvent(parseEventLine(JSON.stringify(lines[4]))!), 'rank 0 on algo-1: debugger at 127.0.0.1:4000 (waiting)');
-    const failed = describeEvent(parseEventLine(JSON.stringify(lines[14]))!);
+    const failed = describeEvent(parseEventLine(JSON.stringify(lines.find((l) => l.event === 'rank-failed')))!);
     assert.match(failed, /^rank 1 on algo-1 failed: ValueError: bad batch \(held for a post-mortem/);
     assert.match(failed, /\nTraceback\.\.\.$/);
   });
