@@ -73,7 +73,7 @@ def test_a_breakpoint_pauses_the_others_and_their_stops_say_why() -> None:
     ]
     clock.now += 0.25
     paused = _from_rank(group, sessions, 0, _stopped("pause", thread=7))
-    assert paused["body"]["description"] == "Paused by all-stop (rank 1 hit a breakpoint)"
+    assert paused["body"]["description"] == "All-stop: rank 1"
     assert paused["body"]["preserveFocusHint"] is True and paused["body"][GROUP_MARK] is True
     assert not [e for e in log if e["event"] == "all-paused"]  # rank 2 has not stopped yet
     _from_rank(group, sessions, 2, _stopped("pause"))
@@ -130,7 +130,7 @@ def test_step_over_all_steps_each_main_thread_and_reports_the_ones_that_wait() -
         session.callbacks[-1]({"body": {"threads": [{"id": 3, "name": "pin"}, {"id": 8, "name": "MainThread"}]}})
         assert session.requests[-1] == ("next", {"threadId": 8})
     stepped = _from_rank(group, sessions, 0, _stopped("step", thread=8))
-    assert stepped["body"]["description"] == "Stepped by Step Over All"
+    assert stepped["body"]["description"] == "Step Over All"
     clock.now += rank_group.WAIT_SECONDS
     group.report_waiting()
     [waiting] = [e for e in log if e["event"] == "rank-waiting"]

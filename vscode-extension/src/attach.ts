@@ -18,16 +18,21 @@ import { AttachMemory } from './attachMemory';
 import { Cli, CliError, CliProcess, displayCommand } from './cli';
 import {
   configName,
+  debugTypeProblem,
   PathMapping,
   rankConfiguration,
   RankDebugConfiguration,
   rankTag,
   resolveDebugType,
+  sessionName,
 } from './debugConfig';
 import {
   AttachEvent,
   describeEvent,
   EVENTS_VERSION,
+  GROUP_ACTION_TITLES,
+  GroupAction,
+  GroupReply,
   isKnownEvent,
   isRunning,
   JobEndedEvent,
@@ -35,7 +40,8 @@ import {
   parseEventLine,
   UnknownEvent,
 } from './events';
-import { childOptions, parentConfiguration, parentTag } from './jobSession';
+import { describeGroupReply, runGroupAction } from './groupActions';
+import { childOptions, ParentGroup, parentConfiguration, parentTag, ParentTag, RankTally } from './jobSession';
 import { LineSink, Logger, logger } from './log';
 import { formatRanks, JobsModel } from './model';
 import { NoticeBatcher, NoticeSummary, Scheduler } from './notices';
@@ -47,6 +53,8 @@ export interface AttachSettings {
   pathMappings: PathMapping[];
   justMyCode: boolean;
   readyTimeoutSeconds: number;
+  /** One rank's stop pauses every rank, one Continue continues all (the CLI's default); false: `--non-stop`. */
+  allStop?: boolean;
 }
 
 export interface AttachRequest {
@@ -75,7 +83,17 @@ export interface AttachOptions {
   restartBudget?: RestartBudget;
   /** How long after the user stopped a job's session it is forgotten for the next window (not when the window closed). */
   forgetDelayMs?: number;
+  /**
+   * How long a session lost to a dropped connection waits before it is said: the job may have ended (stopped from a
+   * terminal, failed), which is the one news then, not a tunnel to wait for.
+   */
+  lostNoticeDelayMs?: number;
 }
+
+/** How long an all-stop or a rank waiting in native code stays in the status bar. */
+const STATUS_LINE_MS = 10_000;
+/** How long a lost session's notice waits for the job's end (the attach polls the job every second or so). */
+const LOST_NOTICE_DELAY_MS = 4000;
 
 function key(job: string, rank: number): string {
   return `${job}#${rank}`;
@@ -97,6 +115,8 @@ export class AttachProcess {
   toldNewerVersion = false;
   /** Stopped for a window reload / shutdown: its job stays remembered for the next window. */
   keepMemory = false;
+  /** The debugType setting could not be used: said once. */
+  toldDebugType = false;
 
   constructor(
     readonly request: AttachRequest,
@@ -118,6 +138,7 @@ export class AttachProcess {
       String(settings.readyTimeoutSeconds),
       // the extension starts its own debug configurations: the CLI leaves the user's launch.json alone
       '--no-launch-json',
+      ...(settings.allStop === false ? ['--non-stop'] : []),
       ...sshIncludeArgs(), // --no-ssh-include until the user allows the ~/.ssh/config Include line (sshConsent.ts)
     ];
     this.process = cli.stream(args, { cwd: request.folder.uri.fsPath });
@@ -176,6 +197,8 @@ export class AttachManager implements vscode.Disposable {
   /** The job's own session, the parent of its rank sessions (jobSession.ts), by job. */
   private readonly parents = new Map<string, ParentState>();
   private readonly parentWaiters = new Map<string, (session: vscode.DebugSession) => void>();
+  /** A Detach All in flight, by job: the job's attach is stopped only once it has reached the ranks. */
+  private readonly groupDetaching = new Map<string, Promise<unknown>>();
   private parentSeq = 0;
   /** Why each rank session ended (a stop, the rank's end, a dropped connection). */
   private readonly ends = new SessionEnds();
@@ -187,6 +210,7 @@ export class AttachManager implements vscode.Disposable {
   /** stopAll() ran: the window closes or reloads (what ends now is no user's detach). */
   private shuttingDown = false;
   private readonly notices: NoticeBatcher;
+  private statusMessage: vscode.Disposable | undefined;
   private readonly log: Logger;
   private readonly disposables: vscode.Disposable[] = [];
 
@@ -213,6 +237,7 @@ export class AttachManager implements vscode.Disposable {
   dispose(): void {
     this.disposables.forEach((d) => d.dispose());
     this.notices.dispose();
+    this.statusMessage?.dispose();
     void this.stopAll();
   }
 
@@ -226,6 +251,104 @@ export class AttachManager implements vscode.Disposable {
 
   sessionFor(job: string, rank: number): vscode.DebugSession | undefined {
     return this.sessions.get(key(job, rank));
+  }
+
+  /** The job of one of our sessions (a rank's or the job's own), by the session's id. */
+  jobOfSessionId(id: string): string | undefined {
+    for (const session of this.sessions.values()) {
+      if (session.id === id) {
+        return rankTag(session.configuration)?.job;
+      }
+    }
+    return [...this.parents.entries()].find(([, state]) => state.session?.id === id)?.[0];
+  }
+
+  // --- group actions: every rank of a job at once (groupActions.ts) --------------------------------------
+
+  /**
+   * `remote-debug ranks ACTION JOB`: the job's running attach continues, pauses, steps or detaches every rank it
+   * debugs.  Rejects with one line (the job is not attached, the CLI's refusal).
+   */
+  async groupAction(job: string, action: GroupAction): Promise<GroupReply> {
+    if (!this.isAttached(job)) {
+      throw new Error(vscode.l10n.t('{0}: {1} is not attached', GROUP_ACTION_TITLES[action], job));
+    }
+    if (action === 'detach') {
+      // each rank's session is told `terminated`: an end we asked for, not a dropped connection to recover
+      for (const [k, session] of this.sessions) {
+        if (k.startsWith(`${job}#`)) {
+          this.ends.expect(session.id);
+        }
+      }
+    }
+    const run = runGroupAction(this.cli, job, action);
+    if (action === 'detach') {
+      this.groupDetaching.set(job, run.catch(() => undefined));
+    }
+    try {
+      const reply = await run;
+      this.log.info(`[${job}] ${describeGroupReply(reply)}`);
+      return reply;
+    } finally {
+      if (action === 'detach') {
+        this.groupDetaching.delete(job);
+      }
+    }
+  }
+
+  /**
+   * Detach All Ranks: every rank let go at once by the attach (none stays paused by all-stop while the others are
+   * let go one by one), then the job detached as the view's Detach does (its sessions, its attach, its tunnels).
+   * Without the group (an older CLI, the attach gone) each rank's session is stopped on its own, as before.
+   */
+  async detachAfterGroup(job: string): Promise<void> {
+    try {
+      await this.groupAction(job, 'detach');
+    } catch (err) {
+      this.log.warn(`[${job}] Detach All: ${err instanceof Error ? err.message : String(err)}; stopping each rank's session instead`);
+    }
+    await this.detach(job);
+  }
+
+  /** What the jobs' own sessions act through (jobSession.ts): their Pause / Continue / Step Over / Stop. */
+  parentGroup(): ParentGroup {
+    return {
+      act: (tag, action) => this.parentAction(tag, action),
+      ranks: (job) => this.tally(job),
+      onDidChangeRanks: (listener) => this.model.onDidChange(listener),
+    };
+  }
+
+  private async parentAction(tag: ParentTag, action: GroupAction): Promise<void> {
+    // a parent we are ending ourselves (the job's attach ended, Detach): nothing of the job to act on
+    if (this.parents.get(tag.job)?.id !== tag.id || !this.isAttached(tag.job)) {
+      return;
+    }
+    try {
+      await this.groupAction(tag.job, action);
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      if (action === 'detach') {
+        this.log.warn(`[${tag.job}] Detach All: ${message}; stopping each rank's session instead`);
+      } else {
+        this.log.error(`[${tag.job}] ${GROUP_ACTION_TITLES[action]}: ${message}`);
+        void showError(message);
+      }
+    }
+  }
+
+  private tally(job: string): RankTally {
+    let sessions = 0;
+    let stopped = 0;
+    for (const k of this.sessions.keys()) {
+      if (k.startsWith(`${job}#`)) {
+        sessions++;
+        if (this.model.rankEntry(job, rankOf(k))?.state === 'paused') {
+          stopped++;
+        }
+      }
+    }
+    return { sessions, stopped };
   }
 
   /**
@@ -339,7 +462,10 @@ export class AttachManager implements vscode.Disposable {
           this.log.info(`[${job}] ${line}`);
         }
       },
-      exit: (code, signal, error) => {
+      exit: (code, signal, exitError) => {
+        // after `job-ended` the attach's exit code is the job's outcome (1: it did not complete), no attach failure:
+        // the job's end says it (a failed job showed as "finished" plus a false "Attach failed")
+        const error = proc.ended ? undefined : exitError;
         proc.error = error;
         const how = `[${job}] remote-debug attach exited (${signal ?? `code ${code}`})${error ? `: ${error.message}` : ''}`;
         if (error && !proc.cancelled) {
@@ -369,16 +495,35 @@ export class AttachManager implements vscode.Disposable {
           this.model.forwardingEnded(job, lost);
         }
         if (proc.ended) {
-          const e = proc.ended;
-          const how = `${e.status}${e.exit_code !== null ? `, exit code ${e.exit_code}` : ''}${e.failure_reason ? `: ${e.failure_reason}` : ''}`;
-          this.notices.flush(); // a crash's "rank failed" before the job's end
-          void vscode.window.showInformationMessage(vscode.l10n.t('Remote Debug: job {0} ended ({1}).', job, how));
+          this.showJobEnded(job, proc.ended);
         } else if (error && proc.ready && !proc.cancelled) {
           // failures before "ready" are reported by attach()'s caller
           void showError(vscode.l10n.t('attach to {0} stopped: {1}', job, error.message));
         }
       },
     });
+  }
+
+  /**
+   * The job ended while attached: one message.  A job that did not complete says so as an error, with why; what was
+   * gathered about its ranks (a crash's "rank failed") comes first, and a session lost as the job went is no news.
+   */
+  private showJobEnded(job: string, e: JobEndedEvent): void {
+    const how = `${e.status}${e.exit_code !== null ? `, exit code ${e.exit_code}` : ''}${e.failure_reason ? `: ${e.failure_reason}` : ''}`;
+    this.notices.drop(job, 'session-lost');
+    this.notices.flush();
+    if (e.status === 'Completed') {
+      void vscode.window.showInformationMessage(vscode.l10n.t('Remote Debug: job {0} ended ({1}).', job, how));
+      return;
+    }
+    const showOutput = vscode.l10n.t('Show Output');
+    const text =
+      e.status === 'Failed'
+        ? vscode.l10n.t('Remote Debug: job {0} failed ({1}).', job, how)
+        : vscode.l10n.t('Remote Debug: job {0} ended ({1}).', job, how);
+    void Promise.resolve(vscode.window.showErrorMessage(text, showOutput)).then((choice) =>
+      choice === showOutput ? vscode.commands.executeCommand('remoteDebug.showOutput') : undefined,
+    );
   }
 
   private onEvent(proc: AttachProcess, event: AttachEvent | UnknownEvent, report: (message: string) => void): void {
@@ -442,7 +587,20 @@ export class AttachManager implements vscode.Disposable {
         this.notices.add({ job, kind: 'warning', message: event.message, rank: event.rank ?? undefined });
         break;
       case 'rank-failed':
-        this.notices.add({ job, kind: 'rank-failed', rank: event.rank, node: event.node, message: event.error ?? undefined, held: event.held });
+        this.notices.add({
+          job,
+          kind: 'rank-failed',
+          rank: event.rank,
+          node: event.node,
+          message: event.error ?? undefined,
+          held: event.held,
+          rootCause: event.root_cause === true,
+        });
+        break;
+      case 'all-stop':
+      case 'rank-waiting':
+        // the news of a moment, not a notification to click away: the status bar, for a while
+        this.statusLine(job, event.event === 'all-stop' ? 'debug-pause' : 'clock', describeEvent(event));
         break;
       case 'ready':
         proc.markReady();
@@ -477,7 +635,19 @@ export class AttachManager implements vscode.Disposable {
       return;
     }
     const settings = this.settings(proc.request.folder.uri);
-    const debugType = resolveDebugType(settings.debugType, this.installedExtensions());
+    const installed = this.installedExtensions();
+    let debugType = resolveDebugType(settings.debugType, installed);
+    const problem = debugTypeProblem(settings.debugType, debugType, installed);
+    if (problem) {
+      // VS Code answers each rank's start of a type nobody debugs with a modal: one message here instead, and the
+      // ranks use what "auto" picks (this extension's own debugger when the Python Debugger is missing)
+      debugType = resolveDebugType('auto', installed);
+      if (!proc.toldDebugType) {
+        proc.toldDebugType = true;
+        this.log.warn(`[${job}] ${problem}`);
+        void vscode.window.showWarningMessage(vscode.l10n.t('Remote Debug: {0}', problem));
+      }
+    }
     const configs: RankDebugConfiguration[] = [];
     for (const [rank, f] of targets) {
       try {
@@ -509,6 +679,11 @@ export class AttachManager implements vscode.Disposable {
       this.model.setRankSession(job, config.remoteDebug.rank, 'attaching');
     }
     const parent = await this.parentFor(job, proc.request.folder);
+    // under the job's session (which names the job) a rank's name is short enough for the Call Stack at 64 ranks;
+    // without it (it could not start) the ranks go flat and say their job
+    for (const config of configs) {
+      config.name = sessionName(job, config.remoteDebug.rank, config.remoteDebug.node, parent !== undefined);
+    }
     // Like a compound: every rank gets its own session, started together, under the job's.
     await Promise.all(
       configs.map(async (config) => {
@@ -632,7 +807,9 @@ export class AttachManager implements vscode.Disposable {
         // window only if the extension is still running a moment later.
         this.parents.delete(parent.job);
         this.log.info(`[${parent.job}] the job's debug session was stopped: detaching`);
-        void this.detach(parent.job, { forget: false });
+        // its Stop ran Detach All (jobSession.ts): the attach goes once that has reached the ranks
+        const detaching = this.groupDetaching.get(parent.job) ?? Promise.resolve();
+        void detaching.then(() => this.detach(parent.job, { forget: false }));
         setTimeout(() => {
           if (!this.shuttingDown) {
             void this.options.memory?.forget(parent.job);
@@ -672,9 +849,26 @@ export class AttachManager implements vscode.Disposable {
     if (since < (this.options.recentReconnectMs ?? 30_000)) {
       // the node said `reconnected` just before this session noticed the drop
       this.restartLost(proc, [rank]);
-    } else {
-      this.notices.add({ job, kind: 'session-lost', rank, node });
+      return;
     }
+    // A job stopped from a terminal (or failing) ends its ranks' sessions the same way, a moment before the attach
+    // says `job-ended`: the notice waits that moment, and is dropped when the job or its attach ended meanwhile.
+    const timer = setTimeout(() => {
+      const entry = this.model.get(job);
+      const rankState = this.model.rankEntry(job, rank)?.state;
+      if (
+        this.lost.get(key(job, rank)) === proc &&
+        !proc.exited &&
+        !proc.ended &&
+        entry !== undefined &&
+        isRunning(entry.info) &&
+        rankState !== 'finished' &&
+        rankState !== 'failed'
+      ) {
+        this.notices.add({ job, kind: 'session-lost', rank, node });
+      }
+    }, this.options.lostNoticeDelayMs ?? LOST_NOTICE_DELAY_MS);
+    timer.unref?.();
   }
 
   /** The CLI reconnected a node's tunnel: start the sessions that were lost on it again. */
@@ -774,6 +968,12 @@ export class AttachManager implements vscode.Disposable {
       }
       return undefined;
     });
+  }
+
+  /** A line in the status bar for a while (all-stop, a rank waiting in native code); the next one replaces it. */
+  private statusLine(job: string, icon: string, text: string): void {
+    this.statusMessage?.dispose();
+    this.statusMessage = vscode.window.setStatusBarMessage(`$(${icon}) ${job}: ${text}`, STATUS_LINE_MS);
   }
 
   /** A rank's session waited for its replaced process's session to end: start it if nothing is in the way now. */

@@ -21,6 +21,24 @@ import { restrictedSetting, untrustedRoots } from './trust';
 import { TreeNode } from './tree';
 
 const NEVER_ASK_SSH_SETTINGS = 'remoteDebug.neverOfferRemoteSshSettings';
+/** The launch options picked last (Launch Local Job…): offered picked the next time. */
+const LAUNCH_OPTIONS_KEY = 'remoteDebug.launchOptions';
+
+export type LaunchOption = 'keep-alive' | 'hold-on-failure';
+
+/** `4` (ranks per node) or `2x4` (nodes x ranks per node): Launch Local Job…'s shape; undefined when neither. */
+export function parseJobShape(text: string): { nodes: number; nprocPerNode: number } | undefined {
+  const m = /^\s*(?:([1-9]\d*)\s*[x×*]\s*)?([1-9]\d*)\s*$/i.exec(text);
+  return m ? { nodes: m[1] === undefined ? 1 : Number(m[1]), nprocPerNode: Number(m[2]) } : undefined;
+}
+
+/** `launch --local`'s options for the picked launch options (the seconds: the settings'). */
+export function launchOptionArgs(picked: readonly LaunchOption[], settings: Pick<Settings, 'keepAliveSeconds' | 'holdOnFailureSeconds'>): string[] {
+  return [
+    ...(picked.includes('keep-alive') ? ['--keep-alive', String(settings.keepAliveSeconds)] : []),
+    ...(picked.includes('hold-on-failure') ? ['--hold-on-failure', String(settings.holdOnFailureSeconds)] : []),
+  ];
+}
 
 export interface Settings extends AttachSettings {
   cliPath: string;
@@ -29,6 +47,9 @@ export interface Settings extends AttachSettings {
   env: Record<string, string>;
   defaultRanks: string;
   nprocPerNode: number;
+  nodes: number;
+  keepAliveSeconds: number;
+  holdOnFailureSeconds: number;
   waitSeconds: number;
   rerunWaitSeconds: number;
   refreshIntervalSeconds: number;
@@ -50,10 +71,14 @@ export function readSettings(scope?: vscode.Uri): Settings {
     debugType: c.get<string>('debugType', 'auto'),
     justMyCode: c.get<boolean>('justMyCode', false),
     nprocPerNode: c.get<number>('launch.nprocPerNode', 2),
+    nodes: c.get<number>('launch.nodes', 1),
+    keepAliveSeconds: c.get<number>('launch.keepAliveSeconds', 1800),
+    holdOnFailureSeconds: c.get<number>('launch.holdOnFailureSeconds', 600),
     waitSeconds: c.get<number>('launch.waitSeconds', 300),
     rerunWaitSeconds: c.get<number>('rerun.waitSeconds', 30),
     refreshIntervalSeconds: c.get<number>('refreshIntervalSeconds', 10),
     readyTimeoutSeconds: c.get<number>('readyTimeoutSeconds', 600),
+    allStop: c.get<boolean>('allStop', true),
   };
 }
 
@@ -564,6 +589,40 @@ export class Commands {
     await this.refresh();
   }
 
+  /**
+   * Keep alive (Sync and Re-run needs it) and hold on failure (a crash stays stopped at its exception for the
+   * debugger), seconds from the settings; the last choice is offered picked.  Undefined: dismissed.
+   */
+  private async pickLaunchOptions(settings: Settings): Promise<LaunchOption[] | undefined> {
+    const last = this.globalState.get<LaunchOption[]>(LAUNCH_OPTIONS_KEY) ?? [];
+    const items: Array<vscode.QuickPickItem & { option: LaunchOption }> = [
+      {
+        option: 'keep-alive',
+        label: 'Keep alive',
+        description: `--keep-alive ${settings.keepAliveSeconds}`,
+        detail: `its nodes stay up ${settings.keepAliveSeconds} s after the command ends: Sync and Re-run runs it again (Release ends it)`,
+        picked: last.includes('keep-alive'),
+      },
+      {
+        option: 'hold-on-failure',
+        label: 'Hold on failure',
+        description: `--hold-on-failure ${settings.holdOnFailureSeconds}`,
+        detail: `a rank that dies of an uncaught exception stays up to ${settings.holdOnFailureSeconds} s, stopped at it for the debugger`,
+        picked: last.includes('hold-on-failure'),
+      },
+    ];
+    const picked = await vscode.window.showQuickPick(items, {
+      canPickMany: true,
+      placeHolder: 'Launch options (none picked: the job ends with its command; a failed rank exits at once)',
+    });
+    if (!picked) {
+      return undefined;
+    }
+    const options = picked.map((p) => p.option);
+    await this.globalState.update(LAUNCH_OPTIONS_KEY, options);
+    return options;
+  }
+
   async launchLocalJob(resource?: vscode.Uri): Promise<void> {
     const folders = vscode.workspace.workspaceFolders ?? [];
     if (folders.length === 0) {
@@ -590,12 +649,17 @@ export class Commands {
     }
     const folder = vscode.workspace.getWorkspaceFolder(script) ?? folders[0];
     const settings = readSettings(folder.uri);
-    const nproc = await vscode.window.showInputBox({
-      prompt: 'Ranks per node (torchrun --nproc-per-node)',
-      value: String(settings.nprocPerNode),
-      validateInput: (v) => (/^[1-9]\d*$/.test(v.trim()) ? undefined : 'a whole number, at least 1'),
+    const shapeText = await vscode.window.showInputBox({
+      prompt: 'Ranks per node (torchrun --nproc-per-node); for several nodes NODESxRANKS, e.g. 2x4 (algo-1, algo-2)',
+      value: settings.nodes > 1 ? `${settings.nodes}x${settings.nprocPerNode}` : String(settings.nprocPerNode),
+      validateInput: (v) => (parseJobShape(v) ? undefined : 'a whole number of ranks per node (at least 1), or NODESxRANKS like 2x4'),
     });
-    if (!nproc) {
+    const shape = shapeText === undefined ? undefined : parseJobShape(shapeText);
+    if (!shape) {
+      return;
+    }
+    const options = await this.pickLaunchOptions(settings);
+    if (!options) {
       return;
     }
     const relative = path.relative(folder.uri.fsPath, script.fsPath);
@@ -605,10 +669,12 @@ export class Commands {
     const args = [
       'launch',
       '--local',
+      ...(shape.nodes > 1 ? ['--nodes', String(shape.nodes)] : []),
       '--nproc-per-node',
-      nproc.trim(),
+      String(shape.nprocPerNode),
       '--wait',
       String(settings.waitSeconds),
+      ...launchOptionArgs(options, settings),
       '--source-dir',
       folder.uri.fsPath,
       '--json',
@@ -622,6 +688,9 @@ export class Commands {
       ),
     );
     this.model.upsertJob(launched);
+    if (options.includes('keep-alive')) {
+      this.model.markKeepAlive(launched.name); // Sync and Re-run works on it from now, not only once its nodes hold
+    }
     this.log.appendLine(`launched ${launched.name}`);
     void this.refresh();
     const wait = settings.waitSeconds > 0 ? ` Its ranks wait up to ${settings.waitSeconds} s for the debugger.` : '';

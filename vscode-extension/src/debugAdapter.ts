@@ -5,7 +5,7 @@
 //        job's session; the launch itself starts no session (the resolver returns undefined once the attach runs).
 //   {"connect": {"host", "port"}}   one forwarded rank: the per-rank configurations we generate when the Python
 //        Debugger extension is absent.
-//   the job's parent session (jobSession.ts), whose adapter is inline.
+//   the job's parent session (jobSession.ts), whose adapter is inline (and acts on every rank through `group`).
 //
 // Every rank's listener (debugpy.listen() in the job, forwarded here by `remote-debug attach`)
 // already serves DAP, so the workbench can talk DAP to the forwarded port directly: the descriptor is just
@@ -24,7 +24,7 @@ import {
   parseJobConfiguration,
   parseRanksValue,
 } from './jobConfig';
-import { JobParentAdapter, parentTag } from './jobSession';
+import { JobParentAdapter, ParentGroup, parentTag } from './jobSession';
 
 /** What the job form needs: the attach behind F5, and the running jobs for the dynamic configurations. */
 export interface JobDebugging {
@@ -35,9 +35,13 @@ export interface JobDebugging {
 }
 
 export class RankAdapterFactory implements vscode.DebugAdapterDescriptorFactory {
+  /** `group`: what the job's session acts through (its Pause / Continue / Step Over / Stop act on every rank). */
+  constructor(private readonly group?: ParentGroup) {}
+
   createDebugAdapterDescriptor(session: vscode.DebugSession): vscode.ProviderResult<vscode.DebugAdapterDescriptor> {
-    if (parentTag(session.configuration)) {
-      return new vscode.DebugAdapterInlineImplementation(new JobParentAdapter());
+    const parent = parentTag(session.configuration);
+    if (parent) {
+      return new vscode.DebugAdapterInlineImplementation(new JobParentAdapter(parent, this.group));
     }
     const target = connectTarget(session.configuration);
     if (typeof target === 'string') {
@@ -116,9 +120,9 @@ export class DynamicJobConfigurations implements vscode.DebugConfigurationProvid
   }
 }
 
-export function registerDebugType(jobs?: JobDebugging): vscode.Disposable[] {
+export function registerDebugType(jobs?: JobDebugging, group?: ParentGroup): vscode.Disposable[] {
   const out = [
-    vscode.debug.registerDebugAdapterDescriptorFactory(OWN_DEBUG_TYPE, new RankAdapterFactory()),
+    vscode.debug.registerDebugAdapterDescriptorFactory(OWN_DEBUG_TYPE, new RankAdapterFactory(group)),
     vscode.debug.registerDebugConfigurationProvider(OWN_DEBUG_TYPE, new RankConfigurationProvider(jobs)),
   ];
   if (jobs) {

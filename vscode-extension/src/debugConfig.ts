@@ -42,6 +42,26 @@ export function resolveDebugType(setting: string | undefined, installedExtension
   return PYTHON_DEBUGGER_EXTENSIONS.some((id) => ids.has(id)) ? 'debugpy' : OWN_DEBUG_TYPE;
 }
 
+/**
+ * Why the `remoteDebug.debugType` setting cannot be used here (undefined: it can): "debugpy" needs the Python
+ * Debugger extension, which contributes that type; without it VS Code refuses every rank's session.  `resolved`:
+ * resolveDebugType's answer for the setting.
+ */
+export function debugTypeProblem(setting: string | undefined, resolved: string, installedExtensionIds: string[]): string | undefined {
+  const ids = new Set(installedExtensionIds.map((id) => id.toLowerCase()));
+  if (resolved === 'debugpy' && !PYTHON_DEBUGGER_EXTENSIONS.some((id) => ids.has(id))) {
+    return (
+      `the setting remoteDebug.debugType is "${setting}", but no installed extension debugs that type ` +
+      `(the Python Debugger, ${PYTHON_DEBUGGER_EXTENSIONS[0]}): the ranks use Remote Debug's own debugger. ` +
+      'Install the Python Debugger, or set remoteDebug.debugType to "auto".'
+    );
+  }
+  if (setting !== undefined && !['auto', 'debugpy', OWN_DEBUG_TYPE, ''].includes(setting)) {
+    return `the setting remoteDebug.debugType is "${setting}", which is none of "auto", "debugpy", "${OWN_DEBUG_TYPE}": it is read as "auto".`;
+  }
+  return undefined;
+}
+
 /** The CLI's own name for a rank's configuration (one definition: remote_debug/laptop/wire/events.py, generated). */
 export function configName(job: string, rank: number, node: string): string {
   return formatConfigName(job, rank, node);
@@ -49,15 +69,19 @@ export function configName(job: string, rank: number, node: string): string {
 
 /**
  * The name of a rank's debug session as the Call Stack shows it: the rank first, so 64 rows stay apart when the
- * view cuts them short ("rank 3 · algo-1 · job" rather than "remote-debug: job rank 3 (…").  The rank sessions are
- * children of the job's own session (jobSession.ts), which carries the job's name in full.
+ * view cuts them short ("rank 3 · algo-1" rather than "remote-debug: job rank 3 (…").  The rank sessions are
+ * children of the job's own session (jobSession.ts), which carries the job's name in full: under it a rank's name
+ * leaves the job out (SESSION_NAME_TEMPLATE); without it (it could not start: the ranks go flat, maybe beside another
+ * job's) the name says the job too (FLAT_SESSION_NAME_TEMPLATE).
  * (Until the CLI's template says the same: see formatConfigName, remote_debug/laptop/wire/events.py.)
  */
-export const SESSION_NAME_TEMPLATE = 'rank {rank} · {node} · {job}';
+export const SESSION_NAME_TEMPLATE = 'rank {rank} · {node}';
+export const FLAT_SESSION_NAME_TEMPLATE = 'rank {rank} · {node} · {job}';
 
-export function sessionName(job: string, rank: number, node: string): string {
+export function sessionName(job: string, rank: number, node: string, underJob = false): string {
   const values: Record<string, string> = { job, rank: String(rank), node };
-  return SESSION_NAME_TEMPLATE.replace(/\{(\w+)\}/g, (whole, key: string) => values[key] ?? whole);
+  const template = underJob ? SESSION_NAME_TEMPLATE : FLAT_SESSION_NAME_TEMPLATE;
+  return template.replace(/\{(\w+)\}/g, (whole, key: string) => values[key] ?? whole);
 }
 
 /** The job's parent session: "Remote Debug: job". */

@@ -13,7 +13,9 @@ import { Cli } from './cli';
 import { CliSetup } from './cliSetup';
 import { Commands, readSettings } from './commands';
 import { registerDebugType } from './debugAdapter';
-import { JobsModel } from './model';
+import { GroupCommands } from './groupActions';
+import { HeldNotices } from './heldNotices';
+import { isKeptAlive, JobsModel } from './model';
 import { warnIfUnsupported } from './platform';
 import { RunManager } from './rerun';
 import { useSshConsent } from './sshConsent';
@@ -75,17 +77,24 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     view.badge = running ? { value: running, tooltip: `${running} running job(s)` } : undefined;
   };
   model.onDidChange(updateBadge);
-  // `remoteDebug.attached`: the Sync and Re-run keybinding's `when` (it must not take the keys otherwise)
-  let attachedContext: boolean | undefined;
-  const updateContext = () => {
-    const attached = attacher!.activeJobs().length > 0;
-    if (attached !== attachedContext) {
-      attachedContext = attached;
-      void vscode.commands.executeCommand('setContext', 'remoteDebug.attached', attached);
+  // `remoteDebug.attached`: the group actions' `when`; `remoteDebug.keptAliveJob`: Sync and Re-run's (the view's
+  // button and the keybinding are there only while a job it can run again is)
+  const contexts = new Map<string, boolean>();
+  const setContext = (name: string, value: boolean) => {
+    if (contexts.get(name) !== value) {
+      contexts.set(name, value);
+      void vscode.commands.executeCommand('setContext', name, value);
     }
+  };
+  const updateContext = () => {
+    setContext('remoteDebug.attached', attacher!.activeJobs().length > 0);
+    setContext('remoteDebug.keptAliveJob', model.running().some(isKeptAlive));
   };
   model.onDidChange(updateContext);
   updateContext();
+  // a rank held after a failure, said once when the listing first shows it (the attach says its own)
+  const held = new HeldNotices();
+  model.onDidChange(() => held.check(model.list().map((e) => e.info), (job) => attacher!.isAttached(job)));
 
   context.subscriptions.push(
     log,
@@ -97,7 +106,10 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     ...commands.register(),
     ...attachCommands.register(),
     // launch.json's {"type": "remote-debug", "job": …} runs the attach; the dynamic entries list the running jobs
-    ...registerDebugType(attachCommands),
+    // and the job's own session acts on every rank (its Pause / Continue / Step Over / Stop)
+    ...registerDebugType(attachCommands, attacher.parentGroup()),
+    // Continue / Pause / Step Over / Detach All Ranks
+    ...new GroupCommands(attacher, log).register(),
     ...warnIfUnsupported(model),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration('remoteDebug')) {

@@ -6,7 +6,7 @@
 //
 // Pure TypeScript (no vscode import): the tree provider renders it, the unit tests drive it.
 
-import { AttachEvent, formatSshAlias, isRunning, JobInfo, UnknownEvent } from './events';
+import { AttachEvent, formatSshAlias, GroupAction, isRunning, JobInfo, UnknownEvent } from './events';
 import { parseRankText } from './ranks';
 
 export type RankState =
@@ -19,6 +19,7 @@ export type RankState =
   | 'paused' // a debug session shows it stopped (breakpoint, step, pause, exception)
   | 'unavailable' // the rank has no debugger (skipped, failed)
   | 'failed' // the rank died of an uncaught exception (held: alive for a post-mortem debugger)
+  | 'held' // hold on failure, the whole gang: paused where it was while another rank's failure is held
   | 'restarting' // `remote-debug run` replaced its process; the new one's rank-ready comes next
   | 'finished'; // the rank or the whole job has ended
 
@@ -32,6 +33,7 @@ export const RANK_STATE_LABEL: Record<RankState, string> = {
   paused: 'paused',
   unavailable: 'no debugger',
   failed: 'failed',
+  held: 'held',
   restarting: 'restarting',
   finished: 'finished',
 };
@@ -66,6 +68,13 @@ export interface RankEntry {
   detail?: string; // why unavailable, where paused, ...
   /** Its debug session ended unexpectedly (the tunnel dropped) and was not started again: the view offers Re-attach. */
   lost?: boolean;
+  /**
+   * Held after a failure (hold on failure): its own (`heldFor` undefined) or the gang's, with rank `heldFor`.  `until`:
+   * when the hold ends (ms, this machine's clock; from the job listing's seconds left), undefined when not known.
+   */
+  hold?: { until?: number; heldFor?: number; rootCause?: boolean; error?: string };
+  /** Asked to pause or step with every rank, it is still in native code (a collective, I/O): `rank-waiting`. */
+  waitingIn?: GroupAction;
 }
 
 export interface NodeEntry {
@@ -88,6 +97,10 @@ export interface JobEntry {
   rerun?: RerunState;
   /** Attached before the window reloaded and not attached again yet: the view offers Re-attach. */
   reattachable?: boolean;
+  /** The last all-stop: the rank whose stop paused the others, and why it stopped (until the next group action). */
+  allStop?: { rank: number; reason: string };
+  /** Launched from this window with `--keep-alive` (Sync and Re-run works before its nodes first hold). */
+  keepAlive?: boolean;
 }
 
 /**
@@ -95,7 +108,10 @@ export interface JobEntry {
  * a re-run ran on them (only kept-alive jobs can be re-run), or this window runs one.
  */
 export function isKeptAlive(entry: JobEntry): boolean {
-  return isRunning(entry.info) && (entry.info.kept_alive_seconds_left !== null || entry.info.run > 0 || entry.rerun !== undefined);
+  return (
+    isRunning(entry.info) &&
+    (entry.info.kept_alive_seconds_left !== null || entry.info.run > 0 || entry.rerun !== undefined || entry.keepAlive === true)
+  );
 }
 
 /**
@@ -127,8 +143,20 @@ export function expectedNode(info: JobInfo, rank: number): string | undefined {
   return info.nproc_per_node > 0 ? info.nodes[Math.floor(rank / info.nproc_per_node)] : undefined;
 }
 
+/** The states a rank has while one of our debug sessions holds it (what a job listing must not overwrite). */
+const SESSION_STATES: ReadonlySet<RankState> = new Set<RankState>(['attaching', 'attached', 'paused']);
+
+/** Seconds left until `until` (ms), never below 0. */
+export function secondsLeft(until: number, now: number): number {
+  return Math.max(0, Math.round((until - now) / 1000));
+}
+
 export class JobsModel {
   private readonly jobs = new Map<string, JobEntry>();
+
+  /** `now`: the clock holds count down on (ms). */
+  constructor(readonly now: () => number = Date.now) {}
+
   error: string | undefined; // `jobs --json` failed: the view says so instead of an empty list
   loaded = false;
   private listeners: Array<() => void> = [];
@@ -264,10 +292,13 @@ export class JobsModel {
       }
     }
     const base = this.baseState(entry);
+    this.reconcileHolds(entry);
     for (const node of entry.nodes.values()) {
       for (const r of node.ranks.values()) {
         if (base === 'finished') {
           r.state = r.state === 'failed' ? 'failed' : 'finished'; // a crash stays visible after the job
+          r.hold = undefined;
+          r.waitingIn = undefined;
           r.localPort = undefined;
         } else if (r.state === 'starting' || r.state === 'not-attached') {
           r.state = base;
@@ -277,6 +308,51 @@ export class JobsModel {
     if (base === 'finished' && (entry.attach === 'connecting' || entry.attach === 'ready')) {
       // the attach process notices on its own and says job-ended; nothing to do here
     }
+  }
+
+  /**
+   * The job listing's held ranks (hold on failure): a crash is visible without an attach, with the seconds its hold
+   * has left; a rank held with another rank's failure (the gang) is `held`.  A hold the listing no longer has ended.
+   */
+  private reconcileHolds(entry: JobEntry): void {
+    const held = new Map(entry.info.held_ranks.map((h) => [h.rank, h]));
+    const now = this.now();
+    for (const h of held.values()) {
+      this.rank(entry, h.rank, h.node || undefined);
+    }
+    for (const node of entry.nodes.values()) {
+      for (const r of node.ranks.values()) {
+        const h = held.get(r.rank);
+        if (h) {
+          const heldFor = typeof h.held_for === 'number' ? h.held_for : undefined;
+          r.hold = {
+            until: h.seconds_left === null ? undefined : now + h.seconds_left * 1000,
+            heldFor,
+            rootCause: h.root_cause === true || undefined,
+            error: h.error ?? undefined,
+          };
+          if (!SESSION_STATES.has(r.state)) {
+            this.showHold(r);
+          }
+        } else if (r.hold) {
+          // the hold ended: the failed rank is gone with its failure, the others with the job
+          r.hold = undefined;
+          if (r.state === 'failed' && r.detail?.startsWith('held after ')) {
+            r.detail = r.detail.slice('held after '.length);
+          } else if (r.state === 'held') {
+            r.state = this.baseState(entry);
+            r.detail = undefined;
+          }
+        }
+      }
+    }
+  }
+
+  /** A held rank without a session: failed (its own failure held) or held (with the rank that failed). */
+  private showHold(r: RankEntry): void {
+    const hold = r.hold!;
+    r.state = hold.heldFor === undefined ? 'failed' : 'held';
+    r.detail = hold.heldFor === undefined ? `held after ${hold.error ?? 'uncaught exception'}` : `held with rank ${hold.heldFor}`;
   }
 
   // --- attach process ---------------------------------------------------------------------------
@@ -305,7 +381,10 @@ export class JobsModel {
       node.connected = false;
       for (const r of node.ranks.values()) {
         r.localPort = undefined;
-        if (r.state !== 'finished' && r.state !== 'unavailable' && r.state !== 'failed') {
+        r.waitingIn = undefined;
+        if (r.hold && isRunning(entry.info)) {
+          this.showHold(r); // still held: the attach went, the failure did not
+        } else if (r.state !== 'finished' && r.state !== 'unavailable' && r.state !== 'failed') {
           r.state = this.baseState(entry);
         }
       }
@@ -424,6 +503,36 @@ export class JobsModel {
         const r = this.rank(entry, e.rank, e.node);
         r.state = 'failed';
         r.detail = `${e.held ? 'held after ' : ''}${e.error ?? 'uncaught exception'}`;
+        r.waitingIn = undefined;
+        if (e.held) {
+          r.hold = { ...r.hold, heldFor: undefined, rootCause: e.root_cause === true || undefined, error: e.error ?? undefined };
+        }
+        break;
+      }
+      case 'rank-held': {
+        // the gang's hold: paused where it was while rank held_for's failure is held (a debugger shows it paused)
+        const r = this.rank(entry, e.rank, e.node);
+        r.hold = { ...r.hold, heldFor: e.held_for, error: e.error ?? undefined };
+        if (!SESSION_STATES.has(r.state)) {
+          this.showHold(r);
+        }
+        break;
+      }
+      case 'all-stop':
+        // which rank's stop paused the others (the view marks it)
+        entry.allStop = { rank: e.rank, reason: e.reason };
+        break;
+      case 'all-paused':
+        if (e.rank === null) {
+          entry.allStop = undefined; // Pause All: no rank's stop did it
+        }
+        break;
+      case 'group-action':
+        entry.allStop = undefined;
+        break;
+      case 'rank-waiting': {
+        const r = this.rank(entry, e.rank);
+        r.waitingIn = e.action;
         break;
       }
       case 'tunnel-down':
@@ -467,11 +576,15 @@ export class JobsModel {
       return;
     }
     const r = this.rank(entry, rank);
+    r.waitingIn = undefined; // it stopped, ran on or went: it no longer waits in native code
     if (state === 'detached' && r.state === 'restarting') {
       // the replaced process's session ended: the new process's rank-ready says what comes next
     } else if (state === 'detached') {
-      if (r.state === 'failed') {
-        // a held rank's post-mortem session ended: it still failed
+      if (r.hold) {
+        // a held rank's post-mortem session ended: it still failed (or is still held with the one that did)
+        this.showHold(r);
+      } else if (r.state === 'failed') {
+        // a failed rank stays failed
       } else if (!isRunning(entry.info)) {
         r.state = 'finished';
       } else if (r.state !== 'unavailable' && r.state !== 'finished') {
@@ -483,6 +596,15 @@ export class JobsModel {
       r.detail = detail;
     }
     this.changed();
+  }
+
+  /** Launched from this window with `--keep-alive`: Sync and Re-run can run it again before its nodes first hold. */
+  markKeepAlive(job: string): void {
+    const entry = this.jobs.get(job);
+    if (entry && !entry.keepAlive) {
+      entry.keepAlive = true;
+      this.changed();
+    }
   }
 
   /** A rank's session ended unexpectedly (true), or it was started again or is not wanted any more (false). */

@@ -18,6 +18,8 @@ export interface Notice {
   message?: string;
   /** rank-failed: the rank is held for a post-mortem debugger. */
   held?: boolean;
+  /** rank-failed: its failure came first in the job (the others follow from it): it is named first. */
+  rootCause?: boolean;
 }
 
 export type NoticeAction = 'show-output' | 'attach-failed' | 'reattach';
@@ -45,7 +47,8 @@ export function summarize(notices: Notice[]): NoticeSummary {
   switch (kind) {
     case 'rank-failed': {
       const held = notices.some((n) => n.held);
-      const first = notices[0];
+      // the root cause first: in a cascade the rank that failed first says why, not the one reported first
+      const first = notices.find((n) => n.rootCause) ?? notices[0];
       const why = first.message ?? vscode.l10n.t('uncaught exception');
       const text =
         notices.length === 1
@@ -120,6 +123,11 @@ export class NoticeBatcher {
     if (this.timer === undefined) {
       this.timer = this.scheduler.setTimeout(() => this.flush(), this.delayMs);
     }
+  }
+
+  /** Forget what has gathered of a job's `kind` (a lost session's notice once the job itself ended). */
+  drop(job: string, kind: NoticeKind): void {
+    this.pending = this.pending.filter((n) => n.job !== job || n.kind !== kind);
   }
 
   /** Say what has gathered now: one notification per job and kind, in the order they first came. */

@@ -4,7 +4,8 @@ import * as vscode from 'vscode';
 
 import { isAdoptableJob, isRunning } from './events';
 import { backendTitle, ListingProblem, ListingProblems } from './listingProblems';
-import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState } from './model';
+import { formatRankRanges } from './ranks';
+import { isKeptAlive, JobEntry, JobsModel, NodeEntry, RANK_STATE_LABEL, rankCounts, RankEntry, RankState, secondsLeft } from './model';
 
 export type TreeNode =
   | { kind: 'job'; job: string }
@@ -32,6 +33,7 @@ const RANK_ICON: Record<RankState, [string, string?]> = {
   paused: ['debug-pause', 'charts.orange'],
   unavailable: ['warning', 'problemsWarningIcon.foreground'],
   failed: ['error', 'errorForeground'],
+  held: ['debug-pause', 'problemsWarningIcon.foreground'],
   restarting: ['debug-restart', 'charts.blue'],
   finished: ['pass', 'disabledForeground'],
 };
@@ -40,7 +42,37 @@ function icon(id: string, color?: string): vscode.ThemeIcon {
   return color ? new vscode.ThemeIcon(id, new vscode.ThemeColor(color)) : new vscode.ThemeIcon(id);
 }
 
-export function jobDescription(entry: JobEntry): string {
+/**
+ * A rank's icon: its state's, except where one state covers what needs telling apart: a failed rank held for a
+ * post-mortem (a bug to look at, not a dead rank), the rank whose stop paused the others (all-stop), and a rank
+ * that was asked to pause or step with the others and is still in native code (a collective, I/O).
+ */
+export function rankIcon(r: RankEntry, allStop?: { rank: number }): [string, string?] {
+  if (r.waitingIn && (r.state === 'attached' || r.state === 'paused')) {
+    return ['clock', 'charts.yellow'];
+  }
+  if (r.hold && r.hold.heldFor === undefined && r.state === 'failed') {
+    return ['bug', 'errorForeground'];
+  }
+  if (r.state === 'paused' && allStop?.rank === r.rank) {
+    return ['debug-stackframe', 'debugIcon.breakpointCurrentStackframeForeground'];
+  }
+  return RANK_ICON[r.state];
+}
+
+/** `rank 3 failed, held 87 s`: a job's held failures, for its row (undefined: none). */
+export function heldPhrase(entry: JobEntry, now = Date.now()): string | undefined {
+  const failed = [...entry.nodes.values()].flatMap((n) => [...n.ranks.values()]).filter((r) => r.hold && r.hold.heldFor === undefined);
+  if (failed.length === 0 || !isRunning(entry.info)) {
+    return undefined;
+  }
+  const ranks = failed.map((r) => r.rank).sort((a, b) => a - b);
+  const untils = failed.flatMap((r) => (r.hold?.until === undefined ? [] : [r.hold.until]));
+  const left = untils.length ? `, held ${secondsLeft(Math.min(...untils), now)} s` : ', held';
+  return ranks.length === 1 ? `rank ${ranks[0]} failed${left}` : `ranks ${formatRankRanges(ranks)} failed${left}`;
+}
+
+export function jobDescription(entry: JobEntry, now = Date.now()): string {
   const info = entry.info;
   const parts: string[] = [];
   const status = info.secondary_status && info.secondary_status !== info.status ? `${info.status} · ${info.secondary_status}` : info.status;
@@ -50,6 +82,10 @@ export function jobDescription(entry: JobEntry): string {
   }
   if (!info.debuggable) {
     parts.push('not debuggable');
+  }
+  const held = heldPhrase(entry, now);
+  if (held) {
+    parts.push(held);
   }
   parts.push(...runParts(entry));
   if (entry.attach === 'connecting') {
@@ -106,10 +142,32 @@ export function jobContextValue(entry: JobEntry): string {
   return running + attached + kept + rerunning + reattach + adoptable;
 }
 
-export function rankDescription(r: RankEntry): string {
-  const label = RANK_STATE_LABEL[r.state];
-  const text = r.detail ? `${label} · ${r.detail}` : label;
-  return r.lost ? `${text} · ${vscode.l10n.t('session ended unexpectedly')}` : text;
+export function rankDescription(r: RankEntry, now = Date.now()): string {
+  const parts = [RANK_STATE_LABEL[r.state]];
+  if (r.hold?.rootCause) {
+    parts.push(vscode.l10n.t('root cause'));
+  }
+  if (r.detail) {
+    // a stop's description ("Paused by all-stop (rank 0 hit a breakpoint)") after the label "paused": not twice
+    parts.push(r.state === 'paused' ? r.detail.replace(/^paused\s+(?=by\b)/i, '') : r.detail);
+  }
+  if (r.hold && r.hold.heldFor === undefined && r.hold.error && !r.detail?.includes(r.hold.error)) {
+    parts.push(vscode.l10n.t('held after {0}', r.hold.error)); // its post-mortem session shows where it failed
+  }
+  if (r.hold?.until !== undefined) {
+    parts.push(vscode.l10n.t('{0} s left', secondsLeft(r.hold.until, now)));
+  }
+  if (r.waitingIn && (r.state === 'attached' || r.state === 'paused')) {
+    parts.push(
+      r.waitingIn === 'pause'
+        ? vscode.l10n.t('in native code: pauses when it returns to Python')
+        : vscode.l10n.t('in native code: its step ends when it returns to Python'),
+    );
+  }
+  if (r.lost) {
+    parts.push(vscode.l10n.t('session ended unexpectedly'));
+  }
+  return parts.join(' · ');
 }
 
 /** A node's row: `8 ranks · 3 attached · 1 paused · connected · ssh algo-1.job` (what a collapsed node is up to first). */
@@ -274,11 +332,13 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
         const expanded = isRunning(entry.info) ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed;
         const item = new vscode.TreeItem(element.job, expanded);
         item.id = `job:${element.job}`;
-        item.description = jobDescription(entry);
+        item.description = jobDescription(entry, this.model.now());
         item.contextValue = jobContextValue(entry);
         item.tooltip = jobTooltip(entry);
         item.iconPath = isRunning(entry.info)
-          ? entry.attach === 'ready'
+          ? heldPhrase(entry)
+            ? icon('bug', 'errorForeground')
+            : entry.attach === 'ready'
             ? icon('debug-alt', 'charts.green')
             : icon('run')
           : entry.info.status === 'Completed'
@@ -313,15 +373,23 @@ export class JobsTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsco
         const r = this.model.rankEntry(element.job, element.rank)!;
         const item = new vscode.TreeItem(`rank ${element.rank}`, vscode.TreeItemCollapsibleState.None);
         item.id = `rank:${element.job}/${element.rank}`;
-        item.description = rankDescription(r);
-        item.tooltip = `rank ${r.rank} on ${r.node}: ${rankDescription(r)}${r.localPort ? `\ndebugger forwarded to 127.0.0.1:${r.localPort}` : ''}`;
+        item.description = rankDescription(r, this.model.now());
+        item.tooltip = `rank ${r.rank} on ${r.node}: ${item.description}${r.localPort ? `\ndebugger forwarded to 127.0.0.1:${r.localPort}` : ''}`;
         const attachedish = r.state === 'attached' || r.state === 'paused' || r.state === 'attaching';
         // a held failed rank can still be debugged (post-mortem); any other failed rank is done
-        const done = r.state === 'finished' || r.state === 'unavailable' || (r.state === 'failed' && !r.detail?.startsWith('held'));
+        const done = r.state === 'finished' || r.state === 'unavailable' || (r.state === 'failed' && !r.hold && !r.detail?.startsWith('held'));
         // `rank-detached-lost`: its session ended unexpectedly (Re-attach inline)
         item.contextValue = attachedish ? 'rank-attached' : done ? 'rank-done' : r.lost ? 'rank-detached-lost' : 'rank-detached';
-        const [id, color] = RANK_ICON[r.state];
+        const [id, color] = rankIcon(r, this.model.get(element.job)?.allStop);
         item.iconPath = icon(id, color);
+        if (r.state === 'attached' || r.state === 'paused') {
+          // a click shows its debug session (groupActions.ts: the session picker, filtered to it)
+          item.command = {
+            command: 'remoteDebug.focusRankSession',
+            title: vscode.l10n.t('Show Debug Session'),
+            arguments: [element.job, element.rank],
+          };
+        }
         return item;
       }
     }

@@ -10,10 +10,10 @@ ranks behave like one program, the way a debugger's all-stop mode treats the thr
   any rank stops - a breakpoint, an exception, a pause, the end of a step - every other running rank
   is paused (DAP ``pause`` of all its threads).  A rank inside a collective pauses when it returns to
   Python; one that has not stopped after :data:`WAIT_SECONDS` is reported as waiting (``rank-waiting``,
-  and a line in its Debug Console), not hung.  Its stop reaches the IDE as "Paused by all-stop (rank 0
-  hit a breakpoint)", without taking the focus from the rank that stopped first.  A Continue in any
-  rank's session continues every rank (as Continue does for the threads of one program); a step steps
-  only that rank.
+  and a line in its Debug Console), not hung.  Its stop reaches the IDE as "All-stop: rank 0" (short: it is the
+  session's state in VS Code's Call Stack), without taking the focus from the rank that stopped first.
+  A Continue in any rank's session continues every rank (as Continue does for the threads of one
+  program); a step steps only that rank.
 * **group actions** (:meth:`RankGroup.act`, from ``remote-debug ranks ACTION JOB`` through
   :mod:`group_socket`, and from the VS Code extension): Continue All, Pause All, Step Over All (each
   stopped rank steps its main thread; ranks that block in a collective are reported waiting) and
@@ -44,15 +44,6 @@ WAIT_SECONDS = 1.5  # a rank asked to pause or step that has not stopped by then
 TICK_SECONDS = 0.25
 OVERTAKEN_SECONDS = 2.0  # a pause landing this soon after our continue overtook it is stale
 _STEPS = frozenset({"next", "stepIn", "stepOut", "stepBack", "reverseContinue", "goto"})
-_REASON_WORDS = {
-    "breakpoint": "hit a breakpoint",
-    "function breakpoint": "hit a breakpoint",
-    "data breakpoint": "hit a breakpoint",
-    "exception": "raised an exception",
-    "pause": "was paused",
-    "step": "finished a step",
-    "entry": "stopped on entry",
-}
 
 
 @dataclass
@@ -242,7 +233,7 @@ class RankGroup:
             member.phase, member.reason, member.waiting_said = RankPhase.STOPPED, reason, False
             member.thread = body.get("threadId", member.thread)
             if ours:
-                out = _marked(message, body, _why(self._trigger) if paused else "Stepped by Step Over All")
+                out = _marked(message, body, _why(self._trigger) if paused else "Step Over All")
             else:
                 member.by_group = False
                 if self.all_stop:
@@ -337,9 +328,10 @@ class RankGroup:
 
 
 def _why(trigger: _Trigger | None) -> str:
+    """Short: VS Code shows it as the session's state in the Call Stack, where a long one hides the rank's name."""
     if trigger is None or trigger.rank is None:
-        return "Paused by Pause All"
-    return f"Paused by all-stop (rank {trigger.rank} {_REASON_WORDS.get(trigger.reason, trigger.reason)})"
+        return "Pause All"
+    return f"All-stop: rank {trigger.rank}"
 
 
 def _marked(message: JsonDict, body: JsonDict, why: str) -> JsonDict:

@@ -313,10 +313,11 @@ export async function outputPanelLines() {
 // --- debug sessions ---------------------------------------------------------------------------------
 
 // The rank sessions are children of the job's own session ("Remote Debug: <job>", one level up in the Call Stack)
-// and are named rank first: "rank 0 · algo-1 · <job>".  Found by name, at whatever depth they are shown.
+// and are named rank first: "rank 0 · algo-1" (with " · <job>" when they go flat, without the job's session).  Found
+// by name, at whatever depth they are shown.
 const escapeRegExp = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 // (no end anchor: a row's text runs the name into its state, "… · e2e-x1Paused on breakpoint")
-const rankName = (rank) => new RegExp(`rank ${rank === undefined ? '\\d+' : rank} · \\S+ · ${escapeRegExp(state.job)}`);
+const rankName = (rank) => new RegExp(`rank ${rank === undefined ? '\\d+' : rank} · algo-\\d+(?: · ${escapeRegExp(state.job)})?(?![\\d])`);
 
 /** A Call Stack row (callStackRows) that is a rank's session (`rank`: that rank's; undefined: any rank's). */
 export const isRankSession = (row, rank) => row.label.startsWith('Session ') && rankName(rank).test(row.label);
@@ -336,7 +337,11 @@ export async function waitForPausedSessions(count, timeout = 300_000) {
     await failOnErrorToast();
     const r = await callStackRows();
     const paused = r.filter((x) => isRankSession(x) && /Paused on breakpoint$/i.test(x.label));
-    return paused.length === count ? r : undefined;
+    if (paused.length === count) {
+      return r;
+    }
+    // (kept by waitFor as the reason, should it time out)
+    throw new Error(`the Call Stack shows ${JSON.stringify(r.map((x) => x.label))}`);
   }, { timeout, interval: 1000 });
   say(`call stack: ${JSON.stringify(rows.map((r) => r.label))}`);
   return rows;
@@ -472,6 +477,9 @@ export async function startCodeServer(settings = {}, { workspaceTrust = false } 
         'remote.autoForwardPorts': false,
         'remoteDebug.cliPath': env.cli,
         'remoteDebug.refreshIntervalSeconds': 3,
+        // the tests written for ranks that each stop at their own breakpoint debug them non-stop;
+        // allstop.e2e.mjs turns all-stop (the setting's default) back on
+        'remoteDebug.allStop': false,
         ...settings,
       },
       null,

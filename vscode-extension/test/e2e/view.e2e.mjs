@@ -223,6 +223,9 @@ test('The Jobs view: credentials warning, 8 ranks of a subfolder job, inline but
     await waitFor('the ranks prompt', async () => /Ranks per node/.test(await state.page.locator('.quick-input-widget').innerText()), { timeout: 20_000 });
     await input.fill('1');
     await state.page.keyboard.press('Enter');
+    // the launch options (keep-alive, hold on failure): none picked, OK
+    await waitFor('the launch options', async () => /Keep alive/.test(await state.page.locator('.quick-input-widget').innerText()), { timeout: 20_000 });
+    await state.page.keyboard.press('Enter');
     const launched = await waitFor('a new job', async () => JSON.parse(await cli(['jobs', '--json'])).find((j) => !before.has(j.name)), { timeout: 120_000 });
     say(`launched ${launched.name}`);
     try {

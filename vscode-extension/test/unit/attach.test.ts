@@ -37,7 +37,7 @@ function setup(
     { appendLine: (l) => log.push(l) },
     options.settings ?? (() => settings),
     () => installed,
-    { noticeDelayMs: 30, ...options.attach },
+    { noticeDelayMs: 30, lostNoticeDelayMs: 0, ...options.attach },
   );
   managers.push(manager);
   mock.startDebugging = async (_folder, config, opts) => {
@@ -70,8 +70,8 @@ describe('AttachManager', () => {
 
     const configs = started();
     assert.deepEqual(configs.map((c) => [c.name, c.type, c.connect.port]), [
-      ['rank 0 · algo-1 · local-1', 'remote-debug', 40000],
-      ['rank 1 · algo-1 · local-1', 'remote-debug', 40001],
+      ['rank 0 · algo-1', 'remote-debug', 40000],
+      ['rank 1 · algo-1', 'remote-debug', 40001],
     ]);
     assert.deepEqual(configs[0].pathMappings, [{ localRoot: ws, remoteRoot: '/jobs/local-1/nodes/algo-1/code' }]);
     assert.equal(model.get('local-1')?.attach, 'ready');
@@ -108,8 +108,8 @@ describe('AttachManager', () => {
     // both rank sessions, then the job's own
     const stoppedNames = mock.calls.filter((c) => c.fn === 'stopDebugging').map((c) => c.args[0].configuration.name);
     assert.deepEqual([...stoppedNames.slice(0, 2).sort(), stoppedNames[2]], [
-      'rank 0 · algo-1 · local-1',
-      'rank 1 · algo-1 · local-1',
+      'rank 0 · algo-1',
+      'rank 1 · algo-1',
       'Remote Debug: local-1',
     ]);
     assert.equal(model.get('local-1')?.attach, 'ended', 'a detach we asked for is not a failure');
@@ -358,14 +358,14 @@ describe('AttachManager: the job session, path mappings, settings per folder', (
     const [job] = jobSessions();
     const rankStarts = mock.calls.filter((c) => c.fn === 'startDebugging' && c.args[1].remoteDebug);
     assert.deepEqual(rankStarts.map((c) => [c.args[1].name, c.args[2]]), [
-      ['rank 0 · algo-1 · local-1', { parentSession: job, compact: true, lifecycleManagedByParent: false }],
+      ['rank 0 · algo-1', { parentSession: job, compact: true, lifecycleManagedByParent: false }],
     ]);
     // more ranks of the job (another attach process): under the same job session
     await manager.attach({ job: 'local-1', ranks: [1], folder });
     assert.equal(parentStarts().length, 1, 'one job session');
     assert.deepEqual(rankSessions().map((s) => [s.name, s.parentSession === job]), [
-      ['rank 0 · algo-1 · local-1', true],
-      ['rank 1 · algo-1 · local-1', true],
+      ['rank 0 · algo-1', true],
+      ['rank 1 · algo-1', true],
     ]);
     assert.deepEqual(model.allRanks('local-1').map((r) => r.state), ['attached', 'attached']);
     await manager.stopAll();
@@ -379,8 +379,8 @@ describe('AttachManager: the job session, path mappings, settings per folder', (
     mock.endSession(jobSessions()[0]);
     await until('the attach to stop', () => !manager.isAttached('local-1'));
     assert.deepEqual(mock.calls.filter((c) => c.fn === 'stopDebugging').map((c) => c.args[0].name).sort(), [
-      'rank 0 · algo-1 · local-1',
-      'rank 1 · algo-1 · local-1',
+      'rank 0 · algo-1',
+      'rank 1 · algo-1',
     ]);
     assert.equal(model.get('local-1')?.attach, 'ended');
     await until('forgotten', () => memory.list().length === 0); // a detach is not re-attached after a reload
@@ -440,7 +440,8 @@ describe('AttachManager: the job session, path mappings, settings per folder', (
       scopes.push(scope?.fsPath);
       return { ...settings, justMyCode: true, debugType: 'debugpy', readyTimeoutSeconds: 42 };
     };
-    const { ws, manager, folder, started, invocations } = setup({ lines: attachLines(), hold: true }, [], {}, { settings: perFolder });
+    // (debugpy: the Python Debugger is installed)
+    const { ws, manager, folder, started, invocations } = setup({ lines: attachLines(), hold: true }, ['ms-python.debugpy'], {}, { settings: perFolder });
     await manager.attach({
       job: 'local-1',
       ranks: undefined,

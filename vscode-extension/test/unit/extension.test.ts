@@ -28,8 +28,13 @@ test('activate registers exactly the commands package.json contributes, and list
   await until('the first listing', () => api.model.loaded);
   assert.deepEqual(api.model.list().map((j) => j.info.name), ['local-1']);
   assert.equal(mock.calls.find((c) => c.fn === 'createTreeView')?.args[0], 'remoteDebug.jobs');
-  // the Sync and Re-run keybinding's context: nothing attached yet
-  assert.deepEqual(mock.executed.filter((e) => e.command === 'setContext').map((e) => e.args), [['remoteDebug.attached', false]]);
+  // the contexts of the group actions and Sync and Re-run (keybindings, menus): nothing attached, nothing kept alive,
+  // no debug session of ours focused
+  assert.deepEqual(mock.executed.filter((e) => e.command === 'setContext').map((e) => e.args).sort(), [
+    ['remoteDebug.attached', false],
+    ['remoteDebug.debugSessionFocused', false],
+    ['remoteDebug.keptAliveJob', false],
+  ]);
   assert.ok(api.runs, 'the re-runs are part of the API');
   context.subscriptions.forEach((d) => d.dispose());
   await deactivate();
@@ -52,15 +57,19 @@ test('package.json: every setting the code reads is contributed, the debug type 
   assert.equal(manifest.main, './dist/extension.js');
 });
 
-test('package.json: Sync and Re-run has a keybinding that only applies while attached (or in the Jobs view)', () => {
+test('package.json: Sync and Re-run: a keybinding only while a kept-alive job is there (attached or in the Jobs view)', () => {
   const bindings = manifest.contributes.keybindings as Array<{ command: string; key: string; mac?: string; when?: string }>;
   const rerun = bindings.find((b) => b.command === 'remoteDebug.syncAndRerun');
   assert.ok(rerun, 'a keybinding');
   assert.equal(rerun.key, 'ctrl+alt+r');
   assert.equal(rerun.mac, 'cmd+alt+r');
-  assert.equal(rerun.when, 'remoteDebug.attached || focusedView == remoteDebug.jobs', 'never global');
+  assert.equal(rerun.when, 'remoteDebug.keptAliveJob && (remoteDebug.attached || focusedView == remoteDebug.jobs)', 'never global');
   const menus = manifest.contributes.menus['view/item/context'] as Array<{ command: string; when: string }>;
-  assert.ok(menus.some((m) => m.command === 'remoteDebug.syncAndRerun' && /viewItem =~ \/\^job-running\//.test(m.when)));
+  // offered only where it can work: a job that keeps its nodes (launch --keep-alive)
+  const rerunMenus = menus.filter((m) => m.command === 'remoteDebug.syncAndRerun');
+  assert.ok(rerunMenus.length >= 2 && rerunMenus.every((m) => /viewItem =~ \/\^job-running\.\*-keepalive\//.test(m.when)), JSON.stringify(rerunMenus));
+  const title = (manifest.contributes.menus['view/title'] as Array<{ command: string; when: string }>).find((m) => m.command === 'remoteDebug.syncAndRerun');
+  assert.equal(title?.when, 'view == remoteDebug.jobs && remoteDebug.keptAliveJob');
   assert.ok(menus.some((m) => m.command === 'remoteDebug.release' && /-keepalive/.test(m.when)), 'Release on kept-alive jobs');
   assert.ok(menus.some((m) => m.command === 'remoteDebug.stopRun' && /-rerunning/.test(m.when)));
   const setting = manifest.contributes.configuration.properties['remoteDebug.rerun.waitSeconds'];

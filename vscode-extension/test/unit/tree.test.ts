@@ -215,7 +215,8 @@ test('64 ranks: an attach of 8 nodes x 8 ranks refreshes the view a handful of t
 
   const tree = render(p);
   const rows = tree[0].children as Array<{ label: string; description: string; context: string; children: Array<{ label: string; description: string }> }>;
-  assert.equal(tree[0].description, 'InProgress · Training · attached · sagemaker');
+  // the held crash is on the job's row too (its own icon: tree.test's held-rank test)
+  assert.equal(tree[0].description, 'InProgress · Training · rank 10 failed, held · attached · sagemaker');
   assert.deepEqual(rows.map((n) => n.label), nodes);
   assert.ok(rows.every((n) => n.children.length === 8 && n.context === 'node-attachable'));
   assert.deepEqual(rows.map((n) => n.description), [

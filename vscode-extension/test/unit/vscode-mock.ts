@@ -193,6 +193,12 @@ export const mock = {
   /** extension id -> its `exports` (getExtension(id).exports after activate()). */
   extensionExports: {} as Record<string, any>,
   statusBarItems: [] as any[],
+  /** vscode.debug.activeDebugSession (the focused session); `focusSession()` changes it and fires the event. */
+  activeDebugSession: undefined as any,
+  focusSession(session: any): void {
+    this.activeDebugSession = session;
+    activeSessionChange.fire(session);
+  },
   /** Simulate a settings change: fires onDidChangeConfiguration for `key` (and the sections above it). */
   changeConfig(key: string): void {
     configChange.fire({ affectsConfiguration: (section: string) => key === section || key.startsWith(`${section}.`) });
@@ -237,6 +243,8 @@ export const mock = {
     this.remoteName = undefined;
     this.extensionExports = {};
     this.statusBarItems = [];
+    this.activeDebugSession = undefined;
+    activeSessionChange.dispose();
     terminalClosed.dispose();
     trustGranted.dispose();
     debugStart.dispose();
@@ -300,6 +308,7 @@ export const mock = {
 
 const debugStart = new EventEmitter<any>();
 const debugEnd = new EventEmitter<any>();
+const activeSessionChange = new EventEmitter<any>();
 const configChange = new EventEmitter<any>();
 const terminalClosed = new EventEmitter<any>();
 const trustGranted = new EventEmitter<void>();
@@ -412,6 +421,10 @@ export const window = {
     return item;
   },
   activeTextEditor: undefined as any,
+  setStatusBarMessage(text: string, timeout?: number) {
+    record('setStatusBarMessage', [text, timeout]);
+    return new Disposable();
+  },
   async showTextDocument(doc: any) {
     record('showTextDocument', [doc]);
     return {};
@@ -478,6 +491,10 @@ export const workspace = {
 };
 
 export const debug = {
+  get activeDebugSession() {
+    return mock.activeDebugSession;
+  },
+  onDidChangeActiveDebugSession: activeSessionChange.event,
   onDidStartDebugSession: debugStart.event,
   onDidTerminateDebugSession: debugEnd.event,
   registerDebugAdapterTrackerFactory(type: string, factory: any) {
