@@ -23,8 +23,8 @@ from tests.helpers.hook_runs import JOB_SECRET, REPO, HookRun, MiniDap, alive, f
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 # Every rank all_reduces in a loop, with a process-group timeout far shorter than the hold; rank FAILING
-# raises once the test writes marks/fail.  Rank 0 then computes in Python for a long while (a busy loop):
-# its main thread is paused there, where it is, rather than in its next collective.
+# raises in the step all ranks agree the test wrote marks/fail.  Rank 0 then computes in Python for a long
+# while (a busy loop): its main thread is paused there, where it is, rather than in its next collective.
 SCRIPT = """\
 import datetime, pathlib, sys, time
 import torch
@@ -34,10 +34,12 @@ marks = pathlib.Path(sys.argv[1])
 FAILING = 3
 
 
-def train_step(step):
-    total = torch.tensor([float(step)])
-    dist.all_reduce(total)  # COLLECTIVE
-    return total
+def train_step(failing):
+    # every rank learns in the same step whether the test asked for the failure: rank 0's long computation
+    # and rank FAILING's exception happen in that one step, whatever each rank saw of the file and when
+    flag = torch.tensor([1.0 if failing else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # COLLECTIVE
+    return bool(flag.item())
 
 
 def busy(rank, seconds):
@@ -56,12 +58,12 @@ rank = dist.get_rank()
 step = 0
 deadline = time.monotonic() + 240
 while time.monotonic() < deadline:
-    train_step(step)
+    failing = train_step((marks / "fail").exists())
     step += 1
     (marks / f"step-{rank}").write_text(str(step))
-    if rank == FAILING and (marks / "fail").exists():
+    if rank == FAILING and failing:
         fail(step)
-    busy(rank, 60 if rank == 0 and (marks / "fail").exists() else 0.01)
+    busy(rank, 60 if rank == 0 and failing else 0.01)
 """
 FAILING = 3
 HOLD = 25.0
