@@ -6,18 +6,25 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def test_bench_short_mode_reports_every_row(home: Path) -> None:
+def _bench(*rows: str) -> dict[str, Any]:
+    """``python -m bench [ROWS] --short --json``: its rows (it fails outright when a row cannot be measured)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--short", "--json"],
+        [sys.executable, "-m", "bench", *rows, "--short", "--json"],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=Path(__file__).resolve().parents[1],
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(proc.stdout)
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_bench_short_mode_reports_every_row(home: Path) -> None:
+    rows = _bench()
     p2 = rows["P2 idle overhead (call-heavy loop)"]
     assert p2["none_cpu_s"] > 0 and p2["hook_vs_none"] > 0
     p3 = rows["P3 torch CPU DDP step (attached, no breakpoints; then detached)"]
@@ -30,15 +37,7 @@ def test_bench_short_mode_reports_every_row(home: Path) -> None:
 
 def test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank(home: Path) -> None:
     # the rows fail outright unless the idle rank had no pydevd, the connected one a tracer, and none after
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--pycharm", "--short", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(proc.stdout)
+    rows = _bench("--pycharm")
     [p2] = [v for k, v in rows.items() if k.startswith("P2-PyCharm")]
     [p3] = [v for k, v in rows.items() if k.startswith("P3-PyCharm")]
     assert p2["idle_vs_none"] > 0
@@ -47,15 +46,7 @@ def test_bench_pycharm_rows_connect_and_untrace_a_pycharm_rank(home: Path) -> No
 
 def test_bench_all_stop_rows_pause_and_continue_every_rank(home: Path) -> None:
     # the rows fail outright unless every rank paused after rank 0's stop and every rank ran again after Continue All
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--all-stop", "--short", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(proc.stdout)
+    rows = _bench("--all-stop")
     p14 = rows["P14/P15 all-stop, 8 ranks (1 x 8)"]
     assert p14["paused_s"] > 0 and p14["continue_all_s"] > 0
     p16 = rows["P16 call-heavy loop, attached all-stop vs non-stop (no stop)"]

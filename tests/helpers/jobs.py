@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -63,3 +64,31 @@ def launch_job(name: str, project: Path, command: list[str] | None = None, **req
         )
     )
     return job
+
+
+class AttachInThread:
+    """An attach of the job running in a thread of its own (as the CLI runs it), its events collected."""
+
+    def __init__(self, job: LocalJob, options: AttachOptions) -> None:
+        self.events: list[events.Event] = []
+        self.result: AttachResult | None = None
+        self.error: BaseException | None = None
+        self.attacher = Attacher(job.backend, job.name, options, self.events.append, job.paths)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self.attacher.run()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def of(self, kind: type[events.Event]) -> list[events.Event]:
+        return [e for e in list(self.events) if isinstance(e, kind)]
+
+    def join(self, timeout: float) -> AttachResult:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"attach still runs: {self.events}"
+        assert self.error is None, self.error
+        assert self.result is not None
+        return self.result

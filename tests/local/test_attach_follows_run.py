@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +17,13 @@ import pytest
 
 from remote_debug.contract import spec
 from remote_debug.contract.spec import LOOPBACK
-from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult, _of_an_ended_run
+from remote_debug.laptop.attach.attacher import AttachOptions, AttachResult, _of_an_ended_run
 from remote_debug.laptop.core.jobinfo import JobStatus
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.wire import events
 from tests.helpers.ddp_job import break_line
 from tests.helpers.hook_runs import wait_for
-from tests.helpers.jobs import LocalJob, launch_job
+from tests.helpers.jobs import AttachInThread, LocalJob, launch_job
 
 # Each rank says which run it belongs to (REMOTE_DEBUG_RUN: 0 the training command, n the n-th `run`).
 SCRIPT = textwrap.dedent(
@@ -37,42 +36,19 @@ SCRIPT = textwrap.dedent(
 )
 
 
-class HeadlessAttach:
+def headless_attach(job: LocalJob) -> AttachInThread:
     """``attach --headless --break`` as the CLI runs it (it returns once every rank had its stops), in a thread."""
-
-    def __init__(self, job: LocalJob) -> None:
-        self.events: list[events.Event] = []
-        line = break_line(job.project / "train.py")
-        plan = HeadlessPlan(breakpoints={str(job.project / "train.py"): [line]}, watch=("seen",), attach_timeout=60)
-        options = AttachOptions(
-            workspace=job.project,
-            headless=plan,
-            write_launch_json=False,
-            edit_user_ssh_config=False,
-            ready_timeout=60,
-            detach_when_done=True,
-        )
-        self.result: AttachResult | None = None
-        self.error: BaseException | None = None
-        self.attacher = Attacher(job.backend, job.name, options, self.events.append, job.paths)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.result = self.attacher.run()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def of(self, kind: type[events.Event]) -> list[events.Event]:
-        return [e for e in list(self.events) if isinstance(e, kind)]
-
-    def join(self, timeout: float) -> AttachResult:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"attach still runs: {self.events}"
-        assert self.error is None, self.error
-        assert self.result is not None
-        return self.result
+    line = break_line(job.project / "train.py")
+    plan = HeadlessPlan(breakpoints={str(job.project / "train.py"): [line]}, watch=("seen",), attach_timeout=60)
+    options = AttachOptions(
+        workspace=job.project,
+        headless=plan,
+        write_launch_json=False,
+        edit_user_ssh_config=False,
+        ready_timeout=60,
+        detach_when_done=True,
+    )
+    return AttachInThread(job, options)
 
 
 def start_run(job: LocalJob) -> subprocess.Popen[str]:
@@ -105,7 +81,7 @@ def kept_alive(home: Path, tmp_path: Path) -> Iterator[LocalJob]:
 def test_an_attach_waits_for_the_next_run_and_attaches_its_ranks(kept_alive: LocalJob) -> None:
     job = kept_alive
     # 1. attach while nothing runs: it waits for run 1, saying so
-    attach = HeadlessAttach(job)
+    attach = headless_attach(job)
     waiting = wait_for(lambda: attach.of(events.Waiting) or None, 30, "the attach to say what it waits for")
     assert isinstance(waiting[0], events.Waiting) and waiting[0].what == "the ranks of run 1", waiting
     time.sleep(2)  # a while later it still waits: the ended run's ranks are not what it attaches to
@@ -121,7 +97,7 @@ def test_an_attach_waits_for_the_next_run_and_attaches_its_ranks(kept_alive: Loc
     # 2. attach right after `run`: the node still shows run 1's finished ranks for a moment
     wait_for(lambda: job.backend.describe(job.name).kept_alive_seconds_left is not None or None, 30, "kept alive")
     second = start_run(job)
-    attach = HeadlessAttach(job)
+    attach = headless_attach(job)
     result = attach.join(90)
     assert stops(result) == {0: "run2-rank0", 1: "run2-rank1"}, attach.events
     assert result.exit_code == 0

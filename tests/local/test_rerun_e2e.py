@@ -19,21 +19,20 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from remote_debug.laptop.attach.attacher import Attacher, AttachOptions, AttachResult
+from remote_debug.laptop.attach.attacher import AttachOptions
 from remote_debug.laptop.core.jobinfo import JobStatus
 from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.wire import events
 from tests.helpers.ddp_job import break_line
 from tests.helpers.hook_runs import wait_for
-from tests.helpers.jobs import LocalJob, launch_job
+from tests.helpers.jobs import AttachInThread, LocalJob, launch_job
 
 SCRIPT = textwrap.dedent(
     """
@@ -64,11 +63,10 @@ def edit_everywhere(job: LocalJob, old: str, new: str) -> None:
         path.write_text(path.read_text().replace(old, new))
 
 
-class BackgroundAttach:
+class BackgroundAttach(AttachInThread):
     """A headless attach that stays (``detach_when_done=False``): it must follow every re-run."""
 
     def __init__(self, job: LocalJob, line: int, ide: str = "vscode") -> None:
-        self.events: list[events.Event] = []
         plan = HeadlessPlan(breakpoints={str(job.project / "train.py"): [line]}, watch=("seen",), attach_timeout=60)
         options = AttachOptions(
             workspace=job.project,
@@ -78,20 +76,7 @@ class BackgroundAttach:
             ready_timeout=60,
             ide=Editor(ide),
         )
-        self.result: AttachResult | None = None
-        self.error: BaseException | None = None
-        self.attacher = Attacher(job.backend, job.name, options, self.events.append, job.paths)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.result = self.attacher.run()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def of(self, kind: type[events.Event]) -> list[events.Event]:
-        return [e for e in self.events if isinstance(e, kind)]
+        super().__init__(job, options)
 
     def stops_with(self, value_prefix: str) -> dict[int, str]:
         return {
