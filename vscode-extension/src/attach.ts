@@ -88,6 +88,12 @@ export interface AttachOptions {
    * terminal, failed), which is the one news then, not a tunnel to wait for.
    */
   lostNoticeDelayMs?: number;
+  /**
+   * Whether the job listing's notification already said that the rank failed and is held (heldNotices.ts): the
+   * attach's `rank-failed` for it is then not said again (after that notification's Attach it was a second toast,
+   * "attach to see the exception", over the session paused at it).
+   */
+  heldFailureTold?: (job: string, rank: number) => boolean;
 }
 
 /** How long an all-stop or a rank waiting in native code stays in the status bar. */
@@ -587,6 +593,9 @@ export class AttachManager implements vscode.Disposable {
         this.notices.add({ job, kind: 'warning', message: event.message, rank: event.rank ?? undefined });
         break;
       case 'rank-failed':
+        if (event.held && this.options.heldFailureTold?.(job, event.rank)) {
+          break; // said by the listing's notification (the output has the event's line)
+        }
         this.notices.add({
           job,
           kind: 'rank-failed',
@@ -622,7 +631,9 @@ export class AttachManager implements vscode.Disposable {
     const targets = [...proc.forwarded.entries()]
       .filter(([rank]) => (ranks === undefined ? proc.covers(rank) : ranks.includes(rank)))
       .filter(([rank]) => !this.sessions.has(key(job, rank)) && !this.starting.has(key(job, rank)))
-      .sort((a, b) => a[0] - b[0]);
+      // by rank, a held root cause first (hold on failure): the Call Stack lists the sessions as they start, and the
+      // rank that failed first is the one to look at
+      .sort((a, b) => Number(this.isRootCause(job, b[0])) - Number(this.isRootCause(job, a[0])) || a[0] - b[0]);
     if (ranks !== undefined) {
       const missing = ranks.filter((r) => !proc.forwarded.has(r));
       if (missing.length) {
@@ -710,6 +721,11 @@ export class AttachManager implements vscode.Disposable {
         }
       }),
     );
+  }
+
+  private isRootCause(job: string, rank: number): boolean {
+    const hold = this.model.rankEntry(job, rank)?.hold;
+    return hold?.rootCause === true && hold.heldFor === undefined;
   }
 
   // --- the job's own session (the rank sessions' parent) ---------------------------------------------

@@ -39,8 +39,11 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
   // where each job's code is here (path mappings), and which jobs were attached (for a window reload)
   const targets = new AttachTargets(context.workspaceState);
   const memory = new AttachMemory(context.workspaceState);
+  // a rank held after a failure, said once when the listing first shows it (the attach says its own)
+  const held = new HeldNotices();
   attacher = new AttachManager(cli, model, log, (scope) => readSettings(scope), undefined, {
     memory,
+    heldFailureTold: (job, rank) => held.toldOf(job, rank),
     localRootFor: (job) => {
       const info = model.get(job)?.info;
       return info && targets.known(info);
@@ -92,8 +95,6 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
   };
   model.onDidChange(updateContext);
   updateContext();
-  // a rank held after a failure, said once when the listing first shows it (the attach says its own)
-  const held = new HeldNotices();
   model.onDidChange(() => held.check(model.list().map((e) => e.info), (job) => attacher!.isAttached(job)));
 
   context.subscriptions.push(

@@ -31,6 +31,13 @@ export function heldNotice(info: Pick<JobInfo, 'name' | 'held_ranks'>, ranks: He
 export class HeldNotices {
   /** Holds already said (job#rank#held_for), also those an attach said: none is said twice. */
   private readonly said = new Set<string>();
+  /** The failed ranks (job#rank) a notification named: the user knows, an attach's `rank-failed` need not say it again. */
+  private readonly told = new Set<string>();
+
+  /** Whether a notification named rank `rank` of `job` as failed and held. */
+  toldOf(job: string, rank: number): boolean {
+    return this.told.has(`${job}#${rank}`);
+  }
 
   /**
    * Say the holds the listing shows for the first time, one notification per job; `attached`: jobs whose attach
@@ -45,6 +52,7 @@ export class HeldNotices {
       fresh.forEach((h) => this.said.add(`${info.name}#${h.rank}#${h.held_for ?? ''}`));
       const text = fresh.length && !attached(info.name) ? heldNotice(info, fresh) : undefined;
       if (text) {
+        fresh.filter((h) => h.held_for === null || h.held_for === undefined).forEach((h) => this.told.add(`${info.name}#${h.rank}`));
         void this.show(info.name, text);
       }
     }

@@ -296,7 +296,17 @@ export class JobsModel {
     for (const node of entry.nodes.values()) {
       for (const r of node.ranks.values()) {
         if (base === 'finished') {
-          r.state = r.state === 'failed' ? 'failed' : 'finished'; // a crash stays visible after the job
+          // a crash stays visible after the job, also one held for a post-mortem (its session showed it paused);
+          // nothing is held any more (an ended job's listing may still carry the ranks' last "held")
+          const ownFailure = r.hold && r.hold.heldFor === undefined ? (r.hold.error ?? 'uncaught exception') : undefined;
+          if (ownFailure !== undefined) {
+            r.detail = ownFailure;
+          } else if (r.detail?.startsWith('held after ')) {
+            r.detail = r.detail.slice('held after '.length);
+          } else if (r.detail?.startsWith('held with rank ')) {
+            r.detail = undefined;
+          }
+          r.state = r.state === 'failed' || ownFailure !== undefined ? 'failed' : 'finished';
           r.hold = undefined;
           r.waitingIn = undefined;
           r.localPort = undefined;
@@ -584,13 +594,15 @@ export class JobsModel {
         // a held rank's post-mortem session ended: it still failed (or is still held with the one that did)
         this.showHold(r);
       } else if (r.state === 'failed') {
-        // a failed rank stays failed
+        // a failed rank stays failed, saying what it failed of
       } else if (!isRunning(entry.info)) {
         r.state = 'finished';
       } else if (r.state !== 'unavailable' && r.state !== 'finished') {
         r.state = entry.forwarded.has(rank) ? 'listening' : this.baseState(entry);
       }
-      r.detail = undefined;
+      if (r.state !== 'failed' || r.hold) {
+        r.detail = undefined;
+      }
     } else {
       r.state = state;
       r.detail = detail;

@@ -147,9 +147,16 @@ export function rankDescription(r: RankEntry, now = Date.now()): string {
   if (r.hold?.rootCause) {
     parts.push(vscode.l10n.t('root cause'));
   }
-  if (r.detail) {
+  const heldError = r.hold && r.hold.heldFor === undefined ? r.hold.error : undefined;
+  // a post-mortem stop's description is the held exception's message ("bad batch 40"), which "held after
+  // ValueError: bad batch 40" says in full: not twice
+  if (r.detail && !(r.state === 'paused' && heldError?.includes(r.detail))) {
     // a stop's description ("Paused by all-stop (rank 0 hit a breakpoint)") after the label "paused": not twice
     parts.push(r.state === 'paused' ? r.detail.replace(/^paused\s+(?=by\b)/i, '') : r.detail);
+  }
+  if (r.hold?.heldFor !== undefined && !r.detail?.includes(`held with rank ${r.hold.heldFor}`)) {
+    // attached, it is still held with the rank that failed (and, blocked in a collective, waits for it)
+    parts.push(vscode.l10n.t('held with rank {0}', r.hold.heldFor));
   }
   if (r.hold && r.hold.heldFor === undefined && r.hold.error && !r.detail?.includes(r.hold.error)) {
     parts.push(vscode.l10n.t('held after {0}', r.hold.error)); // its post-mortem session shows where it failed

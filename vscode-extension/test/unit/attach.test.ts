@@ -572,6 +572,38 @@ describe('AttachManager: notifications and memory', () => {
     await manager.stopAll();
   });
 
+  test("a held failure the listing's notification said: its session starts first, its failure is not said again", async () => {
+    const hold = (rank: number, heldFor: number | null) => ({
+      rank,
+      node: 'algo-1',
+      seconds_left: 200,
+      error: 'ValueError: bad batch 40',
+      root_cause: heldFor === null,
+      held_for: heldFor,
+    });
+    const job = jobJson({ nproc_per_node: 4, held_ranks: [hold(3, null), hold(0, 3), hold(1, 3), hold(2, 3)] });
+    const lines = [
+      ...attachLines('local-1', [0, 1, 2, 3]),
+      event({ event: 'rank-failed', rank: 3, node: 'algo-1', pid: 1, error: 'ValueError: bad batch 40', held: true, root_cause: true }),
+    ];
+    const told = (heldFailureTold: (job: string, rank: number) => boolean) =>
+      setup({ lines, hold: true }, [], {}, { jobs: [job], attach: { heldFailureTold } });
+    const { manager, folder, started } = told((j, rank) => j === 'local-1' && rank === 3);
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    // the Call Stack lists the sessions as they start: the rank to look at first
+    assert.deepEqual(started().map((c) => c.remoteDebug.rank), [3, 0, 1, 2]);
+    await new Promise((r) => setTimeout(r, 100)); // past the notices' gathering
+    assert.deepEqual(mock.messages('showErrorMessage'), [], 'said by the notification whose Attach started this');
+    await manager.stopAll();
+
+    // not said before (the job was attached when it failed): the attach says it
+    const again = told(() => false);
+    await again.manager.attach({ job: 'local-1', ranks: undefined, folder: again.folder });
+    await until('the notice', () => mock.messages('showErrorMessage').length === 1);
+    assert.match(mock.messages('showErrorMessage')[0], /^Remote Debug \(local-1\): rank 3 on algo-1 failed: ValueError: bad batch 40 — held/);
+    await again.manager.stopAll();
+  });
+
   test('attached jobs are remembered for a window reload, and attached again from the memory', async () => {
     const memory = new AttachMemory(memento());
     const first = setup({ lines: attachLines(), hold: true }, [], {}, { attach: { memory } });

@@ -78,6 +78,27 @@ describe('a held crash, seen in the job listing (no attach)', () => {
     assert.match(String(rank(2).description), /^failed · root cause · held after ValueError/);
   });
 
+  test('attached: rank 2 paused at its exception, said once; rank 1 still held with it', () => {
+    const { rank, model } = view();
+    model.setRankSession('local-1', 2, 'paused', 'bad batch'); // debugpy's stop: the exception's message
+    model.setRankSession('local-1', 1, 'attached');
+    assert.match(String(rank(2).description), /^paused · root cause · held after ValueError: bad batch · \d+ s left$/);
+    assert.match(String(rank(1).description), /^attached · held with rank 2 · \d+ s left$/);
+  });
+
+  test('the job fails while attached: the failed rank says its failure, nothing says "held" any more', () => {
+    const { model, rank } = view();
+    model.setRankSession('local-1', 2, 'paused', 'bad batch');
+    model.setRankSession('local-1', 1, 'attached');
+    model.applyEvent('local-1', { event: 'job-ended', v: 1, status: 'Failed', exit_code: 1, failure_reason: 'ValueError: bad batch (rank 2)' });
+    model.setRankSession('local-1', 2, 'detached');
+    model.setRankSession('local-1', 1, 'detached');
+    // an ended job's listing may still carry the ranks' last "held"
+    const holds = model.get('local-1')!.info.held_ranks;
+    model.setJobs([jobJson({ nproc_per_node: 4, status: 'Failed', secondary_status: 'Failed', exit_code: 1, held_ranks: holds })]);
+    assert.deepEqual([rank(2).description, rank(1).description], ['failed · ValueError: bad batch', 'finished']);
+  });
+
   test('the job fails: its failed ranks stay failed, the hold is gone', () => {
     const { model, rank } = view();
     model.setJobs([jobJson({ nproc_per_node: 4, status: 'Failed', secondary_status: 'Failed', exit_code: 1, held_ranks: [] })]);
@@ -114,6 +135,9 @@ describe('one notification per hold, with Attach', () => {
     notices.check([other], () => true);
     notices.check([other], () => false);
     assert.equal(mock.messages('showErrorMessage').length, 1, 'an attached job: its attach says it');
+    // what the attach then need not say again: the failed ranks the notification named
+    assert.deepEqual([0, 1, 3].map((r) => notices.toldOf('local-1', r)), [false, true, true]);
+    assert.equal(notices.toldOf('attached-job', 0), false);
   });
 
   test('one failed rank: where it failed', () => {
