@@ -118,10 +118,6 @@ class DapTap:
         self._waiting: dict[int, ResponseCallback | None] = {}  # our request seq -> who wants the answer
         self._closed = threading.Event()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
-
     # --- what the attach may do in the session ---------------------------------------------------
 
     def request(
