@@ -34,7 +34,9 @@ from tests.helpers.jobs import LocalJob, launch_job
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 # Every rank runs Python (no collective) until the test drops "done": a pause lands at once.  Only rank 0
-# executes the breakpoint line, once.  Each rank counts its steps in a file, so the test sees who ran.
+# executes the breakpoint line, once, 30 steps after the test dropped "go" (every rank's session attached:
+# mpirun's ranks start unsynchronised, and a rank attached after the stop is not among those it paused).
+# Each rank counts its steps in a file, so the test sees who ran.
 PYTHON_LOOP = textwrap.dedent(
     """
     import pathlib, time
@@ -43,11 +45,13 @@ PYTHON_LOOP = textwrap.dedent(
     marks = pathlib.Path({marks!r})
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    step = 0
+    step, go = 0, None
     while not (marks / "done").exists():
         step += 1
         (marks / f"steps-{{rank}}").write_text(str(step))
-        if rank == 0 and step == 30:
+        if go is None and (marks / "go").exists():
+            go = step + 30
+        if rank == 0 and step == go:
             hit = step  # BREAK-HERE
         time.sleep(0.02)
     dist.barrier()
@@ -81,7 +85,7 @@ COLLECTIVE_LOOP = textwrap.dedent(
     marks = pathlib.Path({marks!r})
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    step = 0
+    step, go = 0, None
     while True:
         flag = torch.tensor([1.0 if (marks / "done").exists() else 0.0])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -89,7 +93,9 @@ COLLECTIVE_LOOP = textwrap.dedent(
             break
         step += 1
         (marks / f"steps-{{rank}}").write_text(str(step))
-        if rank == 0 and step == 30:
+        if go is None and (marks / "go").exists():
+            go = step + 30
+        if rank == 0 and step == go:
             hit = step  # BREAK-HERE
     dist.barrier()
     dist.destroy_process_group()
@@ -144,6 +150,8 @@ def _attach(
 
     def emit(event: ev.Event) -> None:
         log.append(event)
+        if isinstance(event, ev.RankAttached) and len([e for e in log if e["event"] == "rank-attached"]) == 4:
+            (marks / "go").write_text("")
         if isinstance(event, ev.Stopped) and event.rank == 0:
             watcher.thread.start()
         if isinstance(event, ev.RankDetached) and event.rank == 0:
@@ -223,7 +231,7 @@ def test_ranks_waiting_in_a_collective_are_reported_not_hung(home: Path, tmp_pat
 
 def test_the_ranks_command_pauses_steps_and_continues_every_rank(home: Path, tmp_path: Path) -> None:
     """``remote-debug ranks pause|step|continue JOB`` from another process, during a non-stop attach."""
-    project, marks = marked_project(tmp_path, PYTHON_LOOP.replace("rank == 0 and step == 30", "False"))
+    project, marks = marked_project(tmp_path, PYTHON_LOOP.replace("rank == 0 and step == go", "False"))
     job = launch_job("group", project, nproc_per_node=2)
     log = EventLog()
     replies: dict[str, Any] = {}
