@@ -78,6 +78,12 @@ DURING_IMPORT = textwrap.dedent(
                 except AttributeError:  # debugpy half-imported
                     pass
                 time.sleep(0.05)
+            # both ranks attached before either goes on: init_process_group's rendezvous has only the
+            # script's 3 s, and on a loaded machine one rank's attach can come that much after the other's
+            (marks / ("attached-" + rank)).write_text("")
+            world = int(os.environ["WORLD_SIZE"])
+            while time.monotonic() < deadline and len(list(marks.glob("attached-*"))) < world:
+                time.sleep(0.05)
             return None
 
     sys.meta_path.insert(0, HoldTheImport())
@@ -140,7 +146,7 @@ def _attach_early(tmp_path: Path, launcher: str, *, during_import: bool = False)
     mark = "half-imported-" if during_import else "imported-"
     # the situation under test was real: mid-import (c10d half-imported), or before any torch import
     expected = "True" if during_import else "False"
-    assert {p.name: p.read_text() for p in marks.iterdir()} == {mark + "0": expected, mark + "1": expected}
+    assert {p.name: p.read_text() for p in marks.glob(mark + "*")} == {mark + "0": expected, mark + "1": expected}
     return result.job.status, events, held, job.logs()
 
 
