@@ -879,7 +879,9 @@ export class AttachManager implements vscode.Disposable {
         entry !== undefined &&
         isRunning(entry.info) &&
         rankState !== 'finished' &&
-        rankState !== 'failed'
+        rankState !== 'failed' &&
+        // a gang held after a failure ends with it: its sessions end because the job fails, not the tunnel
+        !this.model.allRanks(job).some((r) => r.state === 'failed' || r.hold !== undefined)
       ) {
         this.notices.add({ job, kind: 'session-lost', rank, node });
       }

@@ -491,6 +491,17 @@ describe('AttachManager: sessions lost to a dropped tunnel', () => {
     await manager.stopAll();
   });
 
+  test('a session that ends while another rank of the job failed is no tunnel news', async () => {
+    // a gang held after rank 1's failure is released: the others' sessions end as the job fails
+    const { manager, folder, model } = setup({ lines: attachLines(), hold: true });
+    await manager.attach({ job: 'local-1', ranks: undefined, folder });
+    model.rankEntry('local-1', 1)!.state = 'failed';
+    dropConnection(rankSessions()[0]);
+    await new Promise((r) => setTimeout(r, 120)); // the notice delays (0 ms and 30 ms here) are over
+    assert.deepEqual(mock.messages('showWarningMessage'), []);
+    await manager.stopAll();
+  });
+
   test('a session the user stopped, or whose rank ended, is not started again', async () => {
     const lines = [...attachLines(), event({ event: 'reconnected', node: 'algo-1' }, 300), event({ event: 'warning', message: 'done' }, 50)];
     const { manager, folder, started, log } = setup({ lines, hold: true });
