@@ -157,6 +157,9 @@ def settrace(conn: Connection, port: int, deadline: float) -> tuple[bool, str]:
     import pydevd
     import pydevd_pycharm
 
+    from remote_debug.container.rank import tensor_view
+
+    tensor_view.install()  # pydevd is loaded: the tensor view goes in before the IDE can ask (never raises)
     done, forced = threading.Event(), threading.Event()
     debuggers: list[Any] = []
     until = max(deadline, time.monotonic() + RUN_GRACE)
