@@ -8,13 +8,16 @@ P4-scale attach -> every rank stopped at a breakpoint, 1 vs 8 (2 nodes x 4) vs 6
          Goals: 64 ranks <= 5 s; 1 -> 64 <= 8x; 1 -> 8 <= 2x.
 P11 ``remote-debug attach --headless`` (the CLI, a process of its own) on the running 64-rank job: its wall
     time and peak RSS (goal <= 300 MB).
-P12 ``remote-debug stacks`` of the 64 ranks: the CLI's wall time (goal <= 1 s), and ``collect_stacks`` in
-    this process (no CLI start-up).
+P12 ``remote-debug stacks`` of the 64 ranks: the CLI's wall time, its default text (the ranks grouped by stack)
+    and ``--json``, and ``collect_stacks`` in this process (no CLI start-up).  Goal (issue 32): <= 1 s on a 16-core
+    machine, <= 2 s on 2 cores (the goal printed is the one for this machine's core count).
 ``--short``: 1 and 8 ranks only, P11 and P12 on 8.
+``python -m bench --stacks [--short]``: P12 alone (one 8 x 8 job; 2 x 4 with --short).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,7 +44,8 @@ LIGHT_RANK = textwrap.dedent(
         time.sleep(0.05)
     """
 )
-GOAL_64_S, GOAL_64_RATIO, GOAL_8_RATIO, GOAL_RSS_MB, GOAL_STACKS_S = 5.0, 8.0, 2.0, 300.0, 1.0
+GOAL_64_S, GOAL_64_RATIO, GOAL_8_RATIO, GOAL_RSS_MB = 5.0, 8.0, 2.0, 300.0
+GOAL_STACKS_S = 1.0 if (os.cpu_count() or 1) >= 16 else 2.0  # issue 32: 16 cores <= 1 s, 2 cores <= 2 s
 
 
 class _Job:
@@ -147,20 +151,50 @@ def scale_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
             "peak_rss_mb": rss_kib / 1024,
             "goal_rss_mb": GOAL_RSS_MB,
         }
-        cli = min(job.cli("stacks", job.name, "--json")[0] for _ in range(3))
-        start = time.perf_counter()
-        report = collect_stacks(JobConnection(job.backend, job.name, paths))
-        in_process = time.perf_counter() - start
-        if len(report["ranks"]) != job.ranks or any(r["error"] for r in report["ranks"]):
-            raise RuntimeError("P12: stacks did not cover every rank")
-        rows[f"P12 remote-debug stacks, {job.ranks} ranks"] = {
-            "cli_s": cli,
-            "in_process_s": in_process,
-            "goal_s": GOAL_STACKS_S,
-        }
+        rows.update(_stacks_row(job, paths))
     finally:
         job.stop()
     return rows
+
+
+def stacks_rows(work: Path, short: bool) -> dict[str, dict[str, float]]:
+    """P12 alone, on a running job of 64 idle ranks (8 nodes x 8; ``short``: 2 x 4)."""
+    paths = StatePaths(work / "state")
+    nodes, nproc = (2, 4) if short else (8, 8)
+    job = _Job(paths, work, nodes, nproc, waiting=False, purpose="stacks")
+    try:
+        return _stacks_row(job, paths)
+    finally:
+        job.stop()
+
+
+def _stacks_row(job: _Job, paths: StatePaths) -> dict[str, dict[str, float]]:
+    """``remote-debug stacks JOB`` (the grouped text) and ``--json`` through the CLI, best of 3 each, and
+    ``collect_stacks`` in this process (what the CLI's start-up and the grouping add is the difference)."""
+    cli = min(job.cli("stacks", job.name)[0] for _ in range(3))
+    json_runs = [job.cli("stacks", job.name, "--json") for _ in range(3)]
+    cli_json = min(wall for wall, _rss, _out in json_runs)
+    # idle ranks, each in its loop's sleep (or between two): a class or three, every rank in one
+    classes = json.loads(json_runs[-1][2])["classes"]
+    if sum(c["count"] for c in classes) != job.ranks or len(classes) > 3:
+        raise RuntimeError(f"P12: the ranks were not grouped: {[(c['ranges'], c['summary']) for c in classes]}")
+    start = time.perf_counter()
+    report = collect_stacks(JobConnection(job.backend, job.name, paths))
+    in_process = time.perf_counter() - start
+    if len(report["ranks"]) != job.ranks or any(r["error"] for r in report["ranks"]):
+        raise RuntimeError("P12: stacks did not cover every rank")
+    # the CLI's start-up alone (``version``), under the same load: what of cli_s no stacks work can save
+    startup = min(job.cli("version")[0] for _ in range(3))
+    return {
+        f"P12 remote-debug stacks, {job.ranks} ranks ({os.cpu_count()} cores)": {
+            "cli_s": cli,
+            "cli_json_s": cli_json,
+            "in_process_s": in_process,
+            "cli_version_s": startup,
+            "goal_s": GOAL_STACKS_S,
+            "cli_vs_goal": cli / GOAL_STACKS_S,
+        }
+    }
 
 
 def _ratios(row: dict[str, float]) -> None:

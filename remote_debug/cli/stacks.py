@@ -11,6 +11,7 @@ from remote_debug.cli.output import print_json, wait_printer
 from remote_debug.contract import spec
 from remote_debug.laptop.connection.job_connection import JobConnection
 from remote_debug.laptop.core.errors import BadInputError
+from remote_debug.laptop.diagnose.stack_classes import add_classes, format_classes
 from remote_debug.laptop.diagnose.stacks import (
     collect_job_stacks_no_hook,
     collect_pid_stacks,
@@ -34,7 +35,8 @@ def stacks(
             callback=positive_seconds,
         ),
     ] = 30.0,
-    as_json: Annotated[bool, flag("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print JSON: every rank (ranks) and the classes (classes).")] = False,
+    flat: Annotated[bool, flag("--flat", help="Every rank's threads one after another, not grouped by stack.")] = False,
     all_threads: Annotated[bool, flag("--all-threads", help="Also the debugger's own threads.")] = False,
     no_hook: Annotated[
         bool,
@@ -48,6 +50,10 @@ def stacks(
     ] = None,
 ) -> None:
     """Where is it hung? Every rank's Python stacks, without tracing.
+
+    Ranks with the same stack are grouped ("ranks 0-62 (63): all_reduce ... ← step (train.py:88)"), the odd ones
+    first; with PyTorch's Flight Recorder on, the ranks missing from a stuck collective are named.  --flat: each
+    rank's threads, one rank after another.
 
     By default through the job's hook (no ptrace).
 
@@ -68,7 +74,8 @@ def stacks(
         assert job is not None
         connection = JobConnection.open(job, emit=wait_printer())
         report = collect_stacks(connection, selection, timeout=timeout, all_threads=all_threads)
+    add_classes(report)
     if as_json:
         print_json(report)
     else:
-        typer.echo(format_stacks(report))
+        typer.echo(format_stacks(report) if flat else format_classes(report))

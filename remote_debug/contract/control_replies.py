@@ -85,11 +85,48 @@ class ThreadStack:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupCollectives:
+    """One process group's collectives as this rank's PyTorch Flight Recorder saw them (``stacks``).
+
+    Collective sequence ids count each group's collectives the same way on every member, so comparing
+    ``last_entered`` across the members names those that never entered the newest one."""
+
+    group: str  # the group's name (Flight Recorder's ``process_group[0]``): the same on every member
+    desc: str | None = None  # its description ("default_pg", or what new_group was given)
+    ranks: list[int] | None = None  # its members' global ranks (None: not known to this rank)
+    last_entered: int = 0  # sequence id of the newest collective this rank entered (0: none yet)
+    last_completed: int | None = None  # ... and of the newest it saw complete (None: not known)
+    op: str | None = None  # what ``last_entered`` is, e.g. "all_reduce"
+
+    @classmethod
+    def read(cls, raw: dict[str, Any]) -> GroupCollectives:
+        ranks = raw.get("ranks")
+        return cls(
+            group=str(raw.get("group", "")),
+            desc=None if raw.get("desc") is None else str(raw["desc"]),
+            ranks=[int(r) for r in ranks] if isinstance(ranks, list) else None,
+            last_entered=int(raw.get("last_entered") or 0),
+            last_completed=None if raw.get("last_completed") is None else int(raw["last_completed"]),
+            op=None if raw.get("op") is None else str(raw["op"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stacks(Reply):
-    """``stacks``: every thread's Python stack (``sys._current_frames()``), and the rank's pid."""
+    """``stacks``: every thread's Python stack (``sys._current_frames()``), and the rank's pid.
+
+    ``collectives``: each of the rank's process groups as its Flight Recorder saw them, when the job has
+    the Flight Recorder on (None: it is off, torch.distributed is not initialised, or an older rank)."""
 
     pid: int
     threads: list[ThreadStack] = field(default_factory=list)
+    collectives: list[GroupCollectives] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        if self.collectives is None:  # no Flight Recorder: the reply as it always was
+            del data["collectives"]
+        return data
 
     @classmethod
     def read(cls, reply: dict[str, Any]) -> Stacks:
@@ -111,7 +148,15 @@ class Stacks(Reply):
             if isinstance(t, dict)
         ]
         pid = reply.get("pid")
-        return cls(pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0, threads=threads)
+        groups = reply.get("collectives")
+        collectives = (
+            [GroupCollectives.read(g) for g in groups if isinstance(g, dict)] if isinstance(groups, list) else None
+        )
+        return cls(
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else 0,
+            threads=threads,
+            collectives=collectives,
+        )
 
 
 class ConnectStatus(StrEnum):

@@ -98,10 +98,13 @@ def backend_for(job: str | JobRef, paths: StatePaths | None = None) -> Backend:
     ref = job if isinstance(job, JobRef) else job_ref(job)
     # has_job is cheap: a file lookup, or (SageMaker) the hint attach left first - no AWS call, the
     # ProxyCommand's case, possibly in an IDE's environment without AWS variables - then the API if AWS
-    # is configured at all
-    backends = [p.backend(paths, region=ref.region) for p in PLATFORMS]
-    for backend in backends:
+    # is configured at all.  Each platform's backend is made (its module imported) only when the ones before
+    # it do not have the job: a local job's ProxyCommand and CLI never import SageMaker's.
+    backends: list[Backend] = []
+    for platform in PLATFORMS:
+        backend = platform.backend(paths, region=ref.region)
         if backend.has_job(ref.name):
             return backend
+        backends.append(backend)
     looked = ", and ".join(backend.no_such_job(ref.name) for backend in backends)
     raise UnknownJobError(f"unknown job {ref.name!r}: {looked}; 'remote-debug jobs' lists jobs")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 PROC_NET = Path("/proc/net")
 _TABLES = ("tcp", "tcp6")
-_PROC_READS = 3  # attempts at /proc/net/tcp before "no such socket"
+PROC_READS = 3  # attempts at /proc/net/tcp before "no such socket"
 # sock_diag (linux/sock_diag.h, linux/inet_diag.h)
 _NETLINK_SOCK_DIAG = 4
 _SOCK_DIAG_BY_FAMILY = 20
@@ -135,7 +135,7 @@ def socket_owner(local: tuple[str, int], remote: tuple[str, int], proc_net: Path
             return None
         except OSError:
             pass  # no sock_diag here (a container without it, an old kernel): the proc files
-    for _ in range(_PROC_READS):
+    for _ in range(PROC_READS):
         owner = _proc_owner(local, remote, proc_net)
         if owner is not None:
             return owner
@@ -154,7 +154,7 @@ def listener_owners(port: int, proc_net: Path = PROC_NET) -> set[int]:
         True: {_hex_address("127.0.0.1", port, v6=True), _hex_address("::", port, v6=True)},
     }
     owners: set[int] = set()
-    for _ in range(_PROC_READS):  # a table that changes while it is read can skip a line
+    for _ in range(PROC_READS):  # a table that changes while it is read can skip a line
         for v6, fields in _rows(proc_net):
             if len(fields) < 10:
                 continue
@@ -166,6 +166,27 @@ def listener_owners(port: int, proc_net: Path = PROC_NET) -> set[int]:
         if owners:
             break
     return owners
+
+
+def listening_table(proc_net: Path = PROC_NET) -> dict[int, set[int]]:
+    """Every port a connection to 127.0.0.1 would reach in ``proc_net``'s namespace (a LISTEN socket bound to it or
+    to a wildcard address) -> the uids of those sockets: :func:`listener_owners` for all ports in one read (the
+    kernel walks every socket of the machine for each read of a table, whatever its namespace holds)."""
+    local = {
+        False: {_hex_address("127.0.0.1", 0, v6=False)[:-5], _hex_address("0.0.0.0", 0, v6=False)[:-5]},
+        True: {_hex_address("127.0.0.1", 0, v6=True)[:-5], _hex_address("::", 0, v6=True)[:-5]},
+    }
+    table: dict[int, set[int]] = {}
+    for v6, fields in _rows(proc_net):
+        if len(fields) < 10:
+            continue
+        address, _, port = fields[1].partition(":")
+        try:
+            if address in local[v6] and int(fields[3], 16) == _LISTEN:
+                table.setdefault(int(port, 16), set()).add(int(fields[7]))
+        except ValueError:
+            continue
+    return table
 
 
 def process_euid(pid: int) -> int | None:

@@ -145,11 +145,20 @@ def test_pid_of_a_python_process_shows_its_function_and_line(
     wait_for([tmp_path / "ready"], proc)
     time.sleep(0.2)
 
-    human = cli("stacks", "--no-hook", "--pid", str(proc.pid))
+    human = cli("stacks", "--no-hook", "--pid", str(proc.pid), "--flat")
     assert human.returncode == 0, human.stderr
     lines = human.stdout.splitlines()
     assert lines[:2] == [f"rank 0 (pid {proc.pid}, from py-spy)", "  thread MainThread (blocked in native code):"]
     assert f'    File "{script}", line {line_of(SLEEPER, "SLEEP-LINE")}, in sleepy_function' in lines
+
+    # grouped (the default): py-spy's "blocked in native code" marks the class
+    grouped = cli("stacks", "--no-hook", "--pid", str(proc.pid))
+    assert grouped.returncode == 0, grouped.stderr
+    call = SLEEPER.splitlines().index("sleepy_function()") + 1
+    assert grouped.stdout.splitlines()[0] == (
+        f"rank 0 (1): sleepy_function (sleeper.py:{line_of(SLEEPER, 'SLEEP-LINE')}) ← <module> (sleeper.py:{call})"
+        " [blocked in native code]"
+    )
 
     as_json = cli("stacks", "--no-hook", "--pid", str(proc.pid), "--json")
     assert as_json.returncode == 0, as_json.stderr
@@ -214,7 +223,7 @@ def test_plain_torchrun_job_rank_in_all_reduce_is_blocked_in_native_code(
             print(f"rank {r['rank']}: py-spy dump {r['dump_seconds']:.3f} s")
 
         # one rank, as text
-        human = cli("stacks", "--no-hook", "--pid", str(launcher.pid), "--ranks", "0")
+        human = cli("stacks", "--no-hook", "--pid", str(launcher.pid), "--ranks", "0", "--flat")
         assert human.returncode == 0, human.stderr
         lines = human.stdout.splitlines()
         assert lines[:2] == [
@@ -356,7 +365,7 @@ def test_job_without_rank_documents_is_found_under_its_node_process(home: Path, 
     code = Path(job.backend.describe(job.name).code_dirs["algo-1"]) / "train.py"
     assert not any(m and m.ranks for m in job.backend.manifests(job.name).values())
 
-    proc = cli("stacks", "--no-hook", job.name)
+    proc = cli("stacks", "--no-hook", job.name, "--flat")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("rank 0 (algo-1, pid ") and lines[0].endswith(", from py-spy)")

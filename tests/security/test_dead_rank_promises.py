@@ -305,7 +305,7 @@ def test_stacks_prints_no_forged_frames_and_the_token_stays_home(scene: Scene) -
     assert scene.squatter is not None
     start = len(scene.squatter.lines)
     proc = subprocess.run(
-        [sys.executable, "-m", "remote_debug", "stacks", JOB],
+        [sys.executable, "-m", "remote_debug", "stacks", JOB, "--flat"],  # each rank's own line
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,7 +13,8 @@ debug port.  One JSON line in, one JSON line out, per connection (the ops: ``spe
   "function"}], "exception", "internal"}]}``: every thread's current Python stack, from
   ``sys._current_frames()`` (no tracing installed, no ptrace); the debugger's own threads (debugpy's,
   ours) only with ``"all_threads": true``.  A rank held for a post-mortem (``hold``) reports the
-  exception's traceback for the held thread, and the exception line;
+  exception's traceback for the held thread, and the exception line; with PyTorch's Flight Recorder on,
+  ``"collectives"``: per process group, the newest collective the rank entered (``flight_recorder``);
 * ``{"op": "run-on"}`` -> ``{"ok": true, "detail": ...}``: leave the wait window now (attach chose
   other ranks), see ``rank._wait_for_client``;
 * ``{"op": "connect"}`` -> ``{"ok": true, "status": "connecting"|"attached", "detail": ...}``: a PyCharm
@@ -54,7 +55,7 @@ from typing import Any
 
 from remote_debug.container.knobs import seconds_knob
 from remote_debug.container.log import describe, log
-from remote_debug.container.rank import hold
+from remote_debug.container.rank import flight_recorder, hold
 from remote_debug.container.threads import quiet_thread
 from remote_debug.contract import control_replies as replies
 from remote_debug.contract import job_secret
@@ -487,7 +488,7 @@ class ControlServer:
             return replies.Detail(detail=self._pause_safe())
         if op == ControlOp.STACKS:
             threads = thread_stacks(all_threads=request.get("all_threads") is True)
-            return replies.Stacks(pid=os.getpid(), threads=threads)
+            return replies.Stacks(pid=os.getpid(), threads=threads, collectives=flight_recorder.collectives())
         if op == ControlOp.RUN_ON:
             return replies.Detail(detail=self.on_run_on() if self.on_run_on is not None else "not waiting")
         if op == ControlOp.CONNECT:

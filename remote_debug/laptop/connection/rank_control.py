@@ -21,7 +21,11 @@ after whoever listens on the port proved the job secret for the rank the documen
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,6 +73,46 @@ __all__ = ["Frame", "ThreadStack"]  # the stacks reply's parts, defined in the c
 PortGuard = Callable[[spec.RankEndpoint, int, str], str | None]
 
 
+class ListenerTables:
+    """Who listens on which loopback port of each network namespace, read once for the many ranks that share it.
+
+    Each read of ``/proc/<pid>/net/tcp`` costs ~2 ms of kernel time however few sockets the namespace holds (the
+    kernel walks the machine's whole socket table): 64 ranks asked at once (``stacks``) paid it 128 times.  A
+    namespace's table is kept ``TTL`` s and trusted only for a port it lists; a port it does not list (a debug
+    listener that has just started) is read afresh.  The stale side is harmless: whether the rank's process
+    still lives is checked on every request, and the rank proves itself before the token goes out."""
+
+    TTL = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[int, threading.Lock] = {}
+        self._tables: dict[int, tuple[float, dict[int, set[int]]]] = {}
+
+    def owners(self, pid: int, port: int) -> set[int]:
+        """The uids listening on 127.0.0.1:``port`` in process ``pid``'s network namespace (empty: nobody)."""
+        proc_net = Path(f"/proc/{pid}/net")
+        try:
+            namespace = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:  # not ours to look at, or gone: no sharing, the plain read says what there is
+            return peer_uid.listener_owners(port, proc_net)
+        with self._lock:
+            lock = self._locks.setdefault(namespace, threading.Lock())
+        with lock:  # one read per namespace, whichever rank's request comes first
+            taken, table = self._tables.get(namespace, (0.0, {}))
+            if port in table and time.monotonic() - taken <= self.TTL:
+                return set(table[port])
+            for _ in range(peer_uid.PROC_READS):  # a table that changes while it is read can skip a line
+                table = peer_uid.listening_table(proc_net)
+                if port in table:
+                    break
+            self._tables[namespace] = (time.monotonic(), table)
+            return set(table.get(port, set()))
+
+
+LISTENERS = ListenerTables()
+
+
 def local_port_guard(rank: spec.RankEndpoint, port: int, what: str) -> str | None:
     """Why ``port`` (``rank``'s control or debug port) must not be used, None when the rank's own uid
     listens there; for the ranks of a job on this machine, whose ports are loopback ports of this host
@@ -77,7 +121,7 @@ def local_port_guard(rank: spec.RankEndpoint, port: int, what: str) -> str | Non
     if gone:
         return f"rank {rank.rank}'s process is gone ({gone}): its {what} port may be anyone's now"
     uid = peer_uid.process_euid(rank.pid)
-    owners = peer_uid.listener_owners(port, Path(f"/proc/{rank.pid}/net"))
+    owners = LISTENERS.owners(rank.pid, port)
     if uid is None or not owners:
         return f"nothing of rank {rank.rank} listens on its {what} port 127.0.0.1:{port}"
     strangers = sorted(owners - {uid})
@@ -153,14 +197,21 @@ class RankControl:
     def stacks(self, rank: spec.RankEndpoint, *, all_threads: bool = False) -> list[ThreadStack]:
         """The rank's threads; the debugger's own only with ``all_threads`` (a rank of an older hook
         leaves out pydevd's marked ones whatever is asked)."""
+        return self.stacks_reply(rank, all_threads=all_threads).threads
+
+    def stacks_reply(self, rank: spec.RankEndpoint, *, all_threads: bool = False) -> replies.Stacks:
+        """The rank's whole ``stacks`` answer: its threads (as :meth:`stacks`), and its process groups' newest
+        collectives when the job has PyTorch's Flight Recorder on."""
         payload: dict[str, Any] = {"op": spec.ControlOp.STACKS}
         if all_threads:
             payload["all_threads"] = True
         try:
-            threads = replies.Stacks.read(self.request(rank, payload)).threads
+            reply = replies.Stacks.read(self.request(rank, payload))
         except (ValueError, TypeError) as exc:
             raise OSError(f"rank {rank.rank} answered 'stacks' with something else: {exc}") from None
-        return threads if all_threads else [t for t in threads if not t.internal]
+        if all_threads:
+            return reply
+        return dataclasses.replace(reply, threads=[t for t in reply.threads if not t.internal])
 
     def connect(self, rank: spec.RankEndpoint) -> Listening:
         """Ask a PyCharm rank to connect out to the IDE now; ``detail``: its status and pause-safe detail."""

@@ -46,7 +46,7 @@ def collect_stacks(
     cause first (``spec.failure_order``), marked ``root_cause``; a rank held with it, ``held_for``;
     a rank that cannot answer has an ``error``.  The debugger's own threads (debugpy's, ours) only with
     ``all_threads``; a rank held for a post-mortem shows where it raised, with the exception line."""
-    connection.require_running()
+    info = connection.require_running()
     manifests = connection.wait_for_manifests(timeout)
     selected = [
         (node, r)
@@ -64,10 +64,13 @@ def collect_stacks(
         for node in {node for node, _r in selected}:
             connection.tunnel(node)  # created here, not from the pool's threads
         results = fan_out(selected, lambda item: _rank_stacks(connection, *item, all_threads=all_threads))
-    return {
+    report: StacksReport = {
         "job": connection.job,
         "ranks": _in_failure_order(results, [r for m in manifests.values() for r in m.ranks]),
     }
+    if info.code_dirs:
+        report["code_dirs"] = dict(info.code_dirs)
+    return report
 
 
 def _in_failure_order(results: list[RankStacks], documents: Sequence[spec.RankEndpoint]) -> list[RankStacks]:
@@ -104,7 +107,7 @@ def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, 
         out["error"] = f"rank {r.rank} has no control channel ({r.ide} rank, or started by an older hook)"
         return out
     try:
-        threads = connection.control(node).stacks(r, all_threads=all_threads)
+        reply = connection.control(node).stacks_reply(r, all_threads=all_threads)
     except (OSError, UserError) as exc:
         out["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         # The rank's pid means something here only when its processes run on this machine (no pid
@@ -112,7 +115,19 @@ def _rank_stacks(connection: JobConnection, node: str, r: spec.RankEndpoint, *, 
         if connection.backend.capabilities.runs_here and r.pid:
             _pyspy_instead(out, r, all_threads=all_threads)
         return out
-    out["threads"] = [_thread(asdict(t)) for t in threads]
+    out["threads"] = [_thread(asdict(t)) for t in reply.threads]
+    if reply.collectives is not None:
+        out["collectives"] = [
+            {
+                "group": g.group,
+                "desc": g.desc,
+                "ranks": g.ranks,
+                "last_entered": g.last_entered,
+                "last_completed": g.last_completed,
+                "op": g.op,
+            }
+            for g in reply.collectives
+        ]
     return out
 
 
@@ -233,7 +248,10 @@ def collect_job_stacks_no_hook(
     except spec.ContractError:
         documents = []
     results = _read_all(chosen, all_threads=all_threads)
-    return {"job": ref.name, "source": PYSPY, "ranks": _in_failure_order(results, documents)}
+    report: StacksReport = {"job": ref.name, "source": PYSPY, "ranks": _in_failure_order(results, documents)}
+    if info.code_dirs:
+        report["code_dirs"] = dict(info.code_dirs)
+    return report
 
 
 def job_rank_targets(backend: Backend, info: JobInfo) -> list[RankTarget]:
@@ -337,7 +355,8 @@ def _add_pyspy_fields(out: RankStacks, process: pyspy.ProcessDump, *, all_thread
 
 
 def format_stacks(report: StacksReport) -> str:
-    """Human-readable, like a Python traceback per thread (innermost frame last)."""
+    """Human-readable, like a Python traceback per thread (innermost frame last): ``stacks --flat``, every rank
+    one after another (the default groups them: ``stack_classes.format_classes``)."""
     lines: list[str] = []
     for r in report["ranks"]:
         held = ""
