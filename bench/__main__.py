@@ -29,7 +29,7 @@ P3-PyCharm the DDP step with a pydevd server (no breakpoints) connected through 
 
 ``python -m bench --scale [--short]`` runs issue 17's rows (bench/scale.py): P4-scale attach -> every rank stopped
 at 1, 8 and 64 ranks (8 nodes x 8), for a job whose ranks wait and for one attached mid-run; P11 the attach CLI's
-wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks.
+wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks (``--stacks [--short]``: P12 alone).
 
 ``python -m bench --adopt [--short]`` runs issue 19's row (bench/adopt_bench.py): P13 ``adopt`` of a plain torchrun job
 (2 or 4 ranks, each with a thread contending for the GIL): seconds per rank, and the stall of a collective peer.
@@ -37,6 +37,13 @@ wall time and peak RSS at 64 ranks; P12 ``stacks`` of 64 ranks.
 ``python -m bench --all-stop [--short]`` runs issue 31's rows (bench/all_stop.py): P14 first stop -> every rank
 paused at 8 and 64 ranks (goal <= 3 s at 64 on 2 cores), P15 Continue All -> every rank running, P16 the cost of
 all-stop on a loop that hits no breakpoint (goal <= 1.02x).
+
+``python -m bench --tensors [--short]`` runs issue 32's tensor row (bench/tensor_variables.py): P17 the Variables pane
+on a frame holding a 1 GiB float32 tensor, stock debugpy vs our tensor view (goal <= 100 ms; no host copy), on CPU and,
+with a GPU, on cuda:0.
+
+``python -m bench --logpoints [--short]`` runs issue 32's logpoint row (bench/logpoints.py): P18 the cost of a logpoint
+hit in a rank attached headless (a logpoint in every rank, each hit tagged and said), vs the same loop without one.
 
 ``python -m bench --iterate`` runs issue 15's row (bench/iterate.py): P10 edit one line -> ``sync`` -> ``run`` ->
 every rank of a 2-node x 2 kept-alive job stopped with the new value, vs ``launch`` + ``attach`` of a new job
@@ -393,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sync", action="store_true", help="only sync's rows (P9, see bench/sync_bench.py)")
     parser.add_argument("--scale", action="store_true", help="only the 64-rank rows (see bench/scale.py)")
+    parser.add_argument("--stacks", action="store_true", help="only P12, stacks of 64 ranks (see bench/scale.py)")
     parser.add_argument("--iterate", action="store_true", help="only the iterate row (P10, see bench/iterate.py)")
     parser.add_argument("--adopt", action="store_true", help="only the adopt row (P13, see bench/adopt_bench.py)")
     parser.add_argument(
@@ -401,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pycharm", action="store_true", help="only P2 and P3 for a PyCharm rank (see bench/pycharm_rows.py)"
     )
+    parser.add_argument(
+        "--tensors", action="store_true", help="only the tensor view row (P17, see bench/tensor_variables.py)"
+    )
+    parser.add_argument("--logpoints", action="store_true", help="only the logpoint row (P18, see bench/logpoints.py)")
     args = parser.parse_args(argv)
     repeats = 1 if args.short else 3
     with tempfile.TemporaryDirectory(prefix="rd-bench-") as tmp:
@@ -415,10 +427,18 @@ def main(argv: list[str] | None = None) -> int:
             from bench.scale import scale_rows
 
             results.update(scale_rows(work, args.short))
+        elif args.stacks:
+            from bench.scale import stacks_rows
+
+            results.update(stacks_rows(work, args.short))
         elif args.all_stop:
             from bench.all_stop import all_stop_rows
 
             results.update(all_stop_rows(work, args.short))
+        elif args.logpoints:
+            from bench.logpoints import logpoint_rows
+
+            results.update(logpoint_rows(work, args.short))
         elif args.adopt:
             from bench.adopt_bench import adopt_rows
 
@@ -431,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.pycharm_rows import pycharm_rows
 
             results.update(pycharm_rows(work, paths, args.short))
+        elif args.tensors:
+            from bench.tensor_variables import tensor_rows
+
+            results.update(tensor_rows(work, paths, args.short))
         elif args.sync:
             from bench.sync_bench import sync_rows
 

@@ -51,3 +51,29 @@ def test_bench_all_stop_rows_pause_and_continue_every_rank(home: Path) -> None:
     assert p14["paused_s"] > 0 and p14["continue_all_s"] > 0
     p16 = rows["P16 call-heavy loop, attached all-stop vs non-stop (no stop)"]
     assert p16["ratio"] > 0 and p16["goal_ratio"] == 1.02
+
+
+def test_bench_tensor_rows_show_the_view_fast_and_without_a_host_copy(home: Path) -> None:
+    rows = _bench("--tensors")
+    [p17] = [v for k, v in rows.items() if k.startswith("P17 ")]  # the bench fails unless the rank used our view
+    assert p17["stock_frame_ms"] > 0 and p17["ours_frame_ms"] <= p17["goal_ms"] == 100.0
+    assert p17["ours_rss_growth_mb"] < 64  # the 256 MiB tensor was not copied to host memory
+    [storage] = [v for k, v in rows.items() if k.startswith("P17-storage")]
+    assert storage["stock_frame_ms"] > storage["ours_frame_ms"] > 0
+
+
+def test_bench_stacks_row_reads_every_rank_grouped(home: Path) -> None:
+    # the row fails outright unless every rank was read and the ranks came back grouped in classes
+    rows = _bench("--stacks")
+    [p12] = [v for k, v in rows.items() if k.startswith("P12 ")]
+    assert p12["cli_s"] > 0 and p12["cli_json_s"] > 0 and p12["in_process_s"] > 0
+    assert p12["goal_s"] in (1.0, 2.0) and p12["cli_vs_goal"] == p12["cli_s"] / p12["goal_s"]
+
+
+def test_bench_logpoint_rows_measure_every_ranks_hits_and_the_shown_output(home: Path) -> None:
+    # the rows fail outright unless every logpoint hit reached the attach and the rank's prints reached its debugger
+    rows = _bench("--logpoints")
+    [p18] = [v for k, v in rows.items() if k.startswith("P18 ")]
+    assert p18["us_per_hit"] > 0 and p18["hits_delivered"] == 4000
+    [p19] = [v for k, v in rows.items() if k.startswith("P19 ")]
+    assert p19["lines_shown"] > 0 and p19["before_us_per_print"] > 0

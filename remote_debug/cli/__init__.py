@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, str] = {
     "enable": "enable",
     "jobs": "jobs",
     "launch": "launch",
+    "logs": "logs",
     "proxy": "proxy",
     "prune": "prune",
     "ranks": "ranks",

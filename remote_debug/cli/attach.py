@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -12,12 +13,13 @@ from remote_debug.cli.output import event_printer
 from remote_debug.contract import spec
 from remote_debug.laptop.attach.attacher import Attacher, AttachOptions
 from remote_debug.laptop.core import interrupts
-from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, UserError
+from remote_debug.laptop.core.errors import EXIT_INTERRUPTED, BadInputError, UserError
 from remote_debug.laptop.ide.editor import Editor
 from remote_debug.laptop.ide.headless_session import HeadlessPlan
 from remote_debug.laptop.ide.pycharm import PyCharmOptions
 from remote_debug.laptop.platforms import backend_for, job_ref
-from remote_debug.laptop.wire.events import Detached, DetachReason, Summary
+from remote_debug.laptop.wire.event_text import event_text
+from remote_debug.laptop.wire.events import Detached, DetachReason, Emit, Event, LogpointHit, RankPrinted, Summary
 
 
 def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]:
@@ -29,6 +31,48 @@ def parse_breakpoints(items: list[str], workspace: Path) -> dict[str, list[int]]
         full = (workspace / path).absolute()
         out.setdefault(str(full), []).append(int(line))
     return out
+
+
+# FILE:LINE:MESSAGE; the first ":<digits>:" ends the file (MESSAGE may hold colons)
+_LOGPOINT = re.compile(r"(?P<file>.+?):(?P<line>\d+):(?P<message>.+)", re.DOTALL)
+
+
+def parse_logpoints(items: list[str], workspace: Path) -> dict[str, list[tuple[int, str]]]:
+    """``--log FILE:LINE:MESSAGE`` -> local file -> (line, message); each ``{expr}`` of MESSAGE must be a Python
+    expression (a typo would otherwise print pydevd's error at every hit, in every rank)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for item in items:
+        match = _LOGPOINT.fullmatch(item)
+        if match is None or int(match.group("line")) < 1:
+            raise BadInputError(f"bad logpoint {item!r}: use FILE:LINE:MESSAGE, e.g. train.py:42:'loss={{loss}}'")
+        message = match.group("message")
+        for expression in _interpolations(item, message):
+            try:
+                compile(expression, "<logpoint>", "eval")
+            except SyntaxError as exc:
+                raise BadInputError(
+                    f"bad logpoint {item!r}: {{{expression}}} is not a Python expression ({exc.msg})"
+                ) from None
+        full = (workspace / match.group("file")).absolute()
+        out.setdefault(str(full), []).append((int(match.group("line")), message))
+    return out
+
+
+def _interpolations(item: str, message: str) -> list[str]:
+    """The ``{expr}`` of a logpoint message (braces nest, as pydevd reads them)."""
+    found: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(message):
+        if char == "{":
+            depth += 1
+            start = i + 1 if depth == 1 else start
+        elif char == "}" and depth:
+            depth -= 1
+            if not depth and message[start:i].strip():
+                found.append(message[start:i].strip())
+    if depth:
+        raise BadInputError(f"bad logpoint {item!r}: a '{{' without its '}}' (write {{expression}})")
+    return found
 
 
 @app.command()
@@ -43,6 +87,18 @@ def attach(
     breakpoint_: Annotated[
         list[str] | None, typer.Option("--break", help="FILE:LINE for --headless, repeatable.")
     ] = None,
+    log: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--log",
+            metavar="FILE:LINE:MESSAGE",
+            help="--headless: a logpoint in every rank, repeatable: prints MESSAGE ({expr} interpolated) tagged with "
+            "the rank at each hit, without stopping; the attach then stays until the job ends.",
+        ),
+    ] = None,
+    show_output: Annotated[
+        bool, flag("--show-output", help="--headless: print what each rank prints while attached, tagged [rank N].")
+    ] = False,
     steps: Annotated[
         int, typer.Option("--steps", min=0, help="--headless: step over this many lines at each stop.")
     ] = 0,
@@ -101,9 +157,19 @@ def attach(
     ws = (workspace or Path.cwd()).absolute()
     plan = None
     if headless:
-        plan = HeadlessPlan(breakpoints=parse_breakpoints(breakpoint_ or [], ws), steps=steps, max_stops=max_stops)
+        plan = HeadlessPlan(
+            breakpoints=parse_breakpoints(breakpoint_ or [], ws),
+            steps=steps,
+            max_stops=max_stops,
+            logpoints=parse_logpoints(log or [], ws),
+            show_output=show_output,
+        )
     elif breakpoint_:
         raise UserError("--break needs --headless (in an IDE, set breakpoints in the editor)")
+    elif log:
+        raise UserError("--log needs --headless (in VS Code, add a logpoint in the editor: it applies to every rank)")
+    elif show_output:
+        raise UserError("--show-output needs --headless (VS Code shows each rank's output in its Debug Console)")
     options = AttachOptions(
         ranks=spec.parse_ranks(ranks),
         workspace=ws,
@@ -119,7 +185,7 @@ def attach(
         # an IDE user debugs one program; a headless script's plan is per rank unless it asks
         all_stop=all_stop if all_stop is not None else not headless,
     )
-    emit = event_printer(as_json)
+    emit = _with_rank_lines(event_printer(as_json), as_json)
     # a closed terminal (SIGHUP) or the extension's SIGTERM end the attach like Ctrl-C: its clean-up
     # (launch.json entries naming its ports) runs instead of being skipped
     interrupts.end_attach_on_hangup()
@@ -135,3 +201,18 @@ def attach(
     if as_json and headless:
         emit(Summary(job=job, exit_code=result.job.exit_code, ranks=[r.summary() for r in result.reports]))
     raise typer.Exit(result.exit_code)
+
+
+def _with_rank_lines(printer: Emit, as_json: bool) -> Emit:
+    """Without ``--json``, what the ranks print and their logpoints' lines go to stdout as ``[rank 2] ...``: they
+    are the job's data, for a pipe or a grep; the attach's own lines stay on stderr."""
+    if as_json:
+        return printer
+
+    def emit(event: Event) -> None:
+        if isinstance(event, (LogpointHit, RankPrinted)):
+            typer.echo(event_text(event))
+        else:
+            printer(event)
+
+    return emit

@@ -112,6 +112,9 @@ ENV_UNTRACE_ON_DETACH = "REMOTE_DEBUG_UNTRACE_ON_DETACH"
 # relays between the IDE and pydevd)
 ENV_DEBUGPY_ADAPTER = "REMOTE_DEBUG_DEBUGPY_ADAPTER"
 DEBUGPY_ADAPTERS = ("in-process", "subprocess")
+# "0": a rank's debugger shows tensors and arrays as pydevd does (their repr, every attribute) instead
+# of the one-line metadata view of container/rank/tensor_view.py (the default)
+ENV_TENSOR_VIEW = "REMOTE_DEBUG_TENSOR_VIEW"
 # What a rank's debug port (and the laptop's forward to it) answers a second debugger with, after
 # "rank N" / "rank N of job J"; the headless attach recognises it
 ALREADY_ATTACHED = "already has a debugger attached; detach it first"

@@ -17,6 +17,11 @@ SAMPLES: list[tuple[ev.Event, str]] = [
     (ev.Launched(job="j", nodes=2, nproc_per_node=4, workspace="/ws"), "launched job j (2 x 4 ranks); workspace /ws"),
     (ev.RankAttached(rank=1, node="algo-1"), "rank 1: debugger attached"),
     (
+        ev.LogpointHit(rank=2, node="algo-1", file="/ws/train.py", line=12, message="loss=0.31"),
+        "[rank 2] loss=0.31",
+    ),
+    (ev.RankPrinted(rank=3, node="algo-2", line="epoch 1 done", stream="stderr"), "[rank 3] epoch 1 done"),
+    (
         ev.JobStatusEvent(job="j", status=JobStatus.IN_PROGRESS, secondary_status="Downloading", message=""),
         "job j: InProgress / Downloading",
     ),

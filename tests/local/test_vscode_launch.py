@@ -137,6 +137,7 @@ def test_new_file_is_created(tmp_path: Path) -> None:
             "request": "attach",
             "connect": {"host": "127.0.0.1", "port": 40000 + r},
             "pathMappings": [{"localRoot": "${workspaceFolder}", "remoteRoot": "/opt/ml/code"}],
+            "redirectOutput": True,  # the rank's prints, live in its Debug Console
             "justMyCode": False,
         }
         for r in range(2)

@@ -253,7 +253,7 @@ def _activate(env: Mapping[str, str], argv: Sequence[str]) -> RankReporter | Non
     identity = rank_identity(env, argv)
     if identity is None:
         return None  # a launcher: its children are the ranks
-    if env.get(rank_output.PREFIX_ENV) == "1":  # a `remote-debug run`: the laptop tells ranks apart by it
+    if rank_output.wanted(env, identity.world_size):  # a reader of the node's output tells ranks apart by it
         rank_output.prefix_output(identity.rank)
     # Claim before debugpy starts its adapter subprocess, which must inherit the claim.
     os.environ[ENV_CLAIMED_BY] = str(os.getpid())
@@ -391,7 +391,11 @@ class _Listener:
         else:
             debugpy_gate.gate_debuggee()
         import debugpy
+        import debugpy.server  # loads pydevd, as listen() would: the tensor view goes in before it listens
 
+        from remote_debug.container.rank import tensor_view
+
+        tensor_view.install()  # before any debugger can connect (it never raises)
         _host, port = debugpy.listen((LOOPBACK, self.requested), in_process_debug_adapter=self.in_process)
         self.port = int(port)
         # listen() put pydevd's tracer into every thread in one attempt, which a thread starting another

@@ -131,6 +131,24 @@ def _resume_when_the_debugger_vanishes() -> None:
             PyDevdAPI().request_disconnect(py_db, resume_threads=True)
         except Exception as exc:  # never take the rank down from pydevd's reader thread
             log(f"could not let the rank run on after its debugger went: {describe(exc)}")
+        _stop_sending_output()
 
     setattr(on_socket_close, _MARK, True)
     reader_class._terminate_on_socket_close = on_socket_close
+
+
+def _stop_sending_output() -> None:
+    """Take pydevd's tee off the rank's stdout and stderr once its debugger is gone (a ``disconnect`` or not).
+
+    A debugger that attached with ``redirectOutput`` (VS Code's rank configurations, ``--show-output``) has every
+    ``print`` of the rank also sent as a DAP ``output`` event.  pydevd installs that tee once and never takes it
+    off: a ``disconnect`` only clears a flag, so every later print of the rank still builds its message (measured:
+    3 us -> 170-360 us a print, docs/PERFORMANCE.md), and every later debugger gets the output whether it asked or
+    not.  The next debugger that asks puts it back."""
+    try:
+        from _pydevd_bundle import pydevd_io
+
+        for std in ("stdout", "stderr"):
+            pydevd_io.stop_redirect_stream_to_pydb_io_messages(std)
+    except Exception as exc:  # the rank's output must not end with its debugger
+        log(f"could not stop sending the rank's output to its debugger: {describe(exc)}")

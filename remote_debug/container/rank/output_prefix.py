@@ -1,13 +1,20 @@
-"""``[rank N] `` before every line a rank prints, during a ``remote-debug run`` (``rerun`` asks with
-``REMOTE_DEBUG_OUTPUT_PREFIX=1``): the laptop streams all ranks of a node through one pipe, and a
-reader must tell them apart.  Only Python-level writes (``print``, logging, tracebacks) get the
-prefix; what C code writes to the file descriptors directly does not.  Never raises into the rank.
+"""``[rank N] `` before every line a rank prints: all ranks of a node write into one pipe (the node's log, its
+CloudWatch stream, a ``remote-debug run``'s ssh session), and a reader (``remote-debug logs``, ``run``) must tell
+them apart.  Only Python-level writes (``print``, logging, tracebacks) get the prefix; what C code writes to the
+file descriptors directly does not.  Never raises into the rank.
+
+When (:func:`wanted`): in every rank of a job of more than one rank, by default.  Untagged, a line of a 64-rank
+job's log can only be attributed to its node, and lines of two ranks can even land in one another (each line is
+written whole here).  The cost is a visible change of the job's output, in its CloudWatch log too: a job whose
+readers cannot take it (a metric regex anchored with ``^``, a launcher that tags lines itself) sets
+``REMOTE_DEBUG_OUTPUT_PREFIX=0``; ``remote-debug run`` sets ``1`` (a run of one rank is tagged too).
 """
 
 from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from remote_debug.contract.spec import RANK_OUTPUT_PREFIX
@@ -74,6 +81,15 @@ class PrefixedStream(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:  # buffer, errors, reconfigure...: the real stream's
         return getattr(self._inner, name)
+
+
+def wanted(env: Mapping[str, str], world_size: int) -> bool:
+    """Whether a rank tags its lines: ``REMOTE_DEBUG_OUTPUT_PREFIX`` 1 or 0 decides, else whether the job has
+    more than one rank."""
+    value = env.get(PREFIX_ENV, "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    return world_size > 1
 
 
 def prefix_output(rank: int) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote_debug.laptop.connection.dap_tap import GROUP_MARK, DapTap, JsonDict, TapHooks
+from remote_debug.laptop.connection.logpoint_tags import LogpointTags
 from remote_debug.laptop.wire import events
 from remote_debug.laptop.wire.documents import GroupAction, RankInGroup, RankPhase
 from remote_debug.laptop.wire.event_text import event_text
@@ -346,17 +347,26 @@ def _terminate(session: DapTap) -> Callable[[], object]:
 
 
 class _RankHooks:
+    """One rank's sessions: the group's part, and its logpoints' rank tags (:mod:`logpoint_tags`)."""
+
     def __init__(self, group: RankGroup, rank: int) -> None:
         self.group, self.rank = group, rank
+        self._logpoints: dict[int, LogpointTags] = {}  # id(session) -> its logpoints, while it is open
 
     def opened(self, session: DapTap) -> None:
+        self._logpoints[id(session)] = LogpointTags(self.rank)
         self.group._opened(self.rank, session)
 
-    def from_ide(self, session: DapTap, message: JsonDict) -> None:
+    def from_ide(self, session: DapTap, message: JsonDict) -> JsonDict | None:
         self.group._from_ide(self.rank, session, message)
+        tags = self._logpoints.get(id(session))
+        return tags.request(message) if tags is not None else None
 
     def from_rank(self, session: DapTap, message: JsonDict) -> JsonDict | None:
-        return self.group._from_rank(self.rank, session, message)
+        tags = self._logpoints.get(id(session))
+        hit = tags.output(message) if tags is not None else None
+        return hit if hit is not None else self.group._from_rank(self.rank, session, message)
 
     def closed(self, session: DapTap) -> None:
+        self._logpoints.pop(id(session), None)
         self.group._closed(self.rank, session)

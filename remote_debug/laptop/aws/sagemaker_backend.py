@@ -42,6 +42,7 @@ from remote_debug.laptop.aws import clients as aws
 from remote_debug.laptop.aws import ssm
 from remote_debug.laptop.aws.access import access_error
 from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP, ManifestLog
+from remote_debug.laptop.aws.sagemaker_output import CloudWatchNodeOutput
 from remote_debug.laptop.core import keys
 from remote_debug.laptop.core.backend import Backend, Capabilities
 from remote_debug.laptop.core.errors import AwsError, UnknownJobError, UserError
@@ -365,6 +366,10 @@ class SageMakerBackend(Backend):
         self._retire_activation(job, info, resp, out)
         self._save_hint(job, info, out)
         return out
+
+    def node_output(self, job: str) -> CloudWatchNodeOutput:
+        _, resp = self._describe(job)
+        return CloudWatchNodeOutput(lambda: self.client("logs"), job, created=_timestamp(resp.get("CreationTime")))
 
     def waiting_for(self, job: str) -> str:
         """The log group, stream prefix, region and profile the manifests are read from, and what was seen: a job

@@ -14,8 +14,8 @@ What the third party may do, and why the IDE stays consistent:
   answer to a question it did not ask), and handed to whoever asked;
 * the rank's events (``stopped``, ``continued``) still reach the IDE, which is how it learns that a
   rank it did not touch was paused or resumed: pydevd sends them for every suspension and resume;
-* it may rewrite a message on its way (a ``stopped`` event's ``description``: "paused by all-stop"),
-  or add events of its own (``output``, ``terminated``).
+* it may rewrite a message on its way (a ``stopped`` event's ``description``: "paused by all-stop"; a logpoint's
+  message and its hits, :mod:`logpoint_tags`), or add events of its own (``output``, ``terminated``).
 
 Messages pass through unchanged (the same bytes) unless a hook replaced them.  A peer that does not
 speak DAP (over ``MAX_BODY``, or mangled framing) ends the connection, as the rank would.
@@ -56,8 +56,9 @@ class TapHooks(Protocol):
     def opened(self, session: DapTap) -> None:
         """A debugger connected through the forward (before any of its messages passed)."""
 
-    def from_ide(self, session: DapTap, message: JsonDict) -> None:
-        """A message of the IDE's, about to go to the rank (it goes unchanged)."""
+    def from_ide(self, session: DapTap, message: JsonDict) -> JsonDict | None:
+        """A message of the IDE's, about to go to the rank: the message to send instead (a logpoint's message
+        marked), or None to send it unchanged.  It always goes: the IDE waits for the answer to each request."""
 
     def from_rank(self, session: DapTap, message: JsonDict) -> JsonDict | None:
         """A message of the rank's, about to go to the IDE: the message to send (maybe changed), or
@@ -164,9 +165,7 @@ class DapTap:
                     if not data:
                         return
                     for raw, message in from_ide.feed(data):
-                        self._hooks.from_ide(self, message)
-                        with self._to_rank:
-                            self._rank.sendall(raw)
+                        self._pass_to_rank(raw, message)
                 if self._rank in readable:
                     data = self._rank.recv(65536)
                     if not data:
@@ -177,6 +176,15 @@ class DapTap:
             self._closed.set()
             with contextlib.suppress(Exception):  # a hook's bug must not keep the forward's socket open
                 self._hooks.closed(self)
+
+    def _pass_to_rank(self, raw: bytes, message: JsonDict) -> None:
+        try:
+            changed = self._hooks.from_ide(self, message)
+        except Exception as exc:  # a hook's bug: the rank still gets what the IDE said
+            log.debug("tap hook failed: %s", exc)
+            changed = None
+        with self._to_rank:
+            self._rank.sendall(raw if changed is None or changed is message else dap_wire.encode(changed))
 
     def _pass_to_ide(self, raw: bytes, message: JsonDict) -> None:
         if message.get("type") == "response":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from remote_debug.contract.spec import NodeManifest
+from remote_debug.laptop.core.errors import JobStateError
 from remote_debug.laptop.core.jobinfo import JobInfo
 from remote_debug.laptop.core.paths import StatePaths
 
@@ -28,6 +29,45 @@ class Capabilities:
     # reached through a cloud API with the user's credentials: it can be unreachable or refuse,
     # which must not hide the other backends' jobs
     remote: bool
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One line a node's training command wrote (its ranks' output, the launcher's, ours), as the backend keeps it."""
+
+    node: str
+    text: str  # without its newline
+    time: float | None = None  # epoch seconds, where the backend stamps lines (CloudWatch); None for a plain file
+
+
+class NodeOutput(ABC):
+    """A job's node output, read from the start of the run: each :meth:`read` returns the lines that arrived since
+    the previous one, in the order the backend keeps them (per node: as written).  A read takes a bounded amount:
+    read until it returns nothing and is not :attr:`behind`."""
+
+    @abstractmethod
+    def read(self, *, final: bool = False) -> list[NodeLine]:
+        """The new lines.  ``final``: the job has ended, nothing more comes: a last line without its newline is
+        returned too (before, it may be a line still being written)."""
+
+    @property
+    def behind(self) -> bool:
+        """Lines that are there already were left for the next read (a read takes a bounded amount): read again at
+        once rather than after :meth:`poll_seconds`."""
+        return False
+
+    def poll_seconds(self) -> float:
+        """A follower's pause between reads that found everything read."""
+        return 0.2
+
+    def settle_seconds(self) -> float:
+        """How long after the job ended lines may still arrive (a log service delivers late): a reader that follows
+        the job reads until then."""
+        return 0.0
+
+    def where(self) -> str:
+        """Where the lines are read from, in a few words (for a user left waiting)."""
+        return ""
 
 
 class Backend(ABC):
@@ -74,6 +114,11 @@ class Backend(ABC):
 
     @abstractmethod
     def stop(self, job: str) -> JobInfo: ...
+
+    def node_output(self, job: str) -> NodeOutput:
+        """What the job's nodes printed, from the start of the run (``remote-debug logs``); raises UnknownJobError,
+        or a JobStateError where this backend keeps no output of the job."""
+        raise JobStateError(f"{self.name} jobs keep no output that remote-debug can read: see the platform's own logs")
 
     @abstractmethod
     def relay(self, job: str, node: str, port: int, stdin: BinaryIO, stdout: BinaryIO) -> int:

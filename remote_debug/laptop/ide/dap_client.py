@@ -110,6 +110,8 @@ class DapClient:
             lambda: collections.deque(maxlen=_EVENT_QUEUE_MAX)
         )
         self._output: list[str] = []
+        # told of each ``output`` event's body as it arrives (the reader's thread): a rank's prints and logpoint hits
+        self.on_output: Callable[[JsonDict], None] | None = None
         self._closed = False
         self._close_reason = ""
         self._terminated = False
@@ -260,6 +262,9 @@ class DapClient:
                 self._terminated = self._terminated or name == "terminated"
                 self._events[name].append(body)
                 self._cond.notify_all()
+            if name == "output" and self.on_output is not None:
+                with contextlib.suppress(Exception):  # a listener's bug must not end the session
+                    self.on_output(body)
             if name == "terminated":
                 self._end_session()
         elif kind == "request":
@@ -390,13 +395,19 @@ class DapClient:
     def wait_initialized(self, timeout: float | None = None) -> JsonDict:
         return self.wait_event("initialized", timeout)
 
-    def set_breakpoints(self, path: str, lines: Sequence[int], timeout: float | None = None) -> list[JsonDict]:
-        """Replace the breakpoints of one (local) file; ``verified`` in the answer proves nothing."""
-        body = self.request(
-            "setBreakpoints",
-            {"source": {"path": path}, "breakpoints": [{"line": n} for n in lines]},
-            timeout,
-        )
+    def set_breakpoints(
+        self,
+        path: str,
+        lines: Sequence[int],
+        timeout: float | None = None,
+        *,
+        logpoints: Sequence[tuple[int, str]] = (),
+    ) -> list[JsonDict]:
+        """Replace the breakpoints of one (local) file, and its logpoints (line, message with ``{expr}``: printed
+        at each hit, no stop); ``verified`` in the answer proves nothing."""
+        breakpoints: list[JsonDict] = [{"line": n} for n in lines]
+        breakpoints += [{"line": n, "logMessage": message} for n, message in logpoints]
+        body = self.request("setBreakpoints", {"source": {"path": path}, "breakpoints": breakpoints}, timeout)
         return list(body.get("breakpoints", []))
 
     def set_exception_breakpoints(self, filters: Sequence[str], timeout: float | None = None) -> JsonDict:
@@ -500,13 +511,16 @@ def attach_and_configure(
     just_my_code: bool = False,
     exception_filters: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
+    logpoints: Mapping[str, Sequence[tuple[int, str]]] | None = None,
+    on_output: Callable[[JsonDict], None] | None = None,
 ) -> DapClient:
     """The whole attach sequence; returns a configured client, or raises DapError.
 
     connect → initialize → attach (not awaited) → ``initialized`` → setBreakpoints per file →
     setExceptionBreakpoints → configurationDone → attach response.  ``timeout`` bounds the whole sequence.
-    Breakpoint paths are local paths (``path_mappings`` turns them into the debuggee's).  The caller then
-    waits for ``stopped``: ``verified`` proves nothing.
+    Breakpoint paths are local paths (``path_mappings`` turns them into the debuggee's); ``logpoints``: file ->
+    (line, message) that print without stopping (``on_output`` gets every ``output`` event from the first one on).
+    The caller then waits for ``stopped``: ``verified`` proves nothing.
     """
     deadline = time.monotonic() + timeout
 
@@ -514,6 +528,7 @@ def attach_and_configure(
         return max(deadline - time.monotonic(), 0.0)
 
     client = DapClient.connect(host, port, timeout=timeout)
+    client.on_output = on_output  # before the first logpoint can be hit
     try:
         attach = client.attach(path_mappings=path_mappings, just_my_code=just_my_code, extra=extra)
         while True:  # `initialized`, or the refusal of `attach` at once
@@ -529,8 +544,10 @@ def attach_and_configure(
                     raise
                 if left() <= 0:
                     raise DapError(f"{client.name}: no 'initialized' event within {timeout:.1f}s") from None
-        for path, lines in (breakpoints or {}).items():
-            client.set_breakpoints(path, list(lines), left())
+        logpoints = logpoints or {}
+        for path in dict.fromkeys([*(breakpoints or {}), *logpoints]):  # one request per file: each replaces
+            lines = (breakpoints or {}).get(path, [])
+            client.set_breakpoints(path, list(lines), left(), logpoints=logpoints.get(path, ()))
         client.set_exception_breakpoints(list(exception_filters), left())
         client.configuration_done(left())
         attach.result(left())

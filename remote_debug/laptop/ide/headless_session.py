@@ -3,6 +3,11 @@
 Per rank: attach through the rank's forwarded port, set the breakpoints, and at each stop report
 the top frame and its locals, step ``steps`` times, then continue.  After ``max_stops`` stops the
 breakpoints are cleared so the rank runs to the end (a loop would otherwise stop every iteration).
+
+Logpoints (``--log``) print without stopping, for as long as the session lasts: a plan with logpoints keeps its
+sessions until the job ends (or Ctrl-C), after its stops too.  Each hit reaches us tagged by the rank's forward
+(:mod:`~remote_debug.laptop.connection.logpoint_tags`) and is said as a :class:`~ev.LogpointHit`; with
+``show_output`` the rank's own prints come too (DAP ``redirectOutput``), one :class:`~ev.RankPrinted` per line.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_debug.contract.spec import ALREADY_ATTACHED
+from remote_debug.contract.spec import ALREADY_ATTACHED, RANK_OUTPUT_PREFIX
 from remote_debug.laptop.connection.dap_tap import GROUP_MARK
+from remote_debug.laptop.connection.logpoint_tags import LOGPOINT_KEY
 from remote_debug.laptop.ide.dap_client import (
     DapClient,
     DapError,
@@ -38,6 +44,8 @@ class HeadlessPlan:
     attach_timeout: float = 60.0
     watch: tuple[str, ...] = ()  # locals to report (empty: all)
     pause_seconds: float = 0.0  # stay stopped this long at each stop before stepping/continuing
+    logpoints: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # local file -> (line, message)
+    show_output: bool = False  # say each line the rank prints while attached
 
 
 @dataclass
@@ -104,6 +112,50 @@ def _shown(path: str, workspace: Path) -> str:
         return path
 
 
+class RankStream:
+    """One rank's ``output`` events (the DAP client's reader thread): logpoint hits, and the rank's prints as lines
+    when asked for (pydevd sends a ``print`` as its pieces: text, then the newline)."""
+
+    def __init__(self, rank: int, node: str, emit: ev.Emit, *, show_output: bool) -> None:
+        self.rank, self.node, self.emit, self.show_output = rank, node, emit, show_output
+        self._tag = RANK_OUTPUT_PREFIX.format(rank=rank)
+        self._partial: dict[str, str] = {}  # category -> its line so far
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> None:
+        text = str(body.get("output", ""))
+        if body.get(LOGPOINT_KEY):
+            found = body.get("source")
+            source: dict[str, Any] = found if isinstance(found, dict) else {}
+            message = text.removeprefix(self._tag).rstrip("\r\n")
+            line = body.get("line")
+            self.emit(
+                ev.LogpointHit(
+                    rank=self.rank,
+                    node=self.node,
+                    file=str(source.get("path") or source.get("name") or ""),
+                    line=line if isinstance(line, int) else 0,
+                    message=message,
+                )
+            )
+            return
+        category = str(body.get("category") or "console")
+        if not self.show_output or category not in ("stdout", "stderr"):
+            return  # pydevd's own messages (console, telemetry), or prints nobody asked for
+        with self._lock:
+            *lines, self._partial[category] = (self._partial.get(category, "") + text).split("\n")
+        for line in lines:
+            self.emit(ev.RankPrinted(rank=self.rank, node=self.node, line=line.rstrip("\r"), stream=category))
+
+    def flush(self) -> None:
+        """The session is over: a last line without its newline is said too."""
+        with self._lock:
+            rest, self._partial = self._partial, {}
+        for category, line in rest.items():
+            if line:
+                self.emit(ev.RankPrinted(rank=self.rank, node=self.node, line=line, stream=category))
+
+
 def debug_rank(
     rank: int,
     node: str,
@@ -117,13 +169,23 @@ def debug_rank(
 ) -> RankReport:
     report = RankReport(rank, node)
     client: DapClient | None = None
+    stream = RankStream(rank, node, emit, show_output=plan.show_output)
     try:
         client = attach_and_configure(
-            host, port, path_mappings=path_mappings, breakpoints=plan.breakpoints, timeout=plan.attach_timeout
+            host,
+            port,
+            path_mappings=path_mappings,
+            breakpoints=plan.breakpoints,
+            logpoints=plan.logpoints,
+            timeout=plan.attach_timeout,
+            # pydevd sends what the rank prints only when asked (and then for as long as the rank lives)
+            extra={"redirectOutput": True} if plan.show_output else None,
+            on_output=stream,
         )
         emit(ev.RankAttached(rank=rank, node=node))
-        hits = 0
-        while hits < plan.max_stops and not stop.is_set() and not client.closed:
+        hits, cleared = 0, False
+        # logpoints print for as long as the session lasts: it lasts, after the stops too, until the job ends
+        while (hits < plan.max_stops or plan.logpoints) and not stop.is_set() and not client.closed:
             try:
                 stopped = client.wait_stopped(timeout=1.0)
             except DapError:
@@ -140,15 +202,17 @@ def debug_rank(
                 client.next(hit.thread_id)
                 hit = inspect_stop(client, timeout=30.0)
                 _record(report, hit, plan, emit, rank, node)
-            if hits >= plan.max_stops:
-                for path in plan.breakpoints:
-                    client.set_breakpoints(path, [])
+            if hits >= plan.max_stops and not cleared:
+                cleared = True
+                for path in plan.breakpoints:  # the file's logpoints stay
+                    client.set_breakpoints(path, [], logpoints=plan.logpoints.get(path, ()))
             client.continue_(hit.thread_id)
         emit(ev.RankDetached(rank=rank, node=node))
     except (DapError, OSError) as exc:
         report.error = _why(exc)
         emit(ev.RankDetached(rank=rank, node=node, error=report.error))
     finally:
+        stream.flush()
         if client is not None:
             if not client.closed:
                 try:

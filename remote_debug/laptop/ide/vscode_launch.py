@@ -518,6 +518,8 @@ def _configurations(
                 "pathMappings": [
                     {"localRoot": _local_root(t.local_root, workspace), "remoteRoot": t.remote_root},
                 ],
+                # what the rank prints, live in its Debug Console (debugpy's attach sends none without it)
+                "redirectOutput": True,
                 "justMyCode": False,
             }
         )

@@ -27,7 +27,7 @@ import remote_debug.oskit.netns as netns
 from remote_debug.contract import spec
 from remote_debug.contract.spec import LOOPBACK
 from remote_debug.laptop.core.backend import Backend, Capabilities
-from remote_debug.laptop.core.errors import UnknownJobError, UserError
+from remote_debug.laptop.core.errors import JobStateError, UnknownJobError, UserError
 from remote_debug.laptop.core.jobinfo import (
     TERMINAL,
     Isolation,
@@ -51,6 +51,7 @@ from remote_debug.laptop.machine.job_dir import (
     supervisor_process,
     write_job_file,
 )
+from remote_debug.laptop.machine.node_logs import FileNodeOutput
 from remote_debug.oskit import osutil
 
 # what a job on this machine may have (the CLI's --nodes / --nproc-per-node ranges say the same)
@@ -378,6 +379,16 @@ class MachineBackend(Backend):
     def log_file(self, job: str, node: str) -> Path:
         return NodeLayout(self.paths.job_dir(job), node).log_file
 
+    def node_output(self, job: str) -> FileNodeOutput:
+        info = self.describe(job)
+        if read_job_file(self.paths.job_dir(job)).get("adopted"):
+            # its log files hold only our node daemons' lines: the ranks print where they were started
+            raise JobStateError(
+                f"job {job} was adopted: its ranks print where they were started (their terminal or log file), "
+                "not into remote-debug's job dir"
+            )
+        return FileNodeOutput({node: self.log_file(job, node) for node in info.nodes})
+
     # --- control --------------------------------------------------------------------------------
 
     def stop(self, job: str, *, wait_seconds: float = 150.0) -> JobInfo:
@@ -413,12 +424,17 @@ class MachineBackend(Backend):
         sshd listens, exactly as the SSM transport asks the job, not the laptop, for the port.
         """
         del port
-        manifest = self.manifests(job).get(node)
+        # this node's manifest alone, its ranks unread: a ProxyCommand runs once per node per connection
+        # (8 of them for one `stacks` of an 8-node job), and the sshd is all it needs
+        job_dir = self.paths.job_dir(job)
+        state = read_job_file(job_dir)
+        known = node in (state.get("nodes") or [])
+        manifest = spec.read_node_manifest(NodeLayout(job_dir, node).manifest_dir) if known else None
         if manifest is None:
             raise UserError(f"node {node} of job {job} has not published its manifest yet: wait, then retry")
         if not manifest.sshd_port:
             raise UserError(f"node {node} of job {job} has no sshd: {'; '.join(manifest.errors) or 'see the job log'}")
-        namespace = (read_job_file(self.paths.job_dir(job)).get("node_netns") or {}).get(node)
+        namespace = (state.get("node_netns") or {}).get(node)
         host, sshd_port = manifest.sshd_host, manifest.sshd_port
 
         def connect() -> socket.socket:

@@ -12,6 +12,7 @@ have ended is killed with them (``netns.delete``).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,9 @@ def _named(node: str) -> Callable[[], None]:
     return setup
 
 
+_RANK_TAG = re.compile("^" + re.escape(spec.RANK_OUTPUT_PREFIX).replace(re.escape("{rank}"), r"\d+"))
+
+
 def last_error_line(log_file: Path) -> str:
     """The last meaningful line of a node log (the exception line of a traceback, usually)."""
     try:
@@ -215,7 +219,7 @@ def last_error_line(log_file: Path) -> str:
     except OSError:
         return "no log"
     for line in reversed(lines):
-        text = line.strip()
+        text = _RANK_TAG.sub("", line).strip()  # a rank's line of a multi-rank job is tagged [rank N]
         if text and not text.startswith(("[remote-debug]", "File ", "^", "~")):
             return text[:300]
     return "no output"

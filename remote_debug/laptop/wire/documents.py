@@ -253,6 +253,17 @@ class StackThread(_StackThreadFromPyspy):
     internal: bool  # the debugger's own thread (only with --all-threads)
 
 
+class GroupCollectives(TypedDict):
+    """One process group of a rank as its PyTorch Flight Recorder saw it (the job has it on)."""
+
+    group: str  # the group's name: the same on every member
+    desc: str | None  # "default_pg", or what new_group was given
+    ranks: list[int] | None  # its members' global ranks (None: not known)
+    last_entered: int  # sequence id of the newest collective the rank entered (0: none yet)
+    last_completed: int | None
+    op: str | None  # what last_entered is, e.g. "all_reduce"
+
+
 class _RankStacksOptional(TypedDict, total=False):
     control_error: str  # the control channel did not answer: read with py-spy instead
     blocked_in_native: bool  # py-spy: the main thread is in native code
@@ -260,6 +271,7 @@ class _RankStacksOptional(TypedDict, total=False):
     dump_seconds: float
     root_cause: bool  # its failure came first in the job (torchelastic's "root cause"): listed first
     held_for: int  # held with this rank, which failed (hold on failure holds every rank): not its own failure
+    collectives: list[GroupCollectives]  # the job has PyTorch's Flight Recorder on: each of the rank's groups
 
 
 class RankStacks(_RankStacksOptional):
@@ -275,13 +287,51 @@ class RankStacks(_RankStacksOptional):
     error: str | None
 
 
+class StackClass(TypedDict):
+    """Ranks whose stacks are the same (``stacks``' hang view), in the order printed: the odd ones first.
+
+    ``frames``: the class's thread (the main one), outermost first; ``summary``: the call path as the header
+    line prints it (innermost frame first); ``blocked_in_native``: None when not known (a control channel's
+    reading says True only for a wait in a torch.distributed collective); ``error``: why these ranks could not
+    be read; ``exception``: a rank held for a post-mortem, what it raised (``frames``: where)."""
+
+    ranks: list[int]
+    ranges: str  # "0-62", "0-3,5,7-9"
+    count: int
+    thread: str | None
+    frames: list[StackFrame]
+    summary: str
+    blocked_in_native: bool | None
+    error: str | None
+    exception: str | None
+    root_cause: bool
+    in_debugger: bool  # stopped in the debugger (breakpoint, pause, step): ``frames`` end where it stopped
+
+
+class StuckCollective(TypedDict):
+    """A collective some members of its process group entered and others never did (Flight Recorder)."""
+
+    group: str
+    desc: str | None
+    seq: int  # the collective's sequence id in its group
+    op: str | None
+    entered: list[int]  # global ranks waiting in it
+    missing: list[int]  # members that never entered it
+    unknown: list[int]  # members whose Flight Recorder could not be read
+    summary: str  # the line printed
+
+
 class _StacksReportOptional(TypedDict, total=False):
     pid: int  # --pid: the process tree that was read
     source: str  # --no-hook / --pid: "py-spy" for every rank
+    code_dirs: dict[str, str]  # node -> the job's code dir there (a job of this machine: one copy per node)
+    classes: list[StackClass]  # the ranks grouped by stack, as printed (stack_classes.py)
+    collectives: list[StuckCollective]  # from the Flight Recorder; empty when off or nothing is stuck
 
 
 class StacksReport(_StacksReportOptional):
-    """``stacks --json``: every selected rank, in rank order."""
+    """``stacks --json``: every selected rank (``ranks``: in rank order, the flat form), and the same ranks grouped
+    by stack (``classes``)."""
 
     job: str | None
     ranks: list[RankStacks]

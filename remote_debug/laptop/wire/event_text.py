@@ -143,6 +143,18 @@ def _stopped(e: ev.Stopped) -> str:
     return f"rank {e.rank} stopped at {e.file}:{e.line} ({e.reason}): {e.variables}"
 
 
+@_line(ev.LogpointHit)
+def logpoint_line(e: ev.LogpointHit) -> str:
+    """``[rank 2] loss=0.31``: what the logpoint printed, tagged with its rank."""
+    return f"[rank {e.rank}] {e.message}"
+
+
+@_line(ev.RankPrinted)
+def rank_printed_line(e: ev.RankPrinted) -> str:
+    """``[rank 2] epoch 3``: what the rank printed, tagged with its rank."""
+    return f"[rank {e.rank}] {e.line}"
+
+
 @_line(ev.RankDetached)
 def _rank_detached(e: ev.RankDetached) -> str:
     return f"rank {e.rank} detached" + (f": {e.error}" if e.error else "")

@@ -261,6 +261,31 @@ class Stopped(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LogpointHit(Event):
+    """Headless (``--log FILE:LINE:MESSAGE``): a rank passed a logpoint, which printed ``message`` (its ``{expr}``
+    replaced by their values) without stopping it; ``file`` is the local path the logpoint was set in."""
+
+    name: ClassVar[str] = "logpoint"
+    rank: int
+    node: str
+    file: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankPrinted(Event):
+    """Headless (``--show-output``): a line a rank printed while the debugger was attached (``stream``: DAP's output
+    category, ``stdout`` or ``stderr``)."""
+
+    name: ClassVar[str] = "rank-output"
+    rank: int
+    node: str
+    line: str
+    stream: str = "stdout"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankDetached(Event):
     name: ClassVar[str] = "rank-detached"
     rank: int
@@ -532,6 +557,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     IdeNotListening,
     RankAttached,
     Stopped,
+    LogpointHit,
+    RankPrinted,
     RankDetached,
     RankFailed,
     RankHeld,
