@@ -8,7 +8,7 @@ import { Adopter } from './adopt';
 import { AttachManager, AttachSettings, showError } from './attach';
 import { AttachTargets } from './attachTarget';
 import { Cli, CliError } from './cli';
-import { DEFAULT_REMOTE_ROOT, PathMapping } from './debugConfig';
+import { DEFAULT_REMOTE_ROOT, PathMapping, pathMappings } from './debugConfig';
 import { formatSshAlias, isRunning, JobInfo, parseJob, parseJobs, parseJsonDocument, type Released, type SshConfigWritten } from './events';
 import { ListingProblems, parseListingStderr } from './listingProblems';
 import { isKeptAlive, JobsModel, parseRanks } from './model';
@@ -17,6 +17,7 @@ import { pickedRanks, rankPickItems, stuckRanks } from './rankPicker';
 import { RunManager, syncSource } from './rerun';
 import { REMOTE_SSH_EXTENSION, remoteSshUri, remoteWindowKind, sshCommand, suggestedSettings } from './remoteSsh';
 import { SshConfigConsent } from './sshConsent';
+import { localFileFor, StacksView } from './stacksView';
 import { restrictedSetting, untrustedRoots } from './trust';
 import { TreeNode } from './tree';
 
@@ -95,6 +96,8 @@ export class Commands {
   private consent: SshConfigConsent | undefined;
   /** Adopt a Running Process… and Adopt Job… (adopt.ts); their Attach All Ranks is this class's. */
   private readonly adopter: Adopter;
+  /** The Stacks view (stacksView.ts): Show Stacks fills it. */
+  readonly stacks: StacksView;
 
   /** Ask-once before ~/.ssh/config is edited (activate shares it with attach, for --no-ssh-include). */
   get sshConsent(): SshConfigConsent {
@@ -116,6 +119,15 @@ export class Commands {
     readonly targets: AttachTargets = new AttachTargets(),
   ) {
     this.adopter = new Adopter(cli, model, this, log);
+    this.stacks = new StacksView({
+      run: (args, options) => this.cli.run(args, options),
+      hasSession: (job, rank) => this.attacher.sessionFor(job, rank) !== undefined,
+      attach: (job, ranks) => this.attachRanksOf(job, ranks),
+      codeDirs: (job) => ({ ...this.model.get(job)?.info.code_dirs }),
+      localFile: (job, node, file, codeDir) => this.localFile(job, node, file, codeDir),
+    });
+    // a rank's session starts or ends (the model says so): its row in the Stacks view says whether it is attached
+    model.onDidChange(() => this.stacks.sessionsChanged());
   }
 
   register(): vscode.Disposable[] {
@@ -151,7 +163,7 @@ export class Commands {
       'remoteDebug.adoptJob': (node?: TreeNode) => this.adopter.adoptJob(node),
       'remoteDebug.showOutput': async () => this.log.show(),
     };
-    return Object.entries(table).map(([name, fn]) => vscode.commands.registerCommand(name, wrap(name, fn)));
+    return [...Object.entries(table).map(([name, fn]) => vscode.commands.registerCommand(name, wrap(name, fn))), ...this.stacks.register()];
   }
 
   // --- jobs -------------------------------------------------------------------------------------
@@ -232,6 +244,14 @@ export class Commands {
     }
     const wanted = typeof ranks === 'function' ? ranks(target.folder) : ranks;
     await this.attacher.attach({ job: info.name, ranks: wanted, folder: target.folder, localRoot: target.localRoot });
+  }
+
+  /** Attach `ranks` (undefined: all) of a job by name: the Stacks view's rank and class rows. */
+  async attachRanksOf(job: string, ranks: number[] | undefined): Promise<void> {
+    const info = await this.pickJob({ node: { kind: 'job', job }, placeHolder: vscode.l10n.t('Attach to which job?'), single: true });
+    if (info) {
+      await this.attachJob(info, ranks);
+    }
   }
 
   async attachToJob(node?: TreeNode): Promise<void> {
@@ -529,38 +549,32 @@ export class Commands {
 
   // --- stacks, stop, launch ---------------------------------------------------------------------
 
+  /** Show Stacks: the job's ranks grouped by where they are, in the Stacks view (stacksView.ts). */
   async showStacks(node?: TreeNode): Promise<void> {
     const info = await this.pickJob({ node, placeHolder: 'Show the Python stacks of which job?', single: true });
     if (!info) {
       return;
     }
-    let stdout: string;
-    try {
-      stdout = (
-        await withCancellableProgress(vscode.l10n.t('Remote Debug: stacks of {0}', info.name), (signal) =>
-          this.cli.run(['stacks', info.name, '--json'], { timeoutMs: 120_000, signal }),
-        )
-      ).stdout;
-    } catch (err) {
-      if (err instanceof CliError && err.unknownCommand) {
-        await vscode.window.showInformationMessage(
-          'Remote Debug: Show Stacks is not available yet: this remote-debug CLI has no "stacks" command. ' +
-            'Attach the debugger (Attach All Ranks) and pause a rank to see its stack.',
-        );
-        return;
-      }
-      throw err;
-    }
-    let content = stdout;
-    let language = 'plaintext';
-    try {
-      content = JSON.stringify(parseJsonDocument(stdout), null, 2);
-      language = 'json';
-    } catch {
-      // not JSON: show it as the CLI printed it
-    }
-    const doc = await vscode.workspace.openTextDocument({ content, language });
-    await vscode.window.showTextDocument(doc, { preview: true });
+    await this.stacks.show(info.name);
+  }
+
+  /**
+   * Where a file of the job (a stack frame's) is on this machine: mapped from the code dir of its node (else of any
+   * node) as the attach maps breakpoints (the path mappings setting, else the job's local root <-> its code dir).
+   */
+  localFile(job: string, node: string | null, file: string, codeDir?: string): string | undefined {
+    const info = this.model.get(job)?.info;
+    const localRoot = info && this.targets.known(info);
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    const folder = (localRoot && vscode.workspace.getWorkspaceFolder(vscode.Uri.file(localRoot))) || folders[0];
+    const setting = readSettings(folder?.uri).pathMappings;
+    const codeDirs = [
+      codeDir,
+      ...(node ? [this.model.codeDir(job, node) ?? info?.code_dirs?.[node]] : []),
+      ...Object.values(info?.code_dirs ?? {}),
+    ].filter((d): d is string => typeof d === 'string' && d !== '');
+    const mappings = (codeDirs.length ? [...new Set(codeDirs)] : [undefined]).flatMap((dir) => pathMappings(setting, folder?.uri.fsPath, dir, localRoot));
+    return localFileFor(file, mappings);
   }
 
   async stopJob(node?: TreeNode): Promise<void> {

@@ -30,6 +30,8 @@ export interface RankDebugConfiguration {
   connect: { host: string; port: number };
   pathMappings: PathMapping[];
   justMyCode: boolean;
+  /** debugpy sends what the rank prints to its Debug Console (`output` events), live while attached. */
+  redirectOutput: boolean;
   remoteDebug: RankTag;
   [key: string]: unknown;
 }
@@ -156,6 +158,7 @@ export function rankConfiguration(input: RankConfigInput): RankDebugConfiguratio
     connect: { host: input.host ?? '127.0.0.1', port: input.port },
     pathMappings: pathMappings(input.pathMappingSetting, input.workspaceFolder, input.codeDir, input.localRoot),
     justMyCode: input.justMyCode ?? false,
+    redirectOutput: true,
     remoteDebug: { job: input.job, rank: input.rank, node: input.node },
   };
 }

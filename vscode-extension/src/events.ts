@@ -234,6 +234,8 @@ const REQUIRED: Checked = {
   'ide-not-listening': { rank: 'number', node: 'string', message: 'string' },
   'rank-attached': { rank: 'number' },
   stopped: { rank: 'number' },
+  logpoint: { rank: 'number', message: 'string' },
+  'rank-output': { rank: 'number', line: 'string' },
   'rank-detached': { rank: 'number' },
   'rank-failed': { rank: 'number', node: 'string' },
   'rank-held': { rank: 'number', node: 'string', held_for: 'number' },
@@ -353,6 +355,10 @@ export function describeEvent(e: AttachEvent | UnknownEvent): string {
       return `rank ${e.rank} detached${e.error ? `: ${e.error}` : ''}`;
     case 'stopped':
       return `rank ${e.rank} stopped at ${e.file}:${e.line} (${e.reason})`;
+    case 'logpoint':
+      return `[rank ${e.rank}] ${e.message}`;
+    case 'rank-output':
+      return `[rank ${e.rank}] ${e.line}`;
     case 'reconnected':
       return `reconnected to ${e.node}`;
     case 'tunnel-down':

@@ -17,19 +17,22 @@ import { GroupCommands } from './groupActions';
 import { HeldNotices } from './heldNotices';
 import { isKeptAlive, JobsModel } from './model';
 import { warnIfUnsupported } from './platform';
+import { RankOutputs } from './rankOutput';
 import { RunManager } from './rerun';
 import { useSshConsent } from './sshConsent';
-import { JobsTreeProvider } from './tree';
+import { JobsTreeProvider, TreeNode } from './tree';
 
 export interface ExtensionApi {
   model: JobsModel;
   attacher: AttachManager;
   commands: Commands;
   runs: RunManager;
+  outputs: RankOutputs;
 }
 
 let attacher: AttachManager | undefined;
 let runs: RunManager | undefined;
+let outputs: RankOutputs | undefined;
 
 export function activate(context: vscode.ExtensionContext): ExtensionApi {
   // a LogOutputChannel: each line with its time and level (info / warn / error)
@@ -53,6 +56,13 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
   const runOutput = vscode.window.createOutputChannel('Remote Debug: Run');
   runs = new RunManager(cli, model, attacher, log, runOutput, () => commands.refresh());
   const commands = new Commands(cli, model, attacher, log, context.globalState, runs, targets);
+  // each job's output (its ranks' lines, from the start of the run), "Remote Debug: JOB"
+  outputs = new RankOutputs(
+    cli,
+    model,
+    async (node) => (await commands.pickJob({ node: node as TreeNode | undefined, placeHolder: 'Show the output of which job?', single: true }))?.name,
+    { followOnAttach: () => vscode.workspace.getConfiguration('remoteDebug').get<boolean>('output.followOnAttach', true) },
+  );
   const attachCommands = new AttachCommands(commands, model, attacher, targets, memory, log);
   const tree = new JobsTreeProvider(model, undefined, undefined, commands.listing);
   const view = vscode.window.createTreeView('remoteDebug.jobs', { treeDataProvider: tree, showCollapseAll: true });
@@ -105,6 +115,7 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
     tree,
     view,
     ...commands.register(),
+    ...outputs.register(),
     ...attachCommands.register(),
     // launch.json's {"type": "remote-debug", "job": …} runs the attach; the dynamic entries list the running jobs
     // and the job's own session acts on every rank (its Pause / Continue / Step Over / Stop)
@@ -133,11 +144,12 @@ export function activate(context: vscode.ExtensionContext): ExtensionApi {
   schedule();
   // the first listing says which of the jobs attached before a window reload still run: those are attached again
   void commands.refresh().then(() => attachCommands.restoreAfterReload());
-  return { model, attacher, commands, runs };
+  return { model, attacher, commands, runs, outputs };
 }
 
 export async function deactivate(): Promise<void> {
   // A re-run stops on SIGINT and keeps the nodes; the attach processes hold the tunnels: stop them
   // (SIGINT lets them close cleanly).
-  await Promise.all([runs?.stopAll(), attacher?.stopAll()]);
+  // and the `logs --follow` processes of the output channels
+  await Promise.all([runs?.stopAll(), attacher?.stopAll(), outputs?.stopAll()]);
 }

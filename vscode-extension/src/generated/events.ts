@@ -162,6 +162,7 @@ export interface RankStacks {
   dump_seconds?: number;
   root_cause?: boolean;
   held_for?: number;
+  collectives?: GroupCollectives[];
   rank: number;
   node: string | null;
   pid: number;
@@ -199,6 +200,49 @@ export interface SshEntries {
   known_hosts: number;
 }
 
+/** Ranks whose stacks are the same (`stacks`' hang view), in the order printed: the odd ones first. `frames`: the class's thread (the main one), outermost first; `summary`: the call path as the header line prints it (innermost frame first); `blocked_in_native`: None when not known (a control channel's reading says True only for a wait in a torch.distributed collective); `error`: why these ranks could not be read; `exception`: a rank held for a post-mortem, what it raised (`frames`: where). */
+export interface StackClass {
+  ranks: number[];
+  ranges: string;
+  count: number;
+  thread: string | null;
+  frames: StackFrame[];
+  summary: string;
+  blocked_in_native: boolean | null;
+  error: string | null;
+  exception: string | null;
+  root_cause: boolean;
+  in_debugger: boolean;
+}
+
+/** A collective some members of its process group entered and others never did (Flight Recorder). */
+export interface StuckCollective {
+  group: string;
+  desc: string | null;
+  seq: number;
+  op: string | null;
+  entered: number[];
+  missing: number[];
+  unknown: number[];
+  summary: string;
+}
+
+/** One process group of a rank as its PyTorch Flight Recorder saw it (the job has it on). */
+export interface GroupCollectives {
+  group: string;
+  desc: string | null;
+  ranks: number[] | null;
+  last_entered: number;
+  last_completed: number | null;
+  op: string | null;
+}
+
+export interface StackFrame {
+  file: string;
+  line: number;
+  function: string;
+}
+
 /** One thread's stack, outermost frame first; `exception`: a rank held for a post-mortem, where it raised. */
 export interface StackThread {
   main?: boolean;
@@ -218,12 +262,6 @@ export interface StopSummary {
   function: string;
   reason: string;
   variables: Record<string, string>;
-}
-
-export interface StackFrame {
-  file: string;
-  line: number;
-  function: string;
 }
 
 /** `demo`: the example job was started. */
@@ -398,6 +436,29 @@ export interface StoppedEvent {
   function: string;
   reason: string;
   variables: Record<string, string>;
+}
+
+/** Headless (`--log FILE:LINE:MESSAGE`): a rank passed a logpoint, which printed `message` (its `{expr}` replaced by their values) without stopping it; `file` is the local path the logpoint was set in. */
+export interface LogpointHitEvent {
+  event: 'logpoint';
+  v: number;
+  text?: string;
+  rank: number;
+  node: string;
+  file: string;
+  line: number;
+  message: string;
+}
+
+/** Headless (`--show-output`): a line a rank printed while the debugger was attached (`stream`: DAP's output category, `stdout` or `stderr`). */
+export interface RankPrintedEvent {
+  event: 'rank-output';
+  v: number;
+  text?: string;
+  rank: number;
+  node: string;
+  line: string;
+  stream: string;
 }
 
 export interface RankDetachedEvent {
@@ -680,10 +741,13 @@ export interface Released {
   released: string[];
 }
 
-/** `stacks --json`: every selected rank, in rank order. */
+/** `stacks --json`: every selected rank (`ranks`: in rank order, the flat form), and the same ranks grouped by stack (`classes`). */
 export interface StacksReport {
   pid?: number;
   source?: string;
+  code_dirs?: Record<string, string>;
+  classes?: StackClass[];
+  collectives?: StuckCollective[];
   job: string | null;
   ranks: RankStacks[];
 }
@@ -771,6 +835,8 @@ export type AttachEvent =
   | IdeNotListeningEvent
   | RankAttachedEvent
   | StoppedEvent
+  | LogpointHitEvent
+  | RankPrintedEvent
   | RankDetachedEvent
   | RankFailedEvent
   | RankHeldEvent
@@ -811,6 +877,8 @@ export const EVENT_NAMES: readonly AttachEventName[] = [
   'ide-not-listening',
   'rank-attached',
   'stopped',
+  'logpoint',
+  'rank-output',
   'rank-detached',
   'rank-failed',
   'rank-held',

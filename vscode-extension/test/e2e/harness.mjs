@@ -434,6 +434,26 @@ export async function clickInline(row, title) {
   await button.click();
 }
 
+/** The Stacks view's pane in the Remote Debug container (there once Show Stacks ran). */
+export const stacksPane = () =>
+  state.page.locator('[id="workbench.view.extension.remoteDebug"] .pane', {
+    has: state.page.locator('.pane-header .title', { hasText: /^Stacks$/ }),
+  });
+
+/** The Stacks view's rows: label, description, tree level, expanded. */
+export async function stacksRows() {
+  return stacksPane()
+    .locator('.monaco-list-row')
+    .evaluateAll((rows) =>
+      rows.map((r) => ({
+        label: (r.querySelector('.label-name')?.textContent ?? '').trim(),
+        description: (r.querySelector('.label-description')?.textContent ?? '').trim(),
+        level: Number(r.getAttribute('aria-level')),
+        expanded: r.getAttribute('aria-expanded'),
+      })),
+    );
+}
+
 export async function showJobsView() {
   await runCommand('View: Show Remote Debug');
   await jobsPane().waitFor({ state: 'visible', timeout: 30_000 });

@@ -8,7 +8,8 @@
 //      of training/, so the breakpoint in training/train_ddp.py binds only with localRoot = training/)
 //   3. the job row's inline "Attach All Ranks" button: all 8 ranks pause at the breakpoint with their own
 //      values; the view's node rows open onto 8 paused ranks
-//   4. Show Stacks from the job row's context menu: a JSON document with every rank's stack
+//   4. Show Stacks from the job row's context menu: the Stacks view groups the 8 ranks by stack; Open Stacks as JSON
+//      shows the CLI's document with every rank
 //   5. the job row's inline "Stop Job" button, confirmed in its dialog: the job is Stopped
 //   6. Launch Local Job… from the view's title bar: a script pick and a ranks prompt start a job
 //   7. a remoteDebug.cliPath that does not exist: the extension offers to install remote-debug-training
@@ -42,6 +43,7 @@ import {
   screenshot,
   setBreakpoint,
   showJobsView,
+  stacksRows,
   startCodeServer,
   state,
   step,
@@ -182,6 +184,20 @@ test('The Jobs view: credentials warning, 8 ranks of a subfolder job, inline but
     // the menu takes the item under the pointer on Enter (a synthetic click does not always land on it)
     await state.page.locator('.context-view .action-label', { hasText: 'Show Stacks' }).first().hover();
     await state.page.keyboard.press('Enter');
+    // the Stacks view: every rank in one of its classes ("ranks 0-7 (8)", or a few when their stacks differ)
+    let rows = [];
+    try {
+      rows = await waitFor('the classes in the Stacks view', async () => {
+        const r = (await stacksRows()).filter((x) => x.level === 1 && /^ranks? /.test(x.label));
+        const size = (label) => Number(/\((\d+)\)$/.exec(label)?.[1] ?? 1); // "ranks 0-7 (8)", "rank 3"
+        const count = r.reduce((n, x) => n + size(x.label), 0);
+        return count === RANKS ? r : undefined;
+      }, { timeout: 120_000 });
+    } finally {
+      say(`Stacks view: ${JSON.stringify(rows)}`);
+    }
+    await screenshot('stacks-view');
+    await runCommand('Remote Debug: Open Stacks as JSON');
     const editor = state.page.locator('.monaco-editor .view-lines').first();
     await waitFor('the stacks document', async () => /"ranks"/.test((await editor.innerText()).replace(/\u00a0/g, ' ')), { timeout: 120_000 });
     const text = (await editor.innerText()).replace(/\u00a0/g, ' ');
@@ -213,7 +229,12 @@ test('The Jobs view: credentials warning, 8 ranks of a subfolder job, inline but
   await step("Launch Local Job… from the view's title bar", async () => {
     const before = new Set(JSON.parse(await cli(['jobs', '--json'])).map((j) => j.name));
     await showJobsView();
-    // a container of one view shows the view's title actions in the side bar's title
+    // a container of one view shows the view's title actions in the side bar's title; of two (the Stacks view is
+    // there since Show Stacks), in the view's own header, on hover
+    const header = state.page.locator('.part.sidebar .pane-header', { hasText: 'Jobs' }).first();
+    if (await header.isVisible()) {
+      await header.hover();
+    }
     await state.page.locator('.part.sidebar .action-label[aria-label="Launch Local Job…"]:visible').first().click();
     const input = state.page.locator('.quick-input-widget input');
     await input.waitFor({ state: 'visible', timeout: 20_000 });

@@ -226,10 +226,13 @@ describe('commands', () => {
     assert.deepEqual(mock.messages('showErrorMessage'), []);
   });
 
-  test('Show Stacks: shows what a CLI with stacks prints', async () => {
-    const { run, invocations } = setup({ stacks: { stdout: '{"ranks": [{"rank": 0, "frames": ["main"]}]}' } });
+  test('Show Stacks: shows what a CLI with stacks prints in the Stacks view (Open as JSON: the document)', async () => {
+    const { run, invocations, commands } = setup({ stacks: { stdout: '{"ranks": [{"rank": 0, "frames": ["main"]}]}' } });
     await run('remoteDebug.showStacks');
     assert.deepEqual(invocations()[1].args, ['stacks', 'local-1', '--json']);
+    assert.equal(mock.documents.length, 0, 'no Untitled buffer to save');
+    assert.deepEqual(commands.stacks.document?.classes.map((c) => c.ranks), [[0]]);
+    await run('remoteDebug.stacks.openJson');
     assert.equal(mock.documents[0].language, 'json');
     assert.match(mock.documents[0].content, /"frames"/);
   });

@@ -74,6 +74,7 @@ describe('rank configurations', () => {
     assert.deepEqual(c.connect, { host: '127.0.0.1', port: 41234 });
     assert.deepEqual(c.pathMappings, [{ localRoot: '/ws', remoteRoot: '/opt/ml/code' }]);
     assert.equal(c.justMyCode, false);
+    assert.equal(c.redirectOutput, true, "what the rank prints reaches its Debug Console (debugpy's default for attach: no)");
     assert.deepEqual(rankTag(c), { job: 'j', rank: 3, node: 'algo-2' });
   });
   test('debugpy configurations for the Python extension', () => {

@@ -98,6 +98,8 @@ describe('attach --json events', () => {
       { event: 'ready', ranks: [0] },
       { event: 'rank-attached', rank: 0, node: 'algo-1' },
       { event: 'stopped', rank: 0, node: 'algo-1', file: 'a.py', line: 3, reason: 'breakpoint' },
+      { event: 'logpoint', v: 1, rank: 2, node: 'algo-1', file: '/ws/train.py', line: 12, message: 'loss=0.31' },
+      { event: 'rank-output', v: 1, rank: 3, node: 'algo-2', line: 'epoch 1 done', stream: 'stdout' },
       { event: 'rank-detached', rank: 0, node: 'algo-1' },
       { event: 'reconnected', node: 'algo-1' },
       { event: 'tunnel-down', node: 'algo-1', error: 'EOF' },

@@ -109,6 +109,19 @@ test('package.json: settings with a per-folder value are resource-scoped; the ex
   }
 });
 
+test('package.json: the Stacks view (once Show Stacks ran) with Refresh and Open as JSON; Show Rank Output on every job row', () => {
+  const stacks = (manifest.contributes.views.remoteDebug as Array<{ id: string; when?: string }>).find((v) => v.id === 'remoteDebug.stacks');
+  assert.equal(stacks?.when, 'remoteDebug.stacksShown', 'no empty view in the container before it has something to show');
+  const title = manifest.contributes.menus['view/title'] as Array<{ command: string; when: string; group: string }>;
+  for (const command of ['remoteDebug.stacks.refresh', 'remoteDebug.stacks.openJson']) {
+    assert.ok(title.some((m) => m.command === command && m.when === 'view == remoteDebug.stacks' && m.group.startsWith('navigation')), command);
+  }
+  const items = manifest.contributes.menus['view/item/context'] as Array<{ command: string; when: string; group: string }>;
+  assert.ok(items.some((m) => m.command === 'remoteDebug.showRankOutput' && m.when.includes('viewItem =~ /^job-/')), 'ended jobs too');
+  assert.ok(items.some((m) => m.command === 'remoteDebug.stacks.attach' && m.group.startsWith('inline') && m.when.includes('stack(Class|Rank)')));
+  assert.equal(manifest.contributes.configuration.properties['remoteDebug.output.followOnAttach'].default, true);
+});
+
 test('package.json: Re-attach on a job or a rank whose session ended unexpectedly', () => {
   const menus = manifest.contributes.menus['view/item/context'] as Array<{ command: string; when: string; group: string }>;
   const reattach = menus.filter((m) => m.command === 'remoteDebug.reattach');

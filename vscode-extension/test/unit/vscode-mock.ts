@@ -89,6 +89,20 @@ export class Uri {
   }
 }
 
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+}
+
+export class Range {
+  constructor(
+    readonly start: Position,
+    readonly end: Position,
+  ) {}
+}
+
 export enum ProgressLocation {
   SourceControl = 1,
   Window = 10,
@@ -332,6 +346,8 @@ export const window = {
       lines,
       appendLine: (l: string) => lines.push(l),
       append: (l: string) => lines.push(l),
+      clear: () => void lines.splice(0),
+      replace: (text: string) => void lines.splice(0, lines.length, text),
       // a LogOutputChannel's levels (`{ log: true }`): the level is kept in the line
       info: (l: string) => lines.push(`[info] ${l}`),
       warn: (l: string) => lines.push(`[warning] ${l}`),
@@ -425,8 +441,8 @@ export const window = {
     record('setStatusBarMessage', [text, timeout]);
     return new Disposable();
   },
-  async showTextDocument(doc: any) {
-    record('showTextDocument', [doc]);
+  async showTextDocument(doc: any, options?: any) {
+    record('showTextDocument', [doc, options]);
     return {};
   },
 };
