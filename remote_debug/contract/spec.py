@@ -278,9 +278,10 @@ def format_ranks(ranks: RankSelection) -> str:
     return "all" if ranks is None else ",".join(str(r) for r in ranks)
 
 
-def format_rank_ranges(ranks: Iterable[int]) -> str:
+def format_rank_ranges(ranks: Iterable[int], sep: str = ", ") -> str:
     """Ranks for people, short: ``"0-7"``, ``"0, 2-4, 9"`` (each run of two or more consecutive ranks as a
-    range; sorted, without repeats).  The extension formats them the same (rankRanges); it parses back."""
+    range; sorted, without repeats; ``sep`` between the runs).  The extension formats them the same
+    (rankRanges); it parses back."""
     ordered = sorted(set(ranks))
     parts: list[str] = []
     i = 0
@@ -290,7 +291,7 @@ def format_rank_ranges(ranks: Iterable[int]) -> str:
             j += 1
         parts.append(str(ordered[i]) if j == i else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
-    return ", ".join(parts)
+    return sep.join(parts)
 
 
 def check_job_name(name: str) -> str:

@@ -248,15 +248,23 @@ def _item_text(value: object) -> str:
     if isinstance(value, str):
         return repr(value if len(value) <= _TEXT_CHARS else value[:_TEXT_CHARS] + "...")
     kind = type(value)
+    line = _data_line(value, kind)
+    if line is not None:
+        return line
+    if isinstance(value, (list, tuple, dict)):
+        return f"{kind.__name__}[{len(value)}]"
+    return kind.__name__
+
+
+def _data_line(value: object, kind: type) -> str | None:
+    """A tensor's, an array's or a storage's one line; None for anything else."""
     if is_tensor_type(kind):
         return tensor_line(value)
     if is_array_type(kind):
         return array_line(value)
     if is_storage_type(kind):
         return storage_line(value)
-    if isinstance(value, (list, tuple, dict)):
-        return f"{kind.__name__}[{len(value)}]"
-    return kind.__name__
+    return None
 
 
 def container_line(value: Any) -> str | None:
@@ -295,12 +303,9 @@ def one_line(value: object) -> str | None:
         return _statistics_summary(value.target)
     if kind is Attributes:
         return "every attribute, as the debugger lists them (expand)"
-    if is_tensor_type(kind):
-        return tensor_line(value)
-    if is_array_type(kind):
-        return array_line(value)
-    if is_storage_type(kind):
-        return storage_line(value)
+    line = _data_line(value, kind)
+    if line is not None:
+        return line
     if _container_type(kind):
         return container_line(value)
     return None

@@ -70,18 +70,8 @@ _DEBUGGER = re.compile(r"[/\\](debugpy|_pydevd_bundle|_pydevd_frame_eval|_pydev_
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 5, 7, 8, 9]`` -> ``"0-3,5,7-9"``."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        first, last = ordered[start], ordered[end]
-        parts.append(str(first) if first == last else f"{first}-{last}")
-        start = end + 1
-    return ",".join(parts)
+    """``[0, 1, 2, 3, 5, 7, 8, 9]`` -> ``"0-3,5,7-9"``: a header's ranks, without spaces."""
+    return spec.format_rank_ranges(ranks, sep=",")
 
 
 def main_thread(r: RankStacks) -> StackThread | None:
