@@ -97,7 +97,7 @@ def attach(
         ),
     ] = None,
     show_output: Annotated[
-        bool, flag("--show-output", help="--headless: print what each rank prints while attached, tagged [rank N].")
+        bool, flag("--show-output", help="--headless: print what each rank prints while attached, tagged \\[rank N].")
     ] = False,
     steps: Annotated[
         int, typer.Option("--steps", min=0, help="--headless: step over this many lines at each stop.")

@@ -32,14 +32,14 @@ def logs(
         int | None, typer.Option("--tail", min=0, metavar="N", help="Only the last N lines so far (then --follow).")
     ] = None,
     hook_lines: Annotated[
-        bool, flag("--hook-lines", help="Also remote-debug's own lines ([remote-debug] ...) of the hook and ranks.")
+        bool, flag("--hook-lines", help="Also remote-debug's own lines (\\[remote-debug] ...) of the hook and ranks.")
     ] = False,
     as_json: Annotated[
         bool, flag("--json", help='One JSON object per line: {"node", "rank" (null: unknown), "line", "time"}.')
     ] = False,
 ) -> None:
-    """What the ranks print, from the start of the run: [rank 3] for a line a rank tagged (ours, torchrun's
-    --tee, mpirun's --tag-output), [algo-1] for one only its node is known of.
+    """What the ranks print, from the start of the run: \\[rank 3] for a line a rank tagged (ours, torchrun's
+    --tee, mpirun's --tag-output), \\[algo-1] for one only its node is known of.
 
     Local jobs: the nodes' log files. SageMaker: CloudWatch Logs (/aws/sagemaker/TrainingJobs)."""
     selection = spec.parse_ranks(ranks)

@@ -127,3 +127,15 @@ def test_proxy_help_and_usage_errors_are_typer_style_through_the_fast_path() -> 
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode == 2 and len(lines) == 1, (args, refused.stderr)
         assert lines[0].startswith("remote-debug: error: ") and "(see 'remote-debug proxy -h')" in lines[0], lines
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_brackets_in_the_help_are_printed_not_taken_for_markup(command: str) -> None:
+    """rich reads ``[rank 3]`` as a style tag and drops it: "from the start of the run:  for a line" was printed."""
+    cmd = cli_group().commands[command]
+    texts = [cmd.help or ""] + [p.help or "" for p in cmd.params if isinstance(p, TyperOption)]
+    words = {m for text in texts for m in re.findall(r"\\?\[([a-z][\w-]*)[^\]\n]*\]", text)}
+    if not words:
+        return
+    out = CliRunner().invoke(app, [command, "--help"], terminal_width=200).output
+    assert all(f"[{word}" in out for word in words), (sorted(words), out)
