@@ -101,20 +101,31 @@ class _Hangup(Exception):
     """ssh ended us (it sends its ProxyCommand SIGHUP when it exits) or we were terminated."""
 
 
+class _Ending:
+    """Once the clean-up has begun, a SIGHUP/SIGTERM no longer interrupts: the relay often ends first (sshd closed
+    the connection) and ssh's SIGHUP as it exits then came in the middle of the clean-up and cut it short before
+    TerminateSession, leaving the session open on the target (CI: 3 runs of 9)."""
+
+    cleaning = False
+
+
 @contextlib.contextmanager
-def ended_by_signals() -> Iterator[None]:
+def ended_by_signals() -> Iterator[_Ending]:
     """SIGHUP/SIGTERM end the relay by an exception, so that the plugin and the session are ended too (the SSH
-    document's path does it with the plugin as the process that waits: ssm.forward_stop_signals)."""
+    document's path does it with the plugin as the process that waits: ssm.forward_stop_signals); not once the
+    yielded state says the clean-up runs."""
+    state = _Ending()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield state
         return
 
     def hang_up(_signum: int, _frame: object) -> None:
-        raise _Hangup
+        if not state.cleaning:
+            raise _Hangup
 
     saved = {sig: signal.signal(sig, hang_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
     try:
-        yield
+        yield state
     except _Hangup:
         pass
     finally:
@@ -156,18 +167,20 @@ def run_forwarding(
     except OSError as exc:
         terminate(session_id)
         raise PluginError(f"cannot run {plugin_path}: {exc.strerror or exc}") from None
-    try:
-        with ended_by_signals():
+    # our SIGHUP/SIGTERM handler stays until the clean-up is over, which no signal interrupts
+    with ended_by_signals() as ending:
+        try:
             wait_until_listening(proc)
             with socket.create_connection(("127.0.0.1", local_port), timeout=10) as sock:
                 sock.settimeout(None)
                 relay(sock, stdin, stdout)
-        return 0
-    finally:
-        osutil.end_process(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        terminate(session_id)
+        finally:
+            ending.cleaning = True
+            osutil.end_process(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            terminate(session_id)
+    return 0
 
 
 def refused_document(exc: BaseException, document: str) -> bool:
