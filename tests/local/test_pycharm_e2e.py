@@ -110,7 +110,9 @@ def test_tunnel_up_but_no_ide_listening_job_completes_and_says_why(home: Path, p
     assert sorted(e["rank"] for e in events if e["event"] == "ide-not-listening") == [0, 1]
     log = (job.paths.job_dir("noide") / "logs" / "algo-1.log").read_text()
     for rank in (0, 1):
-        line = next(x for x in log.splitlines() if x.startswith(f"[remote-debug] rank {rank}: no PyCharm debugger"))
+        # each rank's lines carry its tag (multi-rank jobs tag their output by default)
+        said = f"[rank {rank}] [remote-debug] rank {rank}: no PyCharm debugger"
+        line = next(x for x in log.splitlines() if x.startswith(said))
         assert f"within {wait:g} s" in line and f"127.0.0.1:{nobody}" in line and "runs on" in line
     # Both ranks trained to the end, and their documents keep the reason for the attach side.
     ranks = job.backend.manifests("noide")["algo-1"].ranks  # type: ignore[union-attr]

@@ -24,7 +24,13 @@ from tests.helpers.fake_aws import ScriptedSageMaker, describe_response, moto_cl
 
 REGION = "us-west-2"
 JOB = "sm-out"
-NOW_MS = int(time.time() * 1000)
+
+
+@pytest.fixture
+def now_ms() -> int:
+    """The test's own now: the job's CreationTime is the moment DescribeTrainingJob answers, and a reader refuses
+    lines from before it (a module-level now was 20 minutes old by the time a long CI run reached these tests)."""
+    return int(time.time() * 1000)
 
 
 @pytest.fixture
@@ -66,12 +72,12 @@ def test_stream_names_give_the_node() -> None:
     assert stream_node(JOB, f"{JOB}/algo-1") == "algo-1"
 
 
-def test_a_sagemaker_jobs_lines_come_with_their_rank_node_and_time(logs: Any) -> None:
+def test_a_sagemaker_jobs_lines_come_with_their_rank_node_and_time(logs: Any, now_ms: int) -> None:
     manifest = manifest_lines.format_manifest_line(
         "algo-1",
         spec.RankEndpoint(rank=0, local_rank=0, world_size=4, port=41000, pid=9),
         boot="b1",
-        started=NOW_MS,
+        started=now_ms,
         seq=1,
         secret="5e" * 32,
     )
@@ -87,9 +93,9 @@ def test_a_sagemaker_jobs_lines_come_with_their_rank_node_and_time(logs: Any) ->
             "[1,3]<stdout>:an MPI rank's line",  # mpirun --tag-output: rank 3 of the job
             "[default1]:[rank 1] torchrun --tee and ours",  # both: ours names the global rank
         ],
-        NOW_MS,
+        now_ms,
     )
-    put(logs, "algo-2-1700000001", ["[default0]:a torchrun line of local rank 0"], NOW_MS + 100)
+    put(logs, "algo-2-1700000001", ["[default0]:a torchrun line of local rank 0"], now_ms + 100)
 
     def local_ranks(node: str, local_rank: int) -> int | None:
         return {("algo-2", 0): 2}.get((node, local_rank))  # algo-2's local rank 0 is rank 2 (its rank document)
@@ -104,7 +110,7 @@ def test_a_sagemaker_jobs_lines_come_with_their_rank_node_and_time(logs: Any) ->
         ("algo-1", 1, "torchrun --tee and ours"),
         ("algo-2", 2, "a torchrun line of local rank 0"),
     ]
-    assert lines[1].time == pytest.approx((NOW_MS + 1) / 1000)
+    assert lines[1].time == pytest.approx((now_ms + 1) / 1000)
     assert lines[1].to_json() == {"node": "algo-1", "rank": 0, "line": "epoch 1 loss 0.5", "time": lines[1].time}
     assert json.loads(json.dumps(lines[1].to_json())) == lines[1].to_json()
     assert [line.text() for line in lines[:2]] == [
@@ -119,8 +125,8 @@ def test_a_sagemaker_jobs_lines_come_with_their_rank_node_and_time(logs: Any) ->
     ]
 
 
-def test_follow_reads_new_lines_until_the_job_ended_and_its_last_lines_came(logs: Any) -> None:
-    put(logs, "algo-1-1700000000", ["[rank 0] step 1"], NOW_MS)
+def test_follow_reads_new_lines_until_the_job_ended_and_its_last_lines_came(logs: Any, now_ms: int) -> None:
+    put(logs, "algo-1-1700000000", ["[rank 0] step 1"], now_ms)
     sm = backend(logs, ["InProgress", "InProgress", "InProgress", "Completed"])
     reader = CloudWatchNodeOutput(
         lambda: logs, JOB, created=time.time() - 60, page_interval=0, poll_seconds=0.01, settle_seconds=0.3
@@ -135,7 +141,7 @@ def test_follow_reads_new_lines_until_the_job_ended_and_its_last_lines_came(logs
         del seconds
         n = next(clock)
         if n == 1:
-            put(logs, "algo-2-1700000000", ["[rank 2] step 1", "[rank 3] step 1"], NOW_MS + 10)
+            put(logs, "algo-2-1700000000", ["[rank 2] step 1", "[rank 3] step 1"], now_ms + 10)
         time.sleep(0.02)
 
     for batch in output.follow(lambda info: ended.append(str(info.status)), sleep=step):
@@ -148,8 +154,8 @@ def test_follow_reads_new_lines_until_the_job_ended_and_its_last_lines_came(logs
     assert ended == ["Completed"]
 
 
-def test_a_throttled_read_goes_on_from_where_it_was(logs: Any) -> None:
-    put(logs, "algo-1-1700000000", [f"[rank 0] line {i}" for i in range(3)], NOW_MS)
+def test_a_throttled_read_goes_on_from_where_it_was(logs: Any, now_ms: int) -> None:
+    put(logs, "algo-1-1700000000", [f"[rank 0] line {i}" for i in range(3)], now_ms)
     calls: list[dict[str, Any]] = []
 
     class Flaky:
