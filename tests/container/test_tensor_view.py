@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from remote_debug.container.rank import tensor_view as tv
+from tests.container.test_tensor_view_e2e import TENSOR_CHILDREN
 from tests.helpers.hook_runs import REPO
 
 
@@ -90,21 +91,7 @@ def test_tensor_children_put_the_summary_first() -> None:
     weight = torch.nn.Parameter(torch.zeros(64, 512))
     weight.grad = torch.ones(64, 512)
     rows = tv.TensorResolver().get_contents_debug_adapter_protocol(weight)
-    assert [name for name, _, _ in rows] == [
-        "shape",
-        "dtype",
-        "device",
-        "strides",
-        "contiguous",
-        "numel",
-        "bytes",
-        "requires_grad",
-        "is_leaf",
-        "grad_fn",
-        "grad",
-        "statistics",
-        "attributes",
-    ]
+    assert [name for name, _, _ in rows] == TENSOR_CHILDREN
     values = {name: value for name, value, _ in rows}
     assert (values["shape"], values["strides"], values["bytes"]) == ("[64, 512]", "[512, 1]", "128.0 KiB (131,072 B)")
     assert type(values["shape"]) is tv.Fact  # a leaf in pydevd, shown without quotes

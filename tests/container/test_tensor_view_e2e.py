@@ -37,6 +37,7 @@ RANK = (
 )
 BREAK_LINE = RANK.splitlines().index("    beats = 1  # BREAK") + 1
 
+# a tensor's children in the order the Variables view lists them: the summary first (stock pydevd: `shape` 39th)
 TENSOR_CHILDREN = [
     "shape",
     "dtype",
