@@ -292,8 +292,8 @@ class RankGroup:
         if trigger is None or self._all_paused_said:
             return None
         members = [m for m in self._members.values() if m.configured]
-        if not members or any(m.phase != RankPhase.STOPPED for m in members):
-            return None
+        if len(members) < 2 or any(m.phase != RankPhase.STOPPED for m in members):
+            return None  # one rank alone stopping is its own stop, not news of a group ("all 1 rank paused")
         self._all_paused_said = True
         return events.AllPaused(
             rank=trigger.rank,
