@@ -12,6 +12,7 @@ from remote_debug.laptop.attach.rank_group import RankGroup
 from remote_debug.laptop.connection.dap_tap import DapTap
 from remote_debug.laptop.connection.logpoint_tags import LOGPOINT_KEY, MARK, LogpointTags
 from remote_debug.laptop.wire import events
+from tests.local.test_dap_tap import _read
 
 SOURCE = {"path": "/ws/train.py", "name": "train.py"}
 
@@ -48,13 +49,6 @@ def test_a_logpoint_hit_comes_back_tagged_with_its_rank_and_place() -> None:
     assert tags.output(_output("[rank 2] loss=0.5\n")) is None
     assert tags.output(_output(f"{MARK}99{MARK}unknown id\n")) is None
     assert tags.request(_set({"line": 3})) is None and tags.request({"type": "request", "command": "threads"}) is None
-
-
-def _read(sock: socket.socket) -> dict[str, Any]:
-    with sock.makefile("rb") as reader:
-        message = dap_wire.read_message(reader)
-    assert message is not None
-    return message
 
 
 def test_through_a_ranks_forward_only_logpoints_change() -> None:
