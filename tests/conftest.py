@@ -114,6 +114,8 @@ def _kill_group(pid: int) -> None:
 def cleanup_jobs(paths: StatePaths) -> None:
     if not paths.jobs_dir.is_dir():
         return
+    from tests.helpers.hook_runs import kill_all
+
     for job_dir in paths.jobs_dir.iterdir():
         pid_file = job_dir / "supervisor.pid"
         if pid_file.exists():
@@ -124,9 +126,13 @@ def cleanup_jobs(paths: StatePaths) -> None:
         try:
             state = json.loads((job_dir / "job.json").read_text())
         except (OSError, ValueError):
-            continue
+            state = {}
         for pid in (state.get("node_pids") or {}).values():
             _kill_group(int(pid))
+        # torchrun starts each rank in a session of its own: a SIGKILLed node leaves its ranks running
+        # (a test that timed out left them holding ports and CPU for the tests after it); every process
+        # of the job has its node's manifest dir, under the job's dir, in its environment
+        kill_all(f"REMOTE_DEBUG_MANIFEST_DIR={job_dir}/")
         if state.get("netns"):  # multi-node jobs as root: the nodes' network namespaces
             from remote_debug.oskit import netns
 

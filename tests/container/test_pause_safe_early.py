@@ -36,6 +36,7 @@ class FakeTorch:
         monkeypatch.setitem(sys.modules, C10D_MODULE, self.c10d)
         self.group = False
         self.timeouts: list[timedelta] = []
+        self.init_timeouts: list[timedelta | None] = []  # what init_process_group was called with
 
     @staticmethod
     def _module(name: str) -> Any:
@@ -50,6 +51,7 @@ class FakeTorch:
 
         def init_process_group(backend: str, timeout: timedelta | None = None) -> str:
             self.group = True
+            self.init_timeouts.append(timeout)
             return f"group {backend}"
 
         def set_pg_timeout(timeout: timedelta, group: object) -> None:
@@ -102,6 +104,7 @@ def test_the_retry_outlives_a_half_imported_c10d_and_init_applies_the_timeout_be
     wait_for(lambda: getattr(torch.dist.init_process_group, "_remote_debug_pause_safe", False), 5, "the hook")
     assert torch.dist.init_process_group is torch.c10d.init_process_group  # one wrapper, both names
     assert torch.dist.init_process_group("gloo") == "group gloo"  # the script's init, its result unchanged
+    assert torch.init_timeouts == [timedelta(seconds=600)]  # its rendezvous outlasts a held peer too
     # applied before init returned: a collective started on the next line gets the long timeout
     assert torch.timeouts == [timedelta(seconds=600)]
     retry.join(5)
@@ -210,3 +213,39 @@ def test_pause_safe_never_lowers_a_timeout_it_raised(monkeypatch: pytest.MonkeyP
     assert control.pause_safe(9000) == "process-group timeout 9000 s"
     assert control.pause_safe(7200) == "process-group timeout 9000 s"
     assert torch.timeouts == [timedelta(seconds=9000)] * 2
+
+
+@pytest.mark.parametrize(
+    ("call", "received"),
+    [
+        (lambda init: init("gloo", timedelta(seconds=3)), timedelta(seconds=600)),  # positional, shorter
+        (lambda init: init("gloo", timeout=timedelta(seconds=3)), timedelta(seconds=600)),
+        (lambda init: init(backend="gloo"), timedelta(seconds=600)),  # torch's default: raised
+        (lambda init: init("gloo", timeout=timedelta(hours=5)), timedelta(hours=5)),  # longer: the script's
+    ],
+    ids=["positional", "keyword", "default", "longer"],
+)
+def test_init_gets_the_raised_timeout_for_its_rendezvous_and_never_a_shorter_one(
+    server: ControlServer, monkeypatch: pytest.MonkeyPatch, call: Any, received: timedelta
+) -> None:
+    """A peer slowed by its debugger reaches init's rendezvous seconds late; the store waits in there
+    run with the timeout init was given (a CI run failed on "DistStoreError: wait timeout after 3000ms")."""
+    torch = FakeTorch(monkeypatch)
+    torch.define_functions()
+    torch.finish_import()
+    monkeypatch.setattr(control, "_raised_to", 0.0)
+    assert _ask(server) == "pending: no process group yet"
+    assert call(torch.dist.init_process_group) == "group gloo"
+    assert torch.init_timeouts == [received]
+
+
+def test_arguments_that_do_not_bind_reach_init_unchanged(
+    server: ControlServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = FakeTorch(monkeypatch)
+    torch.define_functions()
+    torch.finish_import()
+    assert _ask(server) == "pending: no process group yet"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        torch.dist.init_process_group("gloo", bogus=1)  # the script's own mistake, as Python words it
+    assert torch.init_timeouts == []

@@ -55,36 +55,61 @@ BEFORE_IMPORT = """
 """
 # launched without --wait (lazy listeners): the script holds its import of torch.distributed at the moment
 # c10d is half-imported (in sys.modules, its functions not all defined) until its debugger has attached;
-# the attach asks the rank to listen, and so to be pause-safe, in that moment
+# the attach asks the rank to listen, and so to be pause-safe, in that moment.  The hold is in the loader
+# of the next torch.distributed module c10d imports, never in a finder: Python calls finders holding its
+# global import lock, and the rank's listen thread, importing debugpy meanwhile, would wait for it forever
 DURING_IMPORT = textwrap.dedent(
     """
+    import importlib.machinery
+
+    def hold_until_attached():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            debugpy = sys.modules.get("debugpy")  # imported by the rank's listen, in its control thread
+            try:
+                if debugpy is not None and debugpy.is_client_connected():
+                    debugpy.wait_for_client()  # the IDE's breakpoints are set
+                    break
+            except AttributeError:  # debugpy half-imported
+                pass
+            time.sleep(0.05)
+        # both ranks attached before either goes on: init_process_group's rendezvous has only the
+        # script's 3 s, and on a loaded machine one rank's attach can come that much after the other's
+        (marks / ("attached-" + rank)).write_text("")
+        world = int(os.environ["WORLD_SIZE"])
+        while time.monotonic() < deadline and len(list(marks.glob("attached-*"))) < world:
+            time.sleep(0.05)
+
+    class HeldLoader:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def __getattr__(self, name):
+            return getattr(self.loader, name)
+
+        def create_module(self, spec):
+            return self.loader.create_module(spec)
+
+        def exec_module(self, module):
+            c10d = sys.modules["torch.distributed.distributed_c10d"]
+            half = c10d.__spec__._initializing and not hasattr(c10d, "init_process_group")
+            (marks / ("half-imported-" + rank)).write_text(repr(half))
+            hold_until_attached()
+            self.loader.exec_module(module)
+
     class HoldTheImport:
         held = False
 
         def find_spec(self, name, path=None, target=None):
-            c10d = sys.modules.get("torch.distributed.distributed_c10d")
-            if self.held or c10d is None or not name.startswith("torch.distributed."):
+            if self.held or "torch.distributed.distributed_c10d" not in sys.modules:
+                return None
+            if not name.startswith("torch.distributed."):
                 return None
             self.held = True
-            half = c10d.__spec__._initializing and not hasattr(c10d, "init_process_group")
-            (marks / ("half-imported-" + rank)).write_text(repr(half))
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                debugpy = sys.modules.get("debugpy")  # imported by the rank's listen, in its control thread
-                try:
-                    if debugpy is not None and debugpy.is_client_connected():
-                        debugpy.wait_for_client()  # the IDE's breakpoints are set
-                        break
-                except AttributeError:  # debugpy half-imported
-                    pass
-                time.sleep(0.05)
-            # both ranks attached before either goes on: init_process_group's rendezvous has only the
-            # script's 3 s, and on a loaded machine one rank's attach can come that much after the other's
-            (marks / ("attached-" + rank)).write_text("")
-            world = int(os.environ["WORLD_SIZE"])
-            while time.monotonic() < deadline and len(list(marks.glob("attached-*"))) < world:
-                time.sleep(0.05)
-            return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = HeldLoader(spec.loader)
+            return spec
 
     sys.meta_path.insert(0, HoldTheImport())
     """

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import json
 import os
 import queue
@@ -145,8 +146,9 @@ def _hook_init_process_group(seconds: float, on_applied: Callable[[], None]) -> 
     name itself before this ran (``from torch.distributed import init_process_group``), for which
     the poll remains.  Installed only while pause-safe is pending, once c10d is fully imported (the
     retry checks again on every poll, so a rebinding is wrapped too).  Cheaper and less intrusive
-    than an import hook, and safe when torch's internals differ: the wrapper calls the original
-    unchanged and only then applies the timeout, and any failure of its own is logged once.
+    than an import hook, and safe when torch's internals differ: the wrapper calls the original with
+    the script's arguments (only a shorter ``timeout`` raised, so the group's rendezvous outlasts a
+    held peer too: ``_with_raised_timeout``), then applies the timeout, and logs any failure of its own once.
     """
     try:
         c10d: Any = sys.modules.get(C10D_MODULE)
@@ -166,8 +168,14 @@ def _hook_init_process_group(seconds: float, on_applied: Callable[[], None]) -> 
 
 
 def _applying_after(init: Callable[..., Any], seconds: float, on_applied: Callable[[], None]) -> Callable[..., Any]:
+    try:
+        signature: inspect.Signature | None = inspect.signature(init)
+    except (TypeError, ValueError):  # a builtin or odd callable: called as it is
+        signature = None
+
     @functools.wraps(init)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _with_raised_timeout(signature, seconds, args, kwargs)
         result = init(*args, **kwargs)  # its exceptions are the script's, untouched
         try:
             if pause_safe(seconds) != NO_GROUP:
@@ -178,6 +186,30 @@ def _applying_after(init: Callable[..., Any], seconds: float, on_applied: Callab
 
     setattr(init_process_group, _HOOK_MARK, True)
     return init_process_group
+
+
+def _with_raised_timeout(
+    signature: inspect.Signature | None, seconds: float, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The script's arguments to ``init_process_group``, its ``timeout`` raised to pause-safe's.
+
+    Why: the group's rendezvous inside ``init_process_group`` (the store waits in which every rank
+    publishes its address) runs with that timeout, before any collective.  A rank held by its
+    debugger, or slowed by tracing while torch imports, reaches it seconds after its peers, and a
+    peer waiting with the script's short timeout fails the job there.  Never lowers a longer
+    timeout the script asked for; arguments that do not bind are passed unchanged (the script's own
+    TypeError is what it gets)."""
+    if signature is None or "timeout" not in signature.parameters:
+        return args, kwargs
+    try:
+        bound = signature.bind_partial(*args, **kwargs)
+    except TypeError:
+        return args, kwargs
+    asked = bound.arguments.get("timeout")
+    raised = timedelta(seconds=max(seconds, _raised_to))
+    if asked is None or (isinstance(asked, timedelta) and asked < raised):
+        bound.arguments["timeout"] = raised
+    return bound.args, bound.kwargs
 
 
 _logged: set[str] = set()
