@@ -13,7 +13,7 @@ from remote_debug.cli.output import err_console
 from remote_debug.contract import spec
 from remote_debug.laptop.core.errors import EXIT_INTERRUPTED
 from remote_debug.laptop.core.jobinfo import JobInfo
-from remote_debug.laptop.diagnose.rank_output import RankLine, RankOutput, tail
+from remote_debug.laptop.diagnose.rank_output import RankLine, RankOutput
 from remote_debug.laptop.platforms import backend_for, job_ref
 
 
@@ -58,7 +58,7 @@ def logs(
 
     try:
         if tail_lines is not None:
-            show(tail(output.until_now(), tail_lines))
+            show(output.last(tail_lines))
         if not follow:
             if tail_lines is None:
                 for batch in output.until_now():

@@ -47,6 +47,7 @@ class CloudWatchNodeOutput(NodeOutput):
         job: str,
         *,
         created: float | None,
+        start: float | None = None,
         page_interval: float = PAGE_INTERVAL,
         poll_seconds: float = POLL_SECONDS,
         settle_seconds: float = SETTLE_SECONDS,
@@ -55,6 +56,7 @@ class CloudWatchNodeOutput(NodeOutput):
         self._client = client
         self.job = job
         self.created = created  # epoch seconds: the job's CreationTime (nothing of it is older)
+        self.start = start  # epoch seconds: lines stamped before it are not read (a tail's window), None: all
         self.page_interval = page_interval
         self._poll_seconds, self._settle_seconds = poll_seconds, settle_seconds
         self._sleep = sleep
@@ -67,6 +69,8 @@ class CloudWatchNodeOutput(NodeOutput):
 
     def _start_ms(self) -> int | None:
         floor = None if self.created is None else max(0, int(self.created * 1000) - CLOCK_SKEW_MS)
+        if self.start is not None:
+            floor = int(self.start * 1000) if floor is None else max(floor, int(self.start * 1000))
         if not self._marks:
             return floor
         start = max(0, min(self._marks.values()) - OVERLAP_MS)
@@ -155,6 +159,22 @@ class CloudWatchNodeOutput(NodeOutput):
 
     def poll_seconds(self) -> float:
         return self._poll_seconds
+
+    def since(self, epoch_seconds: float) -> CloudWatchNodeOutput | None:
+        """FilterLogEvents from ``epoch_seconds`` on: a tail of a long run reads its last minutes, not hours of pages
+        at the account's few calls a second."""
+        if self.created is not None and epoch_seconds * 1000 <= self.created * 1000 - CLOCK_SKEW_MS:
+            return None  # the whole run: a reader from the start reads the same
+        return CloudWatchNodeOutput(
+            self._client,
+            self.job,
+            created=self.created,
+            start=epoch_seconds,
+            page_interval=self.page_interval,
+            poll_seconds=self._poll_seconds,
+            settle_seconds=self._settle_seconds,
+            sleep=self._sleep,
+        )
 
     def where(self) -> str:
         if self.group_missing:

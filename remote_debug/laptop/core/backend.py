@@ -69,6 +69,13 @@ class NodeOutput(ABC):
         """Where the lines are read from, in a few words (for a user left waiting)."""
         return ""
 
+    def since(self, epoch_seconds: float) -> NodeOutput | None:
+        """A new reader of the same output that starts with the lines stamped at ``epoch_seconds`` or later, so that
+        the last lines of a long run are found without reading it all (``logs --tail``); None when this output has no
+        times to start from (a log file) or the time is before the run began (a reader from the start is the same)."""
+        del epoch_seconds
+        return None
+
 
 class Backend(ABC):
     """A kind of job the laptop can reach; ``laptop/platforms.py`` registers each one."""

@@ -20,6 +20,7 @@ Our own lines are not training output: the manifest lines are left out always, t
 from __future__ import annotations
 
 import collections
+import copy
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +40,9 @@ TORCHRUN_RANK_TAG = re.compile(r"^\[(?P<rank>\d+)\]:")
 # Open MPI's --tag-output: [<job>,<rank>]<stream>: (Open MPI 5 puts a space after it)
 MPI_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 STATUS_SECONDS = 2.0  # a follower asks whether the job ended this often
+# ``--tail N`` reads the last 2 minutes first, then 16, 2 h, 16 h, then the whole run, until N lines are found: a
+# run's last lines without reading hours of it (CloudWatch answers a few pages a second)
+TAIL_WINDOWS = (120.0, 960.0, 7200.0, 57600.0)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,22 @@ class RankOutput:
                 yield batch
             if not batch and not self.behind:
                 return
+
+    def last(self, count: int, *, now: Callable[[], float] = time.time) -> list[RankLine]:
+        """The last ``count`` lines printed so far, read in widening windows of time where the backend stamps its
+        lines (:data:`TAIL_WINDOWS`); a window holding ``count`` lines holds the last ``count``, as every line after
+        it is in it too.  A :meth:`follow` afterwards goes on from where the read window ended."""
+        for window in TAIL_WINDOWS:
+            reader = self.output.since(now() - window)
+            if reader is None:
+                break  # no times to go by, or the window reaches back to the run's start
+            windowed = copy.copy(self)  # the same selection and rank map, reading the window
+            windowed.output = reader
+            lines = tail(windowed.until_now(), count)
+            if len(lines) >= count:
+                self.output = reader
+                return lines
+        return tail(self.until_now(), count)
 
     def follow(
         self,

@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from remote_debug.contract import manifest_lines, spec
-from remote_debug.laptop.aws.sagemaker_logs import LOG_GROUP
+from remote_debug.laptop.aws.sagemaker_logs import CLOCK_SKEW_MS, LOG_GROUP
 from remote_debug.laptop.aws.sagemaker_output import CloudWatchNodeOutput, stream_node
 from remote_debug.laptop.core.paths import StatePaths
 from remote_debug.laptop.diagnose.rank_output import RankLine, RankOutput
@@ -171,3 +171,48 @@ def test_a_throttled_read_goes_on_from_where_it_was(logs: Any, now_ms: int) -> N
     assert [line.text for line in reader.read()] == [f"[rank 0] line {i}" for i in range(3)]
     assert not reader.behind and pauses  # it waited before asking again
     assert reader.read() == []  # read once: the overlap read again is not said twice
+
+
+def test_tail_reads_the_last_minutes_first_and_widens_only_when_they_hold_too_few_lines(logs: Any, now_ms: int) -> None:
+    """``logs --tail N`` of a job that ran for hours: the last N lines come from a read of the last minutes (a scan
+    from the start would be hours of pages at CloudWatch's few calls a second); a window holding fewer than N lines
+    widens; ``--follow`` afterwards goes on from the window's end, no line twice."""
+    hour = 3600 * 1000
+    put(logs, "algo-1-1700000000", [f"[rank 0] early {i}" for i in range(3)], now_ms - 3 * hour)
+    put(logs, "algo-1-1700000000", ["[rank 0] late 0", "[rank 0] late 1"], now_ms - 30 * 1000)
+    put(logs, "algo-2-1700000000", ["[rank 1] late 0"], now_ms - 20 * 1000)
+    starts: list[int] = []
+
+    class Recording:
+        def filter_log_events(self, **params: Any) -> Any:
+            starts.append(params["startTime"])
+            return logs.filter_log_events(**params)
+
+    def output() -> RankOutput:
+        reader = CloudWatchNodeOutput(lambda: Recording(), JOB, created=now_ms / 1000 - 4 * 3600, page_interval=0)
+        sm = backend(logs, ["InProgress"])
+        return RankOutput(sm, JOB, output=reader, local_ranks=lambda node, local: None)
+
+    now = lambda: now_ms / 1000  # noqa: E731 - the test's own clock
+    recent = output()
+    assert [line.text() for line in recent.last(2, now=now)] == ["[rank 0] late 1", "[rank 1] late 0"]
+    assert min(starts) == now_ms - 120_000  # reads of the last 2 minutes, nothing older
+
+    starts.clear()
+    wide = output()
+    assert [line.text() for line in wide.last(4, now=now)] == [
+        "[rank 0] early 2",
+        "[rank 0] late 0",
+        "[rank 0] late 1",
+        "[rank 1] late 0",
+    ]
+    # 2 min, 16 min and 2 h held 3 lines; 16 h reaches back past the job's creation 4 h ago: the whole run
+    windows = [seconds for seconds in (120, 960, 7200, 57600) if now_ms - seconds * 1000 in starts]
+    assert windows == [120, 960, 7200] and min(starts) == now_ms - 4 * hour - CLOCK_SKEW_MS
+    put(logs, "algo-2-1700000000", ["[rank 1] next"], now_ms + 10)
+    assert [line.text() for line in wide.read()] == ["[rank 1] next"]  # follow: only what came after
+
+    starts.clear()
+    everything = output()
+    assert len(everything.last(50, now=now)) == 7  # fewer lines than asked: the whole run, from its creation
+    assert min(starts) == now_ms - 4 * hour - CLOCK_SKEW_MS
