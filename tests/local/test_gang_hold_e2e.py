@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -33,48 +32,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reaso
 needs_netns = pytest.mark.skipif(not netns.available(), reason="network namespaces need root and iproute2")
 needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (apt openmpi-bin) is needed")
 
-# Each rank all_reduces in a loop with a process-group timeout far shorter than the hold; the last rank raises
-# once the test writes marks/fail.  Under mpirun, torch.distributed's variables come from MPI's.
-SCRIPT = textwrap.dedent(
-    """
-    import datetime, os, pathlib, time
-    import torch
-    import torch.distributed as dist
-
-    marks = pathlib.Path(@MARKS@)
-    if "OMPI_COMM_WORLD_RANK" in os.environ:
-        os.environ.update(
-            RANK=os.environ["OMPI_COMM_WORLD_RANK"],
-            WORLD_SIZE=os.environ["OMPI_COMM_WORLD_SIZE"],
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT="@PORT@",
-        )
-
-
-    def train_step(step):
-        total = torch.tensor([float(step)])
-        dist.all_reduce(total)
-        return total
-
-
-    def fail(step):
-        scale = step * 10
-        raise ValueError(f"bad batch {scale}")  # RAISE-HERE
-
-
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    step = 0
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        train_step(step)
-        step += 1
-        (marks / f"step-{rank}").write_text(str(step))
-        if rank == world - 1 and (marks / "fail").exists():
-            fail(step)
-        time.sleep(0.01)
-    """
-)
+# the script both gang-hold e2e tests run (this one and the VS Code one): see its header
+SCRIPT = (Path(__file__).parents[1] / "fixtures" / "gang_crash.py.template").read_text()
 HOLD = 120
 PG_TIMEOUT = 5
 

@@ -26,6 +26,7 @@ import {
   jobsViewRows,
   launchJob,
   openWorkbench,
+  repo,
   runCommand,
   say,
   screenshot,
@@ -43,38 +44,13 @@ useHarness('held');
 const RANKS = 4;
 const HOLD_SECONDS = 300;
 
-// tests/local/test_gang_hold_e2e.py's script: a process-group timeout far shorter than the hold (the gang hold
-// raises it: no rank dies of it while held); the last rank raises once the test writes marks/fail.
-const script = (marks) => `import datetime, os, pathlib, time
-import torch
-import torch.distributed as dist
-
-marks = pathlib.Path(${JSON.stringify(marks)})
-
-
-def train_step(step):
-    total = torch.tensor([float(step)])
-    dist.all_reduce(total)
-    return total
-
-
-def fail(step):
-    scale = step * 10
-    raise ValueError(f"bad batch {scale}")  # RAISE-HERE
-
-
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
-rank, world = dist.get_rank(), dist.get_world_size()
-step = 0
-deadline = time.monotonic() + 300
-while time.monotonic() < deadline:
-    train_step(step)
-    step += 1
-    (marks / f"step-{rank}").write_text(str(step))
-    if rank == world - 1 and (marks / "fail").exists():
-        fail(step)
-    time.sleep(0.01)
-`;
+// the script of tests/local/test_gang_hold_e2e.py too (see its header): a process-group timeout far shorter than
+// the hold; the last rank raises once the test writes marks/fail.  A JSON string is a Python string literal.
+const script = (marks) =>
+  fs
+    .readFileSync(path.join(repo, 'tests', 'fixtures', 'gang_crash.py.template'), 'utf8')
+    .replaceAll('@MARKS@', JSON.stringify(marks))
+    .replaceAll('@PORT@', '0');
 
 const steps = (marks, rank) => {
   try {
