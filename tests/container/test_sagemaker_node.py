@@ -440,7 +440,7 @@ def test_container_credentials_endpoint(tmp_path: Path) -> None:
         assert creds == awscall.Credentials("AK", "SK", "T")
     finally:
         server.kill()
-        server.wait()
+        server.communicate()  # reaps it and closes its stdout pipe
 
 
 def test_hybrid_node_publishes_its_managed_instance_and_deregisters(

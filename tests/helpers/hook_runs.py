@@ -189,15 +189,17 @@ class HookRun:
     def start(self, *command: str, cwd: Path | None = None) -> HookRun:
         self.marks.mkdir(exist_ok=True)
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            [PYTHON, "-m", "remote_debug.container", "--", *command],
-            env=self.env,
-            cwd=cwd or self.root,
-            stdin=subprocess.DEVNULL,
-            stdout=open(self.root / "stdout.log", "wb"),  # noqa: SIM115 - the child owns it
-            stderr=open(self.root / "stderr.log", "wb"),  # noqa: SIM115
-            start_new_session=True,
-        )
+        # the child gets copies of the descriptors: ours are closed once it started
+        with open(self.root / "stdout.log", "wb") as stdout, open(self.root / "stderr.log", "wb") as stderr:
+            self.proc = subprocess.Popen(
+                [PYTHON, "-m", "remote_debug.container", "--", *command],
+                env=self.env,
+                cwd=cwd or self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
         return self
 
     def start_torchrun(self, script: Path, nproc: int = 2) -> HookRun:
