@@ -139,7 +139,7 @@ def attach(
             "--all-stop/--non-stop",
             metavar="",
             help="All-stop: when one rank stops, pause every other rank; Continue in any rank continues all "
-            "(default with an IDE). Non-stop: each rank on its own (default with --headless).",
+            "(default with an IDE, VS Code or PyCharm). Non-stop: each rank on its own (default with --headless).",
         ),
     ] = None,
 ) -> None:
@@ -147,11 +147,6 @@ def attach(
     (--headless: once every rank had its stops; Ctrl-C detaches, the job keeps running)."""
     if ide != Editor.PYCHARM and (pycharm_port or pycharm_build):
         raise UserError("--pycharm-port and --pycharm-build need --ide pycharm")
-    if ide == Editor.PYCHARM and all_stop:
-        raise UserError(
-            "--all-stop works with VS Code and --headless: PyCharm's ranks talk pydevd's own protocol to PyCharm, "
-            "which pauses each rank on its own (drop --all-stop)"
-        )
     if follow and not headless:
         raise UserError("--follow needs --headless: an IDE attach always stays until the job ends")
     ws = (workspace or Path.cwd()).absolute()

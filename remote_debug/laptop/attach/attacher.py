@@ -185,6 +185,7 @@ class Attacher:
         # the ranks' debug sessions as one program: all-stop, and the group actions
         self.group = RankGroup(self.emit, all_stop=options.all_stop)
         self.ide.taps = self.group.hooks
+        self.ide.pydevd_taps = self.group.pydevd_hooks
         self.group_server = GroupServer(self.group, self.paths, job)
         # ranks in their --wait window that this attach did not select: told to run on, not left waiting
         self.wait_release = WaitRelease(self.connection.control)

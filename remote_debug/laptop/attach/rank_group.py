@@ -23,8 +23,12 @@ ranks behave like one program, the way a debugger's all-stop mode treats the thr
 The collectives are pause-safe before any of this can happen: the attach raised every rank's
 process-group timeout before it exposed the first rank (``pause_safe.py``).
 
-Only ranks with a debugger attached through this attach are in the group: PyCharm's ranks connect out
-to PyCharm through reverse forwards that carry pydevd's own protocol, not DAP (no all-stop there).
+The group itself speaks no protocol: each member is a :class:`RankSession` (pause every thread, continue,
+step the main thread, end, a line in the rank's console), and what a session carries reaches the group as
+plain news (the rank stopped - why, which thread -, runs again; the IDE is ready, continued, stepped, left).
+Two adapters translate: :mod:`group_dap` for VS Code and headless ranks (DAP, in the forwards:
+:mod:`dap_tap`), :mod:`group_pydevd` for PyCharm's ranks (pydevd's line protocol, in the reverse forwards:
+:mod:`pydevd_tap`; what PyCharm cannot show is said there).
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from remote_debug.laptop.connection.dap_tap import GROUP_MARK, DapTap, JsonDict, TapHooks
-from remote_debug.laptop.connection.logpoint_tags import LogpointTags
+from remote_debug.laptop.attach.group_dap import DapHooks
+from remote_debug.laptop.attach.group_pydevd import PydevdGroupHooks
+from remote_debug.laptop.attach.rank_session import IdeSaid, RankSession
+from remote_debug.laptop.connection.dap_tap import TapHooks
+from remote_debug.laptop.connection.pydevd_tap import PydevdHooks
 from remote_debug.laptop.wire import events
 from remote_debug.laptop.wire.documents import GroupAction, RankInGroup, RankPhase
 from remote_debug.laptop.wire.event_text import event_text
@@ -44,13 +51,12 @@ from remote_debug.laptop.wire.event_text import event_text
 WAIT_SECONDS = 1.5  # a rank asked to pause or step that has not stopped by then is said to be waiting
 TICK_SECONDS = 0.25
 OVERTAKEN_SECONDS = 2.0  # a pause landing this soon after our continue overtook it is stale
-_STEPS = frozenset({"next", "stepIn", "stepOut", "stepBack", "reverseContinue", "goto"})
 
 
 @dataclass
 class _Member:
     rank: int
-    session: DapTap
+    session: RankSession
     phase: RankPhase = RankPhase.RUNNING
     configured: bool = False  # the IDE finished its configuration: our requests may follow
     thread: Any = None  # the thread of its last stop
@@ -82,7 +88,11 @@ class RankGroup:
 
     def hooks(self, rank: int) -> TapHooks:
         """What the rank's forward tells the group about its sessions."""
-        return _RankHooks(self, rank)
+        return DapHooks(self, rank)
+
+    def pydevd_hooks(self, rank: int) -> PydevdHooks:
+        """What the rank's reverse forward tells the group about its connections to PyCharm."""
+        return PydevdGroupHooks(self, rank)
 
     def close(self) -> None:
         self._stop.set()
@@ -124,7 +134,7 @@ class RankGroup:
                 sends = [self._step_locked(m, now) for m in acted]
             else:
                 acted = members
-                sends = [_terminate(m.session) for m in acted]
+                sends = [m.session.end for m in acted]
         for send in sends:
             send()
         ranks = [m.rank for m in acted]
@@ -133,45 +143,42 @@ class RankGroup:
 
     # --- what each session shows (the forwards' threads) ------------------------------------------
 
-    def _opened(self, rank: int, session: DapTap) -> None:
+    def session_opened(self, rank: int, session: RankSession) -> None:
         with self._lock:
             self._members[rank] = _Member(rank, session)
             if self._ticker is None:
                 self._ticker = threading.Thread(target=self._tick, name="rank-group", daemon=True)
                 self._ticker.start()
 
-    def _closed(self, rank: int, session: DapTap) -> None:
+    def session_closed(self, rank: int, session: RankSession) -> None:
         with self._lock:
             member = self._members.get(rank)
-            if member is not None and member.session is session:
+            if member is not None and member.session == session:
                 del self._members[rank]
                 self._settle_locked()
             said = self._all_paused_locked()
         self._say(said)
 
-    def _from_ide(self, rank: int, session: DapTap, message: JsonDict) -> None:
-        if message.get("type") != "request":
-            return
-        command = message.get("command")
+    def ide_said(self, rank: int, session: RankSession, said_by_ide: IdeSaid) -> None:
         now = self._clock()
         sends: list[Callable[[], object]] = []
         mirrored: list[int] = []
         said: events.AllPaused | None = None
         with self._lock:
             member = self._members.get(rank)
-            if member is None or member.session is not session:
+            if member is None or member.session != session:
                 return
-            if command in ("disconnect", "terminate"):
+            if said_by_ide == IdeSaid.GONE:
                 # nothing of ours may follow the IDE's goodbye: a pause read after it would leave the rank
                 # suspended with no debugger, for the next one to find stopped
                 del self._members[rank]
                 self._settle_locked()
                 said = self._all_paused_locked()
-            elif command == "configurationDone":
+            elif said_by_ide == IdeSaid.READY:
                 member.configured = True
                 if self.all_stop and self._trigger is not None:  # a rank attached while the others are stopped
                     sends.append(self._pause_locked(member, now))
-            elif command == "continue":
+            elif said_by_ide == IdeSaid.CONTINUED:
                 member.phase, member.by_group = RankPhase.RUNNING, False
                 if self.all_stop:  # Continue resumes the whole program, every rank of it
                     others = [m for m in self._members.values() if m is not member and m.configured]
@@ -179,7 +186,7 @@ class RankGroup:
                     sends = [self._continue_locked(m) for m in others]
                     mirrored = sorted(m.rank for m in others)
                     self._trigger = None
-            elif command in _STEPS:
+            elif said_by_ide == IdeSaid.STEPPED:
                 member.phase, member.by_group, member.asked_at, member.waiting_said = (
                     RankPhase.STEPPING,
                     False,
@@ -192,33 +199,27 @@ class RankGroup:
             self.emit(events.GroupActed(action=GroupAction.CONTINUE, ranks=mirrored, origin=f"rank {rank}"))
         self._say(said)
 
-    def _from_rank(self, rank: int, session: DapTap, message: JsonDict) -> JsonDict | None:
-        if message.get("type") != "event":
-            return message
-        name = message.get("event")
-        if name == "stopped":
-            return self._stopped(rank, session, message)
-        if name == "continued":
-            with self._lock:
-                member = self._members.get(rank)
-                if member is not None and member.session is session and member.phase == RankPhase.STOPPED:
-                    member.phase, member.by_group = RankPhase.RUNNING, False
-                self._settle_locked()
-        return message
+    def rank_running(self, rank: int, session: RankSession) -> None:
+        """The rank runs again (after a stop)."""
+        with self._lock:
+            member = self._members.get(rank)
+            if member is not None and member.session == session and member.phase == RankPhase.STOPPED:
+                member.phase, member.by_group = RankPhase.RUNNING, False
+            self._settle_locked()
 
-    def _stopped(self, rank: int, session: DapTap, message: JsonDict) -> JsonDict | None:
-        body = message.get("body")
-        body = body if isinstance(body, dict) else {}
-        reason = str(body.get("reason", ""))
+    def rank_stopped(self, rank: int, session: RankSession, reason: str, thread: Any) -> str | None:
+        """The rank stopped (``reason`` as DAP names it: breakpoint, exception, pause, step...).  How the IDE is
+        to show it: "" as the rank said it, a text when the group caused it (why), None not at all (a stale
+        pause that the continue behind it resumes)."""
         now = self._clock()
         sends: list[Callable[[], object]] = []
         began: _Trigger | None = None
         pausing: list[int] = []
-        out = message
+        out = ""
         with self._lock:
             member = self._members.get(rank)
-            if member is None or member.session is not session:
-                return message
+            if member is None or member.session != session:
+                return ""
             if (
                 reason == "pause"
                 and member.phase == RankPhase.RUNNING
@@ -232,9 +233,10 @@ class RankGroup:
             stepped = member.phase == RankPhase.STEPPING and reason == "step"
             ours = member.by_group and (paused or stepped)
             member.phase, member.reason, member.waiting_said = RankPhase.STOPPED, reason, False
-            member.thread = body.get("threadId", member.thread)
+            if thread is not None:
+                member.thread = thread
             if ours:
-                out = _marked(message, body, _why(self._trigger) if paused else "Step Over All")
+                out = _why(self._trigger) if paused else "Step Over All"
             else:
                 member.by_group = False
                 if self.all_stop:
@@ -265,27 +267,19 @@ class RankGroup:
 
     def _pause_locked(self, member: _Member, now: float) -> Callable[[], object]:
         member.phase, member.by_group, member.asked_at, member.waiting_said = RankPhase.PAUSING, True, now, False
-        session = member.session
-        return lambda: session.request("pause", {"threadId": "*"})  # pydevd: every thread of the rank
+        return member.session.pause_all
 
     def _continue_locked(self, member: _Member) -> Callable[[], object]:
         thread = member.thread if member.thread is not None else "*"
         member.overtaken_at = self._clock() if member.phase == RankPhase.PAUSING else None
         member.phase, member.by_group = RankPhase.RUNNING, False
         session = member.session
-        return lambda: session.request("continue", {"threadId": thread})
+        return lambda: session.continue_all(thread)
 
     def _step_locked(self, member: _Member, now: float) -> Callable[[], object]:
         member.phase, member.by_group, member.asked_at, member.waiting_said = RankPhase.STEPPING, True, now, False
         session, fallback = member.session, member.thread
-
-        def step_main(response: JsonDict) -> None:
-            # the training loop is the main thread's; the last stop may have been any thread's
-            threads = (response.get("body") or {}).get("threads") or []
-            main = next((t.get("id") for t in threads if t.get("name") == "MainThread"), fallback)
-            session.request("next", {"threadId": main if main is not None else fallback})
-
-        return lambda: session.request("threads", {}, step_main)
+        return lambda: session.step_main(fallback)
 
     def _all_paused_locked(self) -> events.AllPaused | None:
         trigger = self._trigger
@@ -325,7 +319,7 @@ class RankGroup:
         for m, action in late:
             event = events.RankWaiting(rank=m.rank, action=action, seconds=round(now - m.asked_at, 1))
             self.emit(event)
-            m.session.tell_ide("output", {"category": "console", "output": f"[remote-debug] {event_text(event)}\n"})
+            m.session.say(f"[remote-debug] {event_text(event)}\n")
 
 
 def _why(trigger: _Trigger | None) -> str:
@@ -333,40 +327,3 @@ def _why(trigger: _Trigger | None) -> str:
     if trigger is None or trigger.rank is None:
         return "Pause All"
     return f"All-stop: rank {trigger.rank}"
-
-
-def _marked(message: JsonDict, body: JsonDict, why: str) -> JsonDict:
-    """The stop as the IDE shows it: why this rank stopped, and the focus left where it is."""
-    marked = {**body, "description": why, "preserveFocusHint": True, GROUP_MARK: True}
-    return {**message, "body": marked}
-
-
-def _terminate(session: DapTap) -> Callable[[], object]:
-    # the IDE ends the session as at a debuggee's end: it sends `disconnect`, pydevd resumes the rank
-    return lambda: session.tell_ide("terminated", {})
-
-
-class _RankHooks:
-    """One rank's sessions: the group's part, and its logpoints' rank tags (:mod:`logpoint_tags`)."""
-
-    def __init__(self, group: RankGroup, rank: int) -> None:
-        self.group, self.rank = group, rank
-        self._logpoints: dict[int, LogpointTags] = {}  # id(session) -> its logpoints, while it is open
-
-    def opened(self, session: DapTap) -> None:
-        self._logpoints[id(session)] = LogpointTags(self.rank)
-        self.group._opened(self.rank, session)
-
-    def from_ide(self, session: DapTap, message: JsonDict) -> JsonDict | None:
-        self.group._from_ide(self.rank, session, message)
-        tags = self._logpoints.get(id(session))
-        return tags.request(message) if tags is not None else None
-
-    def from_rank(self, session: DapTap, message: JsonDict) -> JsonDict | None:
-        tags = self._logpoints.get(id(session))
-        hit = tags.output(message) if tags is not None else None
-        return hit if hit is not None else self.group._from_rank(self.rank, session, message)
-
-    def closed(self, session: DapTap) -> None:
-        self._logpoints.pop(id(session), None)
-        self.group._closed(self.rank, session)

@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import json
 import logging
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import Any, Protocol
 import paramiko
 
 from remote_debug.contract import dap_wire
+from remote_debug.laptop.connection.pump import pump
 
 JsonDict = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -151,27 +151,18 @@ class DapTap:
     def run(self) -> None:
         """Carry the session until either side closes (the forward's thread)."""
         from_ide, from_rank = FrameSplitter(), FrameSplitter()
-        watched: list[Any] = [self._ide, self._rank]
+
+        def ide_said(data: bytes) -> None:
+            for raw, message in from_ide.feed(data):
+                self._pass_to_rank(raw, message)
+
+        def rank_said(data: bytes) -> None:
+            for raw, message in from_rank.feed(data):
+                self._pass_to_ide(raw, message)
+
         self._hooks.opened(self)
         try:
-            while True:
-                readable, _, _ = select.select(watched, [], [], 30)
-                if not readable:
-                    if self._rank.closed or self._rank.eof_received:
-                        return
-                    continue
-                if self._ide in readable:
-                    data = self._ide.recv(65536)
-                    if not data:
-                        return
-                    for raw, message in from_ide.feed(data):
-                        self._pass_to_rank(raw, message)
-                if self._rank in readable:
-                    data = self._rank.recv(65536)
-                    if not data:
-                        return
-                    for raw, message in from_rank.feed(data):
-                        self._pass_to_ide(raw, message)
+            pump(self._ide, self._rank, ide_said, rank_said)
         finally:
             self._closed.set()
             with contextlib.suppress(Exception):  # a hook's bug must not keep the forward's socket open

@@ -11,6 +11,9 @@ bytes both ways - but first we write one hello line (``pycharm_spec.Hello``) on 
   from us is the rank's own.
 * IDE listening -> ``ok: true`` + the IDE project root (the rank maps it to the job's code dir)
   + the PyCharm build (the rank checks its pydevd-pycharm against it), then the IDE's bytes.
+
+With a rank group (all-stop, the group actions) the bytes pass through a :class:`pydevd_tap.PydevdTap`, which
+reads pydevd's line protocol and lets the group act in the connection; without one, a plain pump.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import paramiko
 
 from remote_debug.contract.pycharm_spec import Hello
 from remote_debug.contract.spec import LOOPBACK
-from remote_debug.laptop.connection.tunnels import ReverseHandler, _pump
+from remote_debug.laptop.connection.pump import pump
+from remote_debug.laptop.connection.pydevd_tap import PydevdHooks, PydevdTap
+from remote_debug.laptop.connection.tunnels import ReverseHandler
 from remote_debug.laptop.wire import events as ev
 from remote_debug.laptop.wire.events import Emit
 from remote_debug.oskit import peer_uid
@@ -93,9 +98,10 @@ class IdeBridge:
         # called when a rank's connection to the IDE ends (PyCharm stopped, restarted, or the rank ended)
         self.on_end: Callable[[RankOrigin], None] | None = None
 
-    def handler_for(self, rank: int, node: str, node_port: int) -> ReverseHandler:
+    def handler_for(self, rank: int, node: str, node_port: int, tap: PydevdHooks | None = None) -> ReverseHandler:
+        """``tap``: who reads the pydevd protocol of the rank's connections (the attach's rank group)."""
         origin = RankOrigin(rank, node, node_port)
-        return lambda chan, _from: self._serve(chan, origin)
+        return lambda chan, _from: self._serve(chan, origin, tap)
 
     def connected(self, rank: int) -> bool:
         """Whether the rank has a connection to the IDE open now."""
@@ -106,7 +112,7 @@ class IdeBridge:
         with self._lock:
             return self._origins.get(local_port)
 
-    def _serve(self, chan: paramiko.Channel, origin: RankOrigin) -> None:
+    def _serve(self, chan: paramiko.Channel, origin: RankOrigin, tap: PydevdHooks | None = None) -> None:
         counted = False
         try:
             ide = socket.create_connection((self.ide_host, self.ide_port), timeout=self.connect_timeout)
@@ -140,7 +146,10 @@ class IdeBridge:
             # starts, so the hello is always the first line the rank reads.
             chan.sendall(Hello(ok=True, ide_root=self.ide_root, build=self.build).encode())
             self.emit(ev.RankConnected(rank=origin.rank, node=origin.node, ide_port=self.ide_port))
-            _pump(ide, chan)
+            if tap is not None:
+                PydevdTap(ide, chan, tap).run()
+            else:
+                pump(ide, chan, chan.sendall, ide.sendall)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             log.debug("rank %s connection to the IDE ended: %s", origin.rank, exc)
         finally:

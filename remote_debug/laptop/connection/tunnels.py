@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import paramiko
 
 from remote_debug.contract import dap_wire
 from remote_debug.contract.spec import ALREADY_ATTACHED, LOOPBACK
 from remote_debug.laptop.connection.dap_tap import DapTap, TapHooks
+from remote_debug.laptop.connection.pump import pump
 from remote_debug.laptop.core.errors import HostKeyMismatchError as HostKeyMismatchError
 from remote_debug.laptop.core.errors import UserError
 from remote_debug.oskit import peer_uid
@@ -463,7 +463,7 @@ class NodeTunnel:
                 if tap is not None:
                     DapTap(client, chan, tap).run()
                 else:
-                    _pump(client, chan)
+                    pump(client, chan, chan.sendall, client.sendall)
             except Exception as exc:  # one side went mid-transfer (an IDE quitting, Ctrl-C on attach):
                 # the connection is over either way; a thread traceback on the user's terminal is no news
                 log.debug("forward to %s:%s ended: %s", self.endpoint.alias, remote_port, exc)
@@ -526,23 +526,3 @@ class NodeTunnel:
         self._listeners.clear()
         with self._lock:
             self._drop_transport_locked()
-
-
-def _pump(sock: socket.socket, chan: paramiko.Channel) -> None:
-    watched: list[Any] = [sock, chan]  # paramiko channels are selectable (they have fileno())
-    while True:
-        readable, _, _ = select.select(watched, [], [], 30)
-        if not readable:
-            if chan.closed or chan.eof_received:
-                return
-            continue
-        if sock in readable:
-            data = sock.recv(65536)
-            if not data:
-                return
-            chan.sendall(data)
-        if chan in readable:
-            data = chan.recv(65536)
-            if not data:
-                return
-            sock.sendall(data)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from remote_debug.contract import spec
 from remote_debug.laptop.connection.dap_tap import TapHooks
+from remote_debug.laptop.connection.pydevd_tap import PydevdHooks
 from remote_debug.laptop.connection.tunnels import NodeTunnel
 from remote_debug.laptop.core.jobinfo import JobInfo
 from remote_debug.laptop.ide.editor import Editor
@@ -64,6 +65,8 @@ class IdeSide:
     # who reads the DAP of each rank's sessions (the attach's rank group: all-stop, group actions), for a
     # side whose IDE speaks DAP through our forwards; set by the attach
     taps: Callable[[int], TapHooks] | None = None
+    # the same for a side whose ranks connect out to the IDE with pydevd's own protocol (PyCharm)
+    pydevd_taps: Callable[[int], PydevdHooks] | None = None
 
     @property
     def debugger(self) -> spec.RankDebugger:

@@ -188,7 +188,8 @@ class PyCharmIde(IdeSide):
         """Reverse-forward the rank's node port to the IDE port; returns the IDE port."""
         assert self.bridge is not None, "prepare() first"
         try:
-            tunnel.reverse_forward(endpoint.port, self.bridge.handler_for(endpoint.rank, node, endpoint.port))
+            tap = self.pydevd_taps(endpoint.rank) if self.pydevd_taps is not None else None
+            tunnel.reverse_forward(endpoint.port, self.bridge.handler_for(endpoint.rank, node, endpoint.port, tap))
         except Exception as exc:  # sshd refused (port taken on the node): one line for this rank
             raise UserError(f"cannot reverse-forward port {endpoint.port} on {node}: {exc}") from None
         return self.ide_port

@@ -4,7 +4,9 @@
 user would run PyCharm: it listens on a laptop port, every rank connects to it (through the
 reverse tunnels), and per connection it does what the built-in DAP client does for VS Code ranks:
 set the breakpoints, let the rank run, and at each stop report the top frame and its locals, step
-``steps`` times, then clear the breakpoints (after ``max_stops``) and resume.
+``steps`` times, then clear the breakpoints (after ``max_stops``) and resume.  A suspension the attach's
+rank group caused (all-stop, Pause All: its ``message`` says so) is no stop of the rank's own: it is noted
+(``group_stops``) and left as it is, as the headless DAP client leaves such a stop for the group to end.
 
 The wire format (pydevd-pycharm, measured against 263.x): one message per line,
 ``"<cmd id>\\t<seq>\\t<text>\\n"``; pydevd URL-quotes the text, and inside its XML it quotes names
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from remote_debug.contract.spec import LOOPBACK
+from remote_debug.laptop.connection.pydevd_tap import GROUP_MESSAGE
 from remote_debug.laptop.ide.headless_session import HeadlessPlan, RankReport, StopRecord
 from remote_debug.laptop.wire import events as ev
 from remote_debug.laptop.wire.events import Emit
@@ -65,6 +68,7 @@ class Suspend:
     line: int
     function: str
     frame_id: str
+    message: str = ""  # pydevd's note on the stop (a log breakpoint's text; the rank group's reason)
 
 
 def parse_suspend(text: str) -> Suspend:
@@ -83,6 +87,7 @@ def parse_suspend(text: str) -> Suspend:
         line=int(frame.get("line", "0")),
         function=unquote(frame.get("name", "")),
         frame_id=frame.get("id", ""),
+        message=unquote(thread.get("message", "")),
     )
 
 
@@ -184,6 +189,7 @@ class PydevdServer:
         self.port = int(self._server.getsockname()[1])
         self.reports: list[RankReport] = []
         self.versions: dict[int, str] = {}  # rank -> pydevd-pycharm version it reported
+        self.group_stops: list[tuple[int, str]] = []  # (rank, why) of each suspension the rank group caused
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -249,12 +255,18 @@ class PydevdServer:
                 if conn.closed:
                     return  # the rank ran to its end without (further) stops
                 raise
+            if suspend.message.startswith(GROUP_MESSAGE):  # the group's: it resumes the rank itself
+                with self._lock:
+                    self.group_stops.append((report.rank, suspend.message[len(GROUP_MESSAGE) :]))
+                continue
             hits += 1
             self._record(conn, report, suspend)
             for _ in range(plan.steps):
                 conn.send(CMD_STEP_OVER, suspend.thread_id)
                 suspend = parse_suspend(conn.wait_for(CMD_THREAD_SUSPEND, timeout=30.0).text)
                 self._record(conn, report, suspend)
+            if plan.pause_seconds > 0:
+                self._stop.wait(plan.pause_seconds)
             if hits >= plan.max_stops:
                 with self._lock:
                     for path, bid in conn.breakpoints:
