@@ -35,33 +35,28 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
 ]
 
-# As test_all_stop_e2e's loop, but in a function: pydevd-pycharm's tracer of a module's top-level frame recurses
-# into itself over a few thousand traced iterations (RecursionError in the rank that runs on, with or without
-# the tap): a training script's loop is in a function anyway.
+# As test_all_stop_e2e's loop: at the top level of the script, where pydevd-pycharm's own tracer piles up a
+# wrapper per traced line until RecursionError (pycharm_top_level keeps it flat): rank 1 runs thousands of
+# traced lines while rank 0 is held
 PYTHON_LOOP = textwrap.dedent(
     """
     import pathlib, time
     import torch.distributed as dist
 
-
-    def main() -> None:
-        marks = pathlib.Path({marks!r})
-        dist.init_process_group("gloo")
-        rank = dist.get_rank()
-        step, go = 0, None
-        while not (marks / "done").exists():
-            step += 1
-            (marks / f"steps-{{rank}}").write_text(str(step))
-            if go is None and (marks / "go").exists():
-                go = step + 30
-            if rank == 0 and step == go:
-                hit = step  # BREAK-HERE
-            time.sleep(0.02)
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-    main()
+    marks = pathlib.Path({marks!r})
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    step, go = 0, None
+    while not (marks / "done").exists():
+        step += 1
+        (marks / f"steps-{{rank}}").write_text(str(step))
+        if go is None and (marks / "go").exists():
+            go = step + 30
+        if rank == 0 and step == go:
+            hit = step  # BREAK-HERE
+        time.sleep(0.02)
+    dist.barrier()
+    dist.destroy_process_group()
     """
 )
 HOLD_SECONDS = 4.0  # how long the stand-in stays at rank 0's breakpoint before its one CMD_THREAD_RUN

@@ -42,6 +42,7 @@ from typing import Any
 
 from remote_debug.container import node_env
 from remote_debug.container.log import describe, log
+from remote_debug.container.rank import pycharm_top_level
 from remote_debug.container.rank.control import ControlServer
 from remote_debug.container.rank.hold import ExcInfo, FailureHook, traceback_frames, track_unhandled_stops
 from remote_debug.container.rank.pycharm_link import Connection, connect_within, node_port
@@ -346,6 +347,8 @@ class PyCharmDebugger:
         if not attached:
             return False, why
         self._py_db = _global_debugger()
+        if self._py_db is not None and not pycharm_top_level.install(self._py_db):
+            log(f"rank {self.rank}: pydevd-pycharm has no trace_dispatch to wrap: a top-level loop may overflow")
         if self.failure_hook is not None:
             self.failure_hook.reinstall()  # pydevd put its own excepthook there (it would exit the process)
         track_unhandled_stops()
