@@ -10,7 +10,6 @@ resumes both; the job completes.  Non-stop is the control: rank 1 runs on.
 from __future__ import annotations
 
 import importlib.util
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from remote_debug.laptop.wire.documents import RankPhase
 from tests.helpers.ddp_job import break_line, marked_project
 from tests.helpers.event_log import EventLog
 from tests.helpers.jobs import launch_job
+from tests.local.test_all_stop_e2e import PYTHON_LOOP, _steps
 
 # Looked up, not imported: pydevd-pycharm must never be loaded into a process that may load debugpy.
 pytestmark = [
@@ -35,38 +35,10 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
 ]
 
-# As test_all_stop_e2e's loop: at the top level of the script, where pydevd-pycharm's own tracer piles up a
-# wrapper per traced line until RecursionError (pycharm_top_level keeps it flat): rank 1 runs thousands of
-# traced lines while rank 0 is held
-PYTHON_LOOP = textwrap.dedent(
-    """
-    import pathlib, time
-    import torch.distributed as dist
-
-    marks = pathlib.Path({marks!r})
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    step, go = 0, None
-    while not (marks / "done").exists():
-        step += 1
-        (marks / f"steps-{{rank}}").write_text(str(step))
-        if go is None and (marks / "go").exists():
-            go = step + 30
-        if rank == 0 and step == go:
-            hit = step  # BREAK-HERE
-        time.sleep(0.02)
-    dist.barrier()
-    dist.destroy_process_group()
-    """
-)
+# test_all_stop_e2e's loop, at the top level of the script, where pydevd-pycharm's own tracer piles up a wrapper
+# per traced line until RecursionError (pycharm_top_level keeps it flat): rank 1 runs thousands of traced lines
+# while rank 0 is held
 HOLD_SECONDS = 4.0  # how long the stand-in stays at rank 0's breakpoint before its one CMD_THREAD_RUN
-
-
-def _steps(marks: Path, rank: int) -> int:
-    try:
-        return int((marks / f"steps-{rank}").read_text() or 0)
-    except (FileNotFoundError, ValueError):
-        return 0
 
 
 def _attach_and_watch(tmp_path: Path, *, all_stop: bool) -> tuple[EventLog, dict[str, Any]]:
