@@ -151,14 +151,15 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The complete lines the data finished, each with its newline; ValueError past ``max_line``."""
-        self._buffer += data
-        end = self._buffer.rfind(b"\n")
+        # only the new data is searched: a frame's variables can be one line of megabytes, arriving in 64 KiB reads
+        end = data.rfind(b"\n")
         if end < 0:
+            self._buffer += data
             if len(self._buffer) > self._max_line:
                 raise ValueError(f"pydevd line over {self._max_line} bytes")
             return []
-        done = bytes(self._buffer[: end + 1])
-        del self._buffer[: end + 1]
+        done = bytes(self._buffer) + data[: end + 1]
+        self._buffer = bytearray(data[end + 1 :])
         return [line + b"\n" for line in done[:-1].split(b"\n")]  # "\n" only: pydevd's reader splits on nothing else
 
 
