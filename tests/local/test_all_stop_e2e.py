@@ -256,25 +256,28 @@ def test_the_ranks_command_pauses_steps_and_continues_every_rank(home: Path, tmp
 
         return dict(json.loads(out.stdout))
 
+    def until(ask: Any, name: str, done: Any, seconds: float = 60.0) -> None:
+        """``replies[name]``: the last answer of ``ask``, asked until its ranks are ``done`` or time is up."""
+        deadline = time.monotonic() + seconds
+        while True:
+            replies[name] = ask()
+            if done(replies[name]["status"]) or time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+
     def drive() -> None:
         try:
             assert ready.wait(60)
             time.sleep(0.5)  # configurationDone follows rank-attached
             replies["pause"] = cli("pause")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                replies["paused"] = cli("status")
-                if all(s["phase"] == "stopped" for s in replies["paused"]["status"]):
-                    break
-                time.sleep(0.1)
+            # each `ranks status` is a Python start-up: on a loaded machine a few seconds; the waits are long
+            until(lambda: cli("status"), "paused", lambda ranks: all(s["phase"] == "stopped" for s in ranks))
             before = {r: _steps(marks, r) for r in (0, 1)}
             replies["step"] = cli("step")
-            time.sleep(1.0)
-            replies["stepped"] = cli("status")
+            until(lambda: cli("status"), "stepped", lambda ranks: all(s["reason"] == "step" for s in ranks))
             replies["moved"] = {r: _steps(marks, r) - before[r] for r in (0, 1)}
             replies["continue"] = cli("continue")
-            time.sleep(0.5)
-            replies["running"] = cli("status")
+            until(lambda: cli("status"), "running", lambda ranks: all(s["phase"] == "running" for s in ranks))
         finally:
             (marks / "done").write_text("")
 
