@@ -123,7 +123,8 @@ test('the hang view: rank 3 stuck elsewhere first, ranks 0-2 in all_reduce; a cl
     try {
       rows = await waitFor('the classes in the Stacks view', async () => {
         const r = await stacksRows();
-        return r.some((x) => x.label === 'ranks 0-2 (3)') ? r : undefined;
+        // both classes: the tree may be drawn a row at a time, and a read between two draws sees one
+        return r.some((x) => x.label === 'ranks 0-2 (3)') && r.some((x) => x.label === 'rank 3') ? r : undefined;
       }, { timeout: 120_000 });
     } finally {
       say(`Stacks view: ${JSON.stringify(rows)}`);
